@@ -1,0 +1,216 @@
+"""TensorRT-LLM checkpoint directories: ``config.json`` + ``rank{N}.safetensors``.
+
+Writing is streaming and atomic:
+
+* every rank file's header (names, dtypes, shapes, offsets) is known before any
+  tensor is computed, so tensors are written one by one at their offsets and
+  never held together in memory;
+* everything goes into a temporary directory beside the output, renamed into
+  place only when all ranks are complete. On an error or Ctrl-C the temporary
+  directory is removed and ``output_dir`` is untouched.
+
+The file format is the safetensors format (8-byte little-endian header length,
+JSON header, raw little-endian data), written here by hand so that tensors can
+be streamed; ``safetensors.safe_open`` reads the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trtllm_medusa_ports.errors import CheckpointError, ConversionError
+from trtllm_medusa_ports.lazy_tensors import LazyTensor, read_safetensors
+
+_DTYPE_NAMES = {
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int32: "I32",
+    torch.int64: "I64",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {v: k for k, v in DTYPES.items()}[dtype]
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int  # absolute offset of the data in the file
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * torch.empty((), dtype=self.dtype).element_size()
+
+
+class StreamingSafetensorsFile:
+    """A safetensors file whose layout is fixed up front and whose tensors arrive one by one.
+
+    ``write`` may be called from several threads (``os.pwrite`` at fixed offsets).
+    """
+
+    def __init__(self, path: Path, entries: list[tuple[str, torch.dtype, tuple[int, ...]]]):
+        self.path = path
+        header: dict = {"__metadata__": {"format": "pt"}}
+        offset = 0
+        rel: dict[str, tuple[int, int]] = {}
+        for name, dtype, shape in entries:
+            if name in rel:
+                raise AssertionError(f"tensor {name} planned twice in {path.name}")
+            n = 1
+            for s in shape:
+                n *= s
+            size = n * torch.empty((), dtype=dtype).element_size()
+            rel[name] = (offset, offset + size)
+            header[name] = {"dtype": _DTYPE_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
+            offset += size
+        blob = json.dumps(header, separators=(",", ":")).encode()
+        blob += b" " * (-len(blob) % 8)  # safetensors aligns the data start to 8 bytes
+        self.data_start = 8 + len(blob)
+        self.slots = {
+            name: TensorSlot(name, dtype, tuple(shape), self.data_start + rel[name][0])
+            for name, dtype, shape in entries
+        }
+        self.total = self.data_start + offset
+        self.pending = set(self.slots)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.pwrite(self.fd, len(blob).to_bytes(8, "little") + blob, 0)
+        os.ftruncate(self.fd, self.total)
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        slot = self.slots[name]
+        if tensor.dtype != slot.dtype or tuple(tensor.shape) != slot.shape:
+            raise AssertionError(
+                f"{name}: planned {slot.dtype} {list(slot.shape)}, got {tensor.dtype} {list(tensor.shape)}"
+            )
+        data = tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
+        view = memoryview(data)
+        pos = slot.offset
+        while len(view):
+            written = os.pwrite(self.fd, view, pos)
+            view = view[written:]
+            pos += written
+        self.pending.discard(name)
+
+    def close(self) -> None:
+        if self.pending:
+            raise AssertionError(f"{self.path.name}: tensors never written: {sorted(self.pending)[:5]}")
+        os.fsync(self.fd)
+        os.close(self.fd)
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+@contextlib.contextmanager
+def atomic_output_dir(output_dir: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary directory that becomes ``output_dir`` only if the block succeeds."""
+    output_dir = Path(output_dir)
+    if output_dir.exists():
+        if not output_dir.is_dir():
+            raise ConversionError(
+                "exists and is not a directory",
+                where=str(output_dir),
+                fix="choose another --output_dir",
+            )
+        if any(output_dir.iterdir()) and not overwrite:
+            raise ConversionError(
+                "output directory is not empty",
+                where=str(output_dir),
+                fix="pass --overwrite to replace it, or choose another --output_dir",
+            )
+    parent = output_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=parent))
+    try:
+        yield tmp
+        if output_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
+            os.rename(output_dir, old / "x")
+            os.rename(tmp, output_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, output_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+# -- reading ---------------------------------------------------------------------------
+@dataclass
+class Checkpoint:
+    """A TensorRT-LLM checkpoint on disk: config and lazily read rank files."""
+
+    path: Path
+    config: dict
+    ranks: list[dict[str, LazyTensor]]
+
+    @property
+    def tp_size(self) -> int:
+        return int(self.config.get("mapping", {}).get("tp_size", 1))
+
+    @property
+    def pp_size(self) -> int:
+        return int(self.config.get("mapping", {}).get("pp_size", 1))
+
+    def tensor(self, rank: int, name: str) -> torch.Tensor:
+        try:
+            return self.ranks[rank][name].load()
+        except KeyError:
+            raise CheckpointError(
+                f"tensor {name!r} is missing",
+                where=str(self.path / f"rank{rank}.safetensors"),
+                fix="the checkpoint is incomplete or was written for another architecture",
+            ) from None
+
+    def has(self, rank: int, name: str) -> bool:
+        return name in self.ranks[rank]
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    path = Path(path)
+    cfg_path = path / "config.json"
+    if not cfg_path.is_file():
+        raise CheckpointError(
+            "no config.json: not a TensorRT-LLM checkpoint directory",
+            where=str(path),
+            fix="pass the --output_dir of `trtllm-medusa convert` (or convert_checkpoint.py)",
+        )
+    try:
+        config = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"invalid JSON ({exc})", where=str(cfg_path)) from None
+    mapping = config.get("mapping") or {}
+    world = int(mapping.get("world_size", int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))))
+    ranks = []
+    for r in range(world):
+        f = path / f"rank{r}.safetensors"
+        if not f.is_file():
+            raise CheckpointError(
+                f"rank file rank{r}.safetensors is missing (mapping.world_size = {world})",
+                where=str(path),
+                fix="the conversion did not finish; convert again",
+            )
+        ranks.append(read_safetensors(f, CheckpointError))
+    return Checkpoint(path, config, ranks)

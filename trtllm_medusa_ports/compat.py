@@ -1,0 +1,462 @@
+"""Compatibility rules: what TensorRT-LLM 1.2.x Medusa cannot serve, found before anyone builds.
+
+Each rule yields :class:`Finding` values (stable rule id, severity, message, fix).
+Only config files and tensor headers are read, so a check is fast on any size.
+Every rule is documented with an example in docs/compatibility-rules.md.
+
+Upstream facts behind the rules (TensorRT-LLM 1.2.x):
+- with speculative decoding, generation attention runs on XQA kernels only
+  (cpp/tensorrt_llm/common/attentionOp.cpp: "No available XQA kernels are found
+  for speculative decoding mode"); XQA has no ALiBi, so an ALiBi base would get
+  tree verification with wrong attention scores (the "very poor accuracy" Bloom reports);
+- XQA head sizes: multiples of 16 up to 256; precompiled kernels cover 64/128/256;
+- Medusa matches draft tokens greedily only and has no beam search
+  (tensorrt_llm/runtime/generation.py find_best_medusa_path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from trtllm_medusa_ports.archs.base import ArchAdapter, adapter_for, supported_architectures
+from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.heads import MedusaHeads, load_heads
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.tree import DEFAULT_TOP_K, parse_choices, upstream_quirks, validate_choices
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+
+#: rope scaling types TensorRT-LLM 1.2.x implements (tensorrt_llm/functional.py RotaryScalingType)
+TRTLLM_ROPE_SCALING = ("linear", "dynamic", "longrope", "su", "llama3", "yarn", "mrope")
+#: head sizes of the precompiled XQA kernels; others need the XQA JIT path
+XQA_PRECOMPILED_HEAD_SIZES = (64, 128, 256)
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str
+    message: str
+    fix: str
+    #: errors that --allow_unsupported may override (the checkpoint can be written, but
+    #: TensorRT-LLM would not serve it correctly); structural errors are never overridable
+    overridable: bool = False
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("overridable")
+        return d
+
+
+def errors_of(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.severity == ERROR]
+
+
+# -- position embeddings -----------------------------------------------------------------
+def alibi_reason(hf: HFConfig) -> str | None:
+    """Why this base uses ALiBi, or None. Covers Bloom, MPT, Falcon-ALiBi, Baichuan-13B, any flag."""
+    mt = hf.model_type.lower()
+    arch = (hf.get("architectures") or [""])[0]
+    if mt == "bloom" or arch == "BloomForCausalLM":
+        return "Bloom always uses ALiBi"
+    if mt == "mpt" or arch in ("MptForCausalLM", "MPTForCausalLM"):
+        attn = hf.get("attn_config") or {}
+        if attn.get("alibi", True):
+            return "MPT with attn_config.alibi = true"
+    if mt in ("falcon", "refinedweb", "refinedwebmodel") and hf.get("alibi"):
+        return "Falcon with alibi = true"
+    if mt == "baichuan" or arch in ("BaichuanForCausalLM", "BaiChuanForCausalLM"):
+        # Baichuan-13B and Baichuan2-13B use ALiBi, the 7B models RoPE (modeling_baichuan.py
+        # picks by hidden_size: 5120 -> ALiBi).
+        if hf.get("hidden_size") == 5120 or hf.get("num_hidden_layers") == 40:
+            return "Baichuan 13B (hidden_size 5120) uses ALiBi"
+        return None
+    for key in ("alibi", "use_alibi"):
+        if hf.get(key) is True:
+            return f"config.json sets {key} = true"
+    pet = str(hf.get("position_embedding_type", "")).lower()
+    if "alibi" in pet:
+        return f"config.json sets position_embedding_type = {pet!r}"
+    return None
+
+
+def _alibi_finding(reason: str) -> Finding:
+    return Finding(
+        "alibi-position-embedding",
+        ERROR,
+        f"this base uses ALiBi ({reason}). With Medusa, TensorRT-LLM runs every generation "
+        "step's attention on XQA kernels, and XQA has no ALiBi: the tree would be verified with "
+        "wrong attention scores, so the engine's output would differ from the base model's "
+        "(older XQA builds ignored the slopes silently - the 'very poor accuracy' Bloom reports).",
+        "use a RoPE or learned-position base (Llama, Qwen2, Gemma, Phi-3, GPT-NeoX, Falcon-7B/40B, "
+        "StarCoder2 ...), serve this model without Medusa, or use a framework whose tree attention "
+        "supports ALiBi. --allow_unsupported writes the checkpoint anyway for experiments.",
+        overridable=True,
+    )
+
+
+# -- the rules ---------------------------------------------------------------------------
+def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
+    out: list[Finding] = []
+    reason = alibi_reason(hf)
+    if reason:
+        out.append(_alibi_finding(reason))
+    if adapter is None:
+        arch = hf.get("architectures") or ["(none)"]
+        if not reason:
+            out.append(
+                Finding(
+                    "unsupported-architecture",
+                    ERROR,
+                    f"no adapter for architecture {arch[0]!r}",
+                    "supported: " + ", ".join(supported_architectures())
+                    + "; docs/porting-guide.md shows how to add a family in one file",
+                )
+            )
+        return out
+    try:
+        head_size = adapter.head_size(hf)
+        heads = hf.require("num_attention_heads")
+    except PortError as exc:
+        out.append(Finding("invalid-config", ERROR, exc.what, exc.fix or "fix config.json"))
+        return out
+    if head_size % 16 or head_size > 256:
+        out.append(
+            Finding(
+                "xqa-head-size",
+                ERROR,
+                f"head size {head_size} is not supported by the XQA kernels that speculative "
+                "decoding requires (multiples of 16, at most 256)",
+                "Medusa cannot be served on this base by TensorRT-LLM; choose another base",
+            )
+        )
+    elif head_size not in XQA_PRECOMPILED_HEAD_SIZES:
+        out.append(
+            Finding(
+                "xqa-head-size-jit",
+                WARNING,
+                f"head size {head_size} is not among the precompiled XQA kernels "
+                f"({', '.join(map(str, XQA_PRECOMPILED_HEAD_SIZES))}); the engine needs XQA JIT",
+                "build on TensorRT-LLM 1.2.x with the default JIT XQA kernels (do not disable JIT); "
+                "validate on GPU with scripts/validate_on_gpu.sh",
+            )
+        )
+    kv = hf.get("num_key_value_heads") or heads
+    if heads % kv:
+        out.append(
+            Finding(
+                "gqa-group-size",
+                ERROR,
+                f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}",
+                "the config is inconsistent; use the model's original config.json",
+            )
+        )
+    else:
+        group = heads // kv
+        if group & (group - 1):
+            out.append(
+                Finding(
+                    "gqa-group-size",
+                    INFO,
+                    f"{group} query heads per KV head (not a power of two); precompiled XQA kernels "
+                    "cover powers of two, XQA JIT handles this group size",
+                    "nothing to do on TensorRT-LLM 1.2.x with JIT XQA; validate on GPU",
+                )
+            )
+    scaling = hf.rope_scaling
+    if scaling:
+        kind = scaling.get("type")
+        if kind not in TRTLLM_ROPE_SCALING:
+            out.append(
+                Finding(
+                    "rope-scaling-unsupported",
+                    ERROR,
+                    f"rope scaling type {kind!r} is not implemented by TensorRT-LLM 1.2.x",
+                    "supported types: " + ", ".join(TRTLLM_ROPE_SCALING),
+                )
+            )
+        elif kind not in ("linear", "llama3"):
+            out.append(
+                Finding(
+                    "rope-scaling-unverified",
+                    WARNING,
+                    f"rope scaling type {kind!r} is converted whole, but the CPU reference "
+                    "executor implements only linear and llama3, so `verify` cannot prove it",
+                    "validate on GPU (scripts/validate_on_gpu.sh)",
+                )
+            )
+    for key, label in (("query_pre_attn_scalar", "query_pre_attn_scalar"), ("attention_multiplier", "attention_multiplier")):
+        v = hf.get(key)
+        if v is not None and key == "query_pre_attn_scalar" and v != head_size:
+            out.append(
+                Finding(
+                    "attention-scale",
+                    WARNING,
+                    f"{label} = {v} differs from head_size {head_size}, so q_scaling != 1; "
+                    "XQA spec-decoding kernels of older TensorRT-LLM releases require q_scaling == 1",
+                    "use TensorRT-LLM 1.2.x and validate on GPU",
+                )
+            )
+        elif v is not None and key == "attention_multiplier":
+            out.append(
+                Finding(
+                    "attention-scale",
+                    WARNING,
+                    f"{label} = {v} sets a custom q_scaling; XQA spec-decoding kernels of older "
+                    "TensorRT-LLM releases require q_scaling == 1",
+                    "use TensorRT-LLM 1.2.x and validate on GPU",
+                )
+            )
+    window = hf.get("sliding_window")
+    max_pos = hf.get("max_position_embeddings") or 0
+    uses_window = window and (hf.get("use_sliding_window", True) is not False) and window < max_pos
+    if uses_window:
+        out.append(
+            Finding(
+                "sliding-window",
+                WARNING,
+                f"sliding-window attention (window {window} < max_position_embeddings {max_pos}); "
+                "TensorRT-LLM applies it through the KV-cache attention window, which a plain "
+                "Medusa build does not set",
+                f"build and run with --max_attention_window_size {window}; outputs match the base "
+                f"model exactly while sequences stay within {window} tokens",
+            )
+        )
+    if not adapter.upstream_spec_decoding_plumbing:
+        out.append(
+            Finding(
+                "spec-decoding-plumbing",
+                INFO,
+                f"upstream {adapter.trtllm_base_class} does not pass spec_decoding_params to its "
+                "attention layers; plain trtllm-build cannot build Medusa over it",
+                "build with `trtllm-medusa build` (our engine adapter adds the plumbing)",
+            )
+        )
+    if hf.get("hidden_act") not in (None, "silu") or hf.get("hidden_activation"):
+        out.append(
+            Finding(
+                "medusa-head-activation",
+                INFO,
+                f"the base's activation is {hf.get('hidden_act') or hf.get('hidden_activation')!r}; "
+                "Medusa heads use SiLU, and upstream MedusaForCausalLM would give them the base's",
+                "the converter writes medusa_hidden_act = silu; build with `trtllm-medusa build`",
+            )
+        )
+    return out
+
+
+def check_heads(hf: HFConfig, heads: MedusaHeads, num_medusa_heads: int | None = None, dtype: str | None = None) -> list[Finding]:
+    out: list[Finding] = []
+    hidden = hf.get("hidden_size")
+    vocab = hf.get("vocab_size")
+    if hidden is not None and heads.hidden_size != hidden:
+        out.append(
+            Finding(
+                "heads-hidden-size",
+                ERROR,
+                f"the heads' hidden size is {heads.hidden_size}, the base's hidden_size is {hidden}",
+                "these heads were trained for another base model; pass the matching --medusa_model_dir",
+            )
+        )
+    if vocab is not None and heads.vocab_size is not None and heads.vocab_size != vocab:
+        out.append(
+            Finding(
+                "heads-vocab-size",
+                ERROR,
+                f"the heads project to {heads.vocab_size} tokens, the base's vocab_size is {vocab}",
+                "these heads were trained for another tokenizer; pass the matching heads",
+            )
+        )
+    if heads.token_map is not None:
+        out.append(
+            Finding(
+                "heads-truncated-vocab",
+                WARNING,
+                f"the heads guess only {heads.token_map.shape[0]} of {vocab} tokens (vLLM token_map); "
+                "the converter scatters them into the full vocabulary with zero rows elsewhere",
+                "nothing to do: greedy output stays the base's; acceptance is what the heads give",
+            )
+        )
+    if num_medusa_heads is not None and num_medusa_heads != heads.num_heads:
+        out.append(
+            Finding(
+                "heads-count",
+                ERROR,
+                f"--num_medusa_heads {num_medusa_heads} but the checkpoint holds {heads.num_heads} heads",
+                "omit --num_medusa_heads: it is read from the heads",
+            )
+        )
+    if dtype and dtype != "auto" and str(heads.dtype).replace("torch.", "") != dtype:
+        out.append(
+            Finding(
+                "heads-dtype",
+                INFO,
+                f"the heads are stored as {str(heads.dtype).replace('torch.', '')} and will be cast to {dtype}",
+                "nothing to do",
+            )
+        )
+    for w in heads.warnings:
+        out.append(Finding("heads-checkpoint", WARNING, w, "see docs/heads.md"))
+    return out
+
+
+def check_tree(spec: str, num_heads: int | None, max_draft_len: int | None) -> list[Finding]:
+    try:
+        paths = parse_choices(spec)
+    except PortError as exc:
+        return [Finding("tree-invalid", ERROR, exc.what, exc.fix or "")]
+    out: list[Finding] = []
+    for problem in validate_choices(paths, top_k=DEFAULT_TOP_K):
+        out.append(Finding("tree-invalid" if "index" not in problem else "tree-index-range", ERROR, problem,
+                           "fix the tree: every prefix must be a node, indices 0..9"))
+    if num_heads is not None:
+        deep = [p for p in paths if len(p) > num_heads]
+        if deep:
+            out.append(
+                Finding(
+                    "tree-deeper-than-heads",
+                    ERROR,
+                    f"path {deep[0]} has depth {len(deep[0])} but there are {num_heads} Medusa heads",
+                    "prune the tree to the heads' depth, or use heads with more heads",
+                )
+            )
+    unique = {tuple(p) for p in paths}
+    if max_draft_len is not None and len(unique) > max_draft_len:
+        out.append(
+            Finding(
+                "tree-too-many-nodes",
+                ERROR,
+                f"the tree has {len(unique)} nodes but max_draft_len is {max_draft_len}",
+                f"convert with --max_medusa_token_len {len(unique)} or more, or prune the tree",
+            )
+        )
+    for q in upstream_quirks(paths):
+        out.append(Finding("tree-depth1-gaps", WARNING, q, "renumber the depth-1 indices 0..k-1"))
+    return out
+
+
+def check_parallel(
+    hf: HFConfig,
+    adapter: ArchAdapter | None,
+    tp_size: int,
+    pp_size: int,
+    heads: MedusaHeads | None = None,
+    use_parallel_embedding: bool = False,
+    embedding_sharding_dim: int = 0,
+) -> list[Finding]:
+    out: list[Finding] = []
+    if tp_size < 1 or pp_size < 1:
+        return [Finding("parallel-size", ERROR, f"tp_size {tp_size} / pp_size {pp_size} must be >= 1", "use positive sizes")]
+    nh = hf.get("num_attention_heads") or 0
+    kv = hf.get("num_key_value_heads") or nh
+    inter = hf.get("intermediate_size") or hf.get("ffn_hidden_size") or 0
+    hidden = hf.get("hidden_size") or 0
+    layers = hf.get("num_hidden_layers") or hf.get("n_layer") or 0
+    vocab = hf.get("vocab_size") or 0
+    if nh and nh % tp_size:
+        out.append(Finding("tp-attention-heads", ERROR, f"num_attention_heads {nh} is not divisible by tp_size {tp_size}",
+                           f"use a tp_size that divides {nh}"))
+    if kv and tp_size > 1:
+        if kv >= tp_size and kv % tp_size:
+            out.append(Finding("tp-kv-heads", ERROR, f"num_key_value_heads {kv} is not divisible by tp_size {tp_size}",
+                               f"use a tp_size that divides {kv}, or a multiple of it"))
+        elif kv < tp_size and tp_size % kv:
+            out.append(Finding("tp-kv-heads", ERROR, f"tp_size {tp_size} is not a multiple of num_key_value_heads {kv}",
+                               f"use a tp_size that is a multiple of {kv}"))
+        elif kv < tp_size:
+            out.append(Finding("tp-kv-replication", INFO,
+                               f"{kv} KV head(s) for tp_size {tp_size}: each KV head is replicated on {tp_size // kv} ranks",
+                               "nothing to do (TensorRT-LLM's dup_kv_weight behaviour)"))
+    if inter and inter % tp_size:
+        out.append(Finding("tp-intermediate-size", ERROR, f"intermediate_size {inter} is not divisible by tp_size {tp_size}",
+                           f"use a tp_size that divides {inter}"))
+    if hidden and hidden % tp_size:
+        out.append(Finding("tp-hidden-size", ERROR, f"hidden_size {hidden} is not divisible by tp_size {tp_size} "
+                           "(Medusa ResBlocks are column-parallel hidden -> hidden)", f"use a tp_size that divides {hidden}"))
+    if use_parallel_embedding and embedding_sharding_dim == 1 and hidden and hidden % tp_size:
+        out.append(Finding("tp-embedding", ERROR, f"embedding_sharding_dim 1 needs hidden_size {hidden} divisible by tp_size",
+                           "use --embedding_sharding_dim 0"))
+    if vocab and tp_size > 1 and vocab % tp_size:
+        padded = -(-vocab // tp_size) * tp_size
+        out.append(Finding("vocab-padding", INFO, f"vocab_size {vocab} is padded to {padded} for tp_size {tp_size} "
+                           "(zero rows in lm_head and the heads' lm_heads)", "nothing to do"))
+    if layers and pp_size > layers:
+        out.append(Finding("pp-layers", ERROR, f"pp_size {pp_size} exceeds the {layers} layers", f"use pp_size <= {layers}"))
+    elif layers and layers % pp_size:
+        out.append(Finding("pp-layers", WARNING, f"{layers} layers do not divide by pp_size {pp_size}: the first "
+                           f"{layers % pp_size} stage(s) take one extra layer (Mapping.pp_layers); TensorRT-LLM's "
+                           "Python GenerationSession asserts an even split", "prefer a pp_size that divides the layer count"))
+    return out
+
+
+def check_conversion(
+    hf: HFConfig,
+    *,
+    adapter: ArchAdapter | None,
+    heads: MedusaHeads | None = None,
+    tp_size: int = 1,
+    pp_size: int = 1,
+    max_draft_len: int | None = 63,
+    medusa_choices: str | None = None,
+    use_parallel_embedding: bool = False,
+    embedding_sharding_dim: int = 0,
+    num_medusa_heads: int | None = None,
+    dtype: str | None = None,
+) -> list[Finding]:
+    out = check_base(hf, adapter)
+    if adapter is not None or alibi_reason(hf) is None:
+        out += check_parallel(hf, adapter, tp_size, pp_size, heads, use_parallel_embedding, embedding_sharding_dim)
+    if heads is not None:
+        out += check_heads(hf, heads, num_medusa_heads, dtype)
+    if medusa_choices:
+        out += check_tree(medusa_choices, heads.num_heads if heads else None, max_draft_len)
+    out.append(
+        Finding(
+            "decoding-greedy-only",
+            INFO,
+            "TensorRT-LLM's Medusa accepts draft tokens greedily (temperature 0) and has no beam "
+            "search; its output equals the base model's greedy output",
+            "run with greedy sampling and beam width 1",
+        )
+    )
+    return out
+
+
+def check(
+    model_dir: str | Path,
+    medusa_model_dir: str | Path | None = None,
+    *,
+    medusa_choices: str | None = None,
+    tp_size: int = 1,
+    pp_size: int = 1,
+    max_draft_len: int | None = 63,
+    dtype: str | None = None,
+    num_medusa_heads: int | None = None,
+) -> tuple[str, list[Finding]]:
+    """Python API: ``(architecture, findings)`` for a base model and optional heads."""
+    hf = HFConfig.read(model_dir)
+    arch = (hf.get("architectures") or ["(unknown)"])[0]
+    adapter = adapter_for(arch)
+    heads = None
+    findings: list[Finding] = []
+    if medusa_model_dir is not None:
+        try:
+            heads = load_heads(medusa_model_dir)
+        except PortError as exc:
+            findings.append(Finding("heads-unreadable", ERROR, str(exc.where or "") + ": " + exc.what, exc.fix or ""))
+    findings = (
+        check_conversion(
+            hf,
+            adapter=adapter,
+            heads=heads,
+            tp_size=tp_size,
+            pp_size=pp_size,
+            max_draft_len=max_draft_len,
+            medusa_choices=medusa_choices,
+            num_medusa_heads=num_medusa_heads,
+            dtype=dtype,
+        )
+        + findings
+    )
+    return arch, findings

@@ -1,0 +1,447 @@
+"""Orchestration: HF base + Medusa heads -> sharded TensorRT-LLM checkpoint.
+
+Data flows one way: lazy HF tensors -> family adapter's weight table ->
+shared split rules (sharding.py) -> streaming, atomic checkpoint writer
+(checkpoint.py). Every source tensor is read once, whatever the number of
+ranks that need a piece of it; shapes are planned on the ``meta`` device before
+anything is read, so the rank files' headers are written first and tensors are
+streamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from trtllm_medusa_ports import __version__
+from trtllm_medusa_ports.archs.base import (
+    ArchAdapter,
+    WeightRule,
+    adapter_for,
+    adapter_for_model_type,
+    layer_sources,
+)
+from trtllm_medusa_ports.checkpoint import (
+    DTYPES,
+    StreamingSafetensorsFile,
+    atomic_output_dir,
+    dtype_name,
+)
+from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
+from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
+from trtllm_medusa_ports.heads import MedusaHeads, load_heads
+from trtllm_medusa_ports.heads.loader import expand_truncated
+from trtllm_medusa_ports.hf_model import HFModel
+from trtllm_medusa_ports.lazy_tensors import LazyTensor
+from trtllm_medusa_ports.sharding import Mapping, Split, pad_vocab_size, pp_layers, shard
+
+#: Activation of the Medusa ResBlocks. Medusa heads are trained with SiLU whatever the
+#: base's activation (FasterDecoding medusa_model.py ResBlock); upstream TensorRT-LLM
+#: takes the base's hidden_act instead (tensorrt_llm/models/medusa/model.py), which is
+#: only right for SiLU bases, so we write it explicitly.
+MEDUSA_HIDDEN_ACT = "silu"
+
+
+@dataclass
+class ConvertOptions:
+    model_dir: Path
+    medusa_model_dir: Path
+    output_dir: Path
+    dtype: str = "auto"
+    tp_size: int = 1
+    pp_size: int = 1
+    num_medusa_heads: int | None = None
+    num_medusa_layers: int | None = None
+    max_draft_len: int = 63
+    model_type: str | None = None
+    workers: int = 1
+    use_parallel_embedding: bool = False
+    embedding_sharding_dim: int = 0
+    share_lm_head: bool = False
+    overwrite: bool = False
+    quiet: bool = False
+    allow_unsupported: bool = False
+    medusa_choices: str | None = None
+
+
+@dataclass
+class ConvertResult:
+    output_dir: Path
+    config: dict
+    findings: list[Finding]
+    num_ranks: int
+    num_tensors: int
+    bytes_written: int
+    seconds: float
+    shared_lm_head_bytes_saved: int
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        s = (
+            f"Wrote {self.output_dir}: {self.num_ranks} rank file(s) "
+            f"(tp={self.config['mapping']['tp_size']}, pp={self.config['mapping']['pp_size']}), "
+            f"{self.num_tensors} tensors, {self.bytes_written / 1e6:.1f} MB, "
+            f"architecture {self.config['architecture']}, dtype {self.config['dtype']}, "
+            f"{self.config['num_medusa_heads']} Medusa heads x {self.config['num_medusa_layers']} layer(s), "
+            f"in {self.seconds:.1f} s."
+        )
+        if self.config.get("medusa_shared_lm_head"):
+            s += (
+                f" The heads share the base lm_head: {self.shared_lm_head_bytes_saved / 1e6:.1f} MB "
+                "saved against one copy per head."
+            )
+        return s
+
+
+@dataclass
+class _Job:
+    """One group of source tensors, read once, written to every rank that needs a piece."""
+
+    label: str
+    load: Callable[[], list[torch.Tensor]]
+    meta: list[torch.Tensor]
+    combine: Callable
+    split: Split
+    targets: list[tuple[int, str]]  # (rank, checkpoint name)
+    check_finite: bool = True
+
+
+def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:
+    if model_type:
+        adapter = adapter_for_model_type(model_type)
+        if adapter is None:
+            from trtllm_medusa_ports.archs.base import families
+
+            raise ConversionError(
+                f"--model_type {model_type!r} is not a supported family",
+                fix="use one of: " + ", ".join(sorted(families())),
+            )
+        return adapter
+    adapter = adapter_for(model.config.architecture)
+    if adapter is None:
+        raise ConversionError(
+            f"no adapter for architecture {model.config.architecture!r}",
+            where=str(model.config.path),
+            fix="see `trtllm-medusa check`; docs/porting-guide.md shows how to add a family",
+        )
+    return adapter
+
+
+def _target_dtype(opts: ConvertOptions, model: HFModel) -> torch.dtype:
+    if opts.dtype != "auto":
+        if opts.dtype not in DTYPES:
+            raise ConversionError(
+                f"--dtype {opts.dtype!r} is not supported", fix="use auto, float32, float16 or bfloat16"
+            )
+        return DTYPES[opts.dtype]
+    if model.config.torch_dtype is not None:
+        return model.config.torch_dtype
+    floats = [t.dtype for t in model.tensors.values() if t.dtype.is_floating_point]
+    return floats[0] if floats else torch.float32
+
+
+def build_config(
+    adapter: ArchAdapter,
+    model: HFModel,
+    heads: MedusaHeads,
+    opts: ConvertOptions,
+    dtype: torch.dtype,
+    share_lm_head: bool,
+) -> dict:
+    mapping = Mapping(opts.tp_size, opts.pp_size)
+    fam = adapter.trtllm_config(model.config)
+    upstream_ok = adapter.upstream_medusa_base and not share_lm_head
+    cfg: dict = {
+        "architecture": "MedusaForCausalLM" if upstream_ok else adapter.ported_architecture(),
+        "dtype": dtype_name(dtype),
+        "logits_dtype": "float32",
+    }
+    cfg.update(fam)
+    cfg.update(
+        {
+            "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
+            "mapping": mapping.to_dict(),
+            "use_parallel_embedding": opts.use_parallel_embedding,
+            "embedding_sharding_dim": opts.embedding_sharding_dim,
+            "max_draft_len": opts.max_draft_len,
+            "num_medusa_heads": heads.num_heads,
+            "num_medusa_layers": heads.num_layers,
+            "medusa_hidden_act": MEDUSA_HIDDEN_ACT,
+            "medusa_shared_lm_head": share_lm_head,
+            "base_architecture": model.config.architecture,
+            "trtllm_base_architecture": adapter.trtllm_base_class,
+            "medusa_ports": {
+                "version": __version__,
+                "family": adapter.family,
+                "heads_layout": heads.layout,
+                "heads_dtype": str(heads.dtype).replace("torch.", ""),
+            },
+        }
+    )
+    return cfg
+
+
+def _choose_sharing(heads: MedusaHeads, opts: ConvertOptions, warnings: list[str]) -> bool:
+    if heads.shares_base_lm_head:
+        return True
+    if opts.share_lm_head:
+        warnings.append(
+            "--share_lm_head: the heads' own lm_heads are dropped and every head uses the base "
+            "lm_head (greedy output is unchanged; acceptance may drop if the heads' lm_heads were trained)"
+        )
+        return True
+    return False
+
+
+def plan(
+    adapter: ArchAdapter,
+    model: HFModel,
+    heads: MedusaHeads,
+    cfg: dict,
+    dtype: torch.dtype,
+    share_lm_head: bool,
+) -> list[_Job]:
+    """Every job, with its targets; raises before anything is written when a tensor is missing."""
+    hf = model.config
+    tensors = model.tensors
+    mapping = Mapping(cfg["mapping"]["tp_size"], cfg["mapping"]["pp_size"])
+    jobs: list[_Job] = []
+    used: set[str] = set()
+
+    def resolve(rule: WeightRule) -> list[LazyTensor]:
+        for names in rule.candidates():
+            if all(n in tensors for n in names):
+                used.update(names)
+                return [tensors[n] for n in names]
+        missing = [n for n in rule.sources if n not in tensors]
+        raise ModelError(
+            f"tensor(s) {', '.join(missing)} not found (needed for {rule.name})",
+            where=str(model.path),
+            fix="the weights do not match config.json; check the architecture, "
+            "attention_bias / tie_word_embeddings, or pass the right --model_dir",
+        )
+
+    def add(rule: WeightRule, targets: list[tuple[int, str]], label: str) -> None:
+        srcs = resolve(rule)
+        jobs.append(
+            _Job(
+                label=label,
+                load=lambda srcs=srcs: [s.load() for s in srcs],
+                meta=[torch.empty(s.shape, dtype=dtype, device="meta") for s in srcs],
+                combine=rule.combine,
+                split=rule.split,
+                targets=targets,
+            )
+        )
+
+    def ranks_of_stage(pp_rank: int) -> list[int]:
+        return [pp_rank * mapping.tp_size + t for t in range(mapping.tp_size)]
+
+    first, last = ranks_of_stage(0), ranks_of_stage(mapping.pp_size - 1)
+    for rule in adapter.embedding_rules(hf):
+        add(rule, [(r, rule.name) for r in first], rule.name)
+    layer_rules = adapter.layer_rules(hf)
+    n_layers = adapter.num_hf_layers(hf)
+    for pp_rank in range(mapping.pp_size):
+        layers = pp_layers(n_layers, mapping.pp_size, pp_rank)
+        for local, i in enumerate(layers):
+            for rule in layer_sources(layer_rules, i):
+                name = f"transformer.layers.{local}.{rule.name}"
+                add(rule, [(r, name) for r in ranks_of_stage(pp_rank)], f"layers.{i}.{rule.name}")
+    for rule in adapter.final_rules(hf):
+        add(rule, [(r, rule.name) for r in last], rule.name)
+
+    # Medusa heads live on the last pipeline stage, every tensor split on dim 0
+    # (tensorrt_llm/models/medusa/weight.py load_medusa_hf).
+    hidden = heads.hidden_size
+    for h, blocks in enumerate(heads.blocks):
+        for layer, block in enumerate(blocks):
+            base = f"medusa_heads.{h}.medusa_layers.{layer}.linear"
+            for part, ref in (("weight", block.weight), ("bias", block.bias)):
+                if ref is None:  # missing bias: zeros (the loader warned)
+                    loader, shape = (lambda: [torch.zeros(hidden)]), (hidden,)
+                else:
+                    loader, shape = (lambda ref=ref: [ref.load()]), ref.shape
+                jobs.append(
+                    _Job(
+                        f"{base}.{part}",
+                        loader,
+                        [torch.empty(shape, dtype=dtype, device="meta")],
+                        lambda ts: ts[0],
+                        Split.COLUMN,
+                        [(r, f"{base}.{part}") for r in last],
+                    )
+                )
+        if not share_lm_head:
+            assert heads.lm_heads is not None
+            ref = heads.lm_heads[h]
+            vocab = cfg["vocab_size"]
+            if heads.token_map is not None:
+                tm = heads.token_map
+
+                def load_proj(ref=ref, tm=tm, vocab=vocab):
+                    return [expand_truncated(ref.load(), tm.load(), vocab)]
+
+                meta_shape = (vocab, ref.shape[1])
+            else:
+                load_proj, meta_shape = (lambda ref=ref: [ref.load()]), ref.shape
+            jobs.append(
+                _Job(
+                    f"medusa_heads.{h}.lm_head.weight",
+                    load_proj,
+                    [torch.empty(meta_shape, dtype=dtype, device="meta")],
+                    lambda ts: ts[0],
+                    Split.VOCAB,
+                    [(r, f"medusa_heads.{h}.lm_head.weight") for r in last],
+                )
+            )
+
+    ignored = [re.compile(p) for p in adapter.ignored_hf_tensors]
+    unused = sorted(n for n in tensors if n not in used and not any(p.fullmatch(n) for p in ignored))
+    if unused:
+        raise ModelError(
+            f"{len(unused)} tensor(s) of the base model have no place in the {adapter.family} "
+            f"checkpoint, e.g. {', '.join(unused[:4])}",
+            where=str(model.path),
+            fix="the weights and config.json disagree (a bias the config does not declare, "
+            "another architecture); converting would silently drop them",
+        )
+    return jobs
+
+
+def _shard_for(job: _Job, inputs: list[torch.Tensor], cfg: dict, rank: int) -> torch.Tensor:
+    tp = cfg["mapping"]["tp_size"]
+    return shard(
+        job.split,
+        job.combine(inputs),
+        tp_size=tp,
+        tp_rank=rank % tp,
+        num_kv_heads=cfg["num_key_value_heads"],
+        use_parallel_embedding=cfg["use_parallel_embedding"],
+        embedding_sharding_dim=cfg["embedding_sharding_dim"],
+    ).contiguous()
+
+
+def convert(opts: ConvertOptions) -> ConvertResult:
+    """Convert, or raise a :class:`PortError` with nothing written at ``output_dir``."""
+    start = time.time()
+    model = HFModel(opts.model_dir)
+    adapter = resolve_adapter(model, opts.model_type)
+    heads = load_heads(opts.medusa_model_dir)
+    warnings = list(heads.warnings)
+
+    if opts.num_medusa_heads is not None and opts.num_medusa_heads != heads.num_heads:
+        raise ConversionError(
+            f"--num_medusa_heads {opts.num_medusa_heads} but the heads checkpoint holds {heads.num_heads}",
+            where=str(opts.medusa_model_dir),
+            fix="omit --num_medusa_heads (it is read from the heads) or pass the right directory",
+        )
+    if opts.num_medusa_layers is not None and opts.num_medusa_layers != heads.num_layers:
+        raise ConversionError(
+            f"--num_medusa_layers {opts.num_medusa_layers} but the heads have {heads.num_layers} layer(s)",
+            where=str(opts.medusa_model_dir),
+            fix="omit --num_medusa_layers (it is read from the heads)",
+        )
+    if opts.max_draft_len <= 0:
+        raise ConversionError(
+            f"--max_medusa_token_len must be positive, got {opts.max_draft_len}",
+            fix="use the number of nodes of your tree (63 for the presets)",
+        )
+
+    findings = check_conversion(
+        model.config,
+        adapter=adapter,
+        heads=heads,
+        tp_size=opts.tp_size,
+        pp_size=opts.pp_size,
+        max_draft_len=opts.max_draft_len,
+        medusa_choices=opts.medusa_choices,
+        use_parallel_embedding=opts.use_parallel_embedding,
+        embedding_sharding_dim=opts.embedding_sharding_dim,
+    )
+    errors = errors_of(findings)
+    if errors and opts.allow_unsupported and all(f.overridable for f in errors):
+        warnings.append(
+            "WRITING A CHECKPOINT TENSORRT-LLM CANNOT SERVE CORRECTLY (--allow_unsupported): "
+            + "; ".join(f.rule for f in errors)
+        )
+    elif errors:
+        raise ConversionError(
+            "the compatibility check failed; nothing was written:\n"
+            + "\n".join(f"  [{f.rule}] {f.message}\n    fix: {f.fix}" for f in errors),
+            fix="address the errors above (`trtllm-medusa check` shows every finding)",
+        )
+
+    dtype = _target_dtype(opts, model)
+    share = _choose_sharing(heads, opts, warnings)
+    cfg = build_config(adapter, model, heads, opts, dtype, share)
+    jobs = plan(adapter, model, heads, cfg, dtype, share)
+    mapping = Mapping(opts.tp_size, opts.pp_size)
+
+    # Plan every rank file's layout on the meta device (no data read).
+    entries: dict[int, list[tuple[str, torch.dtype, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
+    for job in jobs:
+        for rank, name in job.targets:
+            shape = tuple(_shard_for(job, job.meta, cfg, rank).shape)
+            entries[rank].append((name, dtype, shape))
+
+    padded_vocab = pad_vocab_size(cfg["vocab_size"], opts.tp_size)
+    saved = heads.num_heads * padded_vocab * heads.hidden_size * torch.empty((), dtype=dtype).element_size() if share else 0
+
+    with atomic_output_dir(Path(opts.output_dir), overwrite=opts.overwrite) as tmp:
+        files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r]) for r in entries}
+        try:
+            bar = tqdm(total=len(jobs), desc="convert", unit="tensor", disable=opts.quiet, file=sys.stderr)
+
+            def run(job: _Job) -> None:
+                inputs = [t.to(dtype) for t in job.load()]
+                if job.check_finite:
+                    for t in inputs:
+                        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                            err = HeadsError if job.label.startswith("medusa_heads") else ModelError
+                            raise err(
+                                f"tensor for {job.label} holds NaN/Inf after casting to {dtype_name(dtype)}",
+                                fix="the weights are damaged, or overflow this dtype: try --dtype float32/bfloat16",
+                            )
+                for rank, name in job.targets:
+                    files[rank].write(name, _shard_for(job, inputs, cfg, rank))
+                bar.update(1)
+
+            if opts.workers > 1:
+                with ThreadPoolExecutor(max_workers=opts.workers) as pool:
+                    for f in [pool.submit(run, j) for j in jobs]:
+                        f.result()
+            else:
+                for j in jobs:
+                    run(j)
+            bar.close()
+            for f in files.values():
+                f.close()
+        except BaseException:
+            for f in files.values():
+                f.abort()
+            raise
+        cfg["medusa_ports"]["warnings"] = warnings
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=4) + "\n")
+
+    total_bytes = sum(f.total for f in files.values())
+    return ConvertResult(
+        output_dir=Path(opts.output_dir),
+        config=cfg,
+        findings=findings,
+        num_ranks=mapping.world_size,
+        num_tensors=sum(len(e) for e in entries.values()),
+        bytes_written=total_bytes,
+        seconds=time.time() - start,
+        shared_lm_head_bytes_saved=saved,
+        warnings=warnings,
+    )

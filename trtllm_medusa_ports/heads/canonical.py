@@ -1,0 +1,89 @@
+"""The canonical form every head layout is read into."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from trtllm_medusa_ports.errors import HeadsError
+from trtllm_medusa_ports.lazy_tensors import LazyTensor
+
+
+@dataclass
+class ResBlockRef:
+    """``x + SiLU(x @ weight.T + bias)``; ``bias`` None means zeros (a warning says so)."""
+
+    weight: LazyTensor
+    bias: LazyTensor | None
+
+
+@dataclass
+class MedusaHeads:
+    """Heads as stored: nothing is read until a tensor's ``load()``.
+
+    ``lm_heads[h]`` is head h's own vocabulary projection. When the heads share
+    one projection, ``lm_heads`` is None and ``shared_lm_head`` is that tensor,
+    or None to mean "the base model's lm_head" (FasterDecoding version 2).
+    ``token_map`` (vLLM truncated vocabularies) maps each row of a head's
+    projection to a token id of the full vocabulary.
+    """
+
+    layout: str
+    source: Path
+    num_heads: int
+    num_layers: int
+    hidden_size: int
+    vocab_size: int | None
+    dtype: torch.dtype
+    blocks: list[list[ResBlockRef]]
+    lm_heads: list[LazyTensor] | None
+    shared_lm_head: LazyTensor | None = None
+    token_map: LazyTensor | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def shares_base_lm_head(self) -> bool:
+        """True when the heads have no projection of their own per head."""
+        return self.lm_heads is None
+
+    def tensors(self) -> list[LazyTensor]:
+        out: list[LazyTensor] = []
+        for head in self.blocks:
+            for b in head:
+                out.append(b.weight)
+                if b.bias is not None:
+                    out.append(b.bias)
+        if self.lm_heads:
+            out.extend(self.lm_heads)
+        if self.shared_lm_head is not None:
+            out.append(self.shared_lm_head)
+        return out
+
+    def check_finite(self) -> None:
+        """Read every tensor once and refuse NaN / Inf (names the tensor)."""
+        for t in self.tensors():
+            data = t.load()
+            if data.is_floating_point() and not bool(torch.isfinite(data).all()):
+                bad = int((~torch.isfinite(data)).sum())
+                raise HeadsError(
+                    f"tensor {t.name!r} holds {bad} NaN/Inf value(s)",
+                    where=str(t.file),
+                    fix="the heads diverged in training or the file is damaged; use another checkpoint",
+                )
+
+    def summary(self) -> dict:
+        return {
+            "layout": self.layout,
+            "source": str(self.source),
+            "num_heads": self.num_heads,
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
+            "shares_base_lm_head": self.shares_base_lm_head,
+            "has_own_shared_lm_head": self.shared_lm_head is not None,
+            "truncated_vocab": self.token_map is not None,
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "warnings": list(self.warnings),
+        }

@@ -1,0 +1,420 @@
+"""Detect a head checkpoint's layout and read it into :class:`MedusaHeads`.
+
+Each layout is a table of key patterns (data, not code). Layouts and their key
+names are listed in docs/heads.md; the facts come from FasterDecoding/Medusa
+(``medusa/model/medusa_model.py``), vLLM (``vllm/model_executor/models/medusa.py``,
+``vllm/transformers_utils/configs/medusa.py``), axolotl/Medusa-2 full-model
+checkpoints and NVIDIA ModelOpt exports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trtllm_medusa_ports.errors import HeadsError
+from trtllm_medusa_ports.heads.canonical import MedusaHeads, ResBlockRef
+from trtllm_medusa_ports.lazy_tensors import LazyTensor, read_tensor_files, weight_files
+
+# Roles a key can play. "block" groups are (head, layer, weight|bias); "proj" is a
+# head's own vocabulary projection (head); "proj_at" is FasterDecoding's
+# "{h}.{L}.weight" whose L must equal the head's number of ResBlocks.
+_FD_BLOCK = r"(?P<h>\d+)\.(?P<l>\d+)\.linear\.(?P<p>weight|bias)"
+_FD_PROJ = r"(?P<h>\d+)\.(?P<at>\d+)\.weight"
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    #: keys outside this prefix belong to the base model and are ignored
+    prefix: str
+    patterns: tuple[tuple[str, str], ...]
+    description: str
+
+
+LAYOUTS: tuple[Layout, ...] = (
+    Layout(
+        "fasterdecoding",
+        "",
+        (("block", _FD_BLOCK), ("proj_at", _FD_PROJ)),
+        "FasterDecoding/Medusa medusa_lm_head.pt or .safetensors: {h}.{l}.linear.*, {h}.{L}.weight",
+    ),
+    Layout(
+        "axolotl",
+        "medusa_head.",
+        (("block", _FD_BLOCK), ("proj_at", _FD_PROJ)),
+        "axolotl / Medusa-2 full model: medusa_head.{h}.{l}.linear.*, medusa_head.{h}.{L}.weight",
+    ),
+    Layout(
+        "modelopt",
+        "medusa_heads.",
+        (
+            ("block", r"(?P<h>\d+)\.medusa_layers\.(?P<l>\d+)\.linear\.(?P<p>weight|bias)"),
+            ("proj", r"(?P<h>\d+)\.lm_head\.weight"),
+            ("block", _FD_BLOCK),
+            ("proj_at", _FD_PROJ),
+        ),
+        "NVIDIA ModelOpt export: medusa_heads.{h}.medusa_layers.{l}.linear.*, medusa_heads.{h}.lm_head.weight",
+    ),
+    Layout(
+        "vllm",
+        "",
+        (
+            ("block", r"blocks\.(?P<h>\d+)\.layers\.(?P<l>\d+)\.(?P<p>weight|bias)"),
+            ("proj", r"lm_heads\.(?P<h>\d+)\.weight"),
+            ("shared_proj", r"lm_head\.weight"),
+            ("token_map", r"token_map"),
+        ),
+        "vLLM MedusaModel: blocks.{h}.layers.{l}.*, lm_heads.{h}.weight or lm_head.weight, token_map",
+    ),
+)
+
+_FD_FILES = ("medusa_lm_head.safetensors", "medusa_lm_head.pt", "medusa_lm_head.bin")
+
+
+def _read_config(path: Path) -> tuple[dict, Path | None]:
+    cfg_path = (path if path.is_dir() else path.parent) / "config.json"
+    if not cfg_path.is_file():
+        return {}, None
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise HeadsError(
+            f"config.json is not valid JSON ({exc})",
+            where=str(cfg_path),
+            fix="repair the file or remove it (the weights alone are enough)",
+        ) from None
+    if not isinstance(cfg, dict):
+        raise HeadsError("config.json must hold a JSON object", where=str(cfg_path))
+    return cfg, cfg_path
+
+
+def _head_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise HeadsError(
+            "no such file or directory",
+            where=str(path),
+            fix="pass the directory (or file) holding the Medusa heads",
+        )
+    for name in _FD_FILES:
+        if (path / name).is_file():
+            return [path / name]
+    try:
+        files = weight_files(path)
+    except Exception as exc:  # an unreadable index: keep the message, mark it as ours
+        raise HeadsError(str(exc), where=str(path)) from None
+    if not files:
+        raise HeadsError(
+            "no weights found (looked for medusa_lm_head.{safetensors,pt}, *.safetensors, "
+            "an index json, pytorch_model*.bin)",
+            where=str(path),
+            fix="point --medusa_model_dir at the directory the heads were saved to",
+        )
+    return files
+
+
+def _match(layout: Layout, key: str) -> tuple[str, dict] | None:
+    if not key.startswith(layout.prefix):
+        return None
+    rest = key[len(layout.prefix) :]
+    for role, pattern in layout.patterns:
+        m = re.fullmatch(pattern, rest)
+        if m:
+            return role, m.groupdict()
+    return None
+
+
+def _detect(tensors: dict[str, LazyTensor], cfg: dict) -> Layout:
+    scores = []
+    for layout in LAYOUTS:
+        n = sum(1 for k in tensors if _match(layout, k))
+        scores.append((n, layout))
+    if cfg.get("model_type") == "medusa" or "num_heads" in cfg and "medusa_num_heads" not in cfg:
+        # vLLM's own config; its keys decide only if they are there
+        vllm = next(s for s in scores if s[1].name == "vllm")
+        if vllm[0]:
+            return vllm[1]
+    best = max(scores, key=lambda s: s[0])
+    if best[0] == 0:
+        sample = ", ".join(sorted(tensors)[:5]) or "(no tensors)"
+        raise HeadsError(
+            f"no Medusa head tensors found; the keys start with: {sample}",
+            fix="expected one of the layouts: " + "; ".join(l.description for l in LAYOUTS),
+        )
+    return best[1]
+
+
+def load_heads(path: str | Path) -> MedusaHeads:
+    """Read a Medusa head checkpoint of any supported layout (lazily)."""
+    path = Path(path)
+    cfg, cfg_path = _read_config(path)
+    files = _head_files(path)
+    tensors = read_tensor_files(files, HeadsError)
+    try:
+        layout = _detect(tensors, cfg)
+    except HeadsError as exc:
+        raise HeadsError(exc.what, where=str(path), fix=exc.fix) from None
+    return _assemble(layout, tensors, cfg, cfg_path, path, files)
+
+
+def _int(cfg: dict, *names: str) -> int | None:
+    for n in names:
+        v = cfg.get(n)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def _assemble(
+    layout: Layout,
+    tensors: dict[str, LazyTensor],
+    cfg: dict,
+    cfg_path: Path | None,
+    path: Path,
+    files: list[Path],
+) -> MedusaHeads:
+    where = str(files[0]) if len(files) == 1 else str(path)
+    warnings: list[str] = []
+    blocks: dict[tuple[int, int], dict[str, LazyTensor]] = {}
+    projs: dict[int, LazyTensor] = {}
+    projs_at: dict[int, tuple[int, LazyTensor]] = {}
+    shared: LazyTensor | None = None
+    token_map: LazyTensor | None = None
+    unknown: list[str] = []
+    for key, t in tensors.items():
+        m = _match(layout, key)
+        if m is None:
+            if key.startswith(layout.prefix) and (layout.prefix or layout.name != "axolotl"):
+                unknown.append(key)
+            continue
+        role, g = m
+        if role == "block":
+            blocks.setdefault((int(g["h"]), int(g["l"])), {})[g["p"]] = t
+        elif role == "proj":
+            projs[int(g["h"])] = t
+        elif role == "proj_at":
+            h = int(g["h"])
+            if h in projs_at:
+                unknown.append(key)
+            else:
+                projs_at[h] = (int(g["at"]), t)
+        elif role == "shared_proj":
+            shared = t
+        elif role == "token_map":
+            token_map = t
+    if unknown:
+        raise HeadsError(
+            f"unexpected tensor(s) for the {layout.name} layout: {', '.join(sorted(unknown)[:5])}"
+            + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5 else ""),
+            where=where,
+            fix=f"expected only {layout.description}; remove the extra tensors",
+        )
+
+    # -- heads and layers: contiguous, the same depth everywhere ---------------------------
+    head_ids = sorted({h for h, _ in blocks} | set(projs) | {h for h in projs_at})
+    if not head_ids:
+        raise HeadsError("no Medusa heads found", where=where, fix=layout.description)
+    if head_ids != list(range(len(head_ids))):
+        missing = sorted(set(range(max(head_ids) + 1)) - set(head_ids))
+        raise HeadsError(
+            f"head indices are not contiguous: found {head_ids}, missing {missing}",
+            where=where,
+            fix="every head 0..H-1 must be present; the checkpoint is incomplete",
+        )
+    num_heads = len(head_ids)
+    layers_per_head = {h: sorted(l for hh, l in blocks if hh == h) for h in head_ids}
+    for h, ls in layers_per_head.items():
+        if ls != list(range(len(ls))):
+            raise HeadsError(
+                f"head {h} has ResBlock layers {ls}; layer indices must be 0..L-1 without gaps",
+                where=where,
+                fix="the checkpoint is incomplete or mixes two trainings",
+            )
+    depths = {len(ls) for ls in layers_per_head.values()}
+    if len(depths) > 1:
+        detail = ", ".join(f"head {h}: {len(ls)}" for h, ls in layers_per_head.items())
+        raise HeadsError(
+            f"heads have different numbers of ResBlock layers ({detail})",
+            where=where,
+            fix="all heads must have the same number of layers",
+        )
+    num_layers = depths.pop()
+    for h, (at, t) in projs_at.items():
+        if at != num_layers:
+            raise HeadsError(
+                f"tensor {t.name!r} should be head {h}'s lm_head, which sits at index "
+                f"{num_layers} (after its {num_layers} ResBlock(s)), not {at}",
+                where=where,
+                fix="the checkpoint's layer count is inconsistent; check medusa_num_layers",
+            )
+        projs[h] = t
+
+    # -- ResBlocks ------------------------------------------------------------------------
+    refs: list[list[ResBlockRef]] = []
+    no_bias: list[str] = []
+    for h in head_ids:
+        row = []
+        for layer in range(num_layers):
+            entry = blocks[(h, layer)]
+            if "weight" not in entry:
+                raise HeadsError(
+                    f"head {h} layer {layer} has a bias but no weight ({entry['bias'].name})",
+                    where=where,
+                    fix="the checkpoint is incomplete",
+                )
+            if "bias" not in entry:
+                no_bias.append(entry["weight"].name)
+            row.append(ResBlockRef(entry["weight"], entry.get("bias")))
+        refs.append(row)
+    if no_bias:
+        why = " (config says medusa_fc_bias: false)" if cfg.get("medusa_fc_bias") is False else ""
+        warnings.append(
+            f"{len(no_bias)} ResBlock(s) have no bias{why}; using zeros "
+            f"(TensorRT-LLM's MedusaLayer always has one), first: {no_bias[0]}"
+        )
+
+    # -- projections: own per head, one shared, or the base model's ------------------------
+    lm_heads: list[LazyTensor] | None
+    if projs:
+        if len(projs) != num_heads:
+            without = [h for h in head_ids if h not in projs]
+            raise HeadsError(
+                f"heads {without} have no lm_head while the others have one",
+                where=where,
+                fix="either every head has its own lm_head or none does (shared lm_head)",
+            )
+        lm_heads = [projs[h] for h in head_ids]
+        if shared is not None:
+            raise HeadsError(
+                "both per-head lm_heads and a shared lm_head.weight are present",
+                where=where,
+                fix="keep one of them",
+            )
+    else:
+        lm_heads = None
+    version = str(cfg.get("version", ""))
+    if version == "2" and lm_heads is not None:
+        warnings.append("config says version 2 (shared lm_head) but the weights hold per-head lm_heads; using them")
+    if cfg.get("original_lm_head") is False and lm_heads is None:
+        raise HeadsError(
+            "config says original_lm_head: false but the weights hold no lm_heads.{h}.weight",
+            where=str(cfg_path or where),
+            fix="the checkpoint is incomplete",
+        )
+
+    # -- shapes -----------------------------------------------------------------------
+    if num_layers:
+        hidden = refs[0][0].weight.shape[-1]
+    elif lm_heads:
+        hidden = lm_heads[0].shape[-1]
+    elif shared is not None:
+        hidden = shared.shape[-1]
+    else:
+        raise HeadsError("the heads have neither ResBlocks nor lm_heads", where=where)
+    dtype = (refs[0][0].weight if num_layers else (lm_heads or [shared])[0]).dtype
+    for row in refs:
+        for b in row:
+            if b.weight.shape != (hidden, hidden):
+                raise HeadsError(
+                    f"tensor {b.weight.name!r} has shape {list(b.weight.shape)}, expected "
+                    f"[{hidden}, {hidden}] (hidden x hidden)",
+                    where=where,
+                    fix="all heads must share one hidden size; the checkpoint mixes models",
+                )
+            if b.bias is not None and b.bias.shape != (hidden,):
+                raise HeadsError(
+                    f"tensor {b.bias.name!r} has shape {list(b.bias.shape)}, expected [{hidden}]",
+                    where=where,
+                )
+    proj_list = list(lm_heads or []) + ([shared] if shared is not None else [])
+    vocab = None
+    for t in proj_list:
+        if len(t.shape) != 2 or t.shape[1] != hidden:
+            raise HeadsError(
+                f"tensor {t.name!r} has shape {list(t.shape)}, expected [vocab, {hidden}]",
+                where=where,
+                fix="the lm_head must project the heads' hidden size to the vocabulary",
+            )
+        if vocab is None:
+            vocab = t.shape[0]
+        elif t.shape[0] != vocab:
+            raise HeadsError(
+                f"tensor {t.name!r} projects to {t.shape[0]} tokens, the first lm_head to {vocab}",
+                where=where,
+                fix="all heads must share one vocabulary",
+            )
+    for t in tensors.values():
+        if t in proj_list or t is token_map:
+            continue
+        if t.dtype != dtype and _match(layout, t.name):
+            warnings.append(f"tensor {t.name!r} is {t.dtype}, the heads are {dtype}; it will be cast")
+            break
+    if token_map is not None:
+        if len(token_map.shape) != 1 or token_map.dtype.is_floating_point:
+            raise HeadsError(
+                f"token_map has shape {list(token_map.shape)} and dtype {token_map.dtype}, "
+                "expected a 1-D integer tensor",
+                where=where,
+            )
+        if vocab is not None and token_map.shape[0] != vocab:
+            raise HeadsError(
+                f"token_map maps {token_map.shape[0]} rows but the lm_head has {vocab}",
+                where=where,
+                fix="truncated_vocab_size, token_map and lm_head rows must agree",
+            )
+        full = _int(cfg, "vocab_size")
+        if full is None:
+            raise HeadsError(
+                "the heads use a truncated vocabulary (token_map) but config.json gives no vocab_size",
+                where=str(cfg_path or where),
+                fix="add the base model's vocab_size to the heads' config.json",
+            )
+        warnings.append(
+            f"truncated vocabulary: {token_map.shape[0]} of {full} tokens; the other tokens "
+            "get zero rows in the converted lm_head (they can still be verified, never guessed)"
+        )
+        vocab = full
+
+    # -- config quirks: trust the weights ------------------------------------------------
+    cfg_heads = _int(cfg, "medusa_num_heads", "num_heads")
+    if cfg_heads is not None and cfg_heads != num_heads:
+        warnings.append(
+            f"config.json says {cfg_heads} heads but the weights hold {num_heads}; using {num_heads}"
+        )
+    cfg_layers = _int(cfg, "medusa_num_layers") if layout.name != "vllm" else _int(cfg, "num_hidden_layers")
+    if cfg_layers is not None and cfg_layers != num_layers:
+        warnings.append(
+            f"config.json says {cfg_layers} layer(s) per head but the weights hold {num_layers}; "
+            f"using {num_layers}"
+        )
+    cfg_hidden = _int(cfg, "hidden_size") if layout.name == "vllm" else None
+    if cfg_hidden is not None and cfg_hidden != hidden:
+        warnings.append(f"config.json says hidden_size {cfg_hidden} but the weights have {hidden}")
+
+    return MedusaHeads(
+        layout=layout.name + ("-v2" if layout.name == "fasterdecoding" and lm_heads is None else ""),
+        source=path,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        dtype=dtype,
+        blocks=refs,
+        lm_heads=lm_heads,
+        shared_lm_head=shared,
+        token_map=token_map,
+        warnings=warnings,
+    )
+
+
+def expand_truncated(proj: torch.Tensor, token_map: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Scatter a truncated-vocabulary projection to the full vocabulary (zero rows elsewhere)."""
+    full = torch.zeros(vocab_size, proj.shape[1], dtype=proj.dtype)
+    full[token_map.long()] = proj
+    return full

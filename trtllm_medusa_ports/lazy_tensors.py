@@ -1,0 +1,206 @@
+"""Lazy tensors: shapes and dtypes from file headers, data read only on ``load()``.
+
+Reads safetensors files (single or sharded with ``*.safetensors.index.json``)
+and PyTorch pickles (``.bin`` / ``.pt``, always ``torch.load(weights_only=True)``,
+memory-mapped where the file format allows it).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from trtllm_medusa_ports.errors import PortError
+
+_ST_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+@dataclass
+class LazyTensor:
+    """A tensor in a file: its name, shape and dtype are known, its data is not read yet."""
+
+    name: str
+    file: Path
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    _loader: Callable[[], torch.Tensor] = field(repr=False)
+
+    def load(self) -> torch.Tensor:
+        return self._loader()
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n * torch.empty((), dtype=self.dtype).element_size()
+
+    def where(self) -> str:
+        return f"{self.file} [{self.name}]"
+
+
+class _SafetensorsFile:
+    """One open safetensors file; ``safe_open`` handles are not shared across threads."""
+
+    def __init__(self, path: Path, error: type[PortError]):
+        self.path = path
+        self.error = error
+        self._local = threading.local()
+
+    def handle(self):
+        h = getattr(self._local, "h", None)
+        if h is None:
+            try:
+                h = safe_open(str(self.path), framework="pt")
+            except (SafetensorError, OSError, ValueError) as exc:
+                raise self.error(
+                    f"not a readable safetensors file ({exc})",
+                    where=str(self.path),
+                    fix="the file is truncated or corrupt; download or save it again",
+                ) from None
+            self._local.h = h
+        return h
+
+
+def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
+    f = _SafetensorsFile(path, error)
+    h = f.handle()
+    out: dict[str, LazyTensor] = {}
+    for name in h.keys():
+        sl = h.get_slice(name)
+        dtype = _ST_DTYPES.get(sl.get_dtype())
+        if dtype is None:
+            raise error(
+                f"tensor {name!r} has dtype {sl.get_dtype()}, which this toolkit does not read",
+                where=str(path),
+                fix="save the weights as float32, float16 or bfloat16",
+            )
+
+        def loader(name=name) -> torch.Tensor:
+            try:
+                return f.handle().get_tensor(name)
+            except SafetensorError as exc:
+                raise error(
+                    f"cannot read tensor {name!r} ({exc})",
+                    where=str(path),
+                    fix="the file is truncated or corrupt; download or save it again",
+                ) from None
+
+        out[name] = LazyTensor(name, path, tuple(sl.get_shape()), dtype, loader)
+    return out
+
+
+def read_pickle(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
+    """A PyTorch state dict, loaded with ``weights_only=True`` (never executes code).
+
+    With ``mmap=True`` (zip-format files) tensor data stays on disk until touched.
+    """
+    try:
+        try:
+            obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            # Legacy (non-zip) pickles cannot be memory-mapped.
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except __import__("pickle").UnpicklingError as exc:
+        raise error(
+            "refused to unpickle: the file holds objects other than tensors "
+            f"(weights_only=True stopped at: {str(exc).splitlines()[0][:200]})",
+            where=str(path),
+            fix="re-save the weights as a plain dict of tensors, or as safetensors",
+        ) from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as exc:
+        raise error(
+            f"not a readable PyTorch weights file ({type(exc).__name__}: {str(exc)[:200]})",
+            where=str(path),
+            fix="the file is truncated or corrupt; download or save it again",
+        ) from None
+    if not isinstance(obj, dict):
+        raise error(
+            f"expected a dict of tensors, found a {type(obj).__name__}",
+            where=str(path),
+            fix="save with torch.save(model.state_dict(), ...)",
+        )
+    out: dict[str, LazyTensor] = {}
+    for name, value in obj.items():
+        if not isinstance(value, torch.Tensor):
+            raise error(
+                f"entry {name!r} is a {type(value).__name__}, not a tensor",
+                where=str(path),
+                fix="save a flat dict of tensors (a state_dict), nothing else",
+            )
+        out[str(name)] = LazyTensor(str(name), path, tuple(value.shape), value.dtype, lambda v=value: v)
+    return out
+
+
+def read_tensor_file(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
+    if path.suffix == ".safetensors":
+        return read_safetensors(path, error)
+    if path.suffix in (".bin", ".pt", ".pth"):
+        return read_pickle(path, error)
+    raise error(
+        f"unknown weights file type {path.suffix!r}",
+        where=str(path),
+        fix="use .safetensors, .bin or .pt files",
+    )
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The weight files of a Hugging Face model directory, following index files."""
+    for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+        index = directory / index_name
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise PortError(
+                    f"unreadable index ({exc})",
+                    where=str(index),
+                    fix="the index must be JSON with a 'weight_map' object",
+                ) from None
+            files = sorted(set(weight_map.values()))
+            missing = [f for f in files if not (directory / f).is_file()]
+            if missing:
+                raise PortError(
+                    f"the index names shard(s) that are not there: {', '.join(missing)}",
+                    where=str(index),
+                    fix="copy every shard listed in the index into the directory",
+                )
+            return [directory / f for f in files]
+    st = sorted(directory.glob("*.safetensors"))
+    if st:
+        return st
+    return sorted(p for p in directory.glob("*.bin") if p.name.startswith("pytorch_model"))
+
+
+def read_tensor_files(files: Iterable[Path], error: type[PortError]) -> dict[str, LazyTensor]:
+    out: dict[str, LazyTensor] = {}
+    for f in files:
+        for name, t in read_tensor_file(f, error).items():
+            if name in out:
+                raise error(
+                    f"tensor {name!r} appears in two files: {out[name].file.name} and {f.name}",
+                    where=str(f.parent),
+                    fix="remove the duplicate shard",
+                )
+            out[name] = t
+    return out

@@ -1,0 +1,148 @@
+"""Tensor- and pipeline-parallel split rules, written once for every family.
+
+Facts from TensorRT-LLM 1.2.x: ``tensorrt_llm/models/llama/convert.py``
+(``split``, ``split_qkv_tp``, ``dup_kv_weight``), ``tensorrt_llm/mapping.py``
+(``Mapping.pp_layers``) and ``tensorrt_llm/_utils.py`` (``pad_vocab_size``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+
+class Split(enum.Enum):
+    """How one checkpoint tensor is cut across tensor-parallel ranks."""
+
+    REPLICATE = "replicate"  # norms, biases of row-parallel layers
+    COLUMN = "column"  # ColumnLinear weight/bias: output features, dim 0
+    ROW = "row"  # RowLinear weight: input features, dim 1
+    QKV = "qkv"  # q, k, v each split by heads (KV heads replicated if < tp), then [q;k;v]
+    VOCAB = "vocab"  # lm_head: rows padded to a multiple of tp, then dim 0
+    EMBEDDING = "embedding"  # vocab_embedding: replicated, or split per embedding_sharding_dim
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """World layout as TensorRT-LLM's ``Mapping``: rank = pp_rank * tp_size + tp_rank."""
+
+    tp_size: int = 1
+    pp_size: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.tp_size * self.pp_size
+
+    def tp_rank(self, rank: int) -> int:
+        return rank % self.tp_size
+
+    def pp_rank(self, rank: int) -> int:
+        return rank // self.tp_size
+
+    def is_first_pp_rank(self, rank: int) -> bool:
+        return self.pp_rank(rank) == 0
+
+    def is_last_pp_rank(self, rank: int) -> bool:
+        return self.pp_rank(rank) == self.pp_size - 1
+
+    def to_dict(self) -> dict:
+        return {"world_size": self.world_size, "tp_size": self.tp_size, "pp_size": self.pp_size}
+
+
+def pp_layers(num_layers: int, pp_size: int, pp_rank: int) -> list[int]:
+    """Layers held by one pipeline stage: contiguous, the first stages take the remainder.
+
+    TensorRT-LLM's ``Mapping.pp_layers`` splits ``range(num_layers)`` into
+    ``pp_size`` nearly equal contiguous chunks (``torch.tensor_split`` semantics).
+    """
+    base, extra = divmod(num_layers, pp_size)
+    start = pp_rank * base + min(pp_rank, extra)
+    count = base + (1 if pp_rank < extra else 0)
+    return list(range(start, start + count))
+
+
+def pad_vocab_size(vocab_size: int, tp_size: int) -> int:
+    return -(-vocab_size // tp_size) * tp_size
+
+
+def split(t: torch.Tensor, tp_size: int, tp_rank: int, dim: int) -> torch.Tensor:
+    if tp_size == 1:
+        return t
+    if t.shape[dim] % tp_size:
+        raise ValueError(f"dimension {dim} of size {t.shape[dim]} does not divide by tp_size {tp_size}")
+    return torch.chunk(t, tp_size, dim=dim)[tp_rank]
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
+    """KV heads each rank holds: at least one (replicated when fewer than tp)."""
+    return max(1, num_kv_heads // tp_size)
+
+
+def split_qkv(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    num_kv_heads: int,
+    tp_size: int,
+    tp_rank: int,
+) -> torch.Tensor:
+    """One rank's fused qkv: its query heads, then its KV heads, concatenated on dim 0.
+
+    Works for weights ``[heads*head_dim, in]`` and biases ``[heads*head_dim]``.
+    When ``num_kv_heads < tp_size`` each KV head is repeated so every rank holds
+    one (TensorRT-LLM's ``dup_kv_weight``): rank r takes KV head ``r * nkv // tp``.
+    """
+    q_r = split(q, tp_size, tp_rank, 0)
+    if num_kv_heads >= tp_size:
+        k_r = split(k, tp_size, tp_rank, 0)
+        v_r = split(v, tp_size, tp_rank, 0)
+    else:
+        head_dim = k.shape[0] // num_kv_heads
+        head = tp_rank * num_kv_heads // tp_size
+        k_r = k[head * head_dim : (head + 1) * head_dim]
+        v_r = v[head * head_dim : (head + 1) * head_dim]
+    return torch.cat([q_r, k_r, v_r], dim=0)
+
+
+def pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+    if t.shape[0] == rows:
+        return t
+    pad = torch.zeros((rows - t.shape[0],) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
+    return torch.cat([t, pad], dim=0)
+
+
+def shard(
+    rule: Split,
+    tensor: torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    *,
+    tp_size: int,
+    tp_rank: int,
+    num_kv_heads: int = 0,
+    use_parallel_embedding: bool = False,
+    embedding_sharding_dim: int = 0,
+) -> torch.Tensor:
+    """Apply one split rule for one rank. ``tensor`` is (q, k, v) for :attr:`Split.QKV`."""
+    if rule is Split.QKV:
+        q, k, v = tensor  # type: ignore[misc]
+        return split_qkv(q, k, v, num_kv_heads=num_kv_heads, tp_size=tp_size, tp_rank=tp_rank)
+    assert isinstance(tensor, torch.Tensor)
+    if rule is Split.REPLICATE:
+        return tensor
+    if rule is Split.COLUMN:
+        return split(tensor, tp_size, tp_rank, 0)
+    if rule is Split.ROW:
+        return split(tensor, tp_size, tp_rank, tensor.dim() - 1)
+    if rule is Split.VOCAB:
+        padded = pad_rows(tensor, pad_vocab_size(tensor.shape[0], tp_size))
+        return split(padded, tp_size, tp_rank, 0)
+    if rule is Split.EMBEDDING:
+        if not use_parallel_embedding or tp_size == 1:
+            return tensor
+        if embedding_sharding_dim == 0:
+            padded = pad_rows(tensor, pad_vocab_size(tensor.shape[0], tp_size))
+            return split(padded, tp_size, tp_rank, 0)
+        return split(tensor, tp_size, tp_rank, 1)
+    raise AssertionError(rule)

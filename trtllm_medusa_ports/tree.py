@@ -1,0 +1,323 @@
+"""Medusa trees (``medusa_choices``): parsing, presets, validation, TensorRT-LLM buffers.
+
+A tree is a list of paths; each path lists one top-k index per depth, and depth
+``d`` (1-based) is guessed by Medusa head ``d - 1``. The root (the last accepted
+token) is implicit and is node 0 of every buffer.
+
+The buffers follow TensorRT-LLM 1.2.x ``tensorrt_llm/runtime/medusa_utils.py``
+(``_medusa_setup`` / ``get_packed_mask``): paths sorted by ``(len, values)``,
+node 0 = root, position offset = depth, one packed int32 mask row per token
+(bit ``j % 32`` of word ``j // 32`` set when the row may attend to tree token
+``j``, LSB first, two's-complement), and one retrieve row per leaf path,
+padded with -1. This module computes them itself; it never imports TensorRT-LLM.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from trtllm_medusa_ports.errors import TreeError
+
+#: Default bound on top-k indices: FasterDecoding's ``TOPK = 10``
+#: (medusa/model/utils.py); every published preset uses indices < 10.
+DEFAULT_TOP_K = 10
+
+Path_ = tuple[int, ...]
+
+
+def load_presets() -> dict[str, list[list[int]]]:
+    """The FasterDecoding trees (medusa/model/medusa_choices.py), shipped as data."""
+    text = resources.files("trtllm_medusa_ports").joinpath("data/medusa_presets.json").read_text()
+    return json.loads(text)
+
+
+def preset_names() -> list[str]:
+    return sorted(load_presets())
+
+
+def parse_choices(spec: str | list) -> list[list[int]]:
+    """Read ``medusa_choices`` from a preset name, ``@file``, or a JSON / Python literal.
+
+    Returns the raw list of paths (not validated beyond its shape).
+    """
+    if isinstance(spec, list):
+        raw = spec
+        origin = "medusa_choices"
+    else:
+        text = spec.strip()
+        origin = "--medusa_choices"
+        presets = load_presets()
+        if text in presets:
+            return [list(p) for p in presets[text]]
+        if text.startswith("@"):
+            path = Path(text[1:])
+            origin = str(path)
+            try:
+                text = path.read_text().strip()
+            except OSError as exc:
+                raise TreeError(
+                    f"cannot read the tree file ({exc.strerror})",
+                    where=str(path),
+                    fix="pass @PATH to a readable file holding a JSON list of paths",
+                ) from None
+            if text in presets:
+                return [list(p) for p in presets[text]]
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                raw = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                raise TreeError(
+                    f"not a preset name, @file, JSON or Python list: {text[:80]!r}",
+                    where=origin,
+                    fix="use e.g. '[[0], [0, 0], [1]]' or a preset: " + ", ".join(sorted(presets)),
+                ) from None
+    if isinstance(raw, tuple):
+        raw = list(raw)
+    if not isinstance(raw, list):
+        raise TreeError(
+            f"expected a list of paths, got {type(raw).__name__}",
+            where=origin,
+            fix="write the tree as a list of lists of top-k indices, e.g. [[0], [0, 0], [1]]",
+        )
+    paths: list[list[int]] = []
+    for i, path in enumerate(raw):
+        if not isinstance(path, (list, tuple)) or not path:
+            raise TreeError(
+                f"path #{i} is {path!r}; each path must be a non-empty list of integers",
+                where=origin,
+                fix="remove it or write it as a list such as [0, 1]",
+            )
+        for v in path:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TreeError(
+                    f"path {list(path)!r} holds {v!r}; indices must be integers",
+                    where=origin,
+                    fix="use integer top-k indices",
+                )
+        paths.append(list(path))
+    return paths
+
+
+def validate_choices(
+    paths: list[list[int]],
+    *,
+    top_k: int = DEFAULT_TOP_K,
+    num_heads: int | None = None,
+    max_draft_len: int | None = None,
+) -> list[str]:
+    """Every problem of the tree, one message each naming the offending path."""
+    problems: list[str] = []
+    if not paths:
+        problems.append("the tree is empty; give at least one path such as [0]")
+        return problems
+    seen: set[Path_] = set()
+    for p in paths:
+        t = tuple(p)
+        if t in seen:
+            problems.append(f"path {p} appears more than once")
+        seen.add(t)
+    for p in paths:
+        bad = [v for v in p if v < 0 or v >= top_k]
+        if bad:
+            problems.append(
+                f"path {p} uses index {bad[0]}, outside the top-{top_k} range 0..{top_k - 1}"
+            )
+    for p in paths:
+        for d in range(1, len(p)):
+            if tuple(p[:d]) not in seen:
+                problems.append(f"path {p} has no parent: its prefix {p[:d]} is not in the tree")
+                break
+    if num_heads is not None:
+        for p in paths:
+            if len(p) > num_heads:
+                problems.append(
+                    f"path {p} has depth {len(p)} but there are only {num_heads} Medusa heads "
+                    f"(depth d is guessed by head d-1)"
+                )
+    if max_draft_len is not None and len(seen) > max_draft_len:
+        problems.append(
+            f"the tree has {len(seen)} nodes but max_draft_len is {max_draft_len}; "
+            "raise --max_draft_len (--max_medusa_token_len) or prune the tree"
+        )
+    return problems
+
+
+def upstream_quirks(paths: list[list[int]]) -> list[str]:
+    """Trees that are valid but that TensorRT-LLM 1.2.x's runtime misreads (warnings)."""
+    first = sorted({p[0] for p in paths})
+    if first and first != list(range(len(first))):
+        return [
+            f"depth-1 indices {first} have gaps: TensorRT-LLM's medusa_utils numbers depth-1 "
+            "nodes by position, so these nodes would be fed the wrong head candidates "
+            "(output stays correct, acceptance drops); use indices 0..k-1"
+        ]
+    return []
+
+
+@dataclass(frozen=True)
+class MedusaTree:
+    """A validated tree and the buffers TensorRT-LLM's runtime derives from it."""
+
+    paths: tuple[Path_, ...]
+    top_k: int = DEFAULT_TOP_K
+    _index: dict[Path_, int] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: str | list,
+        *,
+        top_k: int = DEFAULT_TOP_K,
+        num_heads: int | None = None,
+        max_draft_len: int | None = None,
+    ) -> MedusaTree:
+        raw = parse_choices(spec)
+        problems = validate_choices(raw, top_k=top_k, num_heads=num_heads, max_draft_len=max_draft_len)
+        if problems:
+            raise TreeError(
+                "invalid medusa_choices:\n  - " + "\n  - ".join(problems),
+                fix="every prefix of a path must itself be a path; see `trtllm-medusa tree --help`",
+            )
+        ordered = tuple(sorted((tuple(p) for p in raw), key=lambda p: (len(p), p)))
+        index = {p: i + 1 for i, p in enumerate(ordered)}
+        return cls(paths=ordered, top_k=top_k, _index=index)
+
+    # -- shape -----------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        """Tree nodes, root excluded (the draft length this tree needs)."""
+        return len(self.paths)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of one generation step: root + nodes."""
+        return len(self.paths) + 1
+
+    @property
+    def depth(self) -> int:
+        return max(len(p) for p in self.paths)
+
+    def node_index(self, path: Path_) -> int:
+        return self._index[tuple(path)]
+
+    # -- buffers ---------------------------------------------------------------
+    @cached_property
+    def position_offsets(self) -> list[int]:
+        """Depth of each token, root first (``spec_decoding_position_offsets`` of one request)."""
+        return [0] + [len(p) for p in self.paths]
+
+    @cached_property
+    def parents(self) -> list[int]:
+        """Parent token of each token (root: -1)."""
+        return [-1] + [0 if len(p) == 1 else self._index[p[:-1]] for p in self.paths]
+
+    @cached_property
+    def attention_mask(self) -> torch.Tensor:
+        """Bool ``[T, T]``: row i may attend to tree token j (itself, ancestors, root)."""
+        n = self.num_tokens
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        for i in range(n):
+            j = i
+            while j >= 0:
+                mask[i, j] = True
+                j = self.parents[j]
+        return mask
+
+    @cached_property
+    def packed_mask(self) -> list[list[int]]:
+        """``spec_decoding_packed_mask`` rows for one request: int32 words, LSB first."""
+        return pack_mask(self.attention_mask)
+
+    @cached_property
+    def medusa_topks(self) -> list[int]:
+        """Candidates taken from each depth's head: ``max index + 1`` (``medusa_topks``)."""
+        return [max((p[d] + 1 for p in self.paths if len(p) > d), default=0) for d in range(self.depth)]
+
+    @cached_property
+    def candidate_indices(self) -> list[int]:
+        """Index of each token into ``[root] + topk(head_0, k_0) + topk(head_1, k_1) + ...``.
+
+        TensorRT-LLM's ``medusa_tree_ids``: ``cum_topks[depth-1] + index + 1`` with
+        ``k_d = medusa_topks[d]``. Upstream numbers depth-1 nodes by their position
+        in the level rather than their index, which is only the same when depth-1
+        indices are 0..k-1 without gaps; :func:`validate_choices` warns otherwise.
+        """
+        cum = [0]
+        for k in self.medusa_topks:
+            cum.append(cum[-1] + k)
+        return [0] + [cum[len(p) - 1] + p[-1] + 1 for p in self.paths]
+
+    def retrieve_paths(self, width: int | None = None) -> list[list[int]]:
+        """One row per leaf (TensorRT-LLM's ``medusa_paths``): root 0, then node indices, -1 pads.
+
+        Leaves are in lexicographic order of their paths; rows have ``width``
+        entries (upstream uses ``num_medusa_heads + 1``; default ``depth + 1``).
+        """
+        width = self.depth + 1 if width is None else width
+        if width < self.depth + 1:
+            raise ValueError(f"width {width} < depth + 1 = {self.depth + 1}")
+        nodes = set(self.paths)
+        leaves = sorted(p for p in self.paths if not any(p + (i,) in nodes for i in range(self.top_k)))
+        rows = []
+        for leaf in leaves:
+            row = [0] + [self._index[leaf[:d]] for d in range(1, len(leaf) + 1)]
+            rows.append(row + [-1] * (width - len(row)))
+        return rows
+
+    def packed_mask_words(self, max_draft_len: int | None = None) -> list[list[int]]:
+        """Packed mask padded to ``ceil((max_draft_len + 1) / 32)`` words per row (engine input width)."""
+        total = self.num_tokens if max_draft_len is None else max_draft_len + 1
+        padded = torch.zeros(self.num_tokens, total, dtype=torch.bool)
+        padded[:, : self.num_tokens] = self.attention_mask
+        return pack_mask(padded)
+
+    def to_dict(self) -> dict:
+        return {
+            "num_nodes": self.num_nodes,
+            "depth": self.depth,
+            "top_k": self.top_k,
+            "paths": [list(p) for p in self.paths],
+            "parents": self.parents,
+            "position_offsets": self.position_offsets,
+            "packed_mask": self.packed_mask,
+            "paths_indices": self.retrieve_paths(),
+            "medusa_topks": self.medusa_topks,
+            "candidate_indices": self.candidate_indices,
+        }
+
+
+def pack_mask(mask: torch.Tensor) -> list[list[int]]:
+    """Pack a bool ``[T, T]`` mask into int32 words per row (bit j%32 of word j//32)."""
+    rows, cols = mask.shape
+    words = (cols + 31) // 32
+    out: list[list[int]] = []
+    for i in range(rows):
+        row = []
+        for w in range(words):
+            value = 0
+            for b in range(32):
+                j = w * 32 + b
+                if j < cols and bool(mask[i, j]):
+                    value |= 1 << b
+            if value >= 1 << 31:  # two's complement, as the int32 tensor holds it
+                value -= 1 << 32
+            row.append(value)
+        out.append(row)
+    return out
+
+
+def unpack_mask(packed: torch.Tensor | list[list[int]], num_tokens: int) -> torch.Tensor:
+    """Inverse of :func:`pack_mask`: int32 words ``[T, W]`` -> bool ``[T, num_tokens]``."""
+    words = torch.as_tensor(packed, dtype=torch.int64) & 0xFFFFFFFF
+    bits = torch.arange(32, dtype=torch.int64)
+    expanded = ((words.unsqueeze(-1) >> bits) & 1).bool()  # [T, W, 32]
+    return expanded.reshape(words.shape[0], -1)[:, :num_tokens]
