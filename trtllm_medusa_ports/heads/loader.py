@@ -145,7 +145,7 @@ def _detect(tensors: dict[str, LazyTensor], cfg: dict) -> Layout:
         sample = ", ".join(sorted(tensors)[:5]) or "(no tensors)"
         raise HeadsError(
             f"no Medusa head tensors found; the keys start with: {sample}",
-            fix="expected one of the layouts: " + "; ".join(l.description for l in LAYOUTS),
+            fix="expected one of the layouts: " + "; ".join(lay.description for lay in LAYOUTS),
         )
     return best[1]
 
@@ -228,7 +228,7 @@ def _assemble(
             fix="every head 0..H-1 must be present; the checkpoint is incomplete",
         )
     num_heads = len(head_ids)
-    layers_per_head = {h: sorted(l for hh, l in blocks if hh == h) for h in head_ids}
+    layers_per_head = {h: sorted(layer for hh, layer in blocks if hh == h) for h in head_ids}
     for h, ls in layers_per_head.items():
         if ls != list(range(len(ls))):
             raise HeadsError(
