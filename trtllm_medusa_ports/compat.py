@@ -27,10 +27,14 @@ from trtllm_medusa_ports.tree import DEFAULT_TOP_K, parse_choices, upstream_quir
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
-#: rope scaling types TensorRT-LLM 1.2.x implements (tensorrt_llm/functional.py RotaryScalingType)
-TRTLLM_ROPE_SCALING = ("linear", "dynamic", "longrope", "su", "llama3", "yarn", "mrope")
-#: head sizes of the precompiled XQA kernels; others need the XQA JIT path
-XQA_PRECOMPILED_HEAD_SIZES = (64, 128, 256)
+#: rope scaling types TensorRT-LLM 1.2.x implements (tensorrt_llm/functional.py RotaryScalingType;
+#: any other name raises ValueError). HF's "su" is Phi-3's old name for longrope, which the
+#: Phi-3 converter maps itself.
+TRTLLM_ROPE_SCALING = ("linear", "dynamic", "longrope", "llama3", "yarn", "mrope")
+_ROPE_ALIASES = {"su": "longrope"}
+#: head sizes of the precompiled XQA kernels built for Medusa (decoderXQAImplPrecompiled.cpp);
+#: other multiples of 16 up to 256 need the XQA JIT path (kernelUtils.cpp)
+XQA_PRECOMPILED_HEAD_SIZES = (64, 128)
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
             )
         )
     elif head_size not in XQA_PRECOMPILED_HEAD_SIZES:
+        # decoderXQARunner.cpp routes to JIT only when 64 % group_size == 0
         out.append(
             Finding(
                 "xqa-head-size-jit",
@@ -154,19 +159,24 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
         )
     else:
         group = heads // kv
-        if group & (group - 1):
+        if 64 % group:
+            # decoderXQARunner.cpp: the JIT kernels are chosen only when 64 % group_size == 0;
+            # otherwise the precompiled ones must cover the case (head size 64/128).
+            sev = WARNING if head_size not in XQA_PRECOMPILED_HEAD_SIZES else INFO
             out.append(
                 Finding(
                     "gqa-group-size",
-                    INFO,
-                    f"{group} query heads per KV head (not a power of two); precompiled XQA kernels "
-                    "cover powers of two, XQA JIT handles this group size",
-                    "nothing to do on TensorRT-LLM 1.2.x with JIT XQA; validate on GPU",
+                    sev,
+                    f"{group} query heads per KV head: XQA JIT kernels are chosen only when the group "
+                    "size divides 64, so generation runs on the precompiled XQA kernels"
+                    + ("" if sev == INFO else f", which are not built for head size {head_size}"),
+                    "nothing to do" if sev == INFO else
+                    "validate on GPU (scripts/validate_on_gpu.sh) before relying on this base",
                 )
             )
     scaling = hf.rope_scaling
     if scaling:
-        kind = scaling.get("type")
+        kind = _ROPE_ALIASES.get(scaling.get("type"), scaling.get("type"))
         if kind not in TRTLLM_ROPE_SCALING:
             out.append(
                 Finding(
@@ -221,6 +231,19 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 "Medusa build does not set",
                 f"build and run with --max_attention_window_size {window}; outputs match the base "
                 f"model exactly while sequences stay within {window} tokens",
+            )
+        )
+    softcap = hf.get("attn_logit_softcapping")
+    if softcap:
+        out.append(
+            Finding(
+                "attention-softcapping",
+                ERROR,
+                f"attention logit soft-capping ({softcap}) is ignored by the XQA kernels that run "
+                "every Medusa generation step (their parameters have no soft-capping field), so tree "
+                "verification would use different attention scores than the base model",
+                "serve this base without Medusa; --allow_unsupported writes the checkpoint for experiments",
+                overridable=True,
             )
         )
     if not adapter.upstream_spec_decoding_plumbing:
@@ -409,6 +432,17 @@ def check_conversion(
         out += check_parallel(hf, adapter, tp_size, pp_size, heads, use_parallel_embedding, embedding_sharding_dim)
     if heads is not None:
         out += check_heads(hf, heads, num_medusa_heads, dtype)
+    if dtype == "float32":
+        out.append(
+            Finding(
+                "dtype-float32",
+                WARNING,
+                "TensorRT-LLM refuses float32 with speculative decoding when the engine starts "
+                "('Speculative decoding mode doesn't support the data type', attentionOp.cpp): a "
+                "float32 checkpoint is good for CPU verification, not for serving",
+                "convert with --dtype float16 or bfloat16 to serve",
+            )
+        )
     if medusa_choices:
         out += check_tree(medusa_choices, heads.num_heads if heads else None, max_draft_len)
     out.append(

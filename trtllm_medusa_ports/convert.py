@@ -357,6 +357,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             fix="use the number of nodes of your tree (63 for the presets)",
         )
 
+    dtype = _target_dtype(opts, model)
     findings = check_conversion(
         model.config,
         adapter=adapter,
@@ -367,6 +368,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         medusa_choices=opts.medusa_choices,
         use_parallel_embedding=opts.use_parallel_embedding,
         embedding_sharding_dim=opts.embedding_sharding_dim,
+        dtype=dtype_name(dtype),
     )
     errors = errors_of(findings)
     if errors and opts.allow_unsupported and all(f.overridable for f in errors):
@@ -381,7 +383,6 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             fix="address the errors above (`trtllm-medusa check` shows every finding)",
         )
 
-    dtype = _target_dtype(opts, model)
     share = _choose_sharing(heads, opts, warnings)
     cfg = build_config(adapter, model, heads, opts, dtype, share)
     jobs = plan(adapter, model, heads, cfg, dtype, share)

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""Drop-in for TensorRT-LLM's examples/medusa/convert_checkpoint.py, for any supported base.
+
+Same flag names (``--model_dir --medusa_model_dir --output_dir --dtype --tp_size
+--pp_size --num_medusa_heads --num_medusa_layers --max_medusa_token_len
+--model_type --workers --use_parallel_embedding --embedding_sharding_dim``) plus
+``--share_lm_head --overwrite --quiet``. Head counts are read from the heads;
+``--model_type`` from config.json. Then run ``trtllm-build --checkpoint_dir ...
+--speculative_decoding_mode medusa`` (or ``trtllm-medusa build`` for ported bases).
+"""
+
+import argparse
+import sys
+
+from trtllm_medusa_ports.cli import add_convert_args, run_convert
+from trtllm_medusa_ports.errors import PortError
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_convert_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_convert(args)
+    except PortError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; nothing was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Shared fixtures: tiny bases and heads are built by the tests (no model hub)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from trtllm_medusa_ports.convert import ConvertOptions, convert
+from trtllm_medusa_ports.synthetic import random_heads, save_heads, save_tiny_base, tiny_config, train_heads
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def store(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("store")
+
+
+_BASES: dict = {}
+
+
+def tiny_base(root: Path, architecture: str, **overrides) -> Path:
+    """A saved tiny base (cached per session by its parameters)."""
+    key = (architecture, tuple(sorted(overrides.items())))
+    if key not in _BASES:
+        d = root / f"base-{architecture}-{len(_BASES)}"
+        save_tiny_base(architecture, d, seed=len(_BASES), **overrides)
+        _BASES[key] = d
+    return _BASES[key]
+
+
+@pytest.fixture(scope="session")
+def qwen2_base(store) -> Path:
+    return tiny_base(store, "Qwen2ForCausalLM")
+
+
+@pytest.fixture(scope="session")
+def llama_base(store) -> Path:
+    return tiny_base(store, "LlamaForCausalLM")
+
+
+@pytest.fixture(scope="session")
+def qwen2_heads(store, qwen2_base) -> Path:
+    cfg = tiny_config("Qwen2ForCausalLM")
+    return save_heads(random_heads(cfg.hidden_size, cfg.vocab_size, num_heads=3, seed=1), store / "qwen2-heads")
+
+
+@pytest.fixture(scope="session")
+def llama_trained(store, llama_base) -> tuple[Path, Path]:
+    """A Llama base with heads trained to predict it (multi-token acceptance happens)."""
+    heads = train_heads(llama_base, num_heads=3, steps=200)
+    return llama_base, save_heads(heads, store / "llama-trained-heads")
+
+
+def convert_to(out: Path, base: Path, heads: Path, **kw) -> Path:
+    kw.setdefault("quiet", True)
+    convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=out, **kw))
+    return out

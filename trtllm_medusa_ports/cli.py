@@ -1,0 +1,303 @@
+"""``trtllm-medusa``: thin command line over the library (parse, call, print, exit code).
+
+Exit codes: 0 success, 1 a problem with the input or a failed check, 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trtllm_medusa_ports.errors import PortError
+
+# -- convert (shared with convert/convert_checkpoint.py) -----------------------------------
+#: upstream examples/medusa/convert_checkpoint.py flags we accept but do not implement
+_NOT_SUPPORTED = {
+    "--use_weight_only": "weight-only quantization",
+    "--weight_only_precision": "weight-only quantization",
+    "--smoothquant": "SmoothQuant",
+    "--per_channel": "SmoothQuant",
+    "--per_token": "SmoothQuant",
+    "--per_group": "group-wise quantization",
+    "--int8_kv_cache": "INT8 KV cache",
+    "--calib_dataset": "calibration",
+    "--meta_ckpt_dir": "Meta (params.json) checkpoints",
+    "--group_size": "group-wise quantization",
+}
+#: upstream flags that override config.json values; we always read config.json
+_FROM_CONFIG = ("--vocab_size", "--n_positions", "--n_layer", "--hidden_act", "--rotary_base", "--rotary_scaling")
+
+
+def add_convert_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
+    p.add_argument("--medusa_model_dir", required=True, help="Medusa heads (any layout; see inspect-heads)")
+    p.add_argument("--output_dir", default="tllm_checkpoint", help="TensorRT-LLM checkpoint to write")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    p.add_argument("--tp_size", type=int, default=1)
+    p.add_argument("--pp_size", type=int, default=1)
+    p.add_argument("--num_medusa_heads", type=int, default=None, help="default: read from the heads")
+    p.add_argument("--num_medusa_layers", type=int, default=None, help="default: read from the heads")
+    p.add_argument("--max_medusa_token_len", type=int, default=63, help="written as max_draft_len")
+    p.add_argument("--model_type", default=None, help="family (llama, mistral, qwen2, ...); default: from config.json")
+    p.add_argument("--workers", type=int, default=1, help="threads converting tensors in parallel")
+    p.add_argument("--use_parallel_embedding", action="store_true")
+    p.add_argument("--embedding_sharding_dim", type=int, default=0, choices=[0, 1])
+    p.add_argument("--medusa_hidden_act", default="silu", help="only silu (Medusa heads are trained with SiLU)")
+    p.add_argument("--medusa_choices", default=None, help="tree to check against the heads and max_draft_len")
+    p.add_argument("--share_lm_head", action="store_true", help="every head uses the base lm_head (stored once)")
+    p.add_argument("--allow_unsupported", action="store_true",
+                   help="write a checkpoint even when TensorRT-LLM cannot serve it (ALiBi bases), with a warning")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--load_by_shard", action="store_true", help="accepted; loading is always lazy and per tensor")
+    p.add_argument("--load_model_on_cpu", "--load-model-on-cpu", action="store_true", help="accepted; always on CPU")
+    for flag in list(_NOT_SUPPORTED) + list(_FROM_CONFIG):
+        p.add_argument(flag, nargs="*", default=None, help=argparse.SUPPRESS)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.convert import ConvertOptions, convert
+
+    for flag, what in _NOT_SUPPORTED.items():
+        if getattr(args, flag.lstrip("-")) is not None:
+            print(f"error: {flag}: {what} is not supported yet by trtllm-medusa-ports; "
+                  "convert without it (quantize with TensorRT-LLM's own tools later)", file=sys.stderr)
+            return 2
+    for flag in _FROM_CONFIG:
+        if getattr(args, flag.lstrip("-")) is not None:
+            print(f"error: {flag} is not supported: the value is read from {args.model_dir}/config.json "
+                  "(edit that file if it is wrong)", file=sys.stderr)
+            return 2
+    if args.medusa_hidden_act != "silu":
+        print("error: --medusa_hidden_act: only silu is supported (Medusa ResBlocks are trained with SiLU)",
+              file=sys.stderr)
+        return 2
+    opts = ConvertOptions(
+        model_dir=Path(args.model_dir),
+        medusa_model_dir=Path(args.medusa_model_dir),
+        output_dir=Path(args.output_dir),
+        dtype=args.dtype,
+        tp_size=args.tp_size,
+        pp_size=args.pp_size,
+        num_medusa_heads=args.num_medusa_heads,
+        num_medusa_layers=args.num_medusa_layers,
+        max_draft_len=args.max_medusa_token_len,
+        model_type=args.model_type,
+        workers=args.workers,
+        use_parallel_embedding=args.use_parallel_embedding,
+        embedding_sharding_dim=args.embedding_sharding_dim,
+        share_lm_head=args.share_lm_head,
+        overwrite=args.overwrite,
+        quiet=args.quiet,
+        allow_unsupported=args.allow_unsupported,
+        medusa_choices=args.medusa_choices,
+    )
+    result = convert(opts)
+    for f in result.findings:
+        if f.severity != "info":
+            print(f"{f.severity}: [{f.rule}] {f.message}", file=sys.stderr)
+    for w in result.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(result.summary())
+    return 0
+
+
+# -- other subcommands --------------------------------------------------------------------
+def run_inspect_heads(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.heads import load_heads
+
+    heads = load_heads(args.path)
+    if not args.no_data_check:
+        heads.check_finite()
+    summary = heads.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        for k, v in summary.items():
+            if k != "warnings":
+                print(f"{k:22s}: {v}")
+        for w in summary["warnings"]:
+            print(f"warning: {w}")
+    return 0
+
+
+def run_tree(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.tree import MedusaTree, preset_names, upstream_quirks
+
+    if args.list_presets:
+        print("\n".join(preset_names()))
+        return 0
+    if not args.choices:
+        print("error: --choices is required (a preset, @file, or a JSON list)", file=sys.stderr)
+        return 2
+    tree = MedusaTree.from_spec(args.choices, top_k=args.top_k, num_heads=args.num_heads,
+                                max_draft_len=args.max_draft_len)
+    d = tree.to_dict()
+    d["warnings"] = upstream_quirks([list(p) for p in tree.paths])
+    if args.json:
+        print(json.dumps(d))
+    else:
+        print(f"nodes: {d['num_nodes']} (+ root), depth: {d['depth']}, top-k per depth: {d['medusa_topks']}")
+        print(f"position_offsets: {d['position_offsets']}")
+        print(f"leaf paths: {len(d['paths_indices'])}")
+        for w in d["warnings"]:
+            print(f"warning: {w}")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.compat import check, errors_of
+
+    arch, findings = check(
+        args.model_dir,
+        args.medusa_model_dir,
+        medusa_choices=args.medusa_choices,
+        tp_size=args.tp_size,
+        pp_size=args.pp_size,
+        max_draft_len=args.max_draft_len,
+        dtype=args.dtype,
+        num_medusa_heads=args.num_medusa_heads,
+    )
+    compatible = not errors_of(findings)
+    if args.json:
+        print(json.dumps({"compatible": compatible, "architecture": arch,
+                          "findings": [f.to_dict() for f in findings]}, indent=2))
+    else:
+        print(f"architecture: {arch}")
+        width = max(len(f.rule) for f in findings)
+        for f in findings:
+            print(f"{f.severity.upper():8s} {f.rule:{width}s}  {f.message}")
+            print(f"{'':8s} {'':{width}s}  fix: {f.fix}")
+        print("COMPATIBLE" if compatible else "NOT COMPATIBLE")
+    return 0 if compatible else 1
+
+
+def _parse_ids(text: str) -> list[list[int]]:
+    prompts = []
+    for chunk in text.split(";"):
+        try:
+            prompts.append([int(x) for x in chunk.split(",") if x.strip()])
+        except ValueError:
+            raise PortError(f"--prompt_ids {text!r}: expected comma-separated integers (';' between prompts)",
+                            fix="e.g. --prompt_ids 1,2,3;4,5,6") from None
+    return prompts
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.verify import report_json, verify
+
+    prompts = None
+    if args.prompt_ids:
+        prompts = _parse_ids(args.prompt_ids)
+    elif args.prompt:
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(args.model_dir)
+        except Exception as exc:
+            raise PortError(f"no usable tokenizer in {args.model_dir} ({type(exc).__name__})",
+                            fix="pass --prompt_ids instead of --prompt") from None
+        prompts = [tok(args.prompt)["input_ids"]]
+    report = verify(args.model_dir, args.checkpoint_dir, medusa_choices=args.medusa_choices,
+                    prompts=prompts, max_new_tokens=args.max_new_tokens)
+    print(report_json(report) if args.json else report.render())
+    return 0 if report.ok else 1
+
+
+def run_build(args: argparse.Namespace, rest: list[str]) -> int:
+    from trtllm_medusa_ports.engine.build import main as build_main
+
+    return build_main(args.checkpoint_dir, rest)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.demo import run_demo as demo
+
+    return demo(Path(args.workdir), quiet=args.quiet, architecture=args.architecture)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from trtllm_medusa_ports import __version__
+
+    p = argparse.ArgumentParser(prog="trtllm-medusa", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=__version__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("inspect-heads", help="read a Medusa head checkpoint of any layout")
+    s.add_argument("path")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--no_data_check", action="store_true", help="skip the NaN/Inf scan (headers only)")
+
+    s = sub.add_parser("tree", help="parse and validate medusa_choices; print TensorRT-LLM's buffers")
+    s.add_argument("--choices", help="preset name, @file, or JSON list of paths")
+    s.add_argument("--num_heads", type=int, default=None)
+    s.add_argument("--max_draft_len", type=int, default=None)
+    s.add_argument("--top_k", type=int, default=10)
+    s.add_argument("--list_presets", action="store_true")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("check", help="can TensorRT-LLM serve Medusa on this base (and heads, tree, parallelism)?")
+    s.add_argument("--model_dir", required=True)
+    s.add_argument("--medusa_model_dir", default=None)
+    s.add_argument("--medusa_choices", default=None)
+    s.add_argument("--tp_size", type=int, default=1)
+    s.add_argument("--pp_size", type=int, default=1)
+    s.add_argument("--max_draft_len", type=int, default=63)
+    s.add_argument("--num_medusa_heads", type=int, default=None)
+    s.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"])
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("convert", help="HF base + Medusa heads -> TensorRT-LLM checkpoint")
+    add_convert_args(s)
+
+    s = sub.add_parser("verify", help="prove parity and greedy equivalence of a checkpoint on CPU")
+    s.add_argument("--model_dir", required=True)
+    s.add_argument("--checkpoint_dir", required=True)
+    s.add_argument("--medusa_choices", default=None, help="default: mc_sim_7b_63 cut to the heads' depth")
+    s.add_argument("--max_new_tokens", type=int, default=32)
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--prompt", default=None, help="text (needs a tokenizer in --model_dir)")
+    g.add_argument("--prompt_ids", default=None, help="token ids: 1,2,3 (';' separates prompts)")
+    s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("build", help="trtllm-build with our architectures registered (needs tensorrt_llm)")
+    s.add_argument("--checkpoint_dir", required=True)
+
+    s = sub.add_parser("demo", help="the end-to-end job on a small synthetic non-Llama base, offline")
+    s.add_argument("--workdir", default="demo-output")
+    s.add_argument("--architecture", default="Qwen2ForCausalLM")
+    s.add_argument("--quiet", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "build":
+        args, rest = parser.parse_known_args(argv)
+    else:
+        args, rest = parser.parse_args(argv), []
+    try:
+        if args.command == "inspect-heads":
+            return run_inspect_heads(args)
+        if args.command == "tree":
+            return run_tree(args)
+        if args.command == "check":
+            return run_check(args)
+        if args.command == "convert":
+            return run_convert(args)
+        if args.command == "verify":
+            return run_verify(args)
+        if args.command == "build":
+            return run_build(args, rest)
+        if args.command == "demo":
+            return run_demo(args)
+    except PortError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; nothing was left half-written", file=sys.stderr)
+        return 130
+    return 2

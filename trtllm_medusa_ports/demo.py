@@ -1,0 +1,47 @@
+"""The main job on an embedded default, offline: build a small non-Llama base and heads,
+check, convert (tensor parallel 2), and verify parity and greedy equivalence on CPU."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from trtllm_medusa_ports.compat import check, errors_of
+from trtllm_medusa_ports.convert import ConvertOptions, convert
+from trtllm_medusa_ports.synthetic import save_heads, save_tiny_base, train_heads
+from trtllm_medusa_ports.verify import verify
+
+
+def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2ForCausalLM") -> int:
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
+    t0 = time.time()
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    base, heads_dir, ckpt = workdir / "base", workdir / "medusa_heads", workdir / "trtllm_checkpoint"
+
+    say(f"[1/5] building a small random {architecture} base in {base}")
+    save_tiny_base(architecture, base, seed=0)
+    say("[2/5] training 4 Medusa heads on the base's own greedy text (FasterDecoding medusa_lm_head.pt)")
+    heads = train_heads(base, num_heads=4, num_layers=1, steps=200)
+    save_heads(heads, heads_dir, "fasterdecoding-pt")
+
+    say("[3/5] trtllm-medusa check")
+    arch, findings = check(base, heads_dir, medusa_choices="mc_sim_7b_63", tp_size=2)
+    for f in findings:
+        say(f"      {f.severity:7s} {f.rule}: {f.message[:110]}")
+    if errors_of(findings):
+        print("demo: the base was rejected by the checker", file=sys.stderr)
+        return 1
+
+    say(f"[4/5] trtllm-medusa convert --tp_size 2 -> {ckpt}")
+    result = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads_dir, output_dir=ckpt,
+                                    tp_size=2, quiet=quiet))
+    print(result.summary())
+
+    say("[5/5] trtllm-medusa verify (HF transformers vs the CPU reference executor, tree mc_sim_7b_63)")
+    report = verify(base, ckpt, medusa_choices="mc_sim_7b_63", max_new_tokens=48)
+    print(report.render())
+    print(f"demo finished in {time.time() - t0:.1f} s; artifacts in {workdir}")
+    return 0 if report.ok else 1

@@ -1,0 +1,1 @@
+"""Code that uses TensorRT-LLM. Nothing here imports ``tensorrt_llm`` at module import time."""

@@ -1,0 +1,109 @@
+"""Medusa greedy decoding as TensorRT-LLM's runtime does it, on the reference executor.
+
+Mirrors tensorrt_llm/runtime/generation.py (1.2.x): context step -> root token
+and head logits; each generation step feeds root + tree tokens with the tree's
+position offsets and packed mask; the longest path whose drafts equal the base
+argmax of their parents is accepted (``find_best_medusa_path``); the emitted
+tokens are the base argmax at the root and at every accepted node; accepted KV
+entries are compacted behind the root (``update_kv_cache_draft_token_location``);
+the heads' logits at the last accepted node give the next drafts.
+
+One deliberate difference: padded path slots (-1) never match. Upstream (and
+FasterDecoding's ``evaluate_posterior``) compare a pad against token id 0, so a
+base argmax of 0 after a short path "accepts" the pad and takes KV and logits
+from the wrong slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from trtllm_medusa_ports.reference.executor import ReferenceModel
+from trtllm_medusa_ports.tree import MedusaTree
+
+
+def greedy_accept(tokens: torch.Tensor, predicted: torch.Tensor, paths: list[list[int]]) -> tuple[int, int]:
+    """``(best_path, accepted_drafts)``: the longest path whose drafts match their parents' argmax.
+
+    ``tokens[i]`` is the token fed at tree slot i (slot 0 = root), ``predicted[i]``
+    the base argmax there; each path row is ``[0, node, node, ..., -1, -1]``.
+    Pads (-1) end a path and never match. Ties keep the first path (upstream's argmax).
+    """
+    best_path, best_len = 0, 0
+    for p, row in enumerate(paths):
+        n = 0
+        for d in range(1, len(row)):
+            node = row[d]
+            if node < 0 or int(tokens[node]) != int(predicted[row[d - 1]]):
+                break
+            n += 1
+        if n > best_len:
+            best_path, best_len = p, n
+    return best_path, best_len
+
+
+@dataclass
+class MedusaRun:
+    tokens: list[int]
+    steps: int  # generation steps after the context step
+    accepted_per_step: list[int] = field(default_factory=list)  # tokens emitted per step (drafts + 1)
+
+    @property
+    def mean_accepted_tokens_per_step(self) -> float:
+        return sum(self.accepted_per_step) / len(self.accepted_per_step) if self.accepted_per_step else 0.0
+
+
+def draft_tokens(head_logits: torch.Tensor, root: int, tree: MedusaTree) -> torch.Tensor:
+    """Tree tokens for one step: ``[root] + topk(head_d, k_d)`` indexed by the candidate indices."""
+    cands = [torch.tensor([root])]
+    for d, k in enumerate(tree.medusa_topks):
+        cands.append(torch.topk(head_logits[d], k).indices)
+    flat = torch.cat(cands)
+    return flat[torch.tensor(tree.candidate_indices)]
+
+
+@torch.no_grad()
+def medusa_generate(model: ReferenceModel, prompt: list[int], tree: MedusaTree, max_new_tokens: int) -> MedusaRun:
+    if tree.depth > model.num_medusa_heads:
+        raise ValueError(f"tree depth {tree.depth} > {model.num_medusa_heads} Medusa heads")
+    cache = model.new_cache()
+    logits, hidden = model.forward(prompt, cache)
+    root = int(logits[-1].argmax())
+    out = [root]
+    head_logits = model.medusa_logits(hidden[-1])
+    offsets = tree.position_offsets
+    packed = tree.packed_mask
+    paths = tree.retrieve_paths(model.num_medusa_heads + 1)
+    run = MedusaRun(tokens=out, steps=0)
+    while len(out) < max_new_tokens:
+        tokens = draft_tokens(head_logits, root, tree)
+        past = cache.length
+        logits, hidden = model.forward(
+            tokens, cache, spec_decoding_position_offsets=offsets, spec_decoding_packed_mask=packed
+        )
+        predicted = logits.argmax(-1)
+        best_path, n = greedy_accept(tokens, predicted, paths)
+        nodes = paths[best_path][: n + 1]
+        emitted = [int(predicted[i]) for i in nodes]
+        cache.keep(past, nodes)
+        out.extend(emitted)
+        run.steps += 1
+        run.accepted_per_step.append(len(emitted))
+        root = emitted[-1]
+        head_logits = model.medusa_logits(hidden[nodes[-1]])
+    del out[max_new_tokens:]
+    return run
+
+
+@torch.no_grad()
+def plain_generate(model: ReferenceModel, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """Token-by-token greedy decoding on the reference executor (no speculation)."""
+    cache = model.new_cache()
+    logits, _ = model.forward(prompt, cache)
+    out = [int(logits[-1].argmax())]
+    while len(out) < max_new_tokens:
+        logits, _ = model.forward([out[-1]], cache)
+        out.append(int(logits[-1].argmax()))
+    return out

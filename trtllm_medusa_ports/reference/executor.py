@@ -1,0 +1,377 @@
+"""A torch executor of a TensorRT-LLM checkpoint, on CPU, with TensorRT-LLM's semantics.
+
+It reads only what the converter wrote (config.json + rank files) and computes
+the way the engine would:
+
+* tensor parallelism is simulated rank by rank: each rank uses its own shard,
+  row-parallel outputs are summed (all-reduce) before their bias, column-parallel
+  outputs that the engine gathers (lm_head, Medusa heads) are concatenated, and
+  the vocabulary padding is cut off after the gather; a wrong split changes the
+  result;
+* pipeline stages run in sequence, each with its own (renumbered) layers;
+* the generation step takes TensorRT-LLM's spec-decoding inputs as they are:
+  ``spec_decoding_position_offsets`` (position = past length + offset) and
+  ``spec_decoding_packed_mask`` (int32 words decoded bit by bit); tree tokens see
+  the whole past plus the tree tokens their mask row allows;
+* Medusa heads run on the final-norm hidden states: ``x + act(x W^T + b)`` per
+  layer, then their own lm_head or the base's (``medusa_shared_lm_head``).
+
+Family differences come from the adapter's :class:`Semantics` (archs/), which it
+derives from config.json - not from a copy of the Hugging Face modelling code.
+Everything computes in float32 on the checkpoint's (possibly rounded) weights.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, adapter_for, rope_inv_freq
+from trtllm_medusa_ports.checkpoint import Checkpoint, read_checkpoint
+from trtllm_medusa_ports.errors import CheckpointError
+from trtllm_medusa_ports.sharding import kv_heads_per_rank, pp_layers
+from trtllm_medusa_ports.tree import unpack_mask
+
+_ACTS = {
+    "silu": F.silu,
+    "swiglu": F.silu,
+    "gelu": lambda x: F.gelu(x),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+def activation(name: str):
+    try:
+        return _ACTS[name]
+    except KeyError:
+        raise CheckpointError(
+            f"activation {name!r} is not implemented by the reference executor",
+            fix="add it to reference/executor.py _ACTS",
+        ) from None
+
+
+@dataclass
+class LayerCache:
+    """KV cache of one layer: per rank ``[kv_heads_local, S, head_size]`` tensors."""
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+
+
+@dataclass
+class KVCache:
+    layers: list[LayerCache] = field(default_factory=list)
+    positions: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+
+    @property
+    def length(self) -> int:
+        return int(self.positions.shape[0])
+
+    def keep(self, start: int, slots: list[int]) -> None:
+        """Keep entries ``[:start]`` and then ``start + s`` for s in ``slots``, compacted.
+
+        This is TensorRT-LLM's ``update_kv_cache_draft_token_location``: accepted
+        tree tokens move right behind the root, the rest is rewound.
+        """
+        idx = torch.tensor(list(range(start)) + [start + s for s in slots], dtype=torch.long)
+        self.positions = self.positions[idx]
+        for layer in self.layers:
+            layer.k = [t[:, idx] for t in layer.k]
+            layer.v = [t[:, idx] for t in layer.v]
+
+
+class ReferenceModel:
+    """Run a TensorRT-LLM checkpoint with torch. ``forward`` appends to a :class:`KVCache`."""
+
+    def __init__(self, checkpoint: Checkpoint | str | Path):
+        ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else read_checkpoint(checkpoint)
+        self.ckpt = ckpt
+        cfg = ckpt.config
+        self.config = cfg
+        arch = cfg.get("base_architecture")
+        adapter = adapter_for(arch) if arch else None
+        if adapter is None:
+            raise CheckpointError(
+                f"config.json names base_architecture {arch!r}, which has no adapter",
+                where=str(ckpt.path / "config.json"),
+                fix="only checkpoints written by trtllm-medusa convert can be executed",
+            )
+        self.adapter: ArchAdapter = adapter
+        self.sem: Semantics = adapter.semantics(cfg)
+        self.tp = ckpt.tp_size
+        self.pp = ckpt.pp_size
+        self.num_layers = int(cfg["num_hidden_layers"])
+        self.num_heads = int(cfg["num_attention_heads"])
+        self.num_kv = int(cfg.get("num_key_value_heads") or self.num_heads)
+        self.hidden = int(cfg["hidden_size"])
+        self.head_size = int(cfg.get("head_size") or self.hidden // self.num_heads)
+        self.vocab = int(cfg["vocab_size"])
+        self.heads_local = self.num_heads // self.tp
+        self.kv_local = kv_heads_per_rank(self.num_kv, self.tp)
+        self._cache: dict[tuple[int, str], torch.Tensor] = {}
+        rot = self.sem.rotary_dim or self.head_size
+        self.rotary_dim = rot
+        if self.sem.position_embedding.startswith("rope"):
+            self.inv_freq = rope_inv_freq(rot, self.sem.rotary_base, self.sem.rotary_scaling)
+        self.act = activation(self.sem.hidden_act)
+        self.medusa_act = activation(cfg.get("medusa_hidden_act", "silu"))
+        self.num_medusa_heads = int(cfg.get("num_medusa_heads", 0))
+        self.num_medusa_layers = int(cfg.get("num_medusa_layers", 0))
+        self._check_replicas()
+
+    # -- tensors ---------------------------------------------------------------------
+    def stage_ranks(self, pp_rank: int) -> list[int]:
+        return [pp_rank * self.tp + t for t in range(self.tp)]
+
+    def t(self, rank: int, name: str) -> torch.Tensor:
+        key = (rank, name)
+        if key not in self._cache:
+            self._cache[key] = self.ckpt.tensor(rank, name).float()
+        return self._cache[key]
+
+    def has(self, rank: int, name: str) -> bool:
+        return self.ckpt.has(rank, name)
+
+    def _check_replicas(self) -> None:
+        """Replicated tensors must be identical on every rank of a stage (the engine uses each rank's own)."""
+        for stage in range(self.pp):
+            ranks = self.stage_ranks(stage)
+            for name in self.ckpt.ranks[ranks[0]]:
+                shapes = [self.ckpt.ranks[r][name].shape if name in self.ckpt.ranks[r] else None for r in ranks]
+                if len(set(shapes)) != 1:
+                    raise CheckpointError(
+                        f"tensor {name!r} has shapes {shapes} on the ranks of stage {stage}",
+                        where=str(self.ckpt.path),
+                        fix="the checkpoint's tensor-parallel split is inconsistent; convert again",
+                    )
+
+    def _gather(self, stage: int, name: str) -> torch.Tensor:
+        return torch.cat([self.t(r, name) for r in self.stage_ranks(stage)], dim=0)
+
+    # -- building blocks -------------------------------------------------------------
+    def norm(self, x: torch.Tensor, rank: int, prefix: str) -> torch.Tensor:
+        w = self.t(rank, prefix + ".weight")
+        b = self.t(rank, prefix + ".bias") if self.has(rank, prefix + ".bias") else None
+        if self.sem.norm == "layer":
+            return F.layer_norm(x, (x.shape[-1],), w, b, self.sem.norm_epsilon)
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.sem.norm_epsilon) * w
+        return y + b if b is not None else y
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        ranks = self.stage_ranks(0)
+        name = "transformer.vocab_embedding.weight"
+        if self.config.get("use_parallel_embedding") and self.tp > 1:
+            if int(self.config.get("embedding_sharding_dim", 0)) == 0:
+                out = torch.zeros(tokens.shape[0], self.hidden)
+                for r in ranks:
+                    table = self.t(r, name)
+                    lo = (r % self.tp) * table.shape[0]
+                    local = tokens - lo
+                    ok = (local >= 0) & (local < table.shape[0])
+                    out[ok] += table[local[ok]]
+                x = out
+            else:
+                x = torch.cat([self.t(r, name)[tokens] for r in ranks], dim=-1)
+        else:
+            x = self.t(ranks[0], name)[tokens]
+        x = x * self.sem.embedding_scale
+        if self.sem.has_embedding_norm:
+            x = self.norm(x, ranks[0], "transformer.ln_embed")
+        return x
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotate the first ``rotary_dim`` features of ``x`` ``[heads, T, D]`` at ``positions``."""
+        rot = self.rotary_dim
+        ang = positions.double()[:, None] * self.inv_freq[None, :]  # [T, rot/2]
+        cos, sin = ang.cos().float(), ang.sin().float()
+        xr, xp = x[..., :rot], x[..., rot:]
+        if self.sem.position_embedding == "rope_gptj":
+            x1, x2 = xr[..., 0::2], xr[..., 1::2]
+            out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+        else:  # rope_gpt_neox: halves
+            half = rot // 2
+            x1, x2 = xr[..., :half], xr[..., half:]
+            out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        return torch.cat([out, xp], dim=-1)
+
+    def alibi_slopes(self) -> torch.Tensor:
+        n = self.num_heads
+        closest = 2 ** math.floor(math.log2(n))
+        base = 2.0 ** (-(2.0 ** -(math.log2(closest) - 3)))
+        slopes = [base ** (i + 1) for i in range(closest)]
+        if closest < n:
+            extra = 2.0 ** (-(2.0 ** -(math.log2(2 * closest) - 3)))
+            slopes += [extra ** (2 * i + 1) for i in range(n - closest)]
+        return torch.tensor(slopes)
+
+    def attention(self, x: torch.Tensor, stage: int, local: int, layer: LayerCache, positions: torch.Tensor,
+                  all_positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """One layer's attention over the ranks of ``stage``; ``visible`` is ``[T, S]`` bool."""
+        hs, hl, kl = self.head_size, self.heads_local, self.kv_local
+        prefix = f"transformer.layers.{local}.attention."
+        out = None
+        scale = self.sem.attention_scale if self.sem.attention_scale is not None else 1.0 / math.sqrt(hs)
+        for tp_rank, r in enumerate(self.stage_ranks(stage)):
+            qkv = x @ self.t(r, prefix + "qkv.weight").T
+            if self.has(r, prefix + "qkv.bias"):
+                qkv = qkv + self.t(r, prefix + "qkv.bias")
+            T = x.shape[0]
+            q = qkv[:, : hl * hs].reshape(T, hl, hs).transpose(0, 1)
+            k = qkv[:, hl * hs : (hl + kl) * hs].reshape(T, kl, hs).transpose(0, 1)
+            v = qkv[:, (hl + kl) * hs :].reshape(T, kl, hs).transpose(0, 1)
+            if self.sem.qk_norm:
+                q = self.norm(q, r, prefix + "q_layernorm")
+                k = self.norm(k, r, prefix + "k_layernorm")
+            if self.sem.position_embedding.startswith("rope"):
+                q = self.rope(q, positions)
+                k = self.rope(k, positions)
+            layer.k[tp_rank] = torch.cat([layer.k[tp_rank], k], dim=1)
+            layer.v[tp_rank] = torch.cat([layer.v[tp_rank], v], dim=1)
+            kk = layer.k[tp_rank].repeat_interleave(hl // kl, dim=0)
+            vv = layer.v[tp_rank].repeat_interleave(hl // kl, dim=0)
+            scores = (q @ kk.transpose(1, 2)) * scale  # [hl, T, S]
+            if self.sem.attn_logit_softcapping:
+                cap = self.sem.attn_logit_softcapping
+                scores = torch.tanh(scores / cap) * cap
+            if self.sem.position_embedding == "alibi":
+                slopes = self.alibi_slopes()[tp_rank * hl : (tp_rank + 1) * hl]
+                rel = (all_positions[None, :] - positions[:, None]).float()  # [T, S], <= 0 where visible
+                scores = scores + slopes[:, None, None] * rel[None]
+            scores = scores.masked_fill(~visible[None], float("-inf"))
+            ctx = torch.softmax(scores, dim=-1) @ vv  # [hl, T, hs]
+            ctx = ctx.transpose(0, 1).reshape(T, hl * hs)
+            part = ctx @ self.t(r, prefix + "dense.weight").T
+            out = part if out is None else out + part  # all-reduce
+        if self.has(self.stage_ranks(stage)[0], prefix + "dense.bias"):
+            out = out + self.t(self.stage_ranks(stage)[0], prefix + "dense.bias")
+        return out
+
+    def mlp(self, x: torch.Tensor, stage: int, local: int) -> torch.Tensor:
+        prefix = f"transformer.layers.{local}.mlp."
+        out = None
+        ranks = self.stage_ranks(stage)
+        for r in ranks:
+            h = x @ self.t(r, prefix + "fc.weight").T
+            if self.has(r, prefix + "fc.bias"):
+                h = h + self.t(r, prefix + "fc.bias")
+            if self.sem.mlp == "gated":
+                g = x @ self.t(r, prefix + "gate.weight").T
+                if self.has(r, prefix + "gate.bias"):
+                    g = g + self.t(r, prefix + "gate.bias")
+                h = self.act(h) * g
+            elif self.sem.mlp == "swiglu":  # fused [up ; gate]: act on the second half
+                up, gate = h.chunk(2, dim=-1)
+                h = self.act(gate) * up
+            else:
+                h = self.act(h)
+            part = h @ self.t(r, prefix + "proj.weight").T
+            out = part if out is None else out + part
+        if self.has(ranks[0], prefix + "proj.bias"):
+            out = out + self.t(ranks[0], prefix + "proj.bias")
+        return out
+
+    def decoder_layer(self, x, stage, local, layer_cache, positions, all_positions, visible):
+        r0 = self.stage_ranks(stage)[0]
+        p = f"transformer.layers.{local}."
+        sem = self.sem
+        h = self.norm(x, r0, p + "input_layernorm")
+        attn = self.attention(h, stage, local, layer_cache, positions, all_positions, visible)
+        if sem.parallel_residual:
+            if sem.shared_input_norm:
+                m_in = h
+            else:
+                name = "mlp_layernorm" if self.has(r0, p + "mlp_layernorm.weight") else "post_layernorm"
+                m_in = self.norm(x, r0, p + name)
+            return x + attn + self.mlp(m_in, stage, local)
+        if sem.post_attention_norm_after:  # Gemma2/3 sandwich norms
+            attn = self.norm(attn, r0, p + "post_layernorm")
+            x = x + attn
+            m = self.mlp(self.norm(x, r0, p + "pre_feedforward_layernorm"), stage, local)
+            return x + self.norm(m, r0, p + "post_feedforward_layernorm")
+        x = x + attn
+        return x + self.mlp(self.norm(x, r0, p + "post_layernorm"), stage, local)
+
+    # -- model -------------------------------------------------------------------------
+    def new_cache(self) -> KVCache:
+        cache = KVCache()
+        for _ in range(self.num_layers):
+            empty = [torch.zeros(self.kv_local, 0, self.head_size) for _ in range(self.tp)]
+            cache.layers.append(LayerCache(list(empty), [e.clone() for e in empty]))
+        return cache
+
+    @torch.no_grad()
+    def forward(
+        self,
+        tokens: torch.Tensor | list[int],
+        cache: KVCache,
+        *,
+        spec_decoding_position_offsets: torch.Tensor | list[int] | None = None,
+        spec_decoding_packed_mask: torch.Tensor | list[list[int]] | None = None,
+        record: list | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run ``tokens`` after the cached ones; returns ``(logits [T, vocab], final hidden [T, H])``.
+
+        Without spec-decoding inputs the tokens are causal and consecutive (context
+        phase, or plain decoding). With them, token i sits at position
+        ``past + offsets[i]`` and sees the past plus the tree tokens whose bits are
+        set in its packed-mask row. ``record`` (a list) receives the hidden state
+        after the embedding and after each layer, for locating divergences.
+        """
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        T = tokens.shape[0]
+        past = cache.length
+        if spec_decoding_position_offsets is None:
+            positions = past + torch.arange(T)
+            tree_visible = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        else:
+            offsets = torch.as_tensor(spec_decoding_position_offsets, dtype=torch.long)
+            if spec_decoding_packed_mask is None or offsets.shape[0] != T:
+                raise ValueError("spec decoding needs position offsets and a packed mask, one row per token")
+            positions = past + offsets
+            tree_visible = unpack_mask(spec_decoding_packed_mask, T)
+        all_positions = torch.cat([cache.positions, positions])
+        visible = torch.cat([torch.ones(T, past, dtype=torch.bool), tree_visible], dim=1)
+        x = self.embed(tokens)
+        if record is not None:
+            record.append(x.clone())
+        global_layer = 0
+        for stage in range(self.pp):
+            for local, _ in enumerate(pp_layers(self.num_layers, self.pp, stage)):
+                x = self.decoder_layer(x, stage, local, cache.layers[global_layer], positions, all_positions, visible)
+                global_layer += 1
+                if record is not None:
+                    record.append(x.clone())
+        cache.positions = all_positions
+        last = self.stage_ranks(self.pp - 1)
+        hidden = self.norm(x, last[0], "transformer.ln_f")
+        return self.logits(hidden), hidden
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        w = self._gather(self.pp - 1, "lm_head.weight")
+        out = (hidden @ w.T)[..., : self.vocab]
+        if self.sem.final_logit_softcapping:
+            cap = self.sem.final_logit_softcapping
+            out = torch.tanh(out / cap) * cap
+        return out
+
+    @torch.no_grad()
+    def medusa_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[num_medusa_heads, ..., vocab]`` for final-norm hidden states (the engine's ``medusa_logits``)."""
+        stage = self.pp - 1
+        shared = bool(self.config.get("medusa_shared_lm_head"))
+        outs = []
+        for h in range(self.num_medusa_heads):
+            x = hidden
+            for layer in range(self.num_medusa_layers):
+                p = f"medusa_heads.{h}.medusa_layers.{layer}.linear."
+                x = x + self.medusa_act(x @ self._gather(stage, p + "weight").T + self._gather(stage, p + "bias"))
+            proj = self._gather(stage, "lm_head.weight" if shared else f"medusa_heads.{h}.lm_head.weight")
+            outs.append((x @ proj.T)[..., : self.vocab])
+        return torch.stack(outs) if outs else torch.zeros((0,) + tuple(hidden.shape[:-1]) + (self.vocab,))

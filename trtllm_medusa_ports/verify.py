@@ -1,0 +1,248 @@
+"""``verify``: prove that a converted checkpoint is the base model, and that Medusa greedy = base greedy.
+
+1. Logits parity: Hugging Face transformers vs the reference executor on the prompts.
+   The HF model computes in float32 on its weights *rounded to the checkpoint's dtype*,
+   and so does the executor, so any difference is the conversion's, not the dtype's:
+   one tolerance (``PARITY_ATOL``) holds for float32, float16 and bfloat16 checkpoints.
+2. Greedy equivalence: HF greedy decoding vs reference Medusa decoding with the tree,
+   token for token.
+3. Speculation quality: mean tokens per step; per-head top-1 / top-k hit rates on the text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from trtllm_medusa_ports.checkpoint import DTYPES, read_checkpoint
+from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.reference.decoding import medusa_generate
+from trtllm_medusa_ports.reference.executor import ReferenceModel
+from trtllm_medusa_ports.tree import MedusaTree
+
+#: max |logit difference| accepted between HF and the executor (both float32 on the same weights)
+PARITY_ATOL = 1e-4
+#: top-k used for the heads' top-k hit rate
+HIT_TOP_K = 5
+
+
+@dataclass
+class VerifyReport:
+    parity: bool
+    logits_max_abs_diff: float
+    tolerance: float
+    greedy_equal: bool
+    tokens_generated: int
+    steps: int
+    mean_accepted_tokens_per_step: float
+    head_top1: list[float]
+    head_topk: list[float]
+    checkpoint_dtype: str
+    prompts: list[list[int]]
+    first_divergence: dict | None = None
+    parity_divergence: dict | None = None
+    per_prompt: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.parity and self.greedy_equal
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        d[f"head_top{HIT_TOP_K}"] = d.pop("head_topk")
+        return d
+
+    def render(self) -> str:
+        lines = [
+            f"logits parity     : {'PASS' if self.parity else 'FAIL'}  max |diff| = {self.logits_max_abs_diff:.3g} "
+            f"(tolerance {self.tolerance:g}; checkpoint dtype {self.checkpoint_dtype})",
+        ]
+        if self.parity_divergence:
+            lines.append(f"  hidden states part ways at: {self.parity_divergence['where']} "
+                         f"(max |diff| {self.parity_divergence['max_abs_diff']:.3g})")
+        lines.append(f"greedy equivalence: {'PASS' if self.greedy_equal else 'FAIL'}  "
+                     f"{self.tokens_generated} tokens over {len(self.prompts)} prompt(s)")
+        if self.first_divergence:
+            d = self.first_divergence
+            lines.append(f"  first divergence: prompt {d['prompt']}, position {d['position']}: "
+                         f"base model {d['expected']}, Medusa {d['got']}")
+        lines.append(f"speculation       : {self.mean_accepted_tokens_per_step:.2f} tokens/step over {self.steps} steps")
+        lines.append("head top-1 hits   : " + ", ".join(f"{x:.2f}" for x in self.head_top1))
+        lines.append(f"head top-{HIT_TOP_K} hits   : " + ", ".join(f"{x:.2f}" for x in self.head_topk))
+        lines.append("RESULT: " + ("OK" if self.ok else "FAILED"))
+        return "\n".join(lines)
+
+
+def default_prompts(vocab: int) -> list[list[int]]:
+    """Deterministic prompts that avoid the special ids at the bottom of the vocabulary."""
+    return [[(7 * i + 11) % vocab for i in range(6)], [(13 * i + 101) % vocab for i in range(9)]]
+
+
+def load_hf_model(model_dir: str | Path, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    except Exception as exc:  # transformers raises many types; keep the message
+        raise ModelError(
+            f"transformers could not load the base model ({type(exc).__name__}: {str(exc)[:300]})",
+            where=str(model_dir),
+            fix="pass the Hugging Face model directory the checkpoint was converted from",
+        ) from None
+    # Round the weights to the checkpoint's dtype, compute in float32 (see module doc).
+    return model.to(dtype).to(torch.float32).eval()
+
+
+@torch.no_grad()
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """Greedy continuation with transformers' ``generate``; no EOS stop (fixed length)."""
+    import copy
+
+    ids = torch.tensor([prompt])
+    gen_cfg = copy.deepcopy(model.generation_config)
+    gen_cfg.eos_token_id = None
+    gen_cfg.pad_token_id = 0
+    gen_cfg.max_new_tokens = max_new_tokens
+    gen_cfg.do_sample = False
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen_cfg)
+    return out[0, len(prompt):].tolist()
+
+
+@torch.no_grad()
+def _hf_hidden_states(model, ids: list[int]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    return out.logits[0], tuple(h[0] for h in out.hidden_states)
+
+
+def verify(
+    model_dir: str | Path,
+    checkpoint_dir: str | Path,
+    *,
+    medusa_choices: str | None = None,
+    prompts: list[list[int]] | None = None,
+    max_new_tokens: int = 32,
+) -> VerifyReport:
+    ckpt = read_checkpoint(checkpoint_dir)
+    ref = ReferenceModel(ckpt)
+    dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
+    hf = load_hf_model(model_dir, dtype)
+    if hf.config.vocab_size != ref.vocab:
+        raise ModelError(
+            f"the base model's vocab_size is {hf.config.vocab_size}, the checkpoint's {ref.vocab}",
+            where=str(model_dir),
+            fix="pass the --model_dir the checkpoint was converted from",
+        )
+    prompts = prompts or default_prompts(ref.vocab)
+    for p in prompts:
+        bad = [t for t in p if not 0 <= t < ref.vocab]
+        if bad or not p:
+            raise ModelError(
+                f"prompt ids {bad or '(empty)'} are outside the vocabulary 0..{ref.vocab - 1}",
+                fix="pass --prompt_ids with valid token ids",
+            )
+    if medusa_choices is None:
+        medusa_choices = "mc_sim_7b_63"
+    tree = _tree_for(medusa_choices, ref.num_medusa_heads)
+
+    # 1. parity
+    max_diff = 0.0
+    divergence = None
+    for p in prompts:
+        hl, hs = _hf_hidden_states(hf, p)
+        record: list[torch.Tensor] = []
+        rl, _ = ref.forward(p, ref.new_cache(), record=record)
+        diff = float((hl - rl).abs().max())
+        max_diff = max(max_diff, diff)
+        if diff > PARITY_ATOL and divergence is None:
+            divergence = _locate(hs, record)
+    parity = max_diff <= PARITY_ATOL
+
+    # 2. greedy equivalence, 3. speculation quality
+    equal = True
+    first = None
+    steps = 0
+    accepted: list[int] = []
+    generated = 0
+    per_prompt = []
+    seqs = []
+    for i, p in enumerate(prompts):
+        expected = hf_greedy(hf, p, max_new_tokens)
+        run = medusa_generate(ref, p, tree, max_new_tokens)
+        same = run.tokens == expected
+        if not same and first is None:
+            pos = next(j for j, (a, b) in enumerate(zip(expected, run.tokens, strict=True)) if a != b)
+            first = {"prompt": i, "position": pos, "expected": expected[pos], "got": run.tokens[pos]}
+        equal &= same
+        steps += run.steps
+        accepted += run.accepted_per_step
+        generated += len(run.tokens)
+        seqs.append(p + expected)
+        per_prompt.append({"prompt": p, "greedy_equal": same, "steps": run.steps,
+                           "mean_accepted_tokens_per_step": run.mean_accepted_tokens_per_step})
+    top1, topk = head_hit_rates(ref, seqs, [len(p) for p in prompts])
+    return VerifyReport(
+        parity=parity,
+        logits_max_abs_diff=max_diff,
+        tolerance=PARITY_ATOL,
+        greedy_equal=equal,
+        tokens_generated=generated,
+        steps=steps,
+        mean_accepted_tokens_per_step=sum(accepted) / len(accepted) if accepted else 0.0,
+        head_top1=top1,
+        head_topk=topk,
+        checkpoint_dtype=str(ckpt.config.get("dtype")),
+        prompts=prompts,
+        first_divergence=first,
+        parity_divergence=divergence,
+        per_prompt=per_prompt,
+    )
+
+
+def _tree_for(spec: str, num_heads: int) -> MedusaTree:
+    """The tree, cut to the heads' depth when the spec is a preset deeper than the heads."""
+    from trtllm_medusa_ports.tree import load_presets
+
+    presets = load_presets()
+    if spec in presets:
+        paths = [p for p in presets[spec] if len(p) <= num_heads]
+        return MedusaTree.from_spec(paths, num_heads=num_heads)
+    return MedusaTree.from_spec(spec, num_heads=num_heads)
+
+
+def _locate(hf_states: tuple[torch.Tensor, ...], ref_states: list[torch.Tensor]) -> dict:
+    """First point where the hidden states differ: the embedding, a layer, or the final norm."""
+    n = min(len(hf_states) - 1, len(ref_states) - 1)  # HF's last entry is after the final norm
+    for i in range(n):
+        d = float((hf_states[i] - ref_states[i]).abs().max())
+        if d > PARITY_ATOL:
+            return {"where": "embedding" if i == 0 else f"layer {i - 1} output", "max_abs_diff": d}
+    return {"where": "final norm / lm_head", "max_abs_diff": float("nan")}
+
+
+@torch.no_grad()
+def head_hit_rates(ref: ReferenceModel, seqs: list[list[int]], prompt_lens: list[int]) -> tuple[list[float], list[float]]:
+    """Per head k: how often its top-1 / top-k at position t holds the token at t + k + 2."""
+    H = ref.num_medusa_heads
+    hits1 = [0] * H
+    hitsk = [0] * H
+    counts = [0] * H
+    for seq, plen in zip(seqs, prompt_lens, strict=True):
+        _, hidden = ref.forward(seq, ref.new_cache())
+        logits = ref.medusa_logits(hidden)  # [H, S, V]
+        top = logits.topk(HIT_TOP_K, dim=-1).indices
+        for k in range(H):
+            for t in range(plen - 1, len(seq) - k - 2):
+                target = seq[t + k + 2]
+                counts[k] += 1
+                hits1[k] += int(top[k, t, 0] == target)
+                hitsk[k] += int((top[k, t] == target).any())
+    return ([h / c if c else 0.0 for h, c in zip(hits1, counts, strict=True)],
+            [h / c if c else 0.0 for h, c in zip(hitsk, counts, strict=True)])
+
+
+def report_json(report: VerifyReport) -> str:
+    return json.dumps(report.to_dict(), indent=2)
