@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from trtllm_medusa_ports.convert import ConvertOptions, convert
-from trtllm_medusa_ports.synthetic import random_heads, save_heads, save_tiny_base, tiny_config, train_heads
+from trtllm_medusa_ports.synthetic import (
+    random_heads,
+    save_heads,
+    save_tiny_base,
+    tiny_config,
+    train_heads,
+)
 
 torch.set_num_threads(2)
 
@@ -23,7 +30,7 @@ _BASES: dict = {}
 
 def tiny_base(root: Path, architecture: str, **overrides) -> Path:
     """A saved tiny base (cached per session by its parameters)."""
-    key = (architecture, tuple(sorted(overrides.items())))
+    key = (architecture, json.dumps(overrides, sort_keys=True))
     if key not in _BASES:
         d = root / f"base-{architecture}-{len(_BASES)}"
         save_tiny_base(architecture, d, seed=len(_BASES), **overrides)
