@@ -28,7 +28,7 @@ def rank_files(ckpt):
 def expected_rank(sd, cfg, heads, tp, pp, rank, dtype, shared=False):
     """What rank ``rank`` must hold, derived from the HF state dict by hand."""
     t_rank, p_rank = rank % tp, rank // tp
-    L, nh, nkv = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    L, nkv = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
     hd = cfg["head_size"]
     V = cfg["vocab_size"]
     per = [L // pp + (1 if s < L % pp else 0) for s in range(pp)]
