@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ def tiny_base(root: Path, architecture: str, **overrides) -> Path:
     key = (architecture, json.dumps(overrides, sort_keys=True))
     if key not in _BASES:
         d = root / f"base-{architecture}-{len(_BASES)}"
-        save_tiny_base(architecture, d, seed=len(_BASES), **overrides)
+        save_tiny_base(architecture, d, seed=zlib.crc32(key[1].encode()) % 997, **overrides)
         _BASES[key] = d
     return _BASES[key]
 
@@ -55,10 +56,11 @@ def qwen2_heads(store, qwen2_base) -> Path:
 
 
 @pytest.fixture(scope="session")
-def llama_trained(store, llama_base) -> tuple[Path, Path]:
+def llama_trained(store) -> tuple[Path, Path]:
     """A Llama base with heads trained to predict it (multi-token acceptance happens)."""
-    heads = train_heads(llama_base, num_heads=3, steps=200)
-    return llama_base, save_heads(heads, store / "llama-trained-heads")
+    base = tiny_base(store, "LlamaForCausalLM", embedding_gain=4.0)
+    heads = train_heads(base, num_heads=3)
+    return base, save_heads(heads, store / "llama-trained-heads")
 
 
 def convert_to(out: Path, base: Path, heads: Path, **kw) -> Path:

@@ -50,18 +50,29 @@ def tiny_config(architecture: str, **overrides):
 
 
 def save_tiny_base(architecture: str, out_dir: str | Path, *, seed: int = 0, dtype: torch.dtype = torch.float32,
-                   init_std: float | None = None, **overrides) -> Path:
-    """Build a random base of this architecture and ``save_pretrained`` it (safetensors)."""
+                   init_std: float | None = None, embedding_gain: float = 1.0, **overrides) -> Path:
+    """Build a random base of this architecture and ``save_pretrained`` it (safetensors).
+
+    ``embedding_gain`` > 1 lets the token embedding dominate the residual stream, so
+    the next token depends mostly on the current one: greedy text then runs into short
+    cycles that small heads can learn (the demo and acceptance tests use this; real
+    models are predictable for better reasons).
+    """
     from transformers import AutoModelForCausalLM
 
     cfg = tiny_config(architecture, **overrides)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
-    if init_std is not None:
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.dim() >= 2:
-                    p.normal_(0.0, init_std)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2 and init_std is not None:
+                p.normal_(0.0, init_std)
+            elif p.dim() == 1:
+                # from_config leaves biases at 0 and norm weights at 1: perturb them so that a
+                # dropped bias or a misplaced norm changes the output (and a test can see it)
+                p.add_(torch.randn_like(p) * 0.1)
+        if embedding_gain != 1.0:
+            model.get_input_embeddings().weight.mul_(embedding_gain)
     model = model.to(dtype)
     out = Path(out_dir)
     model.save_pretrained(out)
@@ -114,7 +125,7 @@ def _final_hidden_and_lm_head(model, ids: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 @torch.no_grad()
-def greedy_corpus(model_dir: str | Path, *, num_prompts: int = 24, prompt_len: int = 4, new_tokens: int = 40,
+def greedy_corpus(model_dir: str | Path, *, num_prompts: int = 64, prompt_len: int = 4, new_tokens: int = 24,
                   seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The base's greedy continuations of random prompts: (tokens, final hidden states, lm_head)."""
     from transformers import AutoModelForCausalLM

@@ -99,17 +99,28 @@ def load_hf_model(model_dir: str | Path, dtype: torch.dtype):
 
 @torch.no_grad()
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
-    """Greedy continuation with transformers' ``generate``; no EOS stop (fixed length)."""
-    import copy
+    """Greedy continuation by the transformers model with its own KV cache, fixed length.
 
-    ids = torch.tensor([prompt])
-    gen_cfg = copy.deepcopy(model.generation_config)
-    gen_cfg.eos_token_id = None
-    gen_cfg.pad_token_id = 0
-    gen_cfg.max_new_tokens = max_new_tokens
-    gen_cfg.do_sample = False
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen_cfg)
-    return out[0, len(prompt):].tolist()
+    Written as the loop ``generate`` runs, without its end-of-sequence handling:
+    Medusa's equivalence is checked token for token over a fixed length, and a
+    random tiny base may emit its EOS id at any point.
+    """
+    import inspect
+
+    # transformers 5 renamed past_key_values to cache (in and out); 4.x has the old name
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def step(ids: list[int], past):
+        out = model(input_ids=torch.tensor([ids]), use_cache=True, **({key: past} if past is not None else {}))
+        new_past = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
+        return int(out.logits[0, -1].argmax()), new_past
+
+    token, past = step(prompt, None)
+    tokens = [token]
+    while len(tokens) < max_new_tokens:
+        token, past = step([tokens[-1]], past)
+        tokens.append(token)
+    return tokens
 
 
 @torch.no_grad()
@@ -214,13 +225,23 @@ def _tree_for(spec: str, num_heads: int) -> MedusaTree:
 
 
 def _locate(hf_states: tuple[torch.Tensor, ...], ref_states: list[torch.Tensor]) -> dict:
-    """First point where the hidden states differ: the embedding, a layer, or the final norm."""
-    n = min(len(hf_states) - 1, len(ref_states) - 1)  # HF's last entry is after the final norm
-    for i in range(n):
+    """First point where the hidden states differ: the embedding, a layer, the final norm, lm_head.
+
+    HF gives the embedding output, each layer's output but the last, and the last
+    layer's output after the final norm; the executor records the same points plus
+    the last layer's raw output.
+    """
+    n_layers = len(ref_states) - 2
+    if len(hf_states) != n_layers + 1:
+        return {"where": "unknown (layer counts differ)", "max_abs_diff": float("nan")}
+    for i in range(n_layers):
         d = float((hf_states[i] - ref_states[i]).abs().max())
         if d > PARITY_ATOL:
             return {"where": "embedding" if i == 0 else f"layer {i - 1} output", "max_abs_diff": d}
-    return {"where": "final norm / lm_head", "max_abs_diff": float("nan")}
+    d = float((hf_states[n_layers] - ref_states[n_layers + 1]).abs().max())
+    if d > PARITY_ATOL:
+        return {"where": f"layer {n_layers - 1} output or the final norm", "max_abs_diff": d}
+    return {"where": "lm_head", "max_abs_diff": 0.0}
 
 
 @torch.no_grad()

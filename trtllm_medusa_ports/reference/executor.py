@@ -322,7 +322,7 @@ class ReferenceModel:
         phase, or plain decoding). With them, token i sits at position
         ``past + offsets[i]`` and sees the past plus the tree tokens whose bits are
         set in its packed-mask row. ``record`` (a list) receives the hidden state
-        after the embedding and after each layer, for locating divergences.
+        after the embedding, after each layer, and after the final norm (for locating divergences).
         """
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         T = tokens.shape[0]
@@ -351,6 +351,8 @@ class ReferenceModel:
         cache.positions = all_positions
         last = self.stage_ranks(self.pp - 1)
         hidden = self.norm(x, last[0], "transformer.ln_f")
+        if record is not None:
+            record.append(hidden.clone())
         return self.logits(hidden), hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

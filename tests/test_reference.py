@@ -1,0 +1,197 @@
+"""The reference executor and `verify`: parity, greedy equivalence, and failures that must be caught."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import convert_to, tiny_base
+from safetensors.torch import load_file, save_file
+
+from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.reference import (
+    ReferenceModel,
+    greedy_accept,
+    medusa_generate,
+    plain_generate,
+)
+from trtllm_medusa_ports.synthetic import random_heads, save_heads, tiny_config
+from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.verify import PARITY_ATOL, verify
+
+TREE = "[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0],[0,0,1],[0,1,0]]"
+
+
+@pytest.mark.parametrize(
+    "arch, tp, pp, dtype",
+    [
+        ("LlamaForCausalLM", 1, 1, "float32"),
+        ("LlamaForCausalLM", 2, 1, "float16"),
+        ("Qwen2ForCausalLM", 1, 1, "float32"),
+        ("Qwen2ForCausalLM", 2, 1, "bfloat16"),
+        ("MistralForCausalLM", 2, 2, "float32"),
+    ],
+)
+def test_parity_and_greedy_equivalence(tmp_path, store, arch, tp, pp, dtype):
+    base = tiny_base(store, arch)
+    c = tiny_config(arch)
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=3, seed=7), tmp_path / "h")
+    ckpt = convert_to(tmp_path / "c", base, heads, tp_size=tp, pp_size=pp, dtype=dtype)
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=20)
+    assert rep.parity, rep.render()
+    assert rep.logits_max_abs_diff <= PARITY_ATOL
+    assert rep.greedy_equal, rep.render()
+    assert rep.tokens_generated == 40 and rep.steps >= 1
+    assert len(rep.head_top1) == 3 and all(0.0 <= x <= 1.0 for x in rep.head_top1)
+
+
+def test_trained_heads_accept_several_tokens_per_step(tmp_path, llama_trained):
+    base, heads = llama_trained
+    ckpt = convert_to(tmp_path / "c", base, heads, tp_size=2)
+    rep = verify(base, ckpt, medusa_choices="mc_sim_7b_63", max_new_tokens=40)
+    assert rep.ok, rep.render()
+    # multi-token acceptance happened, so accepted KV entries were moved behind the root
+    assert rep.mean_accepted_tokens_per_step > 2.0, rep.render()
+    assert max(rep.head_top1) > 0.3
+    assert rep.steps < rep.tokens_generated - len(rep.prompts)
+
+
+def test_tree_step_equals_sequential_decoding(tmp_path, qwen2_base, qwen2_heads):
+    """Each tree node's logits equal plain decoding of its path (what makes Medusa exact)."""
+    ckpt = convert_to(tmp_path / "c", qwen2_base, qwen2_heads, tp_size=2)
+    ref = ReferenceModel(ckpt)
+    tree = MedusaTree.from_spec(TREE)
+    prompt = [5, 9, 200, 31]
+    cache = ref.new_cache()
+    ref.forward(prompt, cache)
+    tokens = torch.tensor([17, 3, 4, 250, 8, 9, 10, 11, 12, 13])
+    logits, _ = ref.forward(tokens, cache, spec_decoding_position_offsets=tree.position_offsets,
+                            spec_decoding_packed_mask=tree.packed_mask)
+    for node in range(tree.num_tokens):
+        chain, j = [], node
+        while j >= 0:
+            chain.append(int(tokens[j]))
+            j = tree.parents[j]
+        seq_logits, _ = ref.forward(prompt + chain[::-1], ref.new_cache())
+        assert torch.allclose(logits[node], seq_logits[-1], atol=1e-5), node
+
+
+def test_pads_never_match():
+    # tree [[0], [1], [1, 0]]: rows (leaves in order) [0, 1, -1] and [0, 2, 3]
+    tree = MedusaTree.from_spec([[0], [1], [1, 0]])
+    paths = tree.retrieve_paths()
+    assert paths == [[0, 1, -1], [0, 2, 3]]
+    tokens = torch.tensor([42, 7, 8, 9])
+    predicted = torch.tensor([7, 0, 1, 1])  # draft [0] matches; the base's next token is id 0
+    assert greedy_accept(tokens, predicted, paths) == (0, 1)
+    # The FasterDecoding / TensorRT-LLM comparison reads a pad as token 0 and accepts it:
+    padded_tokens = torch.cat([tokens, torch.tensor([0])])
+    row = [i if i >= 0 else len(tokens) for i in paths[0]]
+    upstream_len = 0
+    for d in range(1, len(row)):
+        if padded_tokens[row[d]] != torch.cat([predicted, torch.tensor([0])])[row[d - 1]]:
+            break
+        upstream_len += 1
+    assert upstream_len == 2  # the bug this toolkit avoids
+
+
+def test_greedy_accept_longest_and_first_on_ties():
+    tree = MedusaTree.from_spec([[0], [1], [0, 0], [1, 0]])
+    paths = tree.retrieve_paths()  # [[0,1,3],[0,2,4]]
+    tokens = torch.tensor([1, 5, 6, 7, 8])
+    assert greedy_accept(tokens, torch.tensor([6, 0, 8, 0, 0]), paths) == (1, 2)
+    assert greedy_accept(tokens, torch.tensor([9, 9, 9, 9, 9]), paths) == (0, 0)
+
+
+def _rewrite(ckpt, rank, fn):
+    f = ckpt / f"rank{rank}.safetensors"
+    sd = load_file(str(f))
+    fn(sd)
+    save_file(sd, str(f))
+
+
+@pytest.fixture
+def good_ckpt(tmp_path, qwen2_base, qwen2_heads):
+    return convert_to(tmp_path / "good", qwen2_base, qwen2_heads, tp_size=2)
+
+
+def _broken(good, tmp_path, name):
+    d = tmp_path / name
+    shutil.copytree(good, d)
+    return d
+
+
+def test_swapped_fc_gate_fails_parity(tmp_path, qwen2_base, good_ckpt):
+    d = _broken(good_ckpt, tmp_path, "swapped")
+    for r in range(2):
+        def swap(sd):
+            p = "transformer.layers.0."
+            sd[p + "mlp.fc.weight"], sd[p + "mlp.gate.weight"] = sd[p + "mlp.gate.weight"], sd[p + "mlp.fc.weight"]
+        _rewrite(d, r, swap)
+    rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=8)
+    assert not rep.parity and rep.logits_max_abs_diff > 1e-3
+    assert rep.parity_divergence["where"] == "layer 0 output"
+
+
+def test_wrong_rope_base_fails_parity(tmp_path, qwen2_base, good_ckpt):
+    d = _broken(good_ckpt, tmp_path, "rope")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["rotary_base"] = 10000.0  # Qwen2 uses rope_theta 1e6: a classic port bug
+    (d / "config.json").write_text(json.dumps(cfg))
+    rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=8)
+    assert not rep.parity
+    assert rep.parity_divergence["where"] == "layer 0 output"
+
+
+def test_dropped_qkv_bias_fails_parity(tmp_path, qwen2_base, good_ckpt):
+    d = _broken(good_ckpt, tmp_path, "nobias")
+    for r in range(2):
+        _rewrite(d, r, lambda sd: [sd.pop(f"transformer.layers.{i}.attention.qkv.bias") for i in range(2)])
+    rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=8)
+    assert not rep.parity and rep.parity_divergence["where"] == "layer 0 output"
+
+
+def test_wrong_tp_split_fails_parity(tmp_path, qwen2_base, good_ckpt):
+    """Splitting the row-parallel dense on dim 0 instead of dim 1 (same shapes, wrong numbers)."""
+    d = _broken(good_ckpt, tmp_path, "split")
+    full = torch.cat([load_file(str(good_ckpt / f"rank{r}.safetensors"))["transformer.layers.0.attention.dense.weight"]
+                      for r in range(2)], dim=1)
+    for r in range(2):
+        wrong = full.reshape(2, full.shape[0] // 2, full.shape[1])[r].reshape(full.shape[0], full.shape[1] // 2)
+
+        def put(sd, wrong=wrong):
+            sd["transformer.layers.0.attention.dense.weight"] = wrong.contiguous()
+        _rewrite(d, r, put)
+    rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=8)
+    assert not rep.parity and rep.parity_divergence["where"] == "layer 0 output"
+
+
+def test_verify_cli_json_and_exit_codes(tmp_path, qwen2_base, good_ckpt, capsys):
+    rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt),
+               "--medusa_choices", TREE, "--max_new_tokens", "10", "--prompt_ids", "1,2,3;40,50,60,70", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["ok"] and out["parity"] and out["greedy_equal"]
+    for key in ("logits_max_abs_diff", "tokens_generated", "steps", "mean_accepted_tokens_per_step", "head_top1"):
+        assert key in out
+    assert out["tokens_generated"] == 20 and out["prompts"] == [[1, 2, 3], [40, 50, 60, 70]]
+
+    d = _broken(good_ckpt, tmp_path, "bad")
+    _rewrite(d, 1, lambda sd: sd.__setitem__("transformer.layers.1.mlp.proj.weight",
+                                             sd["transformer.layers.1.mlp.proj.weight"] * 3))
+    rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(d),
+               "--medusa_choices", TREE, "--max_new_tokens", "10", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1 and out["parity"] is False and out["ok"] is False
+    assert out["parity_divergence"]["where"] == "layer 1 output or the final norm"
+    rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(tmp_path / "none")])
+    assert rc == 1 and "no config.json" in capsys.readouterr().err
+
+
+def test_plain_and_medusa_decoding_agree_with_deep_tree(tmp_path, llama_trained):
+    base, heads = llama_trained
+    ref = ReferenceModel(convert_to(tmp_path / "c", base, heads, pp_size=2))
+    tree = MedusaTree.from_spec([p for p in MedusaTree.from_spec("mc_sim_7b_63").paths if len(p) <= 3])
+    for prompt in ([3, 4, 5], [100, 90, 80, 70, 60]):
+        run = medusa_generate(ref, prompt, tree, 30)
+        assert run.tokens == plain_generate(ref, prompt, 30)
+        assert max(run.accepted_per_step) >= 3
