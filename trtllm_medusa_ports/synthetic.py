@@ -64,7 +64,7 @@ def save_tiny_base(architecture: str, out_dir: str | Path, *, seed: int = 0, dty
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() >= 2 and init_std is not None:
                 p.normal_(0.0, init_std)
             elif p.dim() == 1:
