@@ -1,0 +1,223 @@
+"""Each compatibility rule firing and not firing, on config.json files written here."""
+
+import json
+
+import pytest
+
+from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.compat import check
+from trtllm_medusa_ports.synthetic import random_heads, save_heads
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+         "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+         "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 8192,
+         "rope_theta": 500000.0, "hidden_act": "silu"}
+QWEN2_7B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+            "num_attention_heads": 28, "num_key_value_heads": 4, "num_hidden_layers": 28,
+            "intermediate_size": 18944, "vocab_size": 152064, "max_position_embeddings": 32768,
+            "rope_theta": 1000000.0, "sliding_window": 131072, "use_sliding_window": False}
+MISTRAL = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+           "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
+           "sliding_window": 4096}
+BLOOM = {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 1024, "n_head": 16,
+         "n_layer": 24, "vocab_size": 250880}
+MPT = {"architectures": ["MPTForCausalLM"], "model_type": "mpt", "d_model": 4096, "n_heads": 32,
+       "n_layers": 32, "vocab_size": 50432, "attn_config": {"alibi": True}}
+FALCON_7B = {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 4544,
+             "num_attention_heads": 71, "num_hidden_layers": 32, "vocab_size": 65024, "alibi": False,
+             "multi_query": True, "parallel_attn": True}
+BAICHUAN_7B = {"architectures": ["BaiChuanForCausalLM"], "model_type": "baichuan", "hidden_size": 4096,
+               "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 64000}
+BAICHUAN_13B = {"architectures": ["BaichuanForCausalLM"], "model_type": "baichuan", "hidden_size": 5120,
+                "num_attention_heads": 40, "num_hidden_layers": 40, "vocab_size": 64000}
+
+
+def write(tmp_path, cfg, name="m"):
+    d = tmp_path / name
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def rules(findings, severity=None):
+    return {f.rule for f in findings if severity is None or f.severity == severity}
+
+
+@pytest.mark.parametrize("cfg", [BLOOM, MPT, dict(FALCON_7B, alibi=True), BAICHUAN_13B,
+                                 dict(LLAMA, position_embedding_type="alibi")])
+def test_alibi_bases_are_rejected(tmp_path, cfg):
+    arch, findings = check(write(tmp_path, cfg))
+    f = next(f for f in findings if f.rule == "alibi-position-embedding")
+    assert f.severity == "error"
+    assert "XQA" in f.message and "ALiBi" in f.message
+    assert "RoPE" in f.fix
+    assert "unsupported-architecture" not in rules(findings)  # ALiBi is the reason that matters
+
+
+@pytest.mark.parametrize("cfg", [dict(MPT, attn_config={"alibi": False}), FALCON_7B, BAICHUAN_7B])
+def test_non_alibi_variants_are_not_flagged_as_alibi(tmp_path, cfg):
+    _, findings = check(write(tmp_path, cfg))
+    assert "alibi-position-embedding" not in rules(findings)
+
+
+def test_unsupported_architecture(tmp_path):
+    arch, findings = check(write(tmp_path, {"architectures": ["FooForCausalLM"], "model_type": "foo"}))
+    f = next(f for f in findings if f.rule == "unsupported-architecture")
+    assert arch == "FooForCausalLM" and f.severity == "error"
+    assert "Qwen2ForCausalLM" in f.fix and "porting-guide" in f.fix
+
+
+@pytest.mark.parametrize("cfg", [LLAMA, QWEN2_7B])
+def test_supported_bases_pass(tmp_path, cfg):
+    _, findings = check(write(tmp_path, cfg))
+    assert not rules(findings, "error"), findings
+    assert "decoding-greedy-only" in rules(findings, "info")
+
+
+def test_qwen2_7b_group_size_7(tmp_path):
+    _, findings = check(write(tmp_path, QWEN2_7B))
+    f = next(f for f in findings if f.rule == "gqa-group-size")
+    assert f.severity == "info" and "7 query heads per KV head" in f.message
+    _, findings = check(write(tmp_path, LLAMA))
+    assert "gqa-group-size" not in rules(findings)
+
+
+@pytest.mark.parametrize("head_size, rule, severity", [
+    (64, None, None), (128, None, None), (80, "xqa-head-size-jit", "warning"),
+    (96, "xqa-head-size-jit", "warning"), (256, "xqa-head-size-jit", "warning"),
+    (72, "xqa-head-size", "error"), (320, "xqa-head-size", "error"),
+])
+def test_head_sizes(tmp_path, head_size, rule, severity):
+    cfg = dict(LLAMA, num_attention_heads=8, num_key_value_heads=8, hidden_size=8 * head_size)
+    _, findings = check(write(tmp_path, cfg))
+    got = {f.rule: f.severity for f in findings if f.rule.startswith("xqa-head-size")}
+    assert got == ({} if rule is None else {rule: severity})
+
+
+def test_sliding_window(tmp_path):
+    _, findings = check(write(tmp_path, MISTRAL))
+    f = next(f for f in findings if f.rule == "sliding-window")
+    assert f.severity == "warning" and "4096" in f.fix
+    _, findings = check(write(tmp_path, QWEN2_7B))  # use_sliding_window false
+    assert "sliding-window" not in rules(findings)
+
+
+def test_rope_scaling_types(tmp_path):
+    _, f1 = check(write(tmp_path, dict(LLAMA, rope_scaling={"rope_type": "llama3", "factor": 8.0}), "a"))
+    assert not {"rope-scaling-unsupported", "rope-scaling-unverified"} & rules(f1)
+    _, f2 = check(write(tmp_path, dict(LLAMA, rope_scaling={"type": "yarn", "factor": 4.0}), "b"))
+    assert "rope-scaling-unverified" in rules(f2, "warning")
+    _, f3 = check(write(tmp_path, dict(LLAMA, rope_scaling={"type": "magic", "factor": 4.0}), "c"))
+    assert "rope-scaling-unsupported" in rules(f3, "error")
+    _, f4 = check(write(tmp_path, dict(LLAMA, rope_parameters={"rope_type": "default", "rope_theta": 1e4}), "d"))
+    assert not {"rope-scaling-unsupported", "rope-scaling-unverified"} & rules(f4)
+
+
+def test_attention_scale_and_softcapping(tmp_path):
+    cfg = dict(LLAMA, query_pre_attn_scalar=256, head_dim=128, attn_logit_softcapping=50.0)
+    _, findings = check(write(tmp_path, cfg))
+    assert "attention-scale" in rules(findings, "warning")
+    soft = next(f for f in findings if f.rule == "attention-softcapping")
+    assert soft.severity == "error" and "XQA" in soft.message
+
+
+@pytest.mark.parametrize("tp, pp, expected", [
+    (3, 1, {"tp-attention-heads", "tp-hidden-size", "tp-kv-heads", "tp-intermediate-size"}),
+    (16, 1, {"tp-kv-replication"}),
+    (2, 5, {"pp-layers"}),
+    (1, 64, {"pp-layers"}),
+])
+def test_parallelism(tmp_path, tp, pp, expected):
+    _, findings = check(write(tmp_path, LLAMA), tp_size=tp, pp_size=pp)
+    par = {f.rule for f in findings if f.rule.startswith(("tp-", "pp-"))}
+    assert par == expected
+    if pp == 64:
+        assert next(f for f in findings if f.rule == "pp-layers").severity == "error"
+    if pp == 5:
+        assert next(f for f in findings if f.rule == "pp-layers").severity == "warning"
+
+
+def test_kv_heads_not_dividing_tp(tmp_path):
+    _, findings = check(write(tmp_path, dict(LLAMA, num_key_value_heads=3, num_attention_heads=24)), tp_size=2)
+    assert "tp-kv-heads" in rules(findings, "error")
+
+
+def test_vocab_padding_info(tmp_path):
+    _, findings = check(write(tmp_path, dict(LLAMA, vocab_size=32001)), tp_size=2)
+    f = next(f for f in findings if f.rule == "vocab-padding")
+    assert f.severity == "info" and "32002" in f.message
+
+
+def _base_dir(tmp_path, hidden=64, vocab=100):
+    return write(tmp_path, dict(LLAMA, hidden_size=hidden, num_attention_heads=4, num_key_value_heads=4,
+                                intermediate_size=128, vocab_size=vocab), "tiny")
+
+
+def test_heads_vs_base(tmp_path):
+    base = _base_dir(tmp_path)
+    good = save_heads(random_heads(64, 100, num_heads=2), tmp_path / "good")
+    _, findings = check(base, good, num_medusa_heads=2)
+    assert not rules(findings, "error")
+    bad = save_heads(random_heads(32, 90, num_heads=2), tmp_path / "bad")
+    _, findings = check(base, bad, num_medusa_heads=3)
+    assert {"heads-hidden-size", "heads-vocab-size", "heads-count"} <= rules(findings, "error")
+    _, findings = check(base, tmp_path / "nowhere")
+    assert "heads-unreadable" in rules(findings, "error")
+
+
+def test_trees_vs_heads_and_draft_len(tmp_path):
+    base = _base_dir(tmp_path)
+    heads = save_heads(random_heads(64, 100, num_heads=3), tmp_path / "h")
+    _, f = check(base, heads, medusa_choices="mc_sim_7b_63")
+    deep = next(x for x in f if x.rule == "tree-deeper-than-heads")
+    assert "[0, 0, 0, 0]" in deep.message and "3 Medusa heads" in deep.message
+    _, f = check(base, heads, medusa_choices="[[0],[1],[2]]", max_draft_len=2)
+    assert "tree-too-many-nodes" in rules(f, "error")
+    _, f = check(base, heads, medusa_choices="[[0],[1,0]]")
+    assert "tree-invalid" in rules(f, "error")
+    _, f = check(base, heads, medusa_choices="[[0],[12]]")
+    assert "tree-index-range" in rules(f, "error")
+    _, f = check(base, heads, medusa_choices="[[0],[2]]")
+    assert "tree-depth1-gaps" in rules(f, "warning")
+    _, f = check(base, heads, medusa_choices="[[0],[1],[0,0]]")
+    assert not {r for r in rules(f, "error") if r.startswith("tree")}
+
+
+def test_float32_serving_warning(tmp_path):
+    _, f = check(_base_dir(tmp_path), dtype="float32")
+    assert "dtype-float32" in rules(f, "warning")
+    _, f = check(_base_dir(tmp_path), dtype="float16")
+    assert "dtype-float32" not in rules(f)
+
+
+def test_check_cli_json_and_exit_codes(tmp_path, capsys):
+    assert main(["check", "--model_dir", str(write(tmp_path, QWEN2_7B, "q")), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["compatible"] is True and out["architecture"] == "Qwen2ForCausalLM"
+    assert all(set(f) == {"rule", "severity", "message", "fix"} for f in out["findings"])
+
+    assert main(["check", "--model_dir", str(write(tmp_path, BLOOM, "b")), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["compatible"] is False
+    assert out["findings"][0]["rule"] == "alibi-position-embedding"
+
+    assert main(["check", "--model_dir", str(write(tmp_path, BLOOM, "b"))]) == 1
+    text = capsys.readouterr().out
+    assert "ERROR" in text and "alibi-position-embedding" in text and "NOT COMPATIBLE" in text
+
+    with pytest.raises(SystemExit) as e:
+        main(["check"])
+    assert e.value.code == 2
+    assert main(["check", "--model_dir", str(tmp_path / "missing")]) == 1
+    assert "no such directory" in capsys.readouterr().err
+
+
+def test_convert_stops_on_errors_before_writing(tmp_path, qwen2_base, qwen2_heads):
+    from conftest import convert_to
+    from trtllm_medusa_ports.errors import ConversionError
+
+    with pytest.raises(ConversionError) as e:
+        convert_to(tmp_path / "out", qwen2_base, qwen2_heads, tp_size=4)
+    assert "tp-attention-heads" in str(e.value) and "nothing was written" in str(e.value)
+    assert not (tmp_path / "out").exists()
