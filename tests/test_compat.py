@@ -215,6 +215,7 @@ def test_check_cli_json_and_exit_codes(tmp_path, capsys):
 
 def test_convert_stops_on_errors_before_writing(tmp_path, qwen2_base, qwen2_heads):
     from conftest import convert_to
+
     from trtllm_medusa_ports.errors import ConversionError
 
     with pytest.raises(ConversionError) as e:

@@ -121,7 +121,8 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
         return out
     try:
         head_size = adapter.head_size(hf)
-        heads = hf.require("num_attention_heads")
+        heads = adapter.num_heads(hf)
+        kv = adapter.num_kv_heads(hf)
     except PortError as exc:
         out.append(Finding("invalid-config", ERROR, exc.what, exc.fix or "fix config.json"))
         return out
@@ -147,7 +148,6 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 "validate on GPU with scripts/validate_on_gpu.sh",
             )
         )
-    kv = hf.get("num_key_value_heads") or heads
     if heads % kv:
         out.append(
             Finding(
@@ -233,6 +233,19 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 f"model exactly while sequences stay within {window} tokens",
             )
         )
+    act = hf.get("hidden_act") or hf.get("activation") or ("gelu" if hf.model_type == "mpt" else None)
+    if act == "gelu":
+        out.append(
+            Finding(
+                "gelu-approximation",
+                WARNING,
+                "this base uses the exact (erf) GELU; TensorRT-LLM's gelu is the tanh approximation "
+                "(tensorrt_llm/functional.py), so the engine's logits differ slightly from transformers' "
+                "with or without Medusa",
+                "nothing to convert differently; `verify` compares against transformers with the same "
+                "approximation and reports the size of the effect",
+            )
+        )
     softcap = hf.get("attn_logit_softcapping")
     if softcap:
         out.append(
@@ -271,7 +284,7 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
 
 def check_heads(hf: HFConfig, heads: MedusaHeads, num_medusa_heads: int | None = None, dtype: str | None = None) -> list[Finding]:
     out: list[Finding] = []
-    hidden = hf.get("hidden_size")
+    hidden = hf.get("hidden_size", hf.get("d_model", hf.get("n_embd")))
     vocab = hf.get("vocab_size")
     if hidden is not None and heads.hidden_size != hidden:
         out.append(
@@ -359,6 +372,19 @@ def check_tree(spec: str, num_heads: int | None, max_draft_len: int | None) -> l
     return out
 
 
+def _shape(hf: HFConfig, adapter: ArchAdapter | None) -> tuple[int, int, int, int, int]:
+    """(heads, kv heads, intermediate, hidden, layers); zeros where unknown."""
+    if adapter is not None:
+        try:
+            return (adapter.num_heads(hf), adapter.num_kv_heads(hf), adapter.intermediate_size(hf),
+                    adapter.hidden_size(hf), adapter.num_hf_layers(hf))
+        except PortError:
+            pass
+    nh = hf.get("num_attention_heads") or 0
+    return (nh, hf.get("num_key_value_heads") or nh, hf.get("intermediate_size") or 0,
+            hf.get("hidden_size") or 0, hf.get("num_hidden_layers") or 0)
+
+
 def check_parallel(
     hf: HFConfig,
     adapter: ArchAdapter | None,
@@ -371,11 +397,7 @@ def check_parallel(
     out: list[Finding] = []
     if tp_size < 1 or pp_size < 1:
         return [Finding("parallel-size", ERROR, f"tp_size {tp_size} / pp_size {pp_size} must be >= 1", "use positive sizes")]
-    nh = hf.get("num_attention_heads") or 0
-    kv = hf.get("num_key_value_heads") or nh
-    inter = hf.get("intermediate_size") or hf.get("ffn_hidden_size") or 0
-    hidden = hf.get("hidden_size") or 0
-    layers = hf.get("num_hidden_layers") or hf.get("n_layer") or 0
+    nh, kv, inter, hidden, layers = _shape(hf, adapter)
     vocab = hf.get("vocab_size") or 0
     if nh and nh % tp_size:
         out.append(Finding("tp-attention-heads", ERROR, f"num_attention_heads {nh} is not divisible by tp_size {tp_size}",

@@ -99,8 +99,28 @@ class HFConfig:
         params = self.data.get("rope_parameters")
         if isinstance(params, dict) and "rope_theta" in params:
             return float(params["rope_theta"])
-        v = self.data.get("rope_theta")
+        if isinstance(params, dict) and isinstance(params.get("full_attention"), dict):
+            return float(params["full_attention"].get("rope_theta", 10000.0))
+        v = self.data.get("rope_theta", self.data.get("rotary_emb_base"))  # GPT-NeoX's old name
         return float(v) if v is not None else 10000.0
+
+    @property
+    def partial_rotary_factor(self) -> float:
+        """Fraction of each head that RoPE rotates (Phi-2, GPT-NeoX, Phi-3.5-MoE ...)."""
+        params = self.data.get("rope_parameters")
+        if isinstance(params, dict) and "partial_rotary_factor" in params:
+            return float(params["partial_rotary_factor"])
+        for key in ("partial_rotary_factor", "rotary_pct"):
+            if self.data.get(key) is not None:
+                return float(self.data[key])
+        return 1.0
+
+    def rope_theta_for(self, layer_type: str, default: float) -> float:
+        """Per-layer-type RoPE base (transformers 5 nests rope_parameters by layer type: Gemma3)."""
+        params = self.data.get("rope_parameters")
+        if isinstance(params, dict) and isinstance(params.get(layer_type), dict):
+            return float(params[layer_type].get("rope_theta", default))
+        return default
 
     @property
     def rope_scaling(self) -> dict | None:
@@ -112,6 +132,9 @@ class HFConfig:
                 raw = {k: v for k, v in params.items() if k != "rope_theta"}
         if not raw:
             return None
+        if all(isinstance(v, dict) for v in raw.values()):  # per layer type (Gemma3): the global one
+            raw = raw.get("full_attention") or {}
+        raw = {k: v for k, v in raw.items() if k not in ("rope_theta", "partial_rotary_factor")}
         raw = dict(raw)
         kind = raw.get("rope_type", raw.get("type"))
         if kind in (None, "default"):

@@ -22,6 +22,7 @@ class Split(enum.Enum):
     QKV = "qkv"  # q, k, v each split by heads (KV heads replicated if < tp), then [q;k;v]
     VOCAB = "vocab"  # lm_head: rows padded to a multiple of tp, then dim 0
     EMBEDDING = "embedding"  # vocab_embedding: replicated, or split per embedding_sharding_dim
+    COLUMN_PAIR = "column_pair"  # two stacked column-parallel halves (fused swiglu fc): each split, re-stacked
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,9 @@ def shard(
         return tensor
     if rule is Split.COLUMN:
         return split(tensor, tp_size, tp_rank, 0)
+    if rule is Split.COLUMN_PAIR:
+        a, b = tensor.chunk(2, dim=0)
+        return torch.cat([split(a, tp_size, tp_rank, 0), split(b, tp_size, tp_rank, 0)], dim=0)
     if rule is Split.ROW:
         return split(tensor, tp_size, tp_rank, tensor.dim() - 1)
     if rule is Split.VOCAB:

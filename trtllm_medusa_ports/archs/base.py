@@ -59,6 +59,61 @@ def qkv_rule(name: str, q: str, k: str, v: str) -> WeightRule:
     return WeightRule(name, (q, k, v), Split.QKV, _as_qkv)
 
 
+# -- fused qkv layouts: each returns a combine that yields (q, k, v) -------------------------
+def fused_qkv(num_heads: int, num_kv: int, head_size: int) -> Combine:
+    """``[q; k; v]`` stacked rows (Phi-3 ``qkv_proj``, MPT ``Wqkv``)."""
+
+    def combine(ts: list[torch.Tensor]):
+        t = ts[0]
+        q, k = num_heads * head_size, num_kv * head_size
+        return t[:q], t[q : q + k], t[q + k : q + 2 * k]
+
+    return combine
+
+
+def per_head_interleaved_qkv(num_heads: int, head_size: int) -> Combine:
+    """Rows ordered ``(heads, 3, head_size)`` (GPT-NeoX, Bloom ``query_key_value``).
+
+    TensorRT-LLM wants ``(3, heads * head_size)`` before the TP split
+    (examples/models/contrib/{gptneox,bloom}/convert_checkpoint.py).
+    """
+
+    def combine(ts: list[torch.Tensor]):
+        t = ts[0]
+        rest = tuple(t.shape[1:])
+        v = t.reshape((num_heads, 3, head_size) + rest)
+        return tuple(v[:, i].reshape((num_heads * head_size,) + rest) for i in range(3))
+
+    return combine
+
+
+def grouped_qkv(num_heads: int, num_kv: int, head_size: int) -> Combine:
+    """Rows ordered ``(kv_heads, heads/kv_heads + 2, head_size)``: each group's queries, then its k, v.
+
+    Falcon's ``query_key_value`` in all three variants (multi-head: groups of one,
+    multi-query: one group, new decoder architecture: grouped-query);
+    tensorrt_llm/models/falcon/convert.py reorders the same way.
+    """
+
+    def combine(ts: list[torch.Tensor]):
+        t = ts[0]
+        rest = tuple(t.shape[1:])
+        per = num_heads // num_kv
+        g = t.reshape((num_kv, per + 2, head_size) + rest)
+        q = g[:, :per].reshape((num_heads * head_size,) + rest)
+        k = g[:, per].reshape((num_kv * head_size,) + rest)
+        v = g[:, per + 1].reshape((num_kv * head_size,) + rest)
+        return q, k, v
+
+    return combine
+
+
+def plus_one(ts: list[torch.Tensor]) -> torch.Tensor:
+    """Gemma's RMSNorm computes ``x * (1 + w)``; TensorRT-LLM's multiplies by the stored
+    weight, so its converter stores ``w + 1`` (tensorrt_llm/models/gemma/convert.py)."""
+    return ts[0] + 1.0
+
+
 @dataclass(frozen=True)
 class Semantics:
     """How the network computes, as the reference executor and engine adapters need it.
@@ -83,6 +138,13 @@ class Semantics:
     final_logit_softcapping: float | None = None
     qk_norm: bool = False
     post_attention_norm_after: bool = False  # Gemma2/3: norm on the attention output too
+    mlp_norm: str = "post_layernorm"  # name of the norm in front of the MLP (GPT-NeoX: post_attention_layernorm)
+    local_rotary_base: float | None = None  # Gemma3: local (sliding) layers use another RoPE base
+    sliding_window_pattern: int = 0  # Gemma3: layer i is local unless (i + 1) % pattern == 0
+    sliding_window: int | None = None  # window of local layers (the executor refuses longer sequences)
+    alibi_bias_max: float = 8.0
+    alibi_style: str = "bloom"  # "bloom" | "mpt": slopes for head counts that are not powers of two
+    clip_qkv: float | None = None  # MPT
 
 
 class ArchAdapter:
@@ -105,12 +167,21 @@ class ArchAdapter:
     ignored_hf_tensors: ClassVar[tuple[str, ...]] = (r".*rotary_emb\.inv_freq", r"medusa_head\..*")
 
     # -- config ---------------------------------------------------------------------------
+    def hidden_size(self, hf: HFConfig) -> int:
+        return int(hf.require("hidden_size", int, "n_embd", "d_model"))
+
+    def num_heads(self, hf: HFConfig) -> int:
+        return int(hf.require("num_attention_heads", int, "n_head", "n_heads"))
+
+    def num_kv_heads(self, hf: HFConfig) -> int:
+        return int(hf.get("num_key_value_heads") or self.num_heads(hf))
+
     def head_size(self, hf: HFConfig) -> int:
         explicit = hf.get("head_dim")
         if isinstance(explicit, int) and explicit > 0:
             return explicit
-        hidden = hf.require("hidden_size")
-        heads = hf.require("num_attention_heads")
+        hidden = self.hidden_size(hf)
+        heads = self.num_heads(hf)
         if hidden % heads:
             raise ModelError(
                 f"hidden_size {hidden} is not a multiple of num_attention_heads {heads} and no head_dim is given",
@@ -121,14 +192,13 @@ class ArchAdapter:
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         """The family's fields of TensorRT-LLM's config.json (no Medusa, dtype or mapping keys)."""
-        heads = hf.require("num_attention_heads")
         return {
-            "num_hidden_layers": hf.require("num_hidden_layers"),
-            "num_attention_heads": heads,
-            "num_key_value_heads": hf.get("num_key_value_heads") or heads,
-            "hidden_size": hf.require("hidden_size"),
+            "num_hidden_layers": self.num_hf_layers(hf),
+            "num_attention_heads": self.num_heads(hf),
+            "num_key_value_heads": self.num_kv_heads(hf),
+            "hidden_size": self.hidden_size(hf),
             "head_size": self.head_size(hf),
-            "intermediate_size": hf.require("intermediate_size"),
+            "intermediate_size": self.intermediate_size(hf),
             "vocab_size": hf.require("vocab_size"),
             "max_position_embeddings": hf.get("max_position_embeddings") or 2048,
             "hidden_act": hf.get("hidden_act", "silu"),
@@ -138,6 +208,9 @@ class ArchAdapter:
             "rotary_scaling": hf.rope_scaling,
             "model_type": self.family,
         }
+
+    def intermediate_size(self, hf: HFConfig) -> int:
+        return int(hf.require("intermediate_size"))
 
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return bool(hf.get("tie_word_embeddings", False))
@@ -156,19 +229,23 @@ class ArchAdapter:
         raise NotImplementedError
 
     def num_hf_layers(self, hf: HFConfig) -> int:
-        return int(hf.require("num_hidden_layers"))
+        return int(hf.require("num_hidden_layers", int, "n_layer", "n_layers"))
 
     # -- semantics ------------------------------------------------------------------------
     def semantics(self, cfg: dict) -> Semantics:
+        """Llama semantics read from the TensorRT-LLM config; families ``replace`` what differs."""
+        head = int(cfg.get("head_size") or cfg["hidden_size"] // cfg["num_attention_heads"])
+        pct = float(cfg.get("rotary_pct", 1.0) or 1.0)
         return Semantics(
             norm="rms",
             norm_epsilon=float(cfg.get("norm_epsilon", 1e-6)),
             mlp="gated",
             hidden_act=cfg.get("hidden_act", "silu"),
             position_embedding=cfg.get("position_embedding_type", self.position_embedding_kind),
-            rotary_dim=int(cfg.get("rotary_dim", 0) or 0),
+            rotary_dim=int(cfg.get("rotary_dim") or int(head * pct)),
             rotary_base=float(cfg.get("rotary_base", 10000.0)),
             rotary_scaling=cfg.get("rotary_scaling"),
+            sliding_window=cfg.get("sliding_window"),
         )
 
     # -- naming ---------------------------------------------------------------------------

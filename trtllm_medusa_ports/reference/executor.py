@@ -36,11 +36,19 @@ from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.sharding import kv_heads_per_rank, pp_layers
 from trtllm_medusa_ports.tree import unpack_mask
 
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+#: TensorRT-LLM's activations. Every GELU name is the tanh approximation there
+#: (tensorrt_llm/functional.py ``gelu``: 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))),
+#: including plain "gelu", which Hugging Face computes exactly (erf).
 _ACTS = {
     "silu": F.silu,
     "swiglu": F.silu,
-    "gelu": lambda x: F.gelu(x),
-    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": _gelu_tanh,
+    "gelu_new": _gelu_tanh,
     "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
@@ -116,10 +124,19 @@ class ReferenceModel:
         self.heads_local = self.num_heads // self.tp
         self.kv_local = kv_heads_per_rank(self.num_kv, self.tp)
         self._cache: dict[tuple[int, str], torch.Tensor] = {}
+        if self.sem.position_embedding not in ("rope_gpt_neox", "rope_gptj", "alibi"):
+            raise CheckpointError(
+                f"position_embedding_type {self.sem.position_embedding!r} is not implemented by the "
+                "reference executor (it runs rope_gpt_neox, rope_gptj and alibi)",
+                where=str(ckpt.path / "config.json"),
+                fix="verification of this variant needs a GPU run (scripts/validate_on_gpu.sh)",
+            )
         rot = self.sem.rotary_dim or self.head_size
         self.rotary_dim = rot
         if self.sem.position_embedding.startswith("rope"):
             self.inv_freq = rope_inv_freq(rot, self.sem.rotary_base, self.sem.rotary_scaling)
+            if self.sem.local_rotary_base is not None:
+                self.local_inv_freq = rope_inv_freq(rot, self.sem.local_rotary_base, None)
         self.act = activation(self.sem.hidden_act)
         self.medusa_act = activation(cfg.get("medusa_hidden_act", "silu"))
         self.num_medusa_heads = int(cfg.get("num_medusa_heads", 0))
@@ -186,10 +203,15 @@ class ReferenceModel:
             x = self.norm(x, ranks[0], "transformer.ln_embed")
         return x
 
-    def rope(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def is_local_layer(self, layer: int) -> bool:
+        p = self.sem.sliding_window_pattern
+        return bool(p) and bool((layer + 1) % p)
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor, layer: int = 0) -> torch.Tensor:
         """Rotate the first ``rotary_dim`` features of ``x`` ``[heads, T, D]`` at ``positions``."""
         rot = self.rotary_dim
-        ang = positions.double()[:, None] * self.inv_freq[None, :]  # [T, rot/2]
+        inv = self.local_inv_freq if self.sem.local_rotary_base is not None and self.is_local_layer(layer) else self.inv_freq
+        ang = positions.double()[:, None] * inv[None, :]  # [T, rot/2]
         cos, sin = ang.cos().float(), ang.sin().float()
         xr, xp = x[..., :rot], x[..., rot:]
         if self.sem.position_embedding == "rope_gptj":
@@ -202,7 +224,15 @@ class ReferenceModel:
         return torch.cat([out, xp], dim=-1)
 
     def alibi_slopes(self) -> torch.Tensor:
-        n = self.num_heads
+        """Per-head ALiBi slopes (HF BloomModel ``build_alibi_tensor`` / MPT ``gen_slopes``)."""
+        n, bmax = self.num_heads, self.sem.alibi_bias_max
+        if self.sem.alibi_style == "mpt":
+            padded = 2 ** math.ceil(math.log2(n))
+            m = torch.arange(1, padded + 1, dtype=torch.float64) * (bmax / padded)
+            slopes = 1.0 / torch.pow(2.0, m)
+            if padded != n:
+                slopes = torch.cat([slopes[1::2], slopes[::2]])[:n]
+            return slopes.float()
         closest = 2 ** math.floor(math.log2(n))
         base = 2.0 ** (-(2.0 ** -(math.log2(closest) - 3)))
         slopes = [base ** (i + 1) for i in range(closest)]
@@ -212,7 +242,7 @@ class ReferenceModel:
         return torch.tensor(slopes)
 
     def attention(self, x: torch.Tensor, stage: int, local: int, layer: LayerCache, positions: torch.Tensor,
-                  all_positions: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+                  all_positions: torch.Tensor, visible: torch.Tensor, global_layer: int = 0) -> torch.Tensor:
         """One layer's attention over the ranks of ``stage``; ``visible`` is ``[T, S]`` bool."""
         hs, hl, kl = self.head_size, self.heads_local, self.kv_local
         prefix = f"transformer.layers.{local}.attention."
@@ -223,6 +253,8 @@ class ReferenceModel:
             if self.has(r, prefix + "qkv.bias"):
                 qkv = qkv + self.t(r, prefix + "qkv.bias")
             T = x.shape[0]
+            if self.sem.clip_qkv:
+                qkv = qkv.clamp(-self.sem.clip_qkv, self.sem.clip_qkv)
             q = qkv[:, : hl * hs].reshape(T, hl, hs).transpose(0, 1)
             k = qkv[:, hl * hs : (hl + kl) * hs].reshape(T, kl, hs).transpose(0, 1)
             v = qkv[:, (hl + kl) * hs :].reshape(T, kl, hs).transpose(0, 1)
@@ -230,8 +262,8 @@ class ReferenceModel:
                 q = self.norm(q, r, prefix + "q_layernorm")
                 k = self.norm(k, r, prefix + "k_layernorm")
             if self.sem.position_embedding.startswith("rope"):
-                q = self.rope(q, positions)
-                k = self.rope(k, positions)
+                q = self.rope(q, positions, global_layer)
+                k = self.rope(k, positions, global_layer)
             layer.k[tp_rank] = torch.cat([layer.k[tp_rank], k], dim=1)
             layer.v[tp_rank] = torch.cat([layer.v[tp_rank], v], dim=1)
             kk = layer.k[tp_rank].repeat_interleave(hl // kl, dim=0)
@@ -277,18 +309,14 @@ class ReferenceModel:
             out = out + self.t(ranks[0], prefix + "proj.bias")
         return out
 
-    def decoder_layer(self, x, stage, local, layer_cache, positions, all_positions, visible):
+    def decoder_layer(self, x, stage, local, layer_cache, positions, all_positions, visible, global_layer):
         r0 = self.stage_ranks(stage)[0]
         p = f"transformer.layers.{local}."
         sem = self.sem
         h = self.norm(x, r0, p + "input_layernorm")
-        attn = self.attention(h, stage, local, layer_cache, positions, all_positions, visible)
+        attn = self.attention(h, stage, local, layer_cache, positions, all_positions, visible, global_layer)
         if sem.parallel_residual:
-            if sem.shared_input_norm:
-                m_in = h
-            else:
-                name = "mlp_layernorm" if self.has(r0, p + "mlp_layernorm.weight") else "post_layernorm"
-                m_in = self.norm(x, r0, p + name)
+            m_in = h if sem.shared_input_norm else self.norm(x, r0, p + sem.mlp_norm)
             return x + attn + self.mlp(m_in, stage, local)
         if sem.post_attention_norm_after:  # Gemma2/3 sandwich norms
             attn = self.norm(attn, r0, p + "post_layernorm")
@@ -296,7 +324,7 @@ class ReferenceModel:
             m = self.mlp(self.norm(x, r0, p + "pre_feedforward_layernorm"), stage, local)
             return x + self.norm(m, r0, p + "post_feedforward_layernorm")
         x = x + attn
-        return x + self.mlp(self.norm(x, r0, p + "post_layernorm"), stage, local)
+        return x + self.mlp(self.norm(x, r0, p + sem.mlp_norm), stage, local)
 
     # -- model -------------------------------------------------------------------------
     def new_cache(self) -> KVCache:
@@ -337,6 +365,14 @@ class ReferenceModel:
             positions = past + offsets
             tree_visible = unpack_mask(spec_decoding_packed_mask, T)
         all_positions = torch.cat([cache.positions, positions])
+        window = self.sem.sliding_window
+        if window and int(all_positions.max()) + 1 > window:
+            raise CheckpointError(
+                f"the sequence reaches {int(all_positions.max()) + 1} tokens, beyond the sliding window "
+                f"of {window}; the reference executor does not implement windowed attention",
+                where=str(self.ckpt.path),
+                fix=f"verify with prompts + new tokens <= {window}",
+            )
         visible = torch.cat([torch.ones(T, past, dtype=torch.bool), tree_visible], dim=1)
         x = self.embed(tokens)
         if record is not None:
@@ -344,7 +380,8 @@ class ReferenceModel:
         global_layer = 0
         for stage in range(self.pp):
             for local, _ in enumerate(pp_layers(self.num_layers, self.pp, stage)):
-                x = self.decoder_layer(x, stage, local, cache.layers[global_layer], positions, all_positions, visible)
+                x = self.decoder_layer(x, stage, local, cache.layers[global_layer], positions, all_positions,
+                                       visible, global_layer)
                 global_layer += 1
                 if record is not None:
                     record.append(x.clone())
@@ -356,8 +393,12 @@ class ReferenceModel:
         return self.logits(hidden), hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        w = self._gather(self.pp - 1, "lm_head.weight")
-        out = (hidden @ w.T)[..., : self.vocab]
+        stage = self.pp - 1
+        w = self._gather(stage, "lm_head.weight")
+        out = hidden @ w.T
+        if self.has(self.stage_ranks(stage)[0], "lm_head.bias"):  # Phi-2
+            out = out + self._gather(stage, "lm_head.bias")
+        out = out[..., : self.vocab]
         if self.sem.final_logit_softcapping:
             cap = self.sem.final_logit_softcapping
             out = torch.tanh(out / cap) * cap

@@ -1,0 +1,89 @@
+"""Bloom: TensorRT-LLM ``BloomForCausalLM`` (tensorrt_llm/models/bloom/), ALiBi.
+
+The weight mapping exists so that users see what a port needs, and the reference
+executes it with tree ALiBi computed from tree *depth* (position = past + depth),
+not from the slot index - but TensorRT-LLM cannot serve it with Medusa (XQA has no
+ALiBi): ``check`` rejects it (``alibi-position-embedding``) and ``convert`` writes it
+only with ``--allow_unsupported``.
+
+Mapping (examples/models/contrib/bloom/convert_checkpoint.py): ``query_key_value``
+rows interleaved per head ``(heads, 3, head_dim)`` -> ``(3, heads*head_dim)``
+before the split; ``word_embeddings_layernorm`` -> ``transformer.ln_embed``;
+LayerNorms with bias; plain GELU MLP; lm_head = the word embeddings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trtllm_medusa_ports.archs.base import (
+    ArchAdapter,
+    Semantics,
+    WeightRule,
+    per_head_interleaved_qkv,
+    register,
+)
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+_L = "transformer.h.{i}."
+
+
+def _ln(trt: str, src: str) -> list[WeightRule]:
+    return [WeightRule(f"{trt}.weight", (f"{src}.weight",)), WeightRule(f"{trt}.bias", (f"{src}.bias",))]
+
+
+@register
+class BloomAdapter(ArchAdapter):
+    hf_architectures = ("BloomForCausalLM",)
+    family = "bloom"
+    model_types = ("bloom",)
+    trtllm_base_class = "BloomForCausalLM"
+    position_embedding_kind = "alibi"
+
+    def intermediate_size(self, hf: HFConfig) -> int:
+        return 4 * self.hidden_size(hf)
+
+    def tied_embeddings(self, hf: HFConfig) -> bool:
+        return True
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg.update({"norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)), "hidden_act": "gelu"})
+        for k in ("rotary_base", "rotary_scaling"):
+            cfg.pop(k, None)
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        split_qkv = per_head_interleaved_qkv(self.num_heads(hf), self.head_size(hf))
+        a = _L + "self_attention."
+        return [
+            *_ln("input_layernorm", _L + "input_layernorm"),
+            WeightRule("attention.qkv.weight", (a + "query_key_value.weight",), Split.QKV, split_qkv),
+            WeightRule("attention.qkv.bias", (a + "query_key_value.bias",), Split.QKV, split_qkv),
+            WeightRule("attention.dense.weight", (a + "dense.weight",), Split.ROW),
+            WeightRule("attention.dense.bias", (a + "dense.bias",)),
+            *_ln("post_layernorm", _L + "post_attention_layernorm"),
+            WeightRule("mlp.fc.weight", (_L + "mlp.dense_h_to_4h.weight",), Split.COLUMN),
+            WeightRule("mlp.fc.bias", (_L + "mlp.dense_h_to_4h.bias",), Split.COLUMN),
+            WeightRule("mlp.proj.weight", (_L + "mlp.dense_4h_to_h.weight",), Split.ROW),
+            WeightRule("mlp.proj.bias", (_L + "mlp.dense_4h_to_h.bias",)),
+        ]
+
+    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return [
+            WeightRule("transformer.vocab_embedding.weight", ("transformer.word_embeddings.weight",), Split.EMBEDDING),
+            *_ln("transformer.ln_embed", "transformer.word_embeddings_layernorm"),
+        ]
+
+    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return [
+            *_ln("transformer.ln_f", "transformer.ln_f"),
+            WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB,
+                       alternatives=(("transformer.word_embeddings.weight",),)),
+        ]
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(
+            super().semantics(cfg), norm="layer", mlp="plain", position_embedding="alibi", has_embedding_norm=True
+        )

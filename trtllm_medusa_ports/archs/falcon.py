@@ -1,0 +1,116 @@
+"""Falcon with RoPE (7B multi-query, 40B/180B ``new_decoder_architecture``):
+TensorRT-LLM ``FalconForCausalLM`` (tensorrt_llm/models/falcon/).
+
+LayerNorm; one fused ``query_key_value`` grouped per KV head
+``(kv_heads, heads/kv_heads + 2, head_dim)`` (covers MHA, MQA and GQA); plain GELU
+MLP of ``ffn_hidden_size`` (default 4 x hidden); attention and MLP in parallel
+(``parallel_attn``: one shared norm; new architecture: ``ln_attn`` / ``ln_mlp``,
+which TensorRT-LLM calls ``input_layernorm`` / ``mlp_layernorm``); biases only
+when ``bias``. ALiBi variants (``alibi: true``) are converted only with
+``--allow_unsupported`` and are not executed by the reference.
+Upstream's Falcon layers do not pass ``spec_decoding_params`` to attention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, WeightRule, grouped_qkv, register
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+_L = "transformer.h.{i}."
+
+
+@register
+class FalconAdapter(ArchAdapter):
+    hf_architectures = ("FalconForCausalLM", "RWForCausalLM")
+    family = "falcon"
+    model_types = ("falcon", "RefinedWeb", "RefinedWebModel")
+    trtllm_base_class = "FalconForCausalLM"
+
+    def num_kv_heads(self, hf: HFConfig) -> int:
+        if hf.get("new_decoder_architecture"):
+            return int(hf.get("num_kv_heads") or self.num_heads(hf))
+        return 1 if hf.get("multi_query", True) else self.num_heads(hf)
+
+    def intermediate_size(self, hf: HFConfig) -> int:
+        return int(hf.get("ffn_hidden_size") or 4 * self.hidden_size(hf))
+
+    def tied_embeddings(self, hf: HFConfig) -> bool:
+        return bool(hf.get("tie_word_embeddings", True))
+
+    def two_norms(self, hf: HFConfig) -> bool:
+        if not hf.get("new_decoder_architecture"):
+            return False
+        return (hf.get("num_ln_in_parallel_attn") or 2) == 2
+
+    def parallel(self, hf: HFConfig) -> bool:
+        return bool(hf.get("new_decoder_architecture") or hf.get("parallel_attn", True))
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg.update(
+            {
+                "norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)),
+                "hidden_act": "gelu",
+                "bias": bool(hf.get("bias", False)),
+                "parallel_attention": self.parallel(hf),
+                "new_decoder_architecture": bool(hf.get("new_decoder_architecture", False)),
+                "num_ln_in_parallel_attn": 2 if self.two_norms(hf) else 1,
+                "position_embedding_type": "alibi_with_scale" if hf.get("alibi") else "rope_gpt_neox",
+            }
+        )
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        split_qkv = grouped_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf))
+        a = _L + "self_attention."
+        bias = bool(hf.get("bias", False))
+        rules = [
+            WeightRule("attention.qkv.weight", (a + "query_key_value.weight",), Split.QKV, split_qkv),
+            WeightRule("attention.dense.weight", (a + "dense.weight",), Split.ROW),
+            WeightRule("mlp.fc.weight", (_L + "mlp.dense_h_to_4h.weight",), Split.COLUMN),
+            WeightRule("mlp.proj.weight", (_L + "mlp.dense_4h_to_h.weight",), Split.ROW),
+        ]
+        if bias:
+            rules += [
+                WeightRule("attention.qkv.bias", (a + "query_key_value.bias",), Split.QKV, split_qkv),
+                WeightRule("attention.dense.bias", (a + "dense.bias",)),
+                WeightRule("mlp.fc.bias", (_L + "mlp.dense_h_to_4h.bias",), Split.COLUMN),
+                WeightRule("mlp.proj.bias", (_L + "mlp.dense_4h_to_h.bias",)),
+            ]
+        if self.two_norms(hf):
+            norms = [("input_layernorm", "ln_attn"), ("mlp_layernorm", "ln_mlp")]
+        else:
+            norms = [("input_layernorm", "input_layernorm")]
+            if not self.parallel(hf):
+                norms.append(("post_layernorm", "post_attention_layernorm"))
+        for trt, src in norms:
+            rules += [WeightRule(f"{trt}.weight", (f"{_L}{src}.weight",)),
+                      WeightRule(f"{trt}.bias", (f"{_L}{src}.bias",))]
+        return rules
+
+    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return [WeightRule("transformer.vocab_embedding.weight", ("transformer.word_embeddings.weight",),
+                           Split.EMBEDDING)]
+
+    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return [
+            WeightRule("transformer.ln_f.weight", ("transformer.ln_f.weight",)),
+            WeightRule("transformer.ln_f.bias", ("transformer.ln_f.bias",)),
+            WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB,
+                       alternatives=(("transformer.word_embeddings.weight",),)),
+        ]
+
+    def semantics(self, cfg: dict) -> Semantics:
+        parallel = bool(cfg.get("parallel_attention", True))
+        two = int(cfg.get("num_ln_in_parallel_attn", 1)) == 2
+        return dataclasses.replace(
+            super().semantics(cfg),
+            norm="layer",
+            mlp="plain",
+            parallel_residual=parallel,
+            shared_input_norm=parallel and not two,
+            mlp_norm="mlp_layernorm" if two else "post_layernorm",
+        )

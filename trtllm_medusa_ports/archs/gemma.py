@@ -1,0 +1,131 @@
+"""Gemma, Gemma2, Gemma3 (text): TensorRT-LLM ``GemmaForCausalLM`` (tensorrt_llm/models/gemma/).
+
+Llama, except (facts from tensorrt_llm/models/gemma/{config,convert,model}.py):
+- RMSNorm computes ``x * (1 + w)``: the converter stores ``w + 1`` for every norm
+  (q/k norms included), TensorRT-LLM multiplies by the stored weight;
+- the embedding is scaled by ``sqrt(hidden_size)`` at run time (stored unscaled);
+- GELU (tanh) gated MLP, head_dim given explicitly (256 on 7B), tied lm_head;
+- Gemma2: sandwich norms (``post_layernorm`` on the attention output, then
+  ``pre_feedforward_layernorm`` / ``post_feedforward_layernorm``), attention scale
+  ``query_pre_attn_scalar ** -0.5``, attention and final logit soft-capping,
+  sliding/global layers;
+- Gemma3: Gemma2 without attention soft-capping, plus q/k RMSNorms and a separate
+  RoPE base for local layers (``rope_local_base_freq``; layer i is local unless
+  ``(i + 1) % _sliding_window_pattern == 0``).
+Upstream's Gemma layers do not pass ``spec_decoding_params`` to attention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from trtllm_medusa_ports.archs.base import Semantics, WeightRule, plus_one, register
+from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+_L = "model.layers.{i}."
+
+
+@register
+class GemmaAdapter(LlamaAdapter):
+    hf_architectures = ("GemmaForCausalLM",)
+    family = "gemma"
+    model_types = ("gemma",)
+    trtllm_base_class = "GemmaForCausalLM"
+    upstream_medusa_base = False
+    upstream_spec_decoding_plumbing = False
+
+    def attn_bias(self, hf: HFConfig) -> bool:
+        return bool(hf.get("attention_bias", False))
+
+    def tied_embeddings(self, hf: HFConfig) -> bool:
+        return bool(hf.get("tie_word_embeddings", True))
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg["hidden_act"] = "gelu"  # tanh GELU: TensorRT-LLM's "gelu" is the tanh approximation
+        cfg["inter_layernorms"] = False
+        return cfg
+
+    def norm_rule(self, name: str, source: str) -> WeightRule:
+        return WeightRule(name, (source,), Split.REPLICATE, plus_one)
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        rules = [r for r in super().layer_rules(hf) if not r.name.endswith("layernorm.weight")]
+        return rules + [
+            self.norm_rule("input_layernorm.weight", _L + "input_layernorm.weight"),
+            self.norm_rule("post_layernorm.weight", _L + "post_attention_layernorm.weight"),
+        ]
+
+    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
+        rules = [r for r in super().final_rules(hf) if r.name != "transformer.ln_f.weight"]
+        return [self.norm_rule("transformer.ln_f.weight", "model.norm.weight")] + rules
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(super().semantics(cfg), embedding_scale=math.sqrt(cfg["hidden_size"]))
+
+
+@register
+class Gemma2Adapter(GemmaAdapter):
+    hf_architectures = ("Gemma2ForCausalLM",)
+    family = "gemma2"
+    model_types = ("gemma2",)
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg["inter_layernorms"] = True
+        cfg["query_pre_attn_scalar"] = hf.get("query_pre_attn_scalar") or cfg["head_size"]
+        cfg["final_logit_softcapping"] = hf.get("final_logit_softcapping")
+        cfg["attn_logit_softcapping"] = hf.get("attn_logit_softcapping")
+        if hf.get("sliding_window"):
+            cfg["sliding_window"] = int(hf.get("sliding_window"))
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return super().layer_rules(hf) + [
+            self.norm_rule("pre_feedforward_layernorm.weight", _L + "pre_feedforward_layernorm.weight"),
+            self.norm_rule("post_feedforward_layernorm.weight", _L + "post_feedforward_layernorm.weight"),
+        ]
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(
+            super().semantics(cfg),
+            post_attention_norm_after=True,
+            attention_scale=float(cfg["query_pre_attn_scalar"]) ** -0.5,
+            attn_logit_softcapping=cfg.get("attn_logit_softcapping"),
+            final_logit_softcapping=cfg.get("final_logit_softcapping"),
+        )
+
+
+@register
+class Gemma3Adapter(Gemma2Adapter):
+    hf_architectures = ("Gemma3ForCausalLM",)
+    family = "gemma3"
+    model_types = ("gemma3_text", "gemma3")
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg.pop("attn_logit_softcapping", None)
+        cfg["qk_layernorm"] = True
+        cfg["_sliding_window_pattern"] = int(hf.get("_sliding_window_pattern") or hf.get("sliding_window_pattern") or 6)
+        local = hf.rope_theta_for("sliding_attention", float(hf.get("rope_local_base_freq") or 10000.0))
+        cfg["rope_local_base_freq"] = local
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        a = _L + "self_attn."
+        return super().layer_rules(hf) + [
+            self.norm_rule("attention.q_layernorm.weight", a + "q_norm.weight"),
+            self.norm_rule("attention.k_layernorm.weight", a + "k_norm.weight"),
+        ]
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(
+            super().semantics(cfg),
+            attn_logit_softcapping=None,
+            qk_norm=True,
+            local_rotary_base=float(cfg["rope_local_base_freq"]),
+            sliding_window_pattern=int(cfg["_sliding_window_pattern"]),
+        )

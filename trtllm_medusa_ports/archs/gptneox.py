@@ -1,0 +1,84 @@
+"""GPT-NeoX / Pythia: TensorRT-LLM ``GPTNeoXForCausalLM`` (tensorrt_llm/models/gptneox/).
+
+LayerNorm with bias; ``query_key_value`` rows are interleaved per head
+``(heads, 3, head_dim)`` and must become ``(3, heads*head_dim)`` before the split
+(examples/models/contrib/gptneox/convert_checkpoint.py); partial rotary
+(``rotary_pct``, 0.25) with base ``rotary_emb_base``; parallel residual
+``x + attn(ln1(x)) + mlp(ln2(x))`` when ``use_parallel_residual``; the MLP norm is
+named ``post_attention_layernorm`` in the TensorRT-LLM checkpoint; ``embed_out`` is
+the lm_head. HF's "gelu" is exact (erf); TensorRT-LLM computes the tanh form.
+Upstream's GPT-NeoX layers do not pass ``spec_decoding_params`` to attention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trtllm_medusa_ports.archs.base import (
+    ArchAdapter,
+    Semantics,
+    WeightRule,
+    per_head_interleaved_qkv,
+    register,
+)
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+_L = "gpt_neox.layers.{i}."
+
+
+@register
+class GPTNeoXAdapter(ArchAdapter):
+    hf_architectures = ("GPTNeoXForCausalLM",)
+    family = "gpt_neox"
+    model_types = ("gpt_neox", "gptneox")
+    trtllm_base_class = "GPTNeoXForCausalLM"
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg["norm_epsilon"] = float(hf.get("layer_norm_eps", 1e-5))
+        cfg["hidden_act"] = "gelu"
+        cfg["rotary_pct"] = hf.partial_rotary_factor
+        cfg["rotary_emb_base"] = hf.rope_theta  # the name GPTNeoXForCausalLM reads
+        cfg["use_parallel_residual"] = bool(hf.get("use_parallel_residual", True))
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        split_qkv = per_head_interleaved_qkv(hf.require("num_attention_heads"), self.head_size(hf))
+        a = _L + "attention."
+        return [
+            WeightRule("input_layernorm.weight", (_L + "input_layernorm.weight",)),
+            WeightRule("input_layernorm.bias", (_L + "input_layernorm.bias",)),
+            WeightRule("post_attention_layernorm.weight", (_L + "post_attention_layernorm.weight",)),
+            WeightRule("post_attention_layernorm.bias", (_L + "post_attention_layernorm.bias",)),
+            WeightRule("attention.qkv.weight", (a + "query_key_value.weight",), Split.QKV, split_qkv),
+            WeightRule("attention.qkv.bias", (a + "query_key_value.bias",), Split.QKV, split_qkv),
+            WeightRule("attention.dense.weight", (a + "dense.weight",), Split.ROW),
+            WeightRule("attention.dense.bias", (a + "dense.bias",)),
+            WeightRule("mlp.fc.weight", (_L + "mlp.dense_h_to_4h.weight",), Split.COLUMN),
+            WeightRule("mlp.fc.bias", (_L + "mlp.dense_h_to_4h.bias",), Split.COLUMN),
+            WeightRule("mlp.proj.weight", (_L + "mlp.dense_4h_to_h.weight",), Split.ROW),
+            WeightRule("mlp.proj.bias", (_L + "mlp.dense_4h_to_h.bias",)),
+        ]
+
+    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return [WeightRule("transformer.vocab_embedding.weight", ("gpt_neox.embed_in.weight",), Split.EMBEDDING)]
+
+    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
+        tied = (("gpt_neox.embed_in.weight",),) if self.tied_embeddings(hf) else ()
+        return [
+            WeightRule("transformer.ln_f.weight", ("gpt_neox.final_layer_norm.weight",)),
+            WeightRule("transformer.ln_f.bias", ("gpt_neox.final_layer_norm.bias",)),
+            WeightRule("lm_head.weight", ("embed_out.weight",), Split.VOCAB,
+                       alternatives=(("lm_head.weight",),) + tied),
+        ]
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(
+            super().semantics(cfg),
+            norm="layer",
+            mlp="plain",
+            rotary_base=float(cfg.get("rotary_emb_base", cfg.get("rotary_base", 10000.0))),
+            parallel_residual=bool(cfg.get("use_parallel_residual", True)),
+            mlp_norm="post_attention_layernorm",
+        )

@@ -1,0 +1,102 @@
+"""MPT: TensorRT-LLM ``MPTForCausalLM`` (tensorrt_llm/models/mpt/), ALiBi by default.
+
+Like Bloom, mapped and executed by the reference (tree ALiBi from depth, MPT's own
+slopes for head counts that are not powers of two, ``clip_qkv``), rejected by
+``check`` when ALiBi is on. Mapping (examples/models/contrib/mpt/convert_checkpoint.py):
+``Wqkv`` is ``[q; k; v]`` (``kv_n_heads`` for GQA), ``norm_1``/``norm_2``/``norm_f`` are
+LayerNorms without bias, ``ffn.up_proj``/``down_proj`` plain GELU MLP of
+``expansion_ratio`` x hidden, biases only without ``no_bias``, lm_head = ``wte``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, WeightRule, fused_qkv, register
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+_L = "transformer.blocks.{i}."
+
+
+@register
+class MPTAdapter(ArchAdapter):
+    hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
+    family = "mpt"
+    model_types = ("mpt",)
+    trtllm_base_class = "MPTForCausalLM"
+    position_embedding_kind = "alibi"
+
+    def attn_config(self, hf: HFConfig) -> dict:
+        return hf.get("attn_config") or {}
+
+    def num_kv_heads(self, hf: HFConfig) -> int:
+        return int(self.attn_config(hf).get("kv_n_heads") or self.num_heads(hf))
+
+    def intermediate_size(self, hf: HFConfig) -> int:
+        return int(hf.get("expansion_ratio", 4) * self.hidden_size(hf))
+
+    def tied_embeddings(self, hf: HFConfig) -> bool:
+        return True
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        attn = self.attn_config(hf)
+        cfg.update(
+            {
+                "norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)),
+                "hidden_act": "gelu",
+                "bias": not hf.get("no_bias", True),
+                "clip_qkv": attn.get("clip_qkv"),
+                "alibi_bias_max": attn.get("alibi_bias_max", 8),
+                "max_position_embeddings": hf.get("max_seq_len") or 2048,
+                "position_embedding_type": "alibi" if attn.get("alibi", True) else "learned_absolute",
+            }
+        )
+        for k in ("rotary_base", "rotary_scaling"):
+            cfg.pop(k, None)
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        qkv = fused_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf))
+        rules = [
+            WeightRule("input_layernorm.weight", (_L + "norm_1.weight",)),
+            WeightRule("attention.qkv.weight", (_L + "attn.Wqkv.weight",), Split.QKV, qkv),
+            WeightRule("attention.dense.weight", (_L + "attn.out_proj.weight",), Split.ROW),
+            WeightRule("post_layernorm.weight", (_L + "norm_2.weight",)),
+            WeightRule("mlp.fc.weight", (_L + "ffn.up_proj.weight",), Split.COLUMN),
+            WeightRule("mlp.proj.weight", (_L + "ffn.down_proj.weight",), Split.ROW),
+        ]
+        if not hf.get("no_bias", True):
+            rules += [
+                WeightRule("input_layernorm.bias", (_L + "norm_1.bias",)),
+                WeightRule("attention.qkv.bias", (_L + "attn.Wqkv.bias",), Split.QKV, qkv),
+                WeightRule("attention.dense.bias", (_L + "attn.out_proj.bias",)),
+                WeightRule("post_layernorm.bias", (_L + "norm_2.bias",)),
+                WeightRule("mlp.fc.bias", (_L + "ffn.up_proj.bias",), Split.COLUMN),
+                WeightRule("mlp.proj.bias", (_L + "ffn.down_proj.bias",)),
+            ]
+        return rules
+
+    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return [WeightRule("transformer.vocab_embedding.weight", ("transformer.wte.weight",), Split.EMBEDDING)]
+
+    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
+        rules = [
+            WeightRule("transformer.ln_f.weight", ("transformer.norm_f.weight",)),
+            WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB, alternatives=(("transformer.wte.weight",),)),
+        ]
+        if not hf.get("no_bias", True):
+            rules.append(WeightRule("transformer.ln_f.bias", ("transformer.norm_f.bias",)))
+        return rules
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(
+            super().semantics(cfg),
+            norm="layer",
+            mlp="plain",
+            position_embedding=cfg.get("position_embedding_type", "alibi"),
+            alibi_style="mpt",
+            alibi_bias_max=float(cfg.get("alibi_bias_max", 8)),
+            clip_qkv=cfg.get("clip_qkv"),
+        )

@@ -1,0 +1,66 @@
+"""Phi-2 (and Phi-1.5): TensorRT-LLM ``PhiForCausalLM`` (tensorrt_llm/models/phi/).
+
+Not Llama-shaped: LayerNorm with bias; attention and MLP run in parallel on the
+same normalised input (one ``input_layernorm``); q/k/v/dense with biases; partial
+rotary embedding (``partial_rotary_factor``, 0.4 on Phi-2); plain MLP ``fc1``/``fc2``
+with ``gelu_new``; ``final_layernorm``; ``lm_head`` has a bias.
+Upstream's Phi layers do not pass ``spec_decoding_params`` to attention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, WeightRule, qkv_rule, register
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+_L = "model.layers.{i}."
+
+
+@register
+class PhiAdapter(ArchAdapter):
+    hf_architectures = ("PhiForCausalLM",)
+    family = "phi"
+    model_types = ("phi",)
+    trtllm_base_class = "PhiForCausalLM"
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg["norm_epsilon"] = float(hf.get("layer_norm_eps", 1e-5))
+        cfg["hidden_act"] = "gelu"  # gelu_new; TensorRT-LLM's gelu is the same tanh form
+        cfg["rotary_pct"] = hf.partial_rotary_factor
+        cfg["partial_rotary_factor"] = hf.partial_rotary_factor
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        a = _L + "self_attn."
+        return [
+            WeightRule("input_layernorm.weight", (_L + "input_layernorm.weight",)),
+            WeightRule("input_layernorm.bias", (_L + "input_layernorm.bias",)),
+            qkv_rule("attention.qkv.weight", a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+            qkv_rule("attention.qkv.bias", a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"),
+            WeightRule("attention.dense.weight", (a + "dense.weight",), Split.ROW),
+            WeightRule("attention.dense.bias", (a + "dense.bias",)),
+            WeightRule("mlp.fc.weight", (_L + "mlp.fc1.weight",), Split.COLUMN),
+            WeightRule("mlp.fc.bias", (_L + "mlp.fc1.bias",), Split.COLUMN),
+            WeightRule("mlp.proj.weight", (_L + "mlp.fc2.weight",), Split.ROW),
+            WeightRule("mlp.proj.bias", (_L + "mlp.fc2.bias",)),
+        ]
+
+    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return [WeightRule("transformer.vocab_embedding.weight", ("model.embed_tokens.weight",), Split.EMBEDDING)]
+
+    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
+        tied = (("model.embed_tokens.weight",),) if self.tied_embeddings(hf) else ()
+        return [
+            WeightRule("transformer.ln_f.weight", ("model.final_layernorm.weight",)),
+            WeightRule("transformer.ln_f.bias", ("model.final_layernorm.bias",)),
+            WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB, alternatives=tied),
+            WeightRule("lm_head.bias", ("lm_head.bias",), Split.VOCAB),
+        ]
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(
+            super().semantics(cfg), norm="layer", mlp="plain", parallel_residual=True, shared_input_norm=True
+        )

@@ -1,0 +1,69 @@
+"""Phi-3 / Phi-3.5 (mini, medium): TensorRT-LLM ``Phi3ForCausalLM`` (tensorrt_llm/models/phi3/).
+
+Llama, except the projections are fused: ``qkv_proj`` holds ``[q; k; v]`` rows,
+and ``gate_up_proj`` holds ``[gate; up]``, which TensorRT-LLM's non-gated ``MLP``
+with ``hidden_act = "swiglu"`` reads as one ``mlp.fc`` whose *second* half is
+activated: the converter stores ``[up; gate]`` (tensorrt_llm/models/phi3/convert.py),
+split per rank half by half. Long contexts use ``longrope`` ("su") scaling.
+Upstream's Phi-3 layers do not pass ``spec_decoding_params`` to attention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from trtllm_medusa_ports.archs.base import Semantics, WeightRule, fused_qkv, register
+from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+_L = "model.layers.{i}."
+
+
+def _up_then_gate(ts: list[torch.Tensor]) -> torch.Tensor:
+    gate, up = ts[0].chunk(2, dim=0)
+    return torch.cat([up, gate], dim=0)
+
+
+@register
+class Phi3Adapter(LlamaAdapter):
+    hf_architectures = ("Phi3ForCausalLM",)
+    family = "phi3"
+    model_types = ("phi3",)
+    trtllm_base_class = "Phi3ForCausalLM"
+    upstream_medusa_base = False
+    upstream_spec_decoding_plumbing = False
+
+    def attn_bias(self, hf: HFConfig) -> bool:
+        return False
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg["hidden_act"] = "swiglu"
+        cfg["rotary_pct"] = hf.partial_rotary_factor
+        scaling = hf.rope_scaling
+        if scaling and scaling.get("type") in ("su", "longrope"):
+            cfg["position_embedding_type"] = "long_rope"
+            cfg["original_max_position_embeddings"] = hf.get("original_max_position_embeddings")
+            cfg["longrope_scaling_short_factors"] = scaling.get("short_factor")
+            cfg["longrope_scaling_long_factors"] = scaling.get("long_factor")
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        nh = hf.require("num_attention_heads")
+        nkv = hf.get("num_key_value_heads") or nh
+        a = _L + "self_attn."
+        return [
+            WeightRule("input_layernorm.weight", (_L + "input_layernorm.weight",)),
+            WeightRule("attention.qkv.weight", (a + "qkv_proj.weight",), Split.QKV,
+                       fused_qkv(nh, nkv, self.head_size(hf))),
+            WeightRule("attention.dense.weight", (a + "o_proj.weight",), Split.ROW),
+            WeightRule("post_layernorm.weight", (_L + "post_attention_layernorm.weight",)),
+            WeightRule("mlp.fc.weight", (_L + "mlp.gate_up_proj.weight",), Split.COLUMN_PAIR, _up_then_gate),
+            WeightRule("mlp.proj.weight", (_L + "mlp.down_proj.weight",), Split.ROW),
+        ]
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(super().semantics(cfg), mlp="swiglu", hidden_act="silu")

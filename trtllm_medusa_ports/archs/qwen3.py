@@ -1,0 +1,47 @@
+"""Qwen3 (dense): Qwen2, except no qkv bias and an RMSNorm over each head of q and k
+before RoPE (``attention.q_layernorm`` / ``k_layernorm``; tensorrt_llm/models/qwen/convert.py).
+
+TensorRT-LLM 1.2.x maps ``Qwen3ForCausalLM`` to ``QWenForCausalLM``, but upstream
+``MedusaForCausalLM`` builds its QWen base without a way for us to confirm the
+q/k norms are applied in the 1.2 TensorRT flow, so checkpoints get our own
+architecture name and are built by ``trtllm-medusa build`` (never silently wrong).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trtllm_medusa_ports.archs.base import Semantics, WeightRule, register
+from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
+from trtllm_medusa_ports.hf_model import HFConfig
+
+_A = "model.layers.{i}.self_attn."
+
+
+@register
+class Qwen3Adapter(Qwen2Adapter):
+    hf_architectures = ("Qwen3ForCausalLM",)
+    family = "qwen3"
+    model_types = ("qwen3",)
+    upstream_medusa_base = False
+
+    def attn_bias(self, hf: HFConfig) -> bool:
+        return bool(hf.get("attention_bias", False))
+
+    def dense_bias(self, hf: HFConfig) -> bool:
+        return True
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg["qwen_type"] = "qwen3"
+        cfg["qk_layernorm"] = True
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return super().layer_rules(hf) + [
+            WeightRule("attention.q_layernorm.weight", (_A + "q_norm.weight",)),
+            WeightRule("attention.k_layernorm.weight", (_A + "k_norm.weight",)),
+        ]
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(super().semantics(cfg), qk_norm=True)

@@ -1,0 +1,76 @@
+"""StarCoder2: TensorRT-LLM ``GPTForCausalLM`` with ``gpt_variant = "starcoder2"``
+(tensorrt_llm/models/gpt/{config,convert}.py).
+
+Llama names, except: LayerNorm with bias (eps ``norm_epsilon``), q/k/v/o and the
+plain MLP ``c_fc``/``c_proj`` carry biases when ``use_bias``, GELU (tanh), GQA,
+optional sliding window. Upstream's GPT layers *do* pass ``spec_decoding_params``
+to attention, but upstream Medusa cannot wrap a GPT base.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trtllm_medusa_ports.archs.base import Semantics, WeightRule, qkv_rule, register
+from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+_L = "model.layers.{i}."
+
+
+@register
+class Starcoder2Adapter(LlamaAdapter):
+    hf_architectures = ("Starcoder2ForCausalLM",)
+    family = "starcoder2"
+    model_types = ("starcoder2",)
+    trtllm_base_class = "GPTForCausalLM"
+    upstream_medusa_base = False
+    upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/gpt/model.py GPTDecoderLayer.forward
+
+    def tied_embeddings(self, hf: HFConfig) -> bool:
+        return bool(hf.get("tie_word_embeddings", True))
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg.update(
+            {
+                "gpt_variant": "starcoder2",
+                "bias": bool(hf.get("use_bias", True)),
+                "norm_epsilon": float(hf.get("norm_epsilon", 1e-5)),
+                "hidden_act": "gelu",
+                "rotary_pct": hf.partial_rotary_factor,
+            }
+        )
+        for k in ("attn_bias", "mlp_bias"):
+            cfg.pop(k, None)
+        if hf.get("sliding_window"):
+            cfg["sliding_window"] = int(hf.get("sliding_window"))
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        a = _L + "self_attn."
+        rules = [
+            WeightRule("input_layernorm.weight", (_L + "input_layernorm.weight",)),
+            WeightRule("input_layernorm.bias", (_L + "input_layernorm.bias",)),
+            qkv_rule("attention.qkv.weight", a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
+            WeightRule("attention.dense.weight", (a + "o_proj.weight",), Split.ROW),
+            WeightRule("post_layernorm.weight", (_L + "post_attention_layernorm.weight",)),
+            WeightRule("post_layernorm.bias", (_L + "post_attention_layernorm.bias",)),
+            WeightRule("mlp.fc.weight", (_L + "mlp.c_fc.weight",), Split.COLUMN),
+            WeightRule("mlp.proj.weight", (_L + "mlp.c_proj.weight",), Split.ROW),
+        ]
+        if hf.get("use_bias", True):
+            rules += [
+                qkv_rule("attention.qkv.bias", a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"),
+                WeightRule("attention.dense.bias", (a + "o_proj.bias",)),
+                WeightRule("mlp.fc.bias", (_L + "mlp.c_fc.bias",), Split.COLUMN),
+                WeightRule("mlp.proj.bias", (_L + "mlp.c_proj.bias",)),
+            ]
+        return rules
+
+    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
+        return super().final_rules(hf) + [WeightRule("transformer.ln_f.bias", ("model.norm.bias",))]
+
+    def semantics(self, cfg: dict) -> Semantics:
+        return dataclasses.replace(super().semantics(cfg), norm="layer", mlp="plain")
