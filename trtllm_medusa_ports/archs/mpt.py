@@ -5,7 +5,12 @@ slopes for head counts that are not powers of two, ``clip_qkv``), rejected by
 ``check`` when ALiBi is on. Mapping (examples/models/contrib/mpt/convert_checkpoint.py):
 ``Wqkv`` is ``[q; k; v]`` (``kv_n_heads`` for GQA), ``norm_1``/``norm_2``/``norm_f`` are
 LayerNorms without bias, ``ffn.up_proj``/``down_proj`` plain GELU MLP of
-``expansion_ratio`` x hidden, biases only without ``no_bias``, lm_head = ``wte``.
+``expansion_ratio`` x hidden, lm_head = ``wte``. transformers' MPT has no biases at all
+(whatever ``no_bias`` says; it drops the LayerNorm biases of Hub checkpoints), so
+neither does the mapping: a checkpoint with biases is refused as "tensors with no place".
+transformers also ignores ``attn_config.alibi_bias_max`` (its slopes always use 8)
+while TensorRT-LLM and the reference honour it: a base with another value differs
+from transformers by construction.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ class MPTAdapter(ArchAdapter):
             {
                 "norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)),
                 "hidden_act": "gelu",
-                "bias": not hf.get("no_bias", True),
+                "bias": False,
                 "clip_qkv": attn.get("clip_qkv"),
                 "alibi_bias_max": attn.get("alibi_bias_max", 8),
                 "max_position_embeddings": hf.get("max_seq_len") or 2048,
@@ -67,28 +72,16 @@ class MPTAdapter(ArchAdapter):
             WeightRule("mlp.fc.weight", (_L + "ffn.up_proj.weight",), Split.COLUMN),
             WeightRule("mlp.proj.weight", (_L + "ffn.down_proj.weight",), Split.ROW),
         ]
-        if not hf.get("no_bias", True):
-            rules += [
-                WeightRule("input_layernorm.bias", (_L + "norm_1.bias",)),
-                WeightRule("attention.qkv.bias", (_L + "attn.Wqkv.bias",), Split.QKV, qkv),
-                WeightRule("attention.dense.bias", (_L + "attn.out_proj.bias",)),
-                WeightRule("post_layernorm.bias", (_L + "norm_2.bias",)),
-                WeightRule("mlp.fc.bias", (_L + "ffn.up_proj.bias",), Split.COLUMN),
-                WeightRule("mlp.proj.bias", (_L + "ffn.down_proj.bias",)),
-            ]
         return rules
 
     def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
         return [WeightRule("transformer.vocab_embedding.weight", ("transformer.wte.weight",), Split.EMBEDDING)]
 
     def final_rules(self, hf: HFConfig) -> list[WeightRule]:
-        rules = [
+        return [
             WeightRule("transformer.ln_f.weight", ("transformer.norm_f.weight",)),
             WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB, alternatives=(("transformer.wte.weight",),)),
         ]
-        if not hf.get("no_bias", True):
-            rules.append(WeightRule("transformer.ln_f.bias", ("transformer.norm_f.bias",)))
-        return rules
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(

@@ -1,0 +1,151 @@
+"""Every supported family: convert at tp 1 and 2, verify parity and greedy equivalence, checker verdict."""
+
+import json
+
+import pytest
+import torch
+from conftest import convert_to, tiny_base
+
+from trtllm_medusa_ports.archs import adapter_for, supported_architectures
+from trtllm_medusa_ports.compat import check
+from trtllm_medusa_ports.errors import ConversionError
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.reference import ReferenceModel
+from trtllm_medusa_ports.synthetic import TINY_CONFIGS, random_heads, save_heads
+from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.verify import verify
+
+TREE = "[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]"
+ALIBI = {"BloomForCausalLM", "MptForCausalLM"}
+
+# (architecture, overrides): several shapes per family - GQA/MQA, tied/untied, biases on/off
+VARIANTS = [
+    ("Qwen3ForCausalLM", {}),
+    ("Qwen3ForCausalLM", {"tie_word_embeddings": True, "num_key_value_heads": 1}),
+    ("GemmaForCausalLM", {}),
+    ("GemmaForCausalLM", {"num_key_value_heads": 4}),
+    ("Gemma2ForCausalLM", {}),
+    ("Gemma3ForCausalLM", {}),
+    ("Phi3ForCausalLM", {}),
+    ("Phi3ForCausalLM", {"num_key_value_heads": 4, "partial_rotary_factor": 0.5}),
+    ("PhiForCausalLM", {}),
+    ("PhiForCausalLM", {"tie_word_embeddings": True, "partial_rotary_factor": 0.25}),
+    ("GPTNeoXForCausalLM", {}),
+    ("GPTNeoXForCausalLM", {"use_parallel_residual": False, "tie_word_embeddings": True}),
+    ("FalconForCausalLM", {}),  # 7B style: multi-query, parallel attention, no bias
+    ("FalconForCausalLM", {"new_decoder_architecture": True, "num_kv_heads": 2, "bias": True}),  # 40B style
+    ("FalconForCausalLM", {"multi_query": False, "parallel_attn": False, "bias": True}),
+    ("Starcoder2ForCausalLM", {}),
+    ("Starcoder2ForCausalLM", {"use_bias": False, "tie_word_embeddings": False}),
+    ("BloomForCausalLM", {}),
+    ("MptForCausalLM", {}),
+    ("MptForCausalLM", {"n_heads": 2, "attn_config": {"alibi": True, "clip_qkv": 0.5}}),
+]
+
+
+def _heads_for(base, tmp_path):
+    hf = HFConfig.read(base)
+    ad = adapter_for(hf.architecture)
+    return save_heads(random_heads(ad.hidden_size(hf), hf.get("vocab_size"), num_heads=3, seed=11), tmp_path / "h")
+
+
+@pytest.mark.parametrize("arch, overrides", VARIANTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(VARIANTS)])
+def test_family_converts_and_verifies(tmp_path, store, arch, overrides):
+    base = tiny_base(store, arch, **overrides)
+    heads = _heads_for(base, tmp_path)
+    unsupported = arch in ALIBI or arch == "Gemma2ForCausalLM"
+    for tp in (1, 2):
+        ckpt = convert_to(tmp_path / f"tp{tp}", base, heads, tp_size=tp, allow_unsupported=unsupported)
+        cfg = json.loads((ckpt / "config.json").read_text())
+        assert cfg["base_architecture"] == arch
+        rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=12)
+        assert rep.parity and rep.greedy_equal, f"tp={tp}\n{rep.render()}"
+
+
+def test_every_registered_family_has_a_tiny_config_and_a_variant():
+    assert set(supported_architectures()) - {"RWForCausalLM", "MPTForCausalLM"} <= set(TINY_CONFIGS)
+    assert {a for a, _ in VARIANTS} | {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"} >= set(TINY_CONFIGS)
+
+
+@pytest.mark.parametrize("arch", sorted(ALIBI))
+def test_alibi_families_are_refused_without_override(tmp_path, store, arch):
+    base = tiny_base(store, arch)
+    heads = _heads_for(base, tmp_path)
+    _, findings = check(base, heads)
+    assert [f.rule for f in findings if f.severity == "error"] == ["alibi-position-embedding"]
+    with pytest.raises(ConversionError, match="alibi-position-embedding"):
+        convert_to(tmp_path / "c", base, heads)
+    assert not (tmp_path / "c").exists()
+    from trtllm_medusa_ports.convert import ConvertOptions, convert
+
+    res = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "c",
+                                 quiet=True, allow_unsupported=True))
+    assert any("CANNOT SERVE" in w for w in res.warnings)
+    cfg = json.loads((tmp_path / "c" / "config.json").read_text())
+    assert cfg["position_embedding_type"] == "alibi"
+    assert cfg["architecture"].startswith("MedusaPorts")
+
+
+@pytest.mark.parametrize("arch, verdict", [
+    ("Qwen3ForCausalLM", set()),
+    ("GemmaForCausalLM", set()),
+    ("Gemma2ForCausalLM", {"attention-softcapping"}),
+    ("Gemma3ForCausalLM", set()),
+    ("Phi3ForCausalLM", set()),
+    ("PhiForCausalLM", set()),
+    ("GPTNeoXForCausalLM", set()),
+    ("FalconForCausalLM", set()),
+    ("Starcoder2ForCausalLM", set()),
+])
+def test_checker_verdict_per_family(store, tmp_path, arch, verdict):
+    base = tiny_base(store, arch)
+    _, findings = check(base, _heads_for(base, tmp_path))
+    assert {f.rule for f in findings if f.severity == "error"} == verdict
+    ad = adapter_for(arch)
+    infos = {f.rule for f in findings}
+    assert ("spec-decoding-plumbing" in infos) == (not ad.upstream_spec_decoding_plumbing)
+
+
+@pytest.mark.parametrize("arch", ["GPTNeoXForCausalLM", "FalconForCausalLM", "MptForCausalLM"])
+def test_exact_gelu_bases_are_compared_with_engine_arithmetic(store, tmp_path, arch):
+    base = tiny_base(store, arch)
+    heads = _heads_for(base, tmp_path)
+    _, findings = check(base, heads)
+    assert "gelu-approximation" in {f.rule for f in findings}
+    ckpt = convert_to(tmp_path / "c", base, heads, allow_unsupported=arch in ALIBI)
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    assert rep.adjustments and "tanh" in rep.adjustments[0]
+    assert rep.exact_gelu_effect_max_abs_diff > rep.logits_max_abs_diff
+
+
+@pytest.mark.parametrize("arch", ["BloomForCausalLM", "MptForCausalLM", "Gemma3ForCausalLM", "PhiForCausalLM"])
+def test_tree_step_equals_sequential_decoding(store, tmp_path, arch):
+    """Tree attention with positions past + depth (ALiBi bias from depth, not slot index)."""
+    base = tiny_base(store, arch)
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, allow_unsupported=True)
+    ref = ReferenceModel(ckpt)
+    tree = MedusaTree.from_spec(TREE)
+    prompt = [5, 9, 200, 31]
+    cache = ref.new_cache()
+    ref.forward(prompt, cache)
+    tokens = torch.tensor([17, 3, 4, 250, 8, 9, 10])
+    logits, _ = ref.forward(tokens, cache, spec_decoding_position_offsets=tree.position_offsets,
+                            spec_decoding_packed_mask=tree.packed_mask)
+    for node in range(tree.num_tokens):
+        chain, j = [], node
+        while j >= 0:
+            chain.append(int(tokens[j]))
+            j = tree.parents[j]
+        seq, _ = ref.forward(prompt + chain[::-1], ref.new_cache())
+        assert torch.allclose(logits[node], seq[-1], atol=1e-5), node
+    if arch in ALIBI:  # slot-index positions would give other logits for deeper nodes
+        wrong, _ = ref.forward(tokens, _prefilled(ref, prompt),
+                               spec_decoding_position_offsets=list(range(tree.num_tokens)),
+                               spec_decoding_packed_mask=tree.packed_mask)
+        assert not torch.allclose(wrong[2], logits[2], atol=1e-4)
+
+
+def _prefilled(ref, prompt):
+    cache = ref.new_cache()
+    ref.forward(prompt, cache)
+    return cache
