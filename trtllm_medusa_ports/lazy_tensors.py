@@ -1,6 +1,8 @@
 """Lazy tensors: shapes and dtypes from file headers, data read only on ``load()``.
 
-Reads safetensors files (single or sharded with ``*.safetensors.index.json``)
+Reads safetensors files (single or sharded with ``*.safetensors.index.json``;
+the format - 8-byte little-endian header length, JSON header, raw data - is read
+here directly)
 and PyTorch pickles (``.bin`` / ``.pt``, always ``torch.load(weights_only=True)``,
 memory-mapped where the file format allows it).
 """
@@ -8,14 +10,13 @@ memory-mapped where the file format allows it).
 from __future__ import annotations
 
 import json
-import threading
+import os
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from trtllm_medusa_ports.errors import PortError
 
@@ -57,54 +58,76 @@ class LazyTensor:
         return f"{self.file} [{self.name}]"
 
 
-class _SafetensorsFile:
-    """One open safetensors file; ``safe_open`` handles are not shared across threads."""
-
-    def __init__(self, path: Path, error: type[PortError]):
-        self.path = path
-        self.error = error
-        self._local = threading.local()
-
-    def handle(self):
-        h = getattr(self._local, "h", None)
-        if h is None:
-            try:
-                h = safe_open(str(self.path), framework="pt")
-            except (SafetensorError, OSError, ValueError) as exc:
-                raise self.error(
-                    f"not a readable safetensors file ({exc})",
-                    where=str(self.path),
-                    fix="the file is truncated or corrupt; download or save it again",
-                ) from None
-            self._local.h = h
-        return h
+_ST_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
-    f = _SafetensorsFile(path, error)
-    h = f.handle()
+    """Index a safetensors file from its header; each ``load()`` reads one tensor with ``pread``.
+
+    Reading with ``pread`` instead of memory-mapping keeps the process's resident
+    memory at one tensor at a time (a mapped file's pages count as resident until
+    unmapped), which is what lets a conversion stream a model larger than RAM.
+    The header is checked against the file size, so a truncated file is reported
+    when it is opened, not halfway through a conversion.
+    """
+    def bad(what: str) -> PortError:
+        return error(what, where=str(path), fix="the file is truncated or corrupt; download or save it again")
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise bad("not a readable safetensors file (shorter than its 8-byte header length)")
+            n = int.from_bytes(head, "little")
+            if n <= 1 or 8 + n > size:
+                raise bad(f"not a readable safetensors file (header of {n} bytes in a {size}-byte file)")
+            raw = f.read(n)
+    except OSError as exc:
+        raise error(f"cannot read ({exc.strerror})", where=str(path), fix="check the path and permissions") from None
+    try:
+        header = json.loads(raw.decode("utf-8"))
+        if not isinstance(header, dict):
+            raise ValueError("header is not an object")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise bad(f"not a readable safetensors file (header: {exc})") from None
+    data_start = 8 + n
     out: dict[str, LazyTensor] = {}
-    for name in h.keys():
-        sl = h.get_slice(name)
-        dtype = _ST_DTYPES.get(sl.get_dtype())
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            code, shape, (begin, end) = entry["dtype"], tuple(int(x) for x in entry["shape"]), entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise bad(f"not a readable safetensors file (bad header entry for {name!r})") from None
+        dtype = _ST_DTYPES.get(code)
         if dtype is None:
             raise error(
-                f"tensor {name!r} has dtype {sl.get_dtype()}, which this toolkit does not read",
+                f"tensor {name!r} has dtype {code}, which this toolkit does not read",
                 where=str(path),
                 fix="save the weights as float32, float16 or bfloat16",
             )
+        count = 1
+        for d in shape:
+            count *= d
+        if end - begin != count * _ST_ITEMSIZE[code] or begin < 0 or data_start + end > size:
+            raise bad(f"tensor {name!r} lies outside the file or has the wrong byte size (truncated?)")
 
-        def loader(name=name) -> torch.Tensor:
-            try:
-                return f.handle().get_tensor(name)
-            except SafetensorError as exc:
-                raise error(
-                    f"cannot read tensor {name!r} ({exc})",
-                    where=str(path),
-                    fix="the file is truncated or corrupt; download or save it again",
-                ) from None
+        def loader(offset=data_start + begin, nbytes=end - begin, dtype=dtype, shape=shape, name=name) -> torch.Tensor:
+            if nbytes == 0:
+                return torch.empty(shape, dtype=dtype)
+            buf = bytearray(nbytes)
+            view = memoryview(buf)
+            with open(path, "rb") as f:
+                got = 0
+                while got < nbytes:
+                    chunk = os.preadv(f.fileno(), [view[got:]], offset + got)
+                    if chunk <= 0:
+                        raise bad(f"unexpected end of file while reading tensor {name!r}")
+                    got += chunk
+            return torch.frombuffer(buf, dtype=dtype).reshape(shape)
 
-        out[name] = LazyTensor(name, path, tuple(sl.get_shape()), dtype, loader)
+        out[name] = LazyTensor(name, path, shape, dtype, loader)
     return out
 
 
