@@ -38,6 +38,7 @@ from trtllm_medusa_ports.checkpoint import (
 )
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
 from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
+from trtllm_medusa_ports.finite import all_finite
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
 from trtllm_medusa_ports.hf_model import HFModel
@@ -407,7 +408,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
                 inputs = [t.to(dtype) for t in job.load()]
                 if job.check_finite:
                     for t in inputs:
-                        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                        if not all_finite(t):
                             err = HeadsError if job.label.startswith("medusa_heads") else ModelError
                             raise err(
                                 f"tensor for {job.label} holds NaN/Inf after casting to {dtype_name(dtype)}",

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import HeadsError
+from trtllm_medusa_ports.finite import all_finite, count_non_finite
 from trtllm_medusa_ports.lazy_tensors import LazyTensor
 
 
@@ -65,8 +66,8 @@ class MedusaHeads:
         """Read every tensor once and refuse NaN / Inf (names the tensor)."""
         for t in self.tensors():
             data = t.load()
-            if data.is_floating_point() and not bool(torch.isfinite(data).all()):
-                bad = int((~torch.isfinite(data)).sum())
+            if not all_finite(data):
+                bad = count_non_finite(data)
                 raise HeadsError(
                     f"tensor {t.name!r} holds {bad} NaN/Inf value(s)",
                     where=str(t.file),

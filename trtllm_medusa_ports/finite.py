@@ -1,0 +1,31 @@
+"""NaN/Inf detection that is cheap on half precision.
+
+``torch.isfinite`` on float16/bfloat16 CPU tensors is slow (it dominated the
+conversion profile); a value is non-finite exactly when all its exponent bits are
+set, which an integer view tests quickly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_EXPONENT = {
+    torch.float16: (torch.int16, 0x7C00),
+    torch.bfloat16: (torch.int16, 0x7F80),
+    torch.float32: (torch.int32, 0x7F800000),
+}
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    if not t.is_floating_point():
+        return True
+    spec = _EXPONENT.get(t.dtype)
+    if spec is None:
+        return bool(torch.isfinite(t).all())
+    int_dtype, mask = spec
+    bits = t.contiguous().view(int_dtype)
+    return not bool(((bits & mask) == mask).any())
+
+
+def count_non_finite(t: torch.Tensor) -> int:
+    return int((~torch.isfinite(t.float())).sum()) if t.is_floating_point() else 0
