@@ -28,4 +28,4 @@ def all_finite(t: torch.Tensor) -> bool:
 
 
 def count_non_finite(t: torch.Tensor) -> int:
-    return int((~torch.isfinite(t.float())).sum()) if t.is_floating_point() else 0
+    return int((~torch.isfinite(t)).sum()) if t.is_floating_point() else 0
