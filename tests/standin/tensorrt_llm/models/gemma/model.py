@@ -1,0 +1,3 @@
+from ...models._family import family_classes
+
+GemmaDecoderLayer, GemmaModel, GemmaForCausalLM = family_classes("Gemma", plumbing=False)

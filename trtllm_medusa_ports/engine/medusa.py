@@ -1,0 +1,92 @@
+"""A Medusa causal LM over any supported base (TensorRT-LLM 1.2.x network code).
+
+Differences from upstream ``MedusaForCausalLm`` (tensorrt_llm/models/medusa/model.py),
+which only wraps ``LLaMAForCausalLM`` / ``QWenForCausalLM``:
+* the base is the family's own TensorRT-LLM class, given the spec-decoding
+  plumbing it lacks (spec_decoding.py);
+* the heads' activation is ``medusa_hidden_act`` from config.json (SiLU, how Medusa
+  heads are trained), not the base's ``hidden_act`` (GELU on Gemma, Phi, ...);
+* ``medusa_shared_lm_head``: every head projects with the base model's lm_head
+  instead of a copy of its own.
+Outputs are upstream's: ``logits`` and ``medusa_logits`` ``[heads, tokens, vocab]``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from trtllm_medusa_ports.engine.spec_decoding import add_spec_decoding_plumbing
+
+
+def medusa_class(trtllm: ModuleType, base_cls: type, *, plumbing_needed: bool, name: str) -> type:
+    """Build ``name``: ``base_cls`` + Medusa heads + (if needed) spec-decoding plumbing."""
+    from importlib import import_module
+
+    functional = import_module("tensorrt_llm.functional")
+    layers = import_module("tensorrt_llm.layers")
+    module_mod = import_module("tensorrt_llm.module")
+    ColumnLinear, Module, ModuleList = layers.ColumnLinear, module_mod.Module, module_mod.ModuleList
+
+    class MedusaLayer(Module):
+        def __init__(self, hidden_size: int, act: str, dtype: Any, mapping: Any):
+            super().__init__()
+            self.act = act
+            self.linear = ColumnLinear(hidden_size, hidden_size, bias=True, dtype=dtype,
+                                       tp_group=mapping.tp_group, tp_size=mapping.tp_size, gather_output=True)
+
+        def forward(self, x):
+            return x + functional.ACT2FN[self.act](self.linear(x))
+
+    class MedusaHead(Module):
+        def __init__(self, config: Any, vocab_padded: int, own_lm_head: bool):
+            super().__init__()
+            act = getattr(config, "medusa_hidden_act", "silu")
+            self.medusa_layers = ModuleList(
+                [MedusaLayer(config.hidden_size, act, config.dtype, config.mapping)
+                 for _ in range(config.num_medusa_layers)])
+            if own_lm_head:
+                self.lm_head = ColumnLinear(config.hidden_size, vocab_padded, bias=False, dtype=config.dtype,
+                                            tp_group=config.mapping.tp_group, tp_size=config.mapping.tp_size,
+                                            gather_output=True)
+
+        def forward(self, x, shared_lm_head=None):
+            for layer in self.medusa_layers:
+                x = layer(x)
+            return (shared_lm_head if shared_lm_head is not None else self.lm_head)(x)
+
+    class PortedMedusaForCausalLM(base_cls):
+        def __init__(self, config: Any):
+            super().__init__(config)
+            if plumbing_needed:
+                add_spec_decoding_plumbing(self.transformer)
+            self.num_medusa_heads = config.num_medusa_heads
+            self.max_medusa_token_len = config.max_draft_len
+            self.shared_lm_head = bool(getattr(config, "medusa_shared_lm_head", False))
+            tp = config.mapping.tp_size
+            vocab_padded = -(-config.vocab_size // tp) * tp
+            self.medusa_heads = ModuleList(
+                [MedusaHead(config, vocab_padded, own_lm_head=not self.shared_lm_head)
+                 for _ in range(config.num_medusa_heads)])
+
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            if not kwargs.get("use_cache", False):
+                return out
+            paged = functional.default_net().plugin_config.paged_kv_cache
+            lm_logits, hidden_states = (out[0], out[1]) if paged else (out[0], out[2])
+            if self.config.mapping.is_last_pp_rank():
+                shared = self.lm_head if self.shared_lm_head else None
+                medusa_logits = functional.stack([h(hidden_states, shared) for h in self.medusa_heads], dim=0)
+                medusa_logits.mark_output("medusa_logits", self.config.logits_dtype)
+            return lm_logits
+
+        def prepare_inputs(self, *args, **kwargs):
+            # Medusa drafts come from the heads, not from outside the engine, and the
+            # tree size is the checkpoint's max_draft_len (as upstream's Medusa does).
+            kwargs["speculative_decoding_draft_tokens_external"] = False
+            kwargs["max_draft_len"] = self.max_medusa_token_len
+            return super().prepare_inputs(*args, **kwargs)
+
+    PortedMedusaForCausalLM.__name__ = PortedMedusaForCausalLM.__qualname__ = name
+    return PortedMedusaForCausalLM
