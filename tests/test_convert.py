@@ -341,3 +341,37 @@ def test_dropin_script(tmp_path, qwen2_base, qwen2_heads):
                         str(qwen2_heads), "--output_dir", str(tmp_path / "e"), "--model_type", "gpt9"],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "not a supported family" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_vllm_original_lm_head_is_shared_only_when_it_is_the_base_one(tmp_path, llama_base, same):
+    from safetensors.torch import save_file
+
+    c = tiny_config("LlamaForCausalLM")
+    H, V = c.hidden_size, c.vocab_size
+    base_lm = hf_weights(llama_base)["lm_head.weight"]
+    sd = {f"blocks.{h}.layers.0.weight": torch.randn(H, H) for h in range(2)}
+    sd.update({f"blocks.{h}.layers.0.bias": torch.randn(H) for h in range(2)})
+    sd["lm_head.weight"] = base_lm.clone() if same else torch.randn(V, H)
+    hdir = tmp_path / "h"
+    hdir.mkdir()
+    save_file(sd, str(hdir / "model.safetensors"))
+    (hdir / "config.json").write_text(json.dumps({"model_type": "medusa", "num_heads": 2, "num_hidden_layers": 1,
+                                                  "hidden_size": H, "vocab_size": V, "original_lm_head": True}))
+    res = convert(ConvertOptions(model_dir=llama_base, medusa_model_dir=hdir, output_dir=tmp_path / "c", quiet=True))
+    cfg, (rank0,) = rank_files(tmp_path / "c")
+    assert cfg["medusa_shared_lm_head"] is same
+    if same:
+        assert "medusa_heads.0.lm_head.weight" not in rank0
+    else:
+        assert torch.equal(rank0["medusa_heads.1.lm_head.weight"], sd["lm_head.weight"])
+        assert any("differs from the base model's lm_head" in w for w in res.warnings)
+
+
+def test_non_silu_llama_class_base_gets_our_architecture(tmp_path, store):
+    base = tiny_base(store, "LlamaForCausalLM", hidden_act="gelu")
+    c = tiny_config("LlamaForCausalLM")
+    hdir = save_heads(random_heads(c.hidden_size, c.vocab_size), tmp_path / "h")
+    cfg = json.loads((convert_to(tmp_path / "c", base, hdir) / "config.json").read_text())
+    # upstream MedusaForCausalLM would give the heads GELU (the base's hidden_act)
+    assert cfg["architecture"] == "MedusaPortsLLaMAForCausalLM" and cfg["medusa_hidden_act"] == "silu"

@@ -48,7 +48,8 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--medusa_choices", default=None, help="tree to check against the heads and max_draft_len")
     p.add_argument("--share_lm_head", action="store_true", help="every head uses the base lm_head (stored once)")
     p.add_argument("--allow_unsupported", action="store_true",
-                   help="write a checkpoint even when TensorRT-LLM cannot serve it (ALiBi bases), with a warning")
+                   help="write a checkpoint even when TensorRT-LLM cannot serve it correctly (ALiBi, attention "
+                   "soft-capping), with a loud warning; for experiments and the reference executor")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--load_by_shard", action="store_true", help="accepted; loading is always lazy and per tensor")

@@ -9,7 +9,7 @@ Upstream facts behind the rules (TensorRT-LLM 1.2.x):
   (cpp/tensorrt_llm/common/attentionOp.cpp: "No available XQA kernels are found
   for speculative decoding mode"); XQA has no ALiBi, so an ALiBi base would get
   tree verification with wrong attention scores (the "very poor accuracy" Bloom reports);
-- XQA head sizes: multiples of 16 up to 256; precompiled kernels cover 64/128/256;
+- XQA head sizes: multiples of 16 up to 256; the precompiled Medusa kernels cover 64 and 128;
 - Medusa matches draft tokens greedily only and has no beam search
   (tensorrt_llm/runtime/generation.py find_best_medusa_path).
 """
@@ -227,10 +227,10 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 "sliding-window",
                 WARNING,
                 f"sliding-window attention (window {window} < max_position_embeddings {max_pos}); "
-                "TensorRT-LLM applies it through the KV-cache attention window, which a plain "
-                "Medusa build does not set",
-                f"build and run with --max_attention_window_size {window}; outputs match the base "
-                f"model exactly while sequences stay within {window} tokens",
+                "the precompiled XQA spec-decoding kernels refuse a cyclic KV cache "
+                "(decoderXQAImplPrecompiled.cpp), and some 1.x JIT kernels refuse a window with Medusa",
+                f"build with max_seq_len <= {window}: the window then never applies and the output "
+                "equals the base model's (verify also runs within the window)",
             )
         )
     act = hf.get("hidden_act") or hf.get("activation") or ("gelu" if hf.model_type == "mpt" else None)
@@ -492,7 +492,7 @@ def check(
 ) -> tuple[str, list[Finding]]:
     """Python API: ``(architecture, findings)`` for a base model and optional heads."""
     hf = HFConfig.read(model_dir)
-    arch = (hf.get("architectures") or ["(unknown)"])[0]
+    arch = (hf.get("architectures") or ["(none)"])[0]
     adapter = adapter_for(arch)
     heads = None
     findings: list[Finding] = []

@@ -160,7 +160,9 @@ def build_config(
 ) -> dict:
     mapping = Mapping(opts.tp_size, opts.pp_size)
     fam = adapter.trtllm_config(model.config)
-    upstream_ok = adapter.upstream_medusa_base and not share_lm_head
+    # Upstream MedusaForCausalLM gives the heads the base's hidden_act: right only for SiLU bases.
+    silu_base = fam.get("hidden_act") == MEDUSA_HIDDEN_ACT
+    upstream_ok = adapter.upstream_medusa_base and not share_lm_head and silu_base
     cfg: dict = {
         "architecture": "MedusaForCausalLM" if upstream_ok else adapter.ported_architecture(),
         "dtype": dtype_name(dtype),
@@ -191,7 +193,21 @@ def build_config(
     return cfg
 
 
-def _choose_sharing(heads: MedusaHeads, opts: ConvertOptions, warnings: list[str]) -> bool:
+def _choose_sharing(heads: MedusaHeads, opts: ConvertOptions, warnings: list[str], model: HFModel,
+                    adapter: ArchAdapter) -> bool:
+    if heads.shared_lm_head is not None:
+        # vLLM original_lm_head: one lm_head.weight for all heads, meant to be the base's.
+        base = _base_lm_head(model, adapter)
+        same = base is not None and base.shape == heads.shared_lm_head.shape and torch.equal(
+            base.load().float(), heads.shared_lm_head.load().float())
+        if not same:
+            warnings.append(
+                "the heads' shared lm_head.weight differs from the base model's lm_head: every head "
+                "gets a copy of the heads' own (no memory saved, output as the heads were trained)"
+            )
+            heads.lm_heads = [heads.shared_lm_head] * heads.num_heads
+            return False
+        return True
     if heads.shares_base_lm_head:
         return True
     if opts.share_lm_head:
@@ -201,6 +217,14 @@ def _choose_sharing(heads: MedusaHeads, opts: ConvertOptions, warnings: list[str
         )
         return True
     return False
+
+
+def _base_lm_head(model: HFModel, adapter: ArchAdapter) -> LazyTensor | None:
+    rule = next(r for r in adapter.final_rules(model.config) if r.name == "lm_head.weight")
+    for names in rule.candidates():
+        if all(n in model.tensors for n in names):
+            return model.tensors[names[0]]
+    return None
 
 
 def plan(
@@ -384,7 +408,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             fix="address the errors above (`trtllm-medusa check` shows every finding)",
         )
 
-    share = _choose_sharing(heads, opts, warnings)
+    share = _choose_sharing(heads, opts, warnings, model, adapter)
     cfg = build_config(adapter, model, heads, opts, dtype, share)
     jobs = plan(adapter, model, heads, cfg, dtype, share)
     mapping = Mapping(opts.tp_size, opts.pp_size)
