@@ -149,3 +149,12 @@ def _prefilled(ref, prompt):
     cache = ref.new_cache()
     ref.forward(prompt, cache)
     return cache
+
+
+def test_readme_lists_every_supported_architecture():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("## Supported base families"):readme.index("## Conversion speed")]
+    for arch in supported_architectures():
+        assert f"`{arch}`" in table, arch

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Validate Medusa engines on a GPU machine with TensorRT-LLM 1.2.x installed:
+# convert -> trtllm-medusa build -> run with --medusa_choices -> compare with HF greedy.
+# Prints a PASS/FAIL table per family. Not run in CI (no GPU, no TensorRT-LLM there).
+#
+#   scripts/validate_on_gpu.sh [RUN_PY] [WORKDIR]
+#   RUN_PY: TensorRT-LLM's examples/run.py (default: $TRTLLM_ROOT/examples/run.py)
+set -euo pipefail
+RUN_PY=${1:-${TRTLLM_ROOT:-/opt/TensorRT-LLM}/examples/run.py}
+WORK=${2:-$(mktemp -d)}
+FAMILIES=${FAMILIES:-"LlamaForCausalLM Qwen2ForCausalLM Qwen3ForCausalLM GemmaForCausalLM Gemma3ForCausalLM Phi3ForCausalLM PhiForCausalLM GPTNeoXForCausalLM FalconForCausalLM Starcoder2ForCausalLM"}
+TREE='[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0]]'
+NEW=24
+
+python3 -c "import tensorrt_llm; print('TensorRT-LLM', tensorrt_llm.__version__)" || {
+  echo "TensorRT-LLM is not importable: install tensorrt_llm 1.2.x on a GPU machine" >&2; exit 1; }
+[ -f "$RUN_PY" ] || { echo "examples/run.py not found at $RUN_PY (pass it as the first argument)" >&2; exit 1; }
+
+printf '%-24s %-6s %s\n' family result detail
+for arch in $FAMILIES; do
+  d="$WORK/$arch"; mkdir -p "$d"
+  python3 - "$arch" "$d" <<'PY'
+import sys
+from pathlib import Path
+from trtllm_medusa_ports.synthetic import save_heads, save_tiny_base, train_heads
+arch, d = sys.argv[1], Path(sys.argv[2])
+# head size 64: a size the precompiled XQA Medusa kernels have
+save_tiny_base(arch, d / "base", embedding_gain=8.0, hidden_size=256, num_attention_heads=4,
+               **({"head_dim": 64} if "Gemma" in arch or "Qwen3" in arch else {}))
+save_heads(train_heads(d / "base", num_heads=3), d / "heads")
+PY
+  status=PASS; detail=""
+  if ! trtllm-medusa convert --model_dir "$d/base" --medusa_model_dir "$d/heads" --output_dir "$d/ckpt" \
+        --dtype float16 --max_medusa_token_len 7 --overwrite --quiet >"$d/convert.log" 2>&1; then
+    status=FAIL; detail="convert (see $d/convert.log)"
+  elif ! trtllm-medusa build --checkpoint_dir "$d/ckpt" --output_dir "$d/engine" --gemm_plugin auto \
+        --max_batch_size 1 >"$d/build.log" 2>&1; then
+    status=FAIL; detail="build (see $d/build.log)"
+  else
+    python3 - "$d" "$RUN_PY" "$TREE" "$NEW" >"$d/compare.log" 2>&1 <<'PY' || { status=FAIL; detail="$(tail -1 "$d/compare.log")"; }
+import subprocess, sys
+import torch
+from trtllm_medusa_ports.verify import hf_greedy, load_hf_model
+d, run_py, tree, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+prompt = [11, 18, 25, 32, 39, 46]
+expected = hf_greedy(load_hf_model(f"{d}/base", torch.float16), prompt, new)
+import numpy as np
+np.savetxt(f"{d}/prompt.csv", np.array([prompt]), delimiter=",", fmt="%d")
+out = subprocess.run([sys.executable, run_py, "--engine_dir", f"{d}/engine", "--tokenizer_dir", f"{d}/base",
+                      "--input_file", f"{d}/prompt.csv",
+                      "--max_output_len", str(new), "--medusa_choices", tree, "--temperature", "1.0",
+                      "--output_npy", f"{d}/out.npy"], capture_output=True, text=True)
+if out.returncode:
+    sys.exit(f"run.py failed: {out.stderr.strip().splitlines()[-1] if out.stderr else out.returncode}")
+got = np.load(f"{d}/out.npy").reshape(-1).tolist()[len(prompt):len(prompt) + new]
+print("expected", expected); print("got     ", got)
+sys.exit(0 if got == expected else f"differs at {next(i for i, (a, b) in enumerate(zip(expected, got)) if a != b)}")
+PY
+  fi
+  printf '%-24s %-6s %s\n' "$arch" "$status" "$detail"
+done
+echo "artifacts in $WORK"
