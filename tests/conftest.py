@@ -67,3 +67,22 @@ def convert_to(out: Path, base: Path, heads: Path, **kw) -> Path:
     kw.setdefault("quiet", True)
     convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=out, **kw))
     return out
+
+
+def assert_tree_step_matches_sequential(ref, prompt, tokens, tree):
+    """One spec-decoding step over ``tokens`` gives, at every node, the logits of decoding its path.
+
+    This is what makes Medusa's greedy output equal the base model's.
+    """
+    cache = ref.new_cache()
+    ref.forward(prompt, cache)
+    logits, _ = ref.forward(tokens, cache, spec_decoding_position_offsets=tree.position_offsets,
+                            spec_decoding_packed_mask=tree.packed_mask)
+    for node in range(tree.num_tokens):
+        chain, j = [], node
+        while j >= 0:
+            chain.append(int(tokens[j]))
+            j = tree.parents[j]
+        seq, _ = ref.forward(prompt + chain[::-1], ref.new_cache())
+        assert torch.allclose(logits[node], seq[-1], atol=1e-5), node
+    return logits

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import convert_to, tiny_base
+from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
 
 from trtllm_medusa_ports.archs import adapter_for, supported_architectures
 from trtllm_medusa_ports.compat import check
@@ -126,18 +126,8 @@ def test_tree_step_equals_sequential_decoding(store, tmp_path, arch):
     ref = ReferenceModel(ckpt)
     tree = MedusaTree.from_spec(TREE)
     prompt = [5, 9, 200, 31]
-    cache = ref.new_cache()
-    ref.forward(prompt, cache)
     tokens = torch.tensor([17, 3, 4, 250, 8, 9, 10])
-    logits, _ = ref.forward(tokens, cache, spec_decoding_position_offsets=tree.position_offsets,
-                            spec_decoding_packed_mask=tree.packed_mask)
-    for node in range(tree.num_tokens):
-        chain, j = [], node
-        while j >= 0:
-            chain.append(int(tokens[j]))
-            j = tree.parents[j]
-        seq, _ = ref.forward(prompt + chain[::-1], ref.new_cache())
-        assert torch.allclose(logits[node], seq[-1], atol=1e-5), node
+    logits = assert_tree_step_matches_sequential(ref, prompt, tokens, tree)
     if arch in ALIBI:  # slot-index positions would give other logits for deeper nodes
         wrong, _ = ref.forward(tokens, _prefilled(ref, prompt),
                                spec_decoding_position_offsets=list(range(tree.num_tokens)),

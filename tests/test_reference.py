@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import convert_to, tiny_base
+from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.cli import main
@@ -59,21 +59,9 @@ def test_trained_heads_accept_several_tokens_per_step(tmp_path, llama_trained):
 def test_tree_step_equals_sequential_decoding(tmp_path, qwen2_base, qwen2_heads):
     """Each tree node's logits equal plain decoding of its path (what makes Medusa exact)."""
     ckpt = convert_to(tmp_path / "c", qwen2_base, qwen2_heads, tp_size=2)
-    ref = ReferenceModel(ckpt)
     tree = MedusaTree.from_spec(TREE)
-    prompt = [5, 9, 200, 31]
-    cache = ref.new_cache()
-    ref.forward(prompt, cache)
     tokens = torch.tensor([17, 3, 4, 250, 8, 9, 10, 11, 12, 13])
-    logits, _ = ref.forward(tokens, cache, spec_decoding_position_offsets=tree.position_offsets,
-                            spec_decoding_packed_mask=tree.packed_mask)
-    for node in range(tree.num_tokens):
-        chain, j = [], node
-        while j >= 0:
-            chain.append(int(tokens[j]))
-            j = tree.parents[j]
-        seq_logits, _ = ref.forward(prompt + chain[::-1], ref.new_cache())
-        assert torch.allclose(logits[node], seq_logits[-1], atol=1e-5), node
+    assert_tree_step_matches_sequential(ReferenceModel(ckpt), [5, 9, 200, 31], tokens, tree)
 
 
 def test_pads_never_match():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+_CHUNK = 1 << 22
+
 _EXPONENT = {
     torch.float16: (torch.int16, 0x7C00),
     torch.bfloat16: (torch.int16, 0x7F80),
@@ -23,8 +25,13 @@ def all_finite(t: torch.Tensor) -> bool:
     if spec is None:
         return bool(torch.isfinite(t).all())
     int_dtype, mask = spec
-    bits = t.contiguous().view(int_dtype)
-    return not bool(((bits & mask) == mask).any())
+    bits = t.contiguous().view(int_dtype).reshape(-1)
+    # in chunks: the temporaries stay small next to a vocab x hidden tensor
+    for start in range(0, bits.numel(), _CHUNK):
+        part = bits[start : start + _CHUNK]
+        if bool(((part & mask) == mask).any()):
+            return False
+    return True
 
 
 def count_non_finite(t: torch.Tensor) -> int:

@@ -59,6 +59,23 @@ def qkv_rule(name: str, q: str, k: str, v: str) -> WeightRule:
     return WeightRule(name, (q, k, v), Split.QKV, _as_qkv)
 
 
+_BIAS_SPLIT = {Split.ROW: Split.REPLICATE, Split.EMBEDDING: Split.REPLICATE}
+
+
+def linear_rules(name: str, source: str, split: Split = Split.REPLICATE, combine: Combine | None = None,
+                 *, bias: bool = True) -> list[WeightRule]:
+    """``{name}.weight`` (and ``{name}.bias``) from ``{source}.weight`` / ``.bias``.
+
+    Works for linear layers and norms alike. A row-parallel layer's bias is added once
+    after the all-reduce, so it is replicated; other biases follow their weight's split.
+    """
+    combine = combine or _first
+    rules = [WeightRule(f"{name}.weight", (f"{source}.weight",), split, combine)]
+    if bias:
+        rules.append(WeightRule(f"{name}.bias", (f"{source}.bias",), _BIAS_SPLIT.get(split, split), combine))
+    return rules
+
+
 # -- fused qkv layouts: each returns a combine that yields (q, k, v) -------------------------
 def fused_qkv(num_heads: int, num_kv: int, head_size: int) -> Combine:
     """``[q; k; v]`` stacked rows (Phi-3 ``qkv_proj``, MPT ``Wqkv``)."""

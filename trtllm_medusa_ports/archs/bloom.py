@@ -20,6 +20,7 @@ from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
     Semantics,
     WeightRule,
+    linear_rules,
     per_head_interleaved_qkv,
     register,
 )
@@ -27,10 +28,6 @@ from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 _L = "transformer.h.{i}."
-
-
-def _ln(trt: str, src: str) -> list[WeightRule]:
-    return [WeightRule(f"{trt}.weight", (f"{src}.weight",)), WeightRule(f"{trt}.bias", (f"{src}.bias",))]
 
 
 @register
@@ -58,27 +55,23 @@ class BloomAdapter(ArchAdapter):
         split_qkv = per_head_interleaved_qkv(self.num_heads(hf), self.head_size(hf))
         a = _L + "self_attention."
         return [
-            *_ln("input_layernorm", _L + "input_layernorm"),
-            WeightRule("attention.qkv.weight", (a + "query_key_value.weight",), Split.QKV, split_qkv),
-            WeightRule("attention.qkv.bias", (a + "query_key_value.bias",), Split.QKV, split_qkv),
-            WeightRule("attention.dense.weight", (a + "dense.weight",), Split.ROW),
-            WeightRule("attention.dense.bias", (a + "dense.bias",)),
-            *_ln("post_layernorm", _L + "post_attention_layernorm"),
-            WeightRule("mlp.fc.weight", (_L + "mlp.dense_h_to_4h.weight",), Split.COLUMN),
-            WeightRule("mlp.fc.bias", (_L + "mlp.dense_h_to_4h.bias",), Split.COLUMN),
-            WeightRule("mlp.proj.weight", (_L + "mlp.dense_4h_to_h.weight",), Split.ROW),
-            WeightRule("mlp.proj.bias", (_L + "mlp.dense_4h_to_h.bias",)),
+            *linear_rules("input_layernorm", _L + "input_layernorm"),
+            *linear_rules("attention.qkv", a + "query_key_value", Split.QKV, split_qkv),
+            *linear_rules("attention.dense", a + "dense", Split.ROW),
+            *linear_rules("post_layernorm", _L + "post_attention_layernorm"),
+            *linear_rules("mlp.fc", _L + "mlp.dense_h_to_4h", Split.COLUMN),
+            *linear_rules("mlp.proj", _L + "mlp.dense_4h_to_h", Split.ROW),
         ]
 
     def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
         return [
             WeightRule("transformer.vocab_embedding.weight", ("transformer.word_embeddings.weight",), Split.EMBEDDING),
-            *_ln("transformer.ln_embed", "transformer.word_embeddings_layernorm"),
+            *linear_rules("transformer.ln_embed", "transformer.word_embeddings_layernorm"),
         ]
 
     def final_rules(self, hf: HFConfig) -> list[WeightRule]:
         return [
-            *_ln("transformer.ln_f", "transformer.ln_f"),
+            *linear_rules("transformer.ln_f", "transformer.ln_f"),
             WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB,
                        alternatives=(("transformer.word_embeddings.weight",),)),
         ]

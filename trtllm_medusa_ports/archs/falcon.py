@@ -15,7 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, WeightRule, grouped_qkv, register
+from trtllm_medusa_ports.archs.base import (
+    ArchAdapter,
+    Semantics,
+    WeightRule,
+    grouped_qkv,
+    linear_rules,
+    register,
+)
 from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
@@ -68,18 +75,11 @@ class FalconAdapter(ArchAdapter):
         a = _L + "self_attention."
         bias = bool(hf.get("bias", False))
         rules = [
-            WeightRule("attention.qkv.weight", (a + "query_key_value.weight",), Split.QKV, split_qkv),
-            WeightRule("attention.dense.weight", (a + "dense.weight",), Split.ROW),
-            WeightRule("mlp.fc.weight", (_L + "mlp.dense_h_to_4h.weight",), Split.COLUMN),
-            WeightRule("mlp.proj.weight", (_L + "mlp.dense_4h_to_h.weight",), Split.ROW),
+            *linear_rules("attention.qkv", a + "query_key_value", Split.QKV, split_qkv, bias=bias),
+            *linear_rules("attention.dense", a + "dense", Split.ROW, bias=bias),
+            *linear_rules("mlp.fc", _L + "mlp.dense_h_to_4h", Split.COLUMN, bias=bias),
+            *linear_rules("mlp.proj", _L + "mlp.dense_4h_to_h", Split.ROW, bias=bias),
         ]
-        if bias:
-            rules += [
-                WeightRule("attention.qkv.bias", (a + "query_key_value.bias",), Split.QKV, split_qkv),
-                WeightRule("attention.dense.bias", (a + "dense.bias",)),
-                WeightRule("mlp.fc.bias", (_L + "mlp.dense_h_to_4h.bias",), Split.COLUMN),
-                WeightRule("mlp.proj.bias", (_L + "mlp.dense_4h_to_h.bias",)),
-            ]
         if self.two_norms(hf):
             norms = [("input_layernorm", "ln_attn"), ("mlp_layernorm", "ln_mlp")]
         else:
@@ -87,8 +87,7 @@ class FalconAdapter(ArchAdapter):
             if not self.parallel(hf):
                 norms.append(("post_layernorm", "post_attention_layernorm"))
         for trt, src in norms:
-            rules += [WeightRule(f"{trt}.weight", (f"{_L}{src}.weight",)),
-                      WeightRule(f"{trt}.bias", (f"{_L}{src}.bias",))]
+            rules += linear_rules(trt, _L + src)
         return rules
 
     def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
@@ -97,8 +96,7 @@ class FalconAdapter(ArchAdapter):
 
     def final_rules(self, hf: HFConfig) -> list[WeightRule]:
         return [
-            WeightRule("transformer.ln_f.weight", ("transformer.ln_f.weight",)),
-            WeightRule("transformer.ln_f.bias", ("transformer.ln_f.bias",)),
+            *linear_rules("transformer.ln_f", "transformer.ln_f"),
             WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB,
                        alternatives=(("transformer.word_embeddings.weight",),)),
         ]

@@ -18,6 +18,7 @@ from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
     Semantics,
     WeightRule,
+    linear_rules,
     per_head_interleaved_qkv,
     register,
 )
@@ -47,18 +48,12 @@ class GPTNeoXAdapter(ArchAdapter):
         split_qkv = per_head_interleaved_qkv(hf.require("num_attention_heads"), self.head_size(hf))
         a = _L + "attention."
         return [
-            WeightRule("input_layernorm.weight", (_L + "input_layernorm.weight",)),
-            WeightRule("input_layernorm.bias", (_L + "input_layernorm.bias",)),
-            WeightRule("post_attention_layernorm.weight", (_L + "post_attention_layernorm.weight",)),
-            WeightRule("post_attention_layernorm.bias", (_L + "post_attention_layernorm.bias",)),
-            WeightRule("attention.qkv.weight", (a + "query_key_value.weight",), Split.QKV, split_qkv),
-            WeightRule("attention.qkv.bias", (a + "query_key_value.bias",), Split.QKV, split_qkv),
-            WeightRule("attention.dense.weight", (a + "dense.weight",), Split.ROW),
-            WeightRule("attention.dense.bias", (a + "dense.bias",)),
-            WeightRule("mlp.fc.weight", (_L + "mlp.dense_h_to_4h.weight",), Split.COLUMN),
-            WeightRule("mlp.fc.bias", (_L + "mlp.dense_h_to_4h.bias",), Split.COLUMN),
-            WeightRule("mlp.proj.weight", (_L + "mlp.dense_4h_to_h.weight",), Split.ROW),
-            WeightRule("mlp.proj.bias", (_L + "mlp.dense_4h_to_h.bias",)),
+            *linear_rules("input_layernorm", _L + "input_layernorm"),
+            *linear_rules("post_attention_layernorm", _L + "post_attention_layernorm"),
+            *linear_rules("attention.qkv", a + "query_key_value", Split.QKV, split_qkv),
+            *linear_rules("attention.dense", a + "dense", Split.ROW),
+            *linear_rules("mlp.fc", _L + "mlp.dense_h_to_4h", Split.COLUMN),
+            *linear_rules("mlp.proj", _L + "mlp.dense_4h_to_h", Split.ROW),
         ]
 
     def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
@@ -67,8 +62,7 @@ class GPTNeoXAdapter(ArchAdapter):
     def final_rules(self, hf: HFConfig) -> list[WeightRule]:
         tied = (("gpt_neox.embed_in.weight",),) if self.tied_embeddings(hf) else ()
         return [
-            WeightRule("transformer.ln_f.weight", ("gpt_neox.final_layer_norm.weight",)),
-            WeightRule("transformer.ln_f.bias", ("gpt_neox.final_layer_norm.bias",)),
+            *linear_rules("transformer.ln_f", "gpt_neox.final_layer_norm"),
             WeightRule("lm_head.weight", ("embed_out.weight",), Split.VOCAB,
                        alternatives=(("lm_head.weight",),) + tied),
         ]

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, WeightRule, qkv_rule, register
+from trtllm_medusa_ports.archs.base import (
+    ArchAdapter,
+    Semantics,
+    WeightRule,
+    linear_rules,
+    qkv_rule,
+    register,
+)
 from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
@@ -36,16 +43,12 @@ class PhiAdapter(ArchAdapter):
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
         a = _L + "self_attn."
         return [
-            WeightRule("input_layernorm.weight", (_L + "input_layernorm.weight",)),
-            WeightRule("input_layernorm.bias", (_L + "input_layernorm.bias",)),
+            *linear_rules("input_layernorm", _L + "input_layernorm"),
             qkv_rule("attention.qkv.weight", a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
             qkv_rule("attention.qkv.bias", a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"),
-            WeightRule("attention.dense.weight", (a + "dense.weight",), Split.ROW),
-            WeightRule("attention.dense.bias", (a + "dense.bias",)),
-            WeightRule("mlp.fc.weight", (_L + "mlp.fc1.weight",), Split.COLUMN),
-            WeightRule("mlp.fc.bias", (_L + "mlp.fc1.bias",), Split.COLUMN),
-            WeightRule("mlp.proj.weight", (_L + "mlp.fc2.weight",), Split.ROW),
-            WeightRule("mlp.proj.bias", (_L + "mlp.fc2.bias",)),
+            *linear_rules("attention.dense", a + "dense", Split.ROW),
+            *linear_rules("mlp.fc", _L + "mlp.fc1", Split.COLUMN),
+            *linear_rules("mlp.proj", _L + "mlp.fc2", Split.ROW),
         ]
 
     def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
@@ -54,8 +57,7 @@ class PhiAdapter(ArchAdapter):
     def final_rules(self, hf: HFConfig) -> list[WeightRule]:
         tied = (("model.embed_tokens.weight",),) if self.tied_embeddings(hf) else ()
         return [
-            WeightRule("transformer.ln_f.weight", ("model.final_layernorm.weight",)),
-            WeightRule("transformer.ln_f.bias", ("model.final_layernorm.bias",)),
+            *linear_rules("transformer.ln_f", "model.final_layernorm"),
             WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB, alternatives=tied),
             WeightRule("lm_head.bias", ("lm_head.bias",), Split.VOCAB),
         ]

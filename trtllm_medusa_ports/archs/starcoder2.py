@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from trtllm_medusa_ports.archs.base import Semantics, WeightRule, qkv_rule, register
+from trtllm_medusa_ports.archs.base import Semantics, WeightRule, linear_rules, qkv_rule, register
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
@@ -50,23 +50,17 @@ class Starcoder2Adapter(LlamaAdapter):
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
         a = _L + "self_attn."
+        bias = bool(hf.get("use_bias", True))
         rules = [
-            WeightRule("input_layernorm.weight", (_L + "input_layernorm.weight",)),
-            WeightRule("input_layernorm.bias", (_L + "input_layernorm.bias",)),
+            *linear_rules("input_layernorm", _L + "input_layernorm"),
             qkv_rule("attention.qkv.weight", a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
-            WeightRule("attention.dense.weight", (a + "o_proj.weight",), Split.ROW),
-            WeightRule("post_layernorm.weight", (_L + "post_attention_layernorm.weight",)),
-            WeightRule("post_layernorm.bias", (_L + "post_attention_layernorm.bias",)),
-            WeightRule("mlp.fc.weight", (_L + "mlp.c_fc.weight",), Split.COLUMN),
-            WeightRule("mlp.proj.weight", (_L + "mlp.c_proj.weight",), Split.ROW),
+            *linear_rules("attention.dense", a + "o_proj", Split.ROW, bias=bias),
+            *linear_rules("post_layernorm", _L + "post_attention_layernorm"),
+            *linear_rules("mlp.fc", _L + "mlp.c_fc", Split.COLUMN, bias=bias),
+            *linear_rules("mlp.proj", _L + "mlp.c_proj", Split.ROW, bias=bias),
         ]
-        if hf.get("use_bias", True):
-            rules += [
-                qkv_rule("attention.qkv.bias", a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"),
-                WeightRule("attention.dense.bias", (a + "o_proj.bias",)),
-                WeightRule("mlp.fc.bias", (_L + "mlp.c_fc.bias",), Split.COLUMN),
-                WeightRule("mlp.proj.bias", (_L + "mlp.c_proj.bias",)),
-            ]
+        if bias:
+            rules.append(qkv_rule("attention.qkv.bias", a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"))
         return rules
 
     def final_rules(self, hf: HFConfig) -> list[WeightRule]:
