@@ -28,16 +28,16 @@ def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2Fo
     save_heads(heads, heads_dir, "fasterdecoding-pt")
 
     say("[3/5] trtllm-medusa check")
-    arch, findings = check(base, heads_dir, medusa_choices="mc_sim_7b_63", tp_size=2)
+    arch, findings = check(base, heads_dir, medusa_choices="mc_sim_7b_63", tp_size=2, dtype="float16")
     for f in findings:
         say(f"      {f.severity:7s} {f.rule}: {f.message[:110]}")
     if errors_of(findings):
         print("demo: the base was rejected by the checker", file=sys.stderr)
         return 1
 
-    say(f"[4/5] trtllm-medusa convert --tp_size 2 -> {ckpt}")
+    say(f"[4/5] trtllm-medusa convert --tp_size 2 --dtype float16 -> {ckpt}")
     result = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads_dir, output_dir=ckpt,
-                                    tp_size=2, quiet=quiet))
+                                    tp_size=2, dtype="float16", quiet=quiet))
     print(result.summary())
 
     say("[5/5] trtllm-medusa verify (HF transformers vs the CPU reference executor, tree mc_sim_7b_63)")

@@ -1,0 +1,29 @@
+import subprocess
+import sys
+
+from trtllm_medusa_ports import __version__
+from trtllm_medusa_ports.cli import main
+
+
+def test_demo_is_the_end_to_end_job(tmp_path, capsys):
+    assert main(["demo", "--workdir", str(tmp_path / "demo"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "logits parity     : PASS" in out and "greedy equivalence: PASS" in out
+    assert "architecture MedusaForCausalLM, dtype float16" in out and "RESULT: OK" in out
+    assert (tmp_path / "demo" / "trtllm_checkpoint" / "rank1.safetensors").is_file()
+
+
+def test_module_entry_point():
+    r = subprocess.run([sys.executable, "-m", "trtllm_medusa_ports", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == __version__
+    r = subprocess.run([sys.executable, "-m", "trtllm_medusa_ports", "tree", "--list_presets"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "mc_sim_7b_63" in r.stdout.split()
+
+
+def test_nothing_imports_tensorrt_llm_outside_engine():
+    code = ("import sys, trtllm_medusa_ports.cli, trtllm_medusa_ports.convert, trtllm_medusa_ports.verify, "
+            "trtllm_medusa_ports.engine, trtllm_medusa_ports.engine.registry; "
+            "print(any(m.startswith('tensorrt_llm') for m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "False"
