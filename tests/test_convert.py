@@ -375,3 +375,19 @@ def test_non_silu_llama_class_base_gets_our_architecture(tmp_path, store):
     cfg = json.loads((convert_to(tmp_path / "c", base, hdir) / "config.json").read_text())
     # upstream MedusaForCausalLM would give the heads GELU (the base's hidden_act)
     assert cfg["architecture"] == "MedusaPortsLLaMAForCausalLM" and cfg["medusa_hidden_act"] == "silu"
+
+
+def test_pytorch_bin_base_converts_like_safetensors(tmp_path, store):
+    base = tiny_base(store, "Qwen2ForCausalLM")
+    binary = tmp_path / "bin-base"
+    binary.mkdir()
+    torch.save(hf_weights(base), binary / "pytorch_model.bin")  # the pre-safetensors format
+    (binary / "config.json").write_text((base / "config.json").read_text())
+    assert (binary / "pytorch_model.bin").is_file() and not list(binary.glob("*.safetensors"))
+    c = tiny_config("Qwen2ForCausalLM")
+    hdir = save_heads(random_heads(c.hidden_size, c.vocab_size), tmp_path / "h")
+    a = convert_to(tmp_path / "a", base, hdir, tp_size=2)
+    b = convert_to(tmp_path / "b", binary, hdir, tp_size=2)
+    for r in range(2):
+        ta, tb = load_file(str(a / f"rank{r}.safetensors")), load_file(str(b / f"rank{r}.safetensors"))
+        assert sorted(ta) == sorted(tb) and all(torch.equal(ta[k], tb[k]) for k in ta)
