@@ -202,7 +202,7 @@ def run_verify(args: argparse.Namespace) -> int:
                             fix="pass --prompt_ids instead of --prompt") from None
         prompts = [tok(args.prompt)["input_ids"]]
     report = verify(args.model_dir, args.checkpoint_dir, medusa_choices=args.medusa_choices,
-                    prompts=prompts, max_new_tokens=args.max_new_tokens)
+                    prompts=prompts, max_new_tokens=args.max_new_tokens, quiet=args.quiet)
     print(report_json(report) if args.json else report.render())
     return 0 if report.ok else 1
 
@@ -262,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", default=None, help="text (needs a tokenizer in --model_dir)")
     g.add_argument("--prompt_ids", default=None, help="token ids: 1,2,3 (';' separates prompts)")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--quiet", action="store_true", help="no progress bars")
 
     s = sub.add_parser("build", help="trtllm-build with our architectures registered (needs tensorrt_llm)")
     s.add_argument("--checkpoint_dir", required=True)

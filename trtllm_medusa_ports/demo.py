@@ -41,7 +41,7 @@ def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2Fo
     print(result.summary())
 
     say("[5/5] trtllm-medusa verify (HF transformers vs the CPU reference executor, tree mc_sim_7b_63)")
-    report = verify(base, ckpt, medusa_choices="mc_sim_7b_63", max_new_tokens=48)
+    report = verify(base, ckpt, medusa_choices="mc_sim_7b_63", max_new_tokens=48, quiet=quiet)
     print(report.render())
     print(f"demo finished in {time.time() - t0:.1f} s; artifacts in {workdir}")
     return 0 if report.ok else 1

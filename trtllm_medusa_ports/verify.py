@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -160,7 +161,12 @@ def verify(
     medusa_choices: str | None = None,
     prompts: list[list[int]] | None = None,
     max_new_tokens: int = 32,
+    quiet: bool = False,
 ) -> VerifyReport:
+    if quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     ckpt = read_checkpoint(checkpoint_dir)
     ref = ReferenceModel(ckpt)
     dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
@@ -218,7 +224,9 @@ def verify(
     generated = 0
     per_prompt = []
     seqs = []
-    for i, p in enumerate(prompts):
+    from tqdm import tqdm
+
+    for i, p in enumerate(tqdm(prompts, desc="greedy equivalence", unit="prompt", disable=quiet, file=sys.stderr)):
         expected = hf_greedy(hf, p, max_new_tokens)
         run = medusa_generate(ref, p, tree, max_new_tokens)
         same = run.tokens == expected
