@@ -83,7 +83,8 @@ def main() -> int:
     n = min(len(tok(p)["input_ids"]) for p in TRAIN)
     prompts = torch.tensor([tok(p)["input_ids"][:n] for p in TRAIN])
     t0 = time.time()
-    heads = train_heads(base, num_heads=3, own_lm_head=False, steps=args.steps, prompts=prompts, new_tokens=48)
+    heads = train_heads(base, num_heads=3, own_lm_head=False, steps=args.steps, prompts=prompts, new_tokens=48,
+                        quiet=False)
     train_s = time.time() - t0
     hdir = save_heads(heads, work / "heads", "fasterdecoding-v2")
     ckpt = work / "ckpt"

@@ -195,7 +195,7 @@ def greedy_corpus(model_dir: str | Path, *, num_prompts: int = 64, prompt_len: i
 
 def train_heads(model_dir: str | Path, *, num_heads: int = 3, num_layers: int = 1, steps: int = 300,
                 own_lm_head: bool = True, seed: int = 0, lr: float = 3e-2, prompts: torch.Tensor | None = None,
-                new_tokens: int = 24) -> HeadWeights:
+                new_tokens: int = 24, quiet: bool = True) -> HeadWeights:
     """Fit heads to the base's greedy continuations (head k predicts the token k+2 ahead).
 
     FasterDecoding's recipe in miniature: ResBlocks start at zero, each head's
@@ -220,7 +220,11 @@ def train_heads(model_dir: str | Path, *, num_heads: int = 3, num_layers: int = 
             lms.append(lm)
             params.append(lm)
     opt = torch.optim.Adam(params, lr=lr)
-    for _ in range(steps):
+    import sys
+
+    from tqdm import tqdm
+
+    for _ in tqdm(range(steps), desc="train heads", unit="step", disable=quiet, file=sys.stderr):
         opt.zero_grad()
         loss = 0.0
         for k in range(num_heads):
