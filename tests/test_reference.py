@@ -17,7 +17,7 @@ from trtllm_medusa_ports.reference import (
 )
 from trtllm_medusa_ports.synthetic import random_heads, save_heads, tiny_config
 from trtllm_medusa_ports.tree import MedusaTree
-from trtllm_medusa_ports.verify import PARITY_ATOL, verify
+from trtllm_medusa_ports.verify import verify
 
 TREE = "[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0],[0,0,1],[0,1,0]]"
 
@@ -39,7 +39,7 @@ def test_parity_and_greedy_equivalence(tmp_path, store, arch, tp, pp, dtype):
     ckpt = convert_to(tmp_path / "c", base, heads, tp_size=tp, pp_size=pp, dtype=dtype)
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=20)
     assert rep.parity, rep.render()
-    assert rep.logits_max_abs_diff <= PARITY_ATOL
+    assert rep.logits_max_abs_diff <= rep.tolerance <= 1e-4 * 50
     assert rep.greedy_equal, rep.render()
     assert rep.tokens_generated == 40 and rep.steps >= 1
     assert len(rep.head_top1) == 3 and all(0.0 <= x <= 1.0 for x in rep.head_top1)
