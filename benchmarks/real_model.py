@@ -63,7 +63,7 @@ def hf_dir(work: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/medusa-smollm2")
-    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--tp", type=int, default=3)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--new_tokens", type=int, default=48)

@@ -224,6 +224,9 @@ def train_heads(model_dir: str | Path, *, num_heads: int = 3, num_layers: int = 
 
     from tqdm import tqdm
 
+    # As the heads grow confident, most softmax probabilities fall into float32's subnormal
+    # range, which x86 CPUs compute many times slower: flush them to zero while training.
+    flushed = torch.set_flush_denormal(True)
     for _ in tqdm(range(steps), desc="train heads", unit="step", disable=quiet, file=sys.stderr):
         opt.zero_grad()
         loss = 0.0
@@ -237,6 +240,8 @@ def train_heads(model_dir: str | Path, *, num_heads: int = 3, num_layers: int = 
             loss = loss + torch.nn.functional.cross_entropy(x @ proj.T, y)
         loss.backward()
         opt.step()
+    if flushed:
+        torch.set_flush_denormal(False)
     return HeadWeights(
         [[(w.detach().clone(), b.detach().clone()) for w, b in row] for row in blocks],
         [lm.detach().clone() for lm in lms] if own_lm_head else None,
