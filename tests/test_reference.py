@@ -183,3 +183,14 @@ def test_plain_and_medusa_decoding_agree_with_deep_tree(tmp_path, llama_trained)
         run = medusa_generate(ref, prompt, tree, 30)
         assert run.tokens == plain_generate(ref, prompt, 30)
         assert max(run.accepted_per_step) >= 3
+
+
+def test_replicas_that_differ_between_ranks_are_refused(tmp_path, qwen2_base, good_ckpt):
+    from trtllm_medusa_ports.errors import CheckpointError
+
+    d = _broken(good_ckpt, tmp_path, "replica")
+    _rewrite(d, 1, lambda sd: sd.__setitem__("transformer.layers.0.post_layernorm.weight",
+                                             sd["transformer.layers.0.post_layernorm.weight"] * 1.5))
+    with pytest.raises(CheckpointError, match="'transformer.layers.0.post_layernorm.weight' differs between rank 0"):
+        ReferenceModel(d)
+    ReferenceModel(good_ckpt)  # the intact checkpoint loads

@@ -24,6 +24,7 @@ Everything computes in float32 on the checkpoint's (possibly rounded) weights.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +54,18 @@ _ACTS = {
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
 }
+
+
+#: checkpoint tensors that TensorRT-LLM keeps whole on every tensor-parallel rank: norms, and
+#: the biases of row-parallel layers (added once, after the all-reduce)
+_REPLICATED = tuple(
+    re.compile(p)
+    for p in (
+        r".*layernorm\.(weight|bias)",
+        r"transformer\.(ln_f|ln_embed)\.(weight|bias)",
+        r".*\.(attention\.dense|mlp\.proj)\.bias",
+    )
+)
 
 
 def activation(name: str):
@@ -157,7 +170,16 @@ class ReferenceModel:
         return self.ckpt.has(rank, name)
 
     def _check_replicas(self) -> None:
-        """Replicated tensors must be identical on every rank of a stage (the engine uses each rank's own)."""
+        """Every rank of a stage holds the same tensor names and shapes, and the replicated
+        tensors (norms, biases added after an all-reduce, an unsplit embedding) are equal.
+
+        The executor computes those once, with rank 0's copy; the engine computes them on
+        every rank with that rank's own copy, so a replica that differs would make the
+        engine's ranks disagree. It is refused here instead.
+        """
+        replicated = _REPLICATED
+        if not (self.config.get("use_parallel_embedding") and self.tp > 1):
+            replicated = replicated + (re.compile(r"transformer\.vocab_embedding\.weight"),)
         for stage in range(self.pp):
             ranks = self.stage_ranks(stage)
             for name in self.ckpt.ranks[ranks[0]]:
@@ -168,6 +190,15 @@ class ReferenceModel:
                         where=str(self.ckpt.path),
                         fix="the checkpoint's tensor-parallel split is inconsistent; convert again",
                     )
+                if len(ranks) > 1 and any(p.fullmatch(name) for p in replicated):
+                    first = self.ckpt.tensor(ranks[0], name)
+                    for r in ranks[1:]:
+                        if not torch.equal(first, self.ckpt.tensor(r, name)):
+                            raise CheckpointError(
+                                f"replicated tensor {name!r} differs between rank {ranks[0]} and rank {r}",
+                                where=str(self.ckpt.path),
+                                fix="every tensor-parallel rank must hold the same copy; convert again",
+                            )
 
     def _gather(self, stage: int, name: str) -> torch.Tensor:
         return torch.cat([self.t(r, name) for r in self.stage_ranks(stage)], dim=0)
