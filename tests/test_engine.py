@@ -165,3 +165,13 @@ def test_build_runs_the_checks_first(trtllm, tmp_path, capsys, cfg, rule):
     rc = main(["build", "--checkpoint_dir", str(_ckpt(tmp_path, **cfg))])
     assert rc == 1 and rule in capsys.readouterr().err
     assert not [c for c in trtllm.CALLS if c[0] == "trtllm-build"]
+
+
+def test_family_config_sees_the_base_architecture(trtllm):
+    from trtllm_medusa_ports.engine.registry import register_architectures
+
+    cls = register_architectures(trtllm)["MedusaPortsGemmaForCausalLM"]
+    cfg = cls.config_class(architecture="MedusaPortsGemmaForCausalLM", base_architecture="Gemma3ForCausalLM",
+                           num_medusa_heads=4, max_draft_len=63)
+    # GemmaConfig.is_gemma_2 / gemma3 logic compares `architecture` with the HF name
+    assert cfg.architecture == "Gemma3ForCausalLM" and cfg.num_medusa_heads == 4 and cfg.max_draft_len == 63

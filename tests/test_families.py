@@ -148,3 +148,16 @@ def test_readme_lists_every_supported_architecture():
     table = readme[readme.index("## Supported base families"):readme.index("## Conversion speed")]
     for arch in supported_architectures():
         assert f"`{arch}`" in table, arch
+
+
+def test_gemma_embedding_is_split_as_gemmaconfig_imposes(store, tmp_path):
+    from safetensors.torch import load_file
+
+    base = tiny_base(store, "GemmaForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert cfg["use_parallel_embedding"] is True and cfg["embedding_sharding_dim"] == 0
+    assert any("use_parallel_embedding=True" in w for w in cfg["medusa_ports"]["warnings"])
+    assert load_file(str(ckpt / "rank1.safetensors"))["transformer.vocab_embedding.weight"].shape[0] == 128
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    assert rep.parity and rep.greedy_equal

@@ -10,6 +10,7 @@ streamed into place.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -382,6 +383,13 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             fix="use the number of nodes of your tree (63 for the presets)",
         )
 
+    forced = adapter.forced_parallel_embedding(opts.tp_size)
+    if forced is not None and forced != opts.use_parallel_embedding:
+        warnings.append(
+            f"use_parallel_embedding={forced}: {adapter.trtllm_base_class}'s config imposes it for "
+            f"tp_size {opts.tp_size} (the flag was {opts.use_parallel_embedding})"
+        )
+        opts = dataclasses.replace(opts, use_parallel_embedding=forced, embedding_sharding_dim=0)
     dtype = _target_dtype(opts, model)
     findings = check_conversion(
         model.config,

@@ -232,6 +232,10 @@ class ArchAdapter:
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return bool(hf.get("tie_word_embeddings", False))
 
+    def forced_parallel_embedding(self, tp_size: int) -> bool | None:
+        """``use_parallel_embedding`` the family's TensorRT-LLM config class imposes, or None."""
+        return None
+
     # -- weights --------------------------------------------------------------------------
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
         """Rules of one decoder layer; TensorRT-LLM names are relative to ``transformer.layers.{n}.``."""

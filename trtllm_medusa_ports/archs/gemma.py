@@ -43,6 +43,12 @@ class GemmaAdapter(LlamaAdapter):
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return bool(hf.get("tie_word_embeddings", True))
 
+    def forced_parallel_embedding(self, tp_size: int) -> bool | None:
+        # GemmaConfig.__init__ ignores the checkpoint's flag and sets
+        # use_parallel_embedding = tp_size > 1 (tensorrt_llm/models/gemma/config.py), so the
+        # embedding must be written split on the vocabulary when tp > 1.
+        return tp_size > 1
+
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "gelu"  # tanh GELU: TensorRT-LLM's "gelu" is the tanh approximation

@@ -88,5 +88,21 @@ def medusa_class(trtllm: ModuleType, base_cls: type, *, plumbing_needed: bool, n
             kwargs["max_draft_len"] = self.max_medusa_token_len
             return super().prepare_inputs(*args, **kwargs)
 
+    class PortedConfig(base_cls.config_class):
+        """The family's config class, seeing the base's HF architecture.
+
+        Family logic keys on ``architecture`` (GemmaConfig.is_gemma_2 compares it with
+        "Gemma2ForCausalLM", tensorrt_llm/models/gemma/config.py), so the name that made
+        ``trtllm-build`` come here is replaced by ``base_architecture`` before the family
+        sees it. The engine's config then names a base upstream's runtime knows, with the
+        Medusa fields (num_medusa_heads, max_draft_len, ...) beside it.
+        """
+
+        def __init__(self, **kwargs: Any):
+            kwargs["architecture"] = kwargs.get("base_architecture") or kwargs["architecture"]
+            super().__init__(**kwargs)
+
+    PortedConfig.__name__ = PortedConfig.__qualname__ = name.replace("ForCausalLM", "Config")
+    PortedMedusaForCausalLM.config_class = PortedConfig
     PortedMedusaForCausalLM.__name__ = PortedMedusaForCausalLM.__qualname__ = name
     return PortedMedusaForCausalLM

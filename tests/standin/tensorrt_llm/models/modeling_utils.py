@@ -3,6 +3,15 @@ from ..functional import Tensor
 from ..module import Module, ModuleList
 
 
+class PretrainedConfig:
+    """Keyword-only config; every field becomes an attribute (modeling_utils.PretrainedConfig)."""
+
+    def __init__(self, *, architecture, **kwargs):
+        self.architecture = architecture
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+
 class DecoderLayerList(ModuleList):
     """Calls each layer; adds spec_decoding_params to its kwargs only when it is not None."""
 
@@ -19,6 +28,8 @@ class DecoderLayerList(ModuleList):
 
 class DecoderModelForCausalLM(Module):
     """forward: transformer -> lm_head; spec_decoding_params is passed only when not None."""
+
+    config_class = PretrainedConfig
 
     def __init__(self, config, transformer, lm_head):
         super().__init__()
