@@ -7,28 +7,12 @@ Same flag names (``--model_dir --medusa_model_dir --output_dir --dtype --tp_size
 ``--share_lm_head --overwrite --quiet``. Head counts are read from the heads;
 ``--model_type`` from config.json. Then run ``trtllm-build --checkpoint_dir ...
 --speculative_decoding_mode medusa`` (or ``trtllm-medusa build`` for ported bases).
+It is ``trtllm-medusa convert`` under upstream's file name.
 """
 
-import argparse
 import sys
 
-from trtllm_medusa_ports.cli import add_convert_args, run_convert
-from trtllm_medusa_ports.errors import PortError
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_convert_args(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_convert(args)
-    except PortError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted; nothing was written", file=sys.stderr)
-        return 130
-
+from trtllm_medusa_ports.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["convert", *sys.argv[1:]]))
