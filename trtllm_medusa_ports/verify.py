@@ -111,23 +111,29 @@ def load_hf_model(model_dir: str | Path, dtype: torch.dtype):
     return model.eval()
 
 
-def use_engine_gelu(model) -> int:
-    """Swap exact (erf) GELUs for the tanh form that TensorRT-LLM computes; returns how many.
+def use_engine_gelu(model) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    """Swap exact (erf) GELUs for the tanh form that TensorRT-LLM computes.
 
     TensorRT-LLM has one gelu, the tanh approximation (tensorrt_llm/functional.py).
     Comparing against transformers' exact GELU would blur conversion errors with
     this known kernel difference, so parity is judged with the engine's arithmetic
-    and the size of the difference is reported on its own.
+    and the size of the difference is reported on its own. Returns what was swapped
+    as ``(parent, name, original)`` so that :func:`restore_modules` can undo it.
     """
-    swapped = 0
+    swapped = []
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
             exact_torch = isinstance(child, torch.nn.GELU) and child.approximate == "none"
             exact_hf = type(child).__name__ == "GELUActivation"
             if exact_torch or exact_hf:
                 setattr(module, name, torch.nn.GELU(approximate="tanh"))
-                swapped += 1
+                swapped.append((module, name, child))
     return swapped
+
+
+def restore_modules(swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]]) -> None:
+    for parent, name, original in swapped:
+        setattr(parent, name, original)
 
 
 @torch.no_grad()
@@ -180,14 +186,10 @@ def verify(
     dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
     hf = load_hf_model(model_dir, dtype)
     adjustments = []
-    exact_hf = None
-    if ref.sem.hidden_act.startswith("gelu"):
-        exact_hf = load_hf_model(model_dir, dtype)
-        n = use_engine_gelu(hf)
-        if n:
-            adjustments.append(f"{n} exact GELU(s) of the transformers model computed with TensorRT-LLM's tanh form")
-        else:
-            exact_hf = None
+    swapped = use_engine_gelu(hf) if ref.sem.hidden_act.startswith("gelu") else []
+    if swapped:
+        adjustments.append(f"{len(swapped)} exact GELU(s) of the transformers model computed with "
+                           "TensorRT-LLM's tanh form")
     if hf.config.vocab_size != ref.vocab:
         raise ModelError(
             f"the base model's vocab_size is {hf.config.vocab_size}, the checkpoint's {ref.vocab}",
@@ -225,10 +227,12 @@ def verify(
             break
     parity = max_diff <= tolerance
     effect = None
-    if exact_hf is not None:
+    if swapped:  # the same model with its exact GELUs back, against the engine-arithmetic logits
+        restore_modules(swapped)
         with torch.no_grad():
-            effect = max(float((exact_hf(input_ids=torch.tensor([p])).logits[0]
-                                - hf(input_ids=torch.tensor([p])).logits[0]).abs().max()) for p in prompts)
+            effect = max(float((hf(input_ids=torch.tensor([p])).logits[0] - hl).abs().max())
+                         for p, (hl, _, _, _) in zip(prompts, runs, strict=True))
+        use_engine_gelu(hf)
 
     # 2. greedy equivalence, 3. speculation quality
     equal = True
