@@ -6,7 +6,8 @@
 
 1. dequantises the GGUF with transformers and saves a plain HF directory (cached);
 2. trains 3 Medusa heads that share the base lm_head (FasterDecoding "version 2") on the
-   model's own greedy continuations of a few chat prompts, for --steps Adam steps;
+   model's own greedy continuations of a few chat prompts, for --steps Adam steps of
+   --batch positions;
 3. converts (tensor parallel --tp) and runs `verify` on prompts the heads never saw;
 4. reports, side by side with plain greedy decoding on the same reference executor:
    forward passes per generated token (the quantity Medusa reduces) and wall time.
@@ -63,7 +64,8 @@ def hf_dir(work: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/medusa-smollm2")
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=256, help="positions per head per training step")
     ap.add_argument("--tp", type=int, default=3)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--new_tokens", type=int, default=48)
@@ -84,7 +86,7 @@ def main() -> int:
     prompts = torch.tensor([tok(p)["input_ids"][:n] for p in TRAIN])
     t0 = time.time()
     heads = train_heads(base, num_heads=3, own_lm_head=False, steps=args.steps, prompts=prompts, new_tokens=48,
-                        quiet=False)
+                        quiet=False, positions_per_step=args.batch, lr=1e-2)
     train_s = time.time() - t0
     hdir = save_heads(heads, work / "heads", "fasterdecoding-v2")
     ckpt = work / "ckpt"

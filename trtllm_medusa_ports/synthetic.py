@@ -195,7 +195,7 @@ def greedy_corpus(model_dir: str | Path, *, num_prompts: int = 64, prompt_len: i
 
 def train_heads(model_dir: str | Path, *, num_heads: int = 3, num_layers: int = 1, steps: int = 300,
                 own_lm_head: bool = True, seed: int = 0, lr: float = 3e-2, prompts: torch.Tensor | None = None,
-                new_tokens: int = 24, quiet: bool = True) -> HeadWeights:
+                new_tokens: int = 24, quiet: bool = True, positions_per_step: int | None = None) -> HeadWeights:
     """Fit heads to the base's greedy continuations (head k predicts the token k+2 ahead).
 
     FasterDecoding's recipe in miniature: ResBlocks start at zero, each head's
@@ -234,6 +234,9 @@ def train_heads(model_dir: str | Path, *, num_heads: int = 3, num_layers: int = 
             shift = k + 2
             x = hidden[:, :-shift].reshape(-1, H)
             y = seqs[:, shift:].reshape(-1)
+            if positions_per_step and positions_per_step < y.shape[0]:  # minibatch (large vocabularies)
+                pick = torch.randint(0, y.shape[0], (positions_per_step,))
+                x, y = x[pick], y[pick]
             for w, b in blocks[k]:
                 x = x + torch.nn.functional.silu(x @ w.T + b)
             proj = lms[k] if own_lm_head else base_lm
