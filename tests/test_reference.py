@@ -194,3 +194,17 @@ def test_replicas_that_differ_between_ranks_are_refused(tmp_path, qwen2_base, go
     with pytest.raises(CheckpointError, match="'transformer.layers.0.post_layernorm.weight' differs between rank 0"):
         ReferenceModel(d)
     ReferenceModel(good_ckpt)  # the intact checkpoint loads
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_parallel_embedding_splits_verify(tmp_path, llama_base, dim):
+    from trtllm_medusa_ports.synthetic import random_heads, save_heads, tiny_config
+
+    c = tiny_config("LlamaForCausalLM")
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size), tmp_path / "h")
+    ckpt = convert_to(tmp_path / "c", llama_base, heads, tp_size=2, use_parallel_embedding=True,
+                      embedding_sharding_dim=dim)
+    emb = load_file(str(ckpt / "rank1.safetensors"))["transformer.vocab_embedding.weight"]
+    assert emb.shape == ((126, 64) if dim == 0 else (251, 32))  # vocab 251 padded to 252 for dim 0
+    rep = verify(llama_base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    assert rep.parity and rep.greedy_equal
