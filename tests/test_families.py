@@ -161,3 +161,14 @@ def test_gemma_embedding_is_split_as_gemmaconfig_imposes(store, tmp_path):
     assert load_file(str(ckpt / "rank1.safetensors"))["transformer.vocab_embedding.weight"].shape[0] == 128
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
     assert rep.parity and rep.greedy_equal
+
+
+@pytest.mark.parametrize("arch", ["PhiForCausalLM", "BloomForCausalLM", "Gemma3ForCausalLM", "GPTNeoXForCausalLM"])
+def test_pipeline_parallel_families(store, tmp_path, arch):
+    """First-stage extras (Bloom's ln_embed), last-stage extras (Phi's lm_head bias), and
+    per-layer behaviour keyed on the global layer index (Gemma3 local/global RoPE) under pp 2."""
+    base = tiny_base(store, arch)
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, pp_size=2,
+                      allow_unsupported=arch in ALIBI)
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=8)
+    assert rep.parity and rep.greedy_equal, rep.render()
