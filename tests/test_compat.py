@@ -237,3 +237,13 @@ def test_every_rule_is_documented():
     doc = (root / "docs" / "compatibility-rules.md").read_text()
     missing = sorted(r for r in rules if f"`{r}`" not in doc)
     assert not missing, missing
+
+
+def test_engine_class_limits(tmp_path):
+    neox = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": 512,
+            "intermediate_size": 2048, "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000}
+    _, findings = check(write(tmp_path, neox, "ok"))
+    assert "engine-class-limit" not in rules(findings)
+    _, findings = check(write(tmp_path, dict(neox, intermediate_size=1536, layer_norm_eps=1e-6), "bad"))
+    msgs = [f.message for f in findings if f.rule == "engine-class-limit"]
+    assert len(msgs) == 2 and "4 x hidden_size" in msgs[0] and "layer_norm_eps" in msgs[1]

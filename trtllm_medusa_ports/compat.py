@@ -148,6 +148,8 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 "validate on GPU with scripts/validate_on_gpu.sh",
             )
         )
+    for problem, fix in adapter.engine_limits(hf):
+        out.append(Finding("engine-class-limit", ERROR, problem, fix))
     if heads % kv:
         out.append(
             Finding(

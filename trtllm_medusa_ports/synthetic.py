@@ -65,7 +65,7 @@ TINY_CONFIGS: dict[str, dict] = {
         num_attention_heads=4, vocab_size=256, max_position_embeddings=256, partial_rotary_factor=0.5,
     ),
     "GPTNeoXForCausalLM": dict(
-        model_type="gpt_neox", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        model_type="gpt_neox", hidden_size=64, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=4, vocab_size=256, max_position_embeddings=256, rotary_pct=0.25,
         bos_token_id=0, eos_token_id=0,
     ),

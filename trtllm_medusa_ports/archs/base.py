@@ -232,6 +232,10 @@ class ArchAdapter:
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return bool(hf.get("tie_word_embeddings", False))
 
+    def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        """``(problem, fix)`` pairs for configs the family's TensorRT-LLM class cannot represent."""
+        return []
+
     def forced_parallel_embedding(self, tp_size: int) -> bool | None:
         """``use_parallel_embedding`` the family's TensorRT-LLM config class imposes, or None."""
         return None

@@ -35,6 +35,21 @@ class GPTNeoXAdapter(ArchAdapter):
     model_types = ("gpt_neox", "gptneox")
     trtllm_base_class = "GPTNeoXForCausalLM"
 
+    def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        # tensorrt_llm/models/gptneox/model.py builds its MLP as 4 x hidden and its LayerNorms
+        # with the default epsilon; the example converter writes neither field.
+        out = []
+        hidden, inter = self.hidden_size(hf), self.intermediate_size(hf)
+        if inter != 4 * hidden:
+            out.append((f"intermediate_size {inter} is not 4 x hidden_size ({4 * hidden}); TensorRT-LLM's "
+                        "GPTNeoXForCausalLM always builds a 4 x hidden MLP",
+                        "this base cannot be built by TensorRT-LLM's GPT-NeoX class"))
+        eps = float(hf.get("layer_norm_eps", 1e-5))
+        if abs(eps - 1e-5) > 1e-12:
+            out.append((f"layer_norm_eps {eps} differs from the 1e-5 TensorRT-LLM's GPTNeoXForCausalLM uses",
+                        "this base cannot be built exactly by TensorRT-LLM's GPT-NeoX class"))
+        return out
+
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["norm_epsilon"] = float(hf.get("layer_norm_eps", 1e-5))
