@@ -114,7 +114,6 @@ class _Job:
     combine: Callable
     split: Split
     targets: list[tuple[int, str]]  # (rank, checkpoint name)
-    check_finite: bool = True
 
 
 def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:
@@ -438,14 +437,13 @@ def convert(opts: ConvertOptions) -> ConvertResult:
 
             def run(job: _Job) -> None:
                 inputs = [t.to(dtype) for t in job.load()]
-                if job.check_finite:
-                    for t in inputs:
-                        if not all_finite(t):
-                            err = HeadsError if job.label.startswith("medusa_heads") else ModelError
-                            raise err(
-                                f"tensor for {job.label} holds NaN/Inf after casting to {dtype_name(dtype)}",
-                                fix="the weights are damaged, or overflow this dtype: try --dtype float32/bfloat16",
-                            )
+                for t in inputs:
+                    if not all_finite(t):
+                        err = HeadsError if job.label.startswith("medusa_heads") else ModelError
+                        raise err(
+                            f"tensor for {job.label} holds NaN/Inf after casting to {dtype_name(dtype)}",
+                            fix="the weights are damaged, or overflow this dtype: try --dtype float32/bfloat16",
+                        )
                 for rank, name in job.targets:
                     files[rank].write(name, _shard_for(job, inputs, cfg, rank))
                 bar.update(1)

@@ -42,12 +42,6 @@ class Mapping:
     def pp_rank(self, rank: int) -> int:
         return rank // self.tp_size
 
-    def is_first_pp_rank(self, rank: int) -> bool:
-        return self.pp_rank(rank) == 0
-
-    def is_last_pp_rank(self, rank: int) -> bool:
-        return self.pp_rank(rank) == self.pp_size - 1
-
     def to_dict(self) -> dict:
         return {"world_size": self.world_size, "tp_size": self.tp_size, "pp_size": self.pp_size}
 

@@ -206,9 +206,6 @@ class MedusaTree:
     def depth(self) -> int:
         return max(len(p) for p in self.paths)
 
-    def node_index(self, path: Path_) -> int:
-        return self._index[tuple(path)]
-
     # -- buffers ---------------------------------------------------------------
     @cached_property
     def position_offsets(self) -> list[int]:

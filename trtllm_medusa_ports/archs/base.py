@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -364,14 +364,3 @@ def layer_sources(rules: Sequence[WeightRule], i: int) -> list[WeightRule]:
         )
         for r in rules
     ]
-
-
-@dataclass
-class FamilyInfo:
-    """One row of the README's support table."""
-
-    architecture: str
-    position_embedding: str
-    trtllm_base_class: str
-    medusa_status: str
-    notes: list[str] = field(default_factory=list)

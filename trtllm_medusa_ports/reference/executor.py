@@ -191,9 +191,9 @@ class ReferenceModel:
                         fix="the checkpoint's tensor-parallel split is inconsistent; convert again",
                     )
                 if len(ranks) > 1 and any(p.fullmatch(name) for p in replicated):
-                    first = self.ckpt.tensor(ranks[0], name)
+                    first = self.t(ranks[0], name)  # cached: the forward pass reuses it
                     for r in ranks[1:]:
-                        if not torch.equal(first, self.ckpt.tensor(r, name)):
+                        if not torch.equal(first, self.ckpt.tensor(r, name).float()):
                             raise CheckpointError(
                                 f"replicated tensor {name!r} differs between rank {ranks[0]} and rank {r}",
                                 where=str(self.ckpt.path),
