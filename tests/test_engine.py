@@ -1,16 +1,30 @@
-"""Engine adapters against the TensorRT-LLM stand-in (tests/standin): call structure, not numbers."""
+"""Engine adapters and ``trtllm-medusa build`` against the TensorRT-LLM stand-in (tests/standin).
 
+The stand-in models upstream's build route (LEDGER.md beside it): MODEL_MAP and config_class
+per family, ``PretrainedConfig.from_dict``, ``commands/build.py`` ``parallel_build`` ->
+``build_model`` -> ``from_checkpoint`` -> strict ``load`` -> ``builder.build`` ->
+``prepare_inputs`` + ``forward``. Every supported family's converted checkpoint goes through
+it; the second half of this file shows that it fails on each bug it exists to catch.
+"""
+
+import copy
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+import torch
+from conftest import convert_to, tiny_base
+from safetensors.torch import load_file, save_file
 
-from trtllm_medusa_ports.archs import registry
+from trtllm_medusa_ports.archs import adapter_for, registry
 from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.synthetic import random_heads, save_heads
 
 STANDIN = Path(__file__).parent / "standin"
+ALIBI = {"BloomForCausalLM", "MptForCausalLM", "MPTForCausalLM"}
+ROPE_FAMILIES = sorted(a for a in registry() if a not in ALIBI | {"RWForCausalLM"})
 
 
 def _drop_trtllm():
@@ -20,25 +34,57 @@ def _drop_trtllm():
 
 @pytest.fixture
 def trtllm(monkeypatch):
+    from trtllm_medusa_ports.engine import registry as engine_registry
+
     _drop_trtllm()
+    engine_registry._BUILT.clear()
     monkeypatch.syspath_prepend(str(STANDIN))
     import tensorrt_llm
 
     tensorrt_llm.CALLS.clear()
     yield tensorrt_llm
     _drop_trtllm()
+    engine_registry._BUILT.clear()
 
 
-def _config(adapter, **kw):
-    mapping = SimpleNamespace(tp_group=None, tp_size=1, is_last_pp_rank=lambda: True)
-    base = dict(hidden_size=64, vocab_size=100, num_hidden_layers=3, dtype="float16", logits_dtype="float32",
-                mapping=mapping, num_medusa_heads=2, num_medusa_layers=1, max_draft_len=7,
-                medusa_hidden_act="silu", hidden_act="gelu", medusa_shared_lm_head=False)
-    base.update(kw)
-    return SimpleNamespace(**base)
+def _checkpoint(store, tmp_path, arch, tp=1, pp=1, name="ckpt", base=None, **convert_kw):
+    base = base or tiny_base(store, arch)
+    hf = HFConfig.read(base)
+    ad = adapter_for(arch)
+    heads = save_heads(random_heads(ad.hidden_size(hf), hf.get("vocab_size"), num_heads=2, seed=3),
+                       tmp_path / f"{name}-heads")
+    convert_kw.setdefault("dtype", "float16")
+    return convert_to(tmp_path / name, base, heads, tp_size=tp, pp_size=pp, allow_unsupported=arch in ALIBI | {"Gemma2ForCausalLM"},
+                      **convert_kw)
 
 
-ADAPTERS = sorted({cls().ported_architecture(): cls() for cls in registry().values()}.items())
+def _build(ckpt, out, *flags):
+    return main(["build", "--checkpoint_dir", str(ckpt), "--output_dir", str(out), *flags])
+
+
+def _per_rank(calls):
+    """CALLS split at each ("build", architecture, class, rank) marker: rank -> calls before it."""
+    out, current = {}, []
+    for c in calls:
+        if c[0] == "build":
+            out[c[3]] = (c, current)
+            current = []
+        else:
+            current.append(c)
+    return out
+
+
+def _engine_model(ckpt, rank=0):
+    """The model trtllm-medusa build would build for one rank (stand-in), loaded from the checkpoint."""
+    from tensorrt_llm.models import MODEL_MAP
+
+    from trtllm_medusa_ports.engine.build import model_config_and_class
+
+    cfg = json.loads((Path(ckpt) / "config.json").read_text())
+    model_config, cls = model_config_and_class(cfg)
+    rank_config = copy.deepcopy(model_config)
+    rank_config.set_rank(rank)
+    return (cls or MODEL_MAP[cfg["architecture"]]).from_checkpoint(str(ckpt), config=rank_config)
 
 
 def test_tensorrt_llm_is_not_importable_in_ci():
@@ -47,131 +93,379 @@ def test_tensorrt_llm_is_not_importable_in_ci():
         __import__("tensorrt_llm")
 
 
-def test_names_resolve_only_after_registration(trtllm):
+# -- every family through the real route -----------------------------------------------------------
+def _layouts():
+    out = []
+    for arch in ROPE_FAMILIES:
+        out += [(arch, 1, 1), (arch, 2, 1)]
+        if adapter_for(arch).engine_pipeline_parallel:
+            out.append((arch, 1, 2))
+    return out
+
+
+@pytest.mark.parametrize("arch, tp, pp", _layouts(), ids=[f"{a}-tp{t}-pp{p}" for a, t, p in _layouts()])
+def test_every_family_builds_through_upstreams_route(trtllm, store, tmp_path, arch, tp, pp):
+    from tensorrt_llm.builder import EngineConfig
+    from tensorrt_llm.layers import SpecDecodingParams
     from tensorrt_llm.models import MODEL_MAP
 
-    from trtllm_medusa_ports.engine.registry import register_architectures
+    ckpt = _checkpoint(store, tmp_path, arch, tp, pp)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    map_before = dict(MODEL_MAP)
+    assert _build(ckpt, tmp_path / "eng", "--max_batch_size", "2") == 0
+    assert MODEL_MAP == map_before  # nothing registered, nothing patched
 
-    names = {a.ported_architecture() for _, a in ADAPTERS}
-    assert not names & set(MODEL_MAP)  # plain trtllm-build refuses them
-    added = register_architectures(trtllm)
-    assert set(added) == names
-    assert all(MODEL_MAP[n] is added[n] for n in names)
+    builds = _per_rank(trtllm.CALLS)
+    assert sorted(builds) == list(range(tp * pp))
+    n_layers = cfg["num_hidden_layers"]
+    for rank, ((_, _, cls_name, _), calls) in builds.items():
+        expected_cls = "MedusaForCausalLm" if cfg["architecture"] == "MedusaForCausalLM" else cfg["architecture"]
+        assert cls_name == expected_cls
+        prep = [c for c in calls if c[0] == "prepare_inputs"]
+        assert prep == [("prepare_inputs", {"max_draft_len": cfg["max_draft_len"], "external": False})]
+        # every decoder layer of this stage got the very SpecDecodingParams object the inputs carry
+        att = [c for c in calls if c[0] == "attention"]
+        stage_layers = len([i for i in range(n_layers)]) // pp + (1 if rank // tp < n_layers % pp else 0)
+        assert [c[1] for c in att] == list(range(stage_layers))
+        assert all(isinstance(c[2], SpecDecodingParams) and c[2] is att[0][2] for c in att)
+        engine = json.loads((tmp_path / "eng" / f"rank{rank}.engine").read_text())
+        last = rank // tp == pp - 1
+        assert ("medusa_logits" in engine["outputs"]) == last and ("logits" in engine["outputs"]) == last
+        assert ("hidden_states_output" in engine["outputs"]) == (not last)
+        assert any(n.startswith("medusa_heads.1.") for n in engine["parameters"]) == last
 
-
-@pytest.mark.parametrize("name, adapter", ADAPTERS, ids=[n for n, _ in ADAPTERS])
-def test_every_attention_gets_the_same_spec_params(trtllm, name, adapter):
-    from tensorrt_llm.layers import SpecDecodingParams
-
-    from trtllm_medusa_ports.engine.registry import register_architectures
-
-    cls = register_architectures(trtllm)[name]
-    model = cls(_config(adapter))
-    params = SpecDecodingParams(spec_decoding_position_offsets="offsets", spec_decoding_packed_mask="mask")
-    trtllm.CALLS.clear()
-    model.forward("input_ids", use_cache=True, spec_decoding_params=params)
-    seen = [c for c in trtllm.CALLS if c[0] == "attention"]
-    assert [c[1] for c in seen] == [0, 1, 2]  # every decoder layer
-    assert all(c[2] is params for c in seen)  # the very object, offsets and mask untouched
-    assert ("mark_output", "medusa_logits") in trtllm.CALLS
-
-
-@pytest.mark.parametrize("name, adapter", [a for a in ADAPTERS if not a[1].upstream_spec_decoding_plumbing],
-                         ids=[n for n, a in ADAPTERS if not a.upstream_spec_decoding_plumbing])
-def test_upstream_class_alone_cannot_take_spec_params(trtllm, name, adapter):
-    from importlib import import_module
-
-    from trtllm_medusa_ports.engine.registry import TRTLLM_CLASS_MODULES
-
-    base = getattr(import_module(TRTLLM_CLASS_MODULES[adapter.trtllm_base_class]), adapter.trtllm_base_class)
-    with pytest.raises(TypeError, match="spec_decoding_params"):
-        base(_config(adapter)).forward("ids", use_cache=True, spec_decoding_params=object())
+    # what the runtime reads: resolvable without our package, Medusa fields present
+    eng = EngineConfig.from_json_file(str(tmp_path / "eng" / "config.json"))
+    assert eng.pretrained_config.architecture in MODEL_MAP
+    assert eng.pretrained_config.num_medusa_heads == 2 and eng.pretrained_config.max_draft_len == cfg["max_draft_len"]
+    assert eng.build_config["speculative_decoding_mode"] == "medusa"
+    if cfg["architecture"] != "MedusaForCausalLM":
+        assert eng.pretrained_config.architecture == arch
 
 
-def test_plumbing_is_reset_after_the_call_and_names_are_kept(trtllm):
-    from trtllm_medusa_ports.engine.registry import register_architectures
+@pytest.mark.parametrize("arch", ["BloomForCausalLM", "MptForCausalLM"])
+def test_alibi_families_still_load_into_their_engine_class(trtllm, store, tmp_path, arch):
+    """build refuses ALiBi (XQA has none); the checkpoint written with --allow_unsupported still
+    matches the class name for name and shape (Bloom's share_embedding_table included)."""
+    ckpt = _checkpoint(store, tmp_path, arch, tp=2)
+    assert _build(ckpt, tmp_path / "eng") == 1
+    for rank in (0, 1):
+        model = _engine_model(ckpt, rank)
+        assert type(model).__name__ == adapter_for(arch).ported_architecture()
+        assert all(p.is_inited() for _, p in model.named_parameters())
+    if arch == "BloomForCausalLM":
+        assert json.loads((ckpt / "config.json").read_text())["share_embedding_table"] is False
 
-    cls = register_architectures(trtllm)["MedusaPortsGemmaForCausalLM"]
-    model = cls(_config(None))
-    att = model.transformer.layers[0].attention
-    assert type(att).__name__ == "SpecDecodingAttention" and hasattr(model.transformer.layers[0], "attention")
-    model.forward("ids", use_cache=True, spec_decoding_params="P")
-    trtllm.CALLS.clear()
-    model.forward("ids", use_cache=True)  # context phase without spec params
-    assert all(c[2] is None for c in trtllm.CALLS if c[0] == "attention")
+
+def test_paged_and_continuous_kv_cache_and_worker_processes(trtllm, store, tmp_path):
+    ckpt = _checkpoint(store, tmp_path, "GemmaForCausalLM", tp=2)
+    assert _build(ckpt, tmp_path / "eng", "--kv_cache_type", "continuous", "--workers", "2") == 0
+    for rank in (0, 1):  # workers > 1: the class and its config went through pickle
+        assert "medusa_logits" in json.loads((tmp_path / "eng" / f"rank{rank}.engine").read_text())["outputs"]
 
 
-def test_head_activation_and_lm_head_follow_config(trtllm):
-    from trtllm_medusa_ports.engine.registry import register_architectures
-
-    cls = register_architectures(trtllm)["MedusaPortsPhiForCausalLM"]
-    own = cls(_config(None, hidden_act="gelu", medusa_hidden_act="silu", num_medusa_layers=2))
-    trtllm.CALLS.clear()
-    own.forward("ids", use_cache=True)
-    assert [c[1] for c in trtllm.CALLS if c[0] == "act"] == ["silu"] * 4  # 2 heads x 2 layers, never gelu
+def test_head_activation_and_shared_lm_head_follow_config(trtllm, store, tmp_path):
+    own = _engine_model(_checkpoint(store, tmp_path, "PhiForCausalLM", name="own"))
+    assert all(layer.act == "silu" for h in own.medusa_heads for layer in h.medusa_layers)  # never the base gelu
     assert all(hasattr(h, "lm_head") for h in own.medusa_heads)
-
-    shared = cls(_config(None, medusa_shared_lm_head=True))
-    assert not any(hasattr(h, "lm_head") for h in shared.medusa_heads)
+    shared_ckpt = _checkpoint(store, tmp_path, "PhiForCausalLM", name="shared", share_lm_head=True)
+    shared = _engine_model(shared_ckpt)
+    assert not any(n.startswith("medusa_heads.0.lm_head") for n, _ in shared.named_parameters())
     trtllm.CALLS.clear()
-    shared.forward("ids", use_cache=True)
-    lm_calls = [c for c in trtllm.CALLS if c[0] == "linear" and c[1] == id(shared.lm_head)]
-    assert len(lm_calls) == 1 + 2  # the base logits, then once per head
+    assert _build(shared_ckpt, tmp_path / "eng") == 0
+    lm_head_calls = [c for c in trtllm.CALLS if c[0] == "linear" and c[2] == 256]
+    assert len(lm_head_calls) == 1 + 2  # base logits, then once per head through the base lm_head
 
 
-def test_prepare_inputs_forces_medusa_drafts(trtllm):
-    from trtllm_medusa_ports.engine.registry import register_architectures
-
-    cls = register_architectures(trtllm)["MedusaPortsFalconForCausalLM"]
-    out = cls(_config(None, max_draft_len=11)).prepare_inputs(max_batch_size=1, max_draft_len=0,
-                                                              speculative_decoding_draft_tokens_external=True)
-    assert out["max_draft_len"] == 11 and out["speculative_decoding_draft_tokens_external"] is False
-
-
-def _ckpt(tmp_path, **cfg):
-    d = tmp_path / "ckpt"
-    d.mkdir(exist_ok=True)
-    base = {"architecture": "MedusaPortsGemmaForCausalLM", "dtype": "float16", "num_medusa_heads": 2,
-            "position_embedding_type": "rope_gpt_neox", "model_type": "gemma"}
-    base.update(cfg)
-    (d / "config.json").write_text(json.dumps(base))
-    return d
+def test_family_config_sees_the_base_architecture(trtllm, store, tmp_path):
+    model = _engine_model(_checkpoint(store, tmp_path, "Gemma3ForCausalLM"))
+    # GemmaConfig keys Gemma 3 behaviour on `architecture`: q/k norms, local layers, q_scaling
+    assert model.config.architecture == "Gemma3ForCausalLM" and model.config.is_gemma_3
+    att = [layer.attention for layer in model.transformer.layers]
+    assert all(a.qk_layernorm for a in att) and [a.is_local for a in att] == [True, False]
 
 
-def test_build_without_tensorrt_llm_exits_1_with_hint(tmp_path, capsys):
+def test_build_without_tensorrt_llm_exits_1_with_hint(store, tmp_path, capsys):
     _drop_trtllm()
-    rc = main(["build", "--checkpoint_dir", str(_ckpt(tmp_path)), "--output_dir", "x"])
+    rc = _build(_checkpoint(store, tmp_path, "GemmaForCausalLM"), tmp_path / "x")
     err = capsys.readouterr().err
     assert rc == 1 and "TensorRT-LLM is not installed" in err and "pip install" in err
     assert "Traceback" not in err
 
 
-def test_build_registers_then_runs_trtllm_build(trtllm, tmp_path):
-    rc = main(["build", "--checkpoint_dir", str(_ckpt(tmp_path)), "--output_dir", "eng", "--max_batch_size", "4",
-               "--workers", "2"])
-    assert rc == 0
-    call = next(c for c in trtllm.CALLS if c[0] == "trtllm-build")
-    args, registered = call[1], call[2]
-    assert args[:2] == ["--checkpoint_dir", str(tmp_path / "ckpt")]
-    assert "--speculative_decoding_mode" in args and args[args.index("--speculative_decoding_mode") + 1] == "medusa"
-    assert "--workers" not in args and "MedusaPortsGemmaForCausalLM" in registered
+@pytest.mark.parametrize("edit, rule", [({"position_embedding_type": "alibi", "model_type": "bloom"},
+                                         "alibi-position-embedding"),
+                                        ({"dtype": "float32"}, "dtype-float32"),
+                                        ({"num_medusa_heads": 0}, "not-medusa")])
+def test_build_runs_the_checks_first(trtllm, store, tmp_path, capsys, edit, rule):
+    ckpt = _checkpoint(store, tmp_path, "GemmaForCausalLM")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**cfg, **edit}))
+    assert _build(ckpt, tmp_path / "eng") == 1 and rule in capsys.readouterr().err
+    assert not [c for c in trtllm.CALLS if c[0] == "build"]
 
 
-@pytest.mark.parametrize("cfg, rule", [({"position_embedding_type": "alibi", "model_type": "bloom"},
-                                        "alibi-position-embedding"),
-                                       ({"dtype": "float32"}, "dtype-float32"),
-                                       ({"num_medusa_heads": 0}, "not-medusa")])
-def test_build_runs_the_checks_first(trtllm, tmp_path, capsys, cfg, rule):
-    rc = main(["build", "--checkpoint_dir", str(_ckpt(tmp_path, **cfg))])
-    assert rc == 1 and rule in capsys.readouterr().err
-    assert not [c for c in trtllm.CALLS if c[0] == "trtllm-build"]
+def test_build_refuses_a_model_class_override(trtllm, store, tmp_path, capsys):
+    ckpt = _checkpoint(store, tmp_path, "GemmaForCausalLM")
+    assert _build(ckpt, tmp_path / "eng", "--model_cls_name", "X") == 1
+    assert "--model_cls_file/--model_cls_name" in capsys.readouterr().err
 
 
-def test_family_config_sees_the_base_architecture(trtllm):
-    from trtllm_medusa_ports.engine.registry import register_architectures
+# -- keys the adapters write reach the engine class under upstream's names --------------------------
+def _set(cfg, **kw):
+    """Non-default values in a saved HF config.json (transformers 5 nests RoPE in rope_parameters)."""
+    params = cfg.get("rope_parameters")
+    for k, v in kw.items():
+        if k in ("rope_theta", "partial_rotary_factor") and isinstance(params, dict):
+            params[k] = v
+        else:
+            cfg[k] = v
+    return cfg
 
-    cls = register_architectures(trtllm)["MedusaPortsGemmaForCausalLM"]
-    cfg = cls.config_class(architecture="MedusaPortsGemmaForCausalLM", base_architecture="Gemma3ForCausalLM",
-                           num_medusa_heads=4, max_draft_len=63)
-    # GemmaConfig.is_gemma_2 / gemma3 logic compares `architecture` with the HF name
-    assert cfg.architecture == "Gemma3ForCausalLM" and cfg.num_medusa_heads == 4 and cfg.max_draft_len == 63
+
+KEY_CASES = {
+    "LlamaForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6),
+    "MistralForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6),
+    "Qwen2ForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6, seq_length=777),
+    "Qwen3ForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6),
+    "GemmaForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6),
+    "Gemma2ForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6, query_pre_attn_scalar=64),
+    "Gemma3ForCausalLM": dict(rms_norm_eps=3e-6, query_pre_attn_scalar=64),
+    "Phi3ForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6, partial_rotary_factor=0.5),
+    "PhiForCausalLM": dict(rope_theta=12345.0, partial_rotary_factor=0.5),
+    "GPTNeoXForCausalLM": dict(rope_theta=12345.0, partial_rotary_factor=0.5),
+    "FalconForCausalLM": dict(rope_theta=12345.0, layer_norm_epsilon=3e-6),
+    "RWForCausalLM": dict(rope_theta=12345.0, layer_norm_epsilon=3e-6),
+    "Starcoder2ForCausalLM": dict(rope_theta=12345.0, norm_epsilon=3e-6, partial_rotary_factor=0.5),
+    "BloomForCausalLM": dict(),
+    "MptForCausalLM": dict(),
+    "MPTForCausalLM": dict(),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(KEY_CASES))
+def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_path, arch):
+    """A key written under a name the class does not read (``rotary_emb_base`` vs ``rotary_base``,
+    ``rotary_pct`` vs ``partial_rotary_factor``) silently takes upstream's default; here every
+    value differs from the default, so a typo fails."""
+    tiny_arch = "FalconForCausalLM" if arch == "RWForCausalLM" else "MptForCausalLM" if arch == "MPTForCausalLM" \
+        else arch
+    base_src = tiny_base(store, tiny_arch)
+    base = tmp_path / "base"
+    base.mkdir()
+    for f in base_src.iterdir():
+        (base / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["architectures"] = [arch]
+    (base / "config.json").write_text(json.dumps(_set(cfg, **KEY_CASES[arch])))
+    ckpt = _checkpoint(store, tmp_path, arch, base=base)
+    model = _engine_model(ckpt)
+    written = json.loads((ckpt / "config.json").read_text())
+    hf = HFConfig.read(base)
+    layers = list(model.transformer.layers)
+    att = layers[0].attention
+    want = KEY_CASES[arch]
+    if "rope_theta" in want:
+        assert all(layer.attention.rotary_embedding_base == want["rope_theta"] for layer in layers)
+    if "partial_rotary_factor" in want:
+        assert att.rotary_embedding_percentage == want["partial_rotary_factor"]
+    eps = want.get("rms_norm_eps") or want.get("layer_norm_epsilon") or want.get("norm_epsilon")
+    if eps:
+        assert layers[0].input_layernorm.eps == eps
+    if "query_pre_attn_scalar" in want:
+        assert abs(att.q_scaling - (64 / written["head_size"]) ** 0.5) < 1e-12
+    if arch == "Qwen2ForCausalLM":
+        assert model.config.seq_length == 777
+    assert att.num_attention_heads == hf.get("num_attention_heads", hf.get("n_head", hf.get("n_heads")))
+    assert att.attention_head_size == written["head_size"]
+    assert all(p.is_inited() for _, p in model.named_parameters())
+
+
+def test_phi3_longrope_fields_reach_attention(trtllm, store, tmp_path):
+    base_src = tiny_base(store, "Phi3ForCausalLM")
+    base = tmp_path / "base"
+    base.mkdir()
+    for f in base_src.iterdir():
+        (base / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((base / "config.json").read_text())
+    half = cfg["hidden_size"] // cfg["num_attention_heads"] // 2
+    cfg.pop("rope_parameters", None)
+    cfg.update(rope_theta=10000.0, original_max_position_embeddings=64, max_position_embeddings=256,
+               rope_scaling={"type": "longrope", "short_factor": [1.0 + i / 10 for i in range(half)],
+                             "long_factor": [2.0 + i / 10 for i in range(half)]})
+    (base / "config.json").write_text(json.dumps(cfg))
+    att = _engine_model(_checkpoint(store, tmp_path, "Phi3ForCausalLM", base=base)).transformer.layers[0].attention
+    assert att.position_embedding_type == "long_rope"
+    assert list(att.rope_scaling_short_factors) == [1.0 + i / 10 for i in range(half)]
+    assert list(att.rope_scaling_long_factors) == [2.0 + i / 10 for i in range(half)]
+
+
+# -- Phi-3's fused gate_up at tp 2, computed on the stand-in's MLP ----------------------------------
+def test_phi3_fused_gate_up_is_right_per_rank_and_a_plain_split_is_not(trtllm, store, tmp_path):
+    """``layers/mlp.py`` MLP applies swiglu to the *rank-local* fc output (first half x, second
+    half silu'd), so rank r needs ``[up_r; gate_r]``: what the converter writes. The plain dim-0
+    split of ``[up; gate]`` that phi3/split_weights.py performs gives rank 0 only ``up``."""
+    from tensorrt_llm.functional import Tensor
+    from tensorrt_llm.layers import MLP
+    from transformers import AutoModelForCausalLM
+
+    base = tiny_base(store, "Phi3ForCausalLM")
+    ckpt = _checkpoint(store, tmp_path, "Phi3ForCausalLM", tp=2, dtype="float32")
+    hf_mlp = AutoModelForCausalLM.from_pretrained(base).model.layers[0].mlp
+    cfg = json.loads((ckpt / "config.json").read_text())
+    hidden, inter = cfg["hidden_size"], cfg["intermediate_size"]
+    x = torch.randn(5, hidden)
+
+    def run(fc_of_rank, proj_of_rank):
+        total = 0
+        for r in range(2):
+            mlp = MLP(hidden, inter, "swiglu", bias=False, tp_size=2)
+            mlp.fc.weight.value, mlp.proj.weight.value = fc_of_rank(r), proj_of_rank(r)
+            total = total + mlp(Tensor("x", x)).value  # + = the all-reduce after RowLinear
+        return total
+
+    ranks = [load_file(str(ckpt / f"rank{r}.safetensors")) for r in (0, 1)]
+    fc = "transformer.layers.0.mlp.fc.weight"
+    proj = "transformer.layers.0.mlp.proj.weight"
+    with torch.no_grad():
+        expected = hf_mlp(x)
+    ours = run(lambda r: ranks[r][fc], lambda r: ranks[r][proj])
+    assert torch.allclose(ours, expected, atol=1e-5)
+    fused = torch.cat([ranks[0][fc].chunk(2)[0], ranks[1][fc].chunk(2)[0],
+                       ranks[0][fc].chunk(2)[1], ranks[1][fc].chunk(2)[1]])  # [up; gate] unsplit
+    plain = run(lambda r: fused.chunk(2)[r], lambda r: ranks[r][proj])
+    assert not torch.allclose(plain, expected, atol=1e-2)
+
+
+# -- the stand-in is upstream's, strictness included --------------------------------------------------
+def test_standin_config_class_exactly_where_upstream_has_one(trtllm):
+    from tensorrt_llm.models import MODEL_MAP
+
+    without = {n for n, c in MODEL_MAP.items() if not hasattr(c, "config_class")}
+    assert without == {"GPTNeoXForCausalLM", "BloomForCausalLM", "MPTForCausalLM", "MptForCausalLM"}
+
+
+def test_standin_from_dict_dispatches_on_architecture(trtllm):
+    from tensorrt_llm.models.gemma.model import GemmaConfig
+    from tensorrt_llm.models.modeling_utils import PretrainedConfig
+
+    base = dict(dtype="float16", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=256,
+                mapping={"world_size": 2, "tp_size": 2, "pp_size": 1})
+    cfg = PretrainedConfig.from_dict({**base, "architecture": "GemmaForCausalLM"})
+    assert type(cfg) is GemmaConfig and cfg.mapping.tp_size == 2 and cfg.use_parallel_embedding is True
+    assert type(PretrainedConfig.from_dict({**base, "architecture": "GPTNeoXForCausalLM"})) is PretrainedConfig
+    with pytest.raises(KeyError, match="MedusaPortsGemmaForCausalLM"):
+        PretrainedConfig.from_dict({**base, "architecture": "MedusaPortsGemmaForCausalLM"})
+    with pytest.raises(TypeError, match="hidden_size"):
+        PretrainedConfig(architecture="X", dtype="float16", num_hidden_layers=1, num_attention_heads=1)
+
+
+def test_standin_load_is_as_strict_as_upstream(trtllm, store, tmp_path):
+    from tensorrt_llm.models import MODEL_MAP
+    from tensorrt_llm.models.modeling_utils import PretrainedConfig
+
+    ckpt = _checkpoint(store, tmp_path, "LlamaForCausalLM")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    model = MODEL_MAP["LlamaForCausalLM"](PretrainedConfig.from_dict({**cfg, "architecture": "LlamaForCausalLM"}))
+    weights = {k: v for k, v in load_file(str(ckpt / "rank0.safetensors")).items() if not k.startswith("medusa")}
+    missing = dict(weights)
+    del missing["transformer.layers.1.mlp.gate.weight"]
+    with pytest.raises(RuntimeError, match="Required but not provided tensors.*layers.1.mlp.gate.weight"):
+        model.load(missing)
+    wrong = dict(weights)
+    wrong["transformer.layers.0.mlp.fc.weight"] = wrong["transformer.layers.0.mlp.fc.weight"].T
+    with pytest.raises(RuntimeError, match="not the same shape"):
+        model.load(wrong)
+    trtllm.CALLS.clear()
+    model.load({**weights, "transformer.layers.0.attention.dense.bias": torch.zeros(64)})
+    assert any(c[0] == "warning" and "Provided but not required" in c[1] for c in trtllm.CALLS)
+
+
+@pytest.mark.parametrize("arch", [a for a in ROPE_FAMILIES if not adapter_for(a).upstream_spec_decoding_plumbing])
+def test_upstream_class_alone_cannot_take_spec_params(trtllm, store, tmp_path, arch):
+    from tensorrt_llm.models import MODEL_MAP
+    from tensorrt_llm.models.modeling_utils import PretrainedConfig
+
+    cfg = json.loads((_checkpoint(store, tmp_path, arch) / "config.json").read_text())
+    cfg["architecture"] = cfg["base_architecture"]
+    model = MODEL_MAP[arch](PretrainedConfig.from_dict(cfg))
+    with pytest.raises(TypeError, match="spec_decoding_params"):
+        model.forward(**model.prepare_inputs(max_draft_len=4))
+
+
+# -- the stand-in catches each bug it was rewritten for ------------------------------------------------
+@pytest.mark.parametrize("arch", ["GPTNeoXForCausalLM", "BloomForCausalLM", "MptForCausalLM"])
+def test_catches_subclassing_a_config_class_upstream_does_not_have(trtllm, arch):
+    from trtllm_medusa_ports.engine.registry import base_class
+
+    with pytest.raises(AttributeError, match="config_class"):
+        type("Old", (base_class(adapter_for(arch)).config_class,), {})
+
+
+@pytest.mark.parametrize("arch, failure", [("GemmaForCausalLM", "TypeError"),
+                                           ("Qwen3ForCausalLM", "no medusa_logits"),
+                                           ("Starcoder2ForCausalLM", "no medusa_logits")])
+def test_catches_the_old_route_through_model_map(trtllm, store, tmp_path, monkeypatch, arch, failure):
+    """The old ``trtllm-medusa build``: register our class in MODEL_MAP under the checkpoint's
+    name, with a config class that renames ``architecture`` to the base, then run ``trtllm-build``
+    with patched argv. ``build_model`` looks the *renamed* architecture up again and builds the
+    plain upstream class."""
+    from tensorrt_llm.commands import build as build_mod
+    from tensorrt_llm.models import MODEL_MAP
+
+    from trtllm_medusa_ports.engine.registry import ported_classes
+
+    ckpt = _checkpoint(store, tmp_path, arch)
+    name = json.loads((ckpt / "config.json").read_text())["architecture"]
+    monkeypatch.setitem(MODEL_MAP, name, ported_classes()[name])
+    monkeypatch.setattr(sys, "argv", ["trtllm-build", "--checkpoint_dir", str(ckpt), "--output_dir",
+                                      str(tmp_path / "eng"), "--speculative_decoding_mode", "medusa"])
+    if failure == "TypeError":
+        with pytest.raises(TypeError, match="spec_decoding_params"):
+            build_mod.main()
+    else:
+        build_mod.main()
+        engine = json.loads((tmp_path / "eng" / "rank0.engine").read_text())
+        assert engine["model_class"] != name and "medusa_logits" not in engine["outputs"]
+        assert any(c[0] == "warning" and "medusa_heads" in c[1] for c in trtllm.CALLS)
+
+
+def test_catches_a_family_without_its_plumbing(trtllm, store, tmp_path, monkeypatch, capsys):
+    from trtllm_medusa_ports.engine import medusa
+
+    monkeypatch.setattr(medusa, "add_spec_decoding_plumbing", lambda transformer: transformer)
+    assert _build(_checkpoint(store, tmp_path, "PhiForCausalLM"), tmp_path / "eng") == 1
+    err = capsys.readouterr().err
+    assert "spec_decoding_params" in err and "Traceback" not in err
+
+
+def test_catches_a_tensor_name_the_engine_class_does_not_declare(trtllm, store, tmp_path, capsys):
+    ckpt = _checkpoint(store, tmp_path, "GemmaForCausalLM")
+    rank0 = load_file(str(ckpt / "rank0.safetensors"))
+    rank0["transformer.layers.0.attention.dense.bias"] = torch.zeros(64, dtype=torch.float16)
+    save_file(rank0, str(ckpt / "rank0.safetensors"))
+    assert _build(ckpt, tmp_path / "eng") == 1
+    err = capsys.readouterr().err
+    assert "rank0.safetensors" in err and "transformer.layers.0.attention.dense.bias" in err
+    assert "does not declare" in err
+
+
+def test_catches_a_qwen_config_without_seq_length(trtllm, store, tmp_path, capsys):
+    ckpt = _checkpoint(store, tmp_path, "Qwen2ForCausalLM")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    del cfg["seq_length"]
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    assert _build(ckpt, tmp_path / "eng") == 1
+    assert "seq_length" in capsys.readouterr().err
+
+
+def test_catches_upstream_medusa_at_pipeline_parallel(trtllm, store, tmp_path):
+    """Upstream MedusaForCausalLm declares its heads on every rank; the checkpoint has them on the
+    last stage: the converter names pp > 1 checkpoints for our class, whose heads live there."""
+    ckpt = _checkpoint(store, tmp_path, "LlamaForCausalLM", pp=2)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert cfg["architecture"] == "MedusaPortsLLaMAForCausalLM"
+    cfg["architecture"] = "MedusaForCausalLM"
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(RuntimeError, match="Required but not provided tensors.*medusa_heads"):
+        _engine_model(ckpt, rank=0)

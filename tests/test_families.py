@@ -163,12 +163,21 @@ def test_gemma_embedding_is_split_as_gemmaconfig_imposes(store, tmp_path):
     assert rep.parity and rep.greedy_equal
 
 
-@pytest.mark.parametrize("arch", ["PhiForCausalLM", "BloomForCausalLM", "Gemma3ForCausalLM", "GPTNeoXForCausalLM"])
+@pytest.mark.parametrize("arch", ["Gemma3ForCausalLM", "FalconForCausalLM", "Starcoder2ForCausalLM"])
 def test_pipeline_parallel_families(store, tmp_path, arch):
-    """First-stage extras (Bloom's ln_embed), last-stage extras (Phi's lm_head bias), and
-    per-layer behaviour keyed on the global layer index (Gemma3 local/global RoPE) under pp 2."""
+    """Per-layer behaviour keyed on the global layer index (Gemma3 local/global RoPE) and families
+    whose TensorRT-LLM class sends hidden states between stages, under pp 2."""
     base = tiny_base(store, arch)
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, pp_size=2,
-                      allow_unsupported=arch in ALIBI)
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, pp_size=2)
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=8)
     assert rep.parity and rep.greedy_equal, rep.render()
+
+
+@pytest.mark.parametrize("arch", ["PhiForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM", "BloomForCausalLM",
+                                  "MptForCausalLM"])
+def test_pipeline_parallel_refused_where_the_engine_class_has_none(store, tmp_path, arch):
+    base = tiny_base(store, arch)
+    with pytest.raises(ConversionError) as err:
+        convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), pp_size=2, allow_unsupported=True)
+    assert "[engine-pipeline-parallel]" in err.value.what and "pp_size 2 cannot be built" in err.value.what
+    assert adapter_for(arch).trtllm_module in err.value.what and not (tmp_path / "c").exists()

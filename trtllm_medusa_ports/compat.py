@@ -428,6 +428,13 @@ def check_parallel(
         padded = -(-vocab // tp_size) * tp_size
         out.append(Finding("vocab-padding", INFO, f"vocab_size {vocab} is padded to {padded} for tp_size {tp_size} "
                            "(zero rows in lm_head and the heads' lm_heads)", "nothing to do"))
+    if pp_size > 1 and adapter is not None and not adapter.engine_pipeline_parallel:
+        out.append(Finding(
+            "engine-pipeline-parallel", ERROR,
+            f"TensorRT-LLM's {adapter.trtllm_base_class} has no pipeline parallelism: it builds the embedding, "
+            "ln_f and lm_head on every stage (or uses them there) and never sends hidden states between stages "
+            f"(tensorrt_llm/models/{adapter.trtllm_module}/model.py), so pp_size {pp_size} cannot be built",
+            "use --pp_size 1 (tensor parallelism works)"))
     if layers and pp_size > layers:
         out.append(Finding("pp-layers", ERROR, f"pp_size {pp_size} exceeds the {layers} layers", f"use pp_size <= {layers}"))
     elif layers and layers % pp_size:

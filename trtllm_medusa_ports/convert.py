@@ -162,7 +162,9 @@ def build_config(
     fam = adapter.trtllm_config(model.config)
     # Upstream MedusaForCausalLM gives the heads the base's hidden_act: right only for SiLU bases.
     silu_base = fam.get("hidden_act") == MEDUSA_HIDDEN_ACT
-    upstream_ok = adapter.upstream_medusa_base and not share_lm_head and silu_base
+    # Upstream MedusaForCausalLm also builds its heads on every pipeline stage, where the checkpoint
+    # has none (tensorrt_llm/models/medusa/model.py): pp > 1 goes through our class.
+    upstream_ok = adapter.upstream_medusa_base and not share_lm_head and silu_base and opts.pp_size == 1
     cfg: dict = {
         "architecture": "MedusaForCausalLM" if upstream_ok else adapter.ported_architecture(),
         "dtype": dtype_name(dtype),

@@ -179,6 +179,10 @@ class ArchAdapter:
     upstream_medusa_base: ClassVar[bool] = False
     #: True when upstream's decoder layers pass spec_decoding_params to Attention
     upstream_spec_decoding_plumbing: ClassVar[bool] = False
+    #: folder of ``trtllm_base_class`` under tensorrt_llm/models/ (its 1.2.x module is ``.model``)
+    trtllm_module: ClassVar[str] = ""
+    #: False when the TensorRT-LLM class cannot run pipeline-parallel (no send/recv between stages)
+    engine_pipeline_parallel: ClassVar[bool] = True
     position_embedding_kind: ClassVar[str] = "rope_gpt_neox"
     #: HF tensor names that are not weights (buffers some checkpoints carry)
     ignored_hf_tensors: ClassVar[tuple[str, ...]] = (r".*rotary_emb\.inv_freq", r"medusa_head\..*")

@@ -36,6 +36,8 @@ class BloomAdapter(ArchAdapter):
     family = "bloom"
     model_types = ("bloom",)
     trtllm_base_class = "BloomForCausalLM"
+    trtllm_module = "bloom"
+    engine_pipeline_parallel = False  # tensorrt_llm/models/bloom/model.py: no send/recv between stages
     position_embedding_kind = "alibi"
 
     def intermediate_size(self, hf: HFConfig) -> int:
@@ -46,7 +48,10 @@ class BloomAdapter(ArchAdapter):
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
-        cfg.update({"norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)), "hidden_act": "gelu"})
+        cfg.update({"norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)), "hidden_act": "gelu",
+                    # BloomForCausalLM reads it and PretrainedConfig has no default for it
+                    # (tensorrt_llm/models/bloom/model.py); lm_head.weight is written on its own
+                    "share_embedding_table": False})
         for k in ("rotary_base", "rotary_scaling"):
             cfg.pop(k, None)
         return cfg

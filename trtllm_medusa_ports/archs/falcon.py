@@ -35,6 +35,7 @@ class FalconAdapter(ArchAdapter):
     family = "falcon"
     model_types = ("falcon", "RefinedWeb", "RefinedWebModel")
     trtllm_base_class = "FalconForCausalLM"
+    trtllm_module = "falcon"
 
     def num_kv_heads(self, hf: HFConfig) -> int:
         if hf.get("new_decoder_architecture"):

@@ -34,6 +34,7 @@ class GemmaAdapter(LlamaAdapter):
     family = "gemma"
     model_types = ("gemma",)
     trtllm_base_class = "GemmaForCausalLM"
+    trtllm_module = "gemma"
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = False
 

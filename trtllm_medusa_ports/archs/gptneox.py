@@ -34,6 +34,8 @@ class GPTNeoXAdapter(ArchAdapter):
     family = "gpt_neox"
     model_types = ("gpt_neox", "gptneox")
     trtllm_base_class = "GPTNeoXForCausalLM"
+    trtllm_module = "gptneox"
+    engine_pipeline_parallel = False  # tensorrt_llm/models/gptneox/model.py: no send/recv between stages
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         # tensorrt_llm/models/gptneox/model.py builds its MLP as 4 x hidden and its LayerNorms

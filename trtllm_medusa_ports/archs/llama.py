@@ -22,6 +22,7 @@ class LlamaAdapter(ArchAdapter):
     family = "llama"
     model_types = ("llama",)
     trtllm_base_class = "LLaMAForCausalLM"
+    trtllm_module = "llama"
     upstream_medusa_base = True
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/llama/model.py LLaMADecoderLayer.forward
 

@@ -30,6 +30,8 @@ class MPTAdapter(ArchAdapter):
     family = "mpt"
     model_types = ("mpt",)
     trtllm_base_class = "MPTForCausalLM"
+    trtllm_module = "mpt"
+    engine_pipeline_parallel = False  # tensorrt_llm/models/mpt/model.py: no send/recv between stages
     position_embedding_kind = "alibi"
 
     def attn_config(self, hf: HFConfig) -> dict:

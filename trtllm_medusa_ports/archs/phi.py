@@ -31,6 +31,8 @@ class PhiAdapter(ArchAdapter):
     family = "phi"
     model_types = ("phi",)
     trtllm_base_class = "PhiForCausalLM"
+    trtllm_module = "phi"
+    engine_pipeline_parallel = False  # tensorrt_llm/models/phi/model.py: no send/recv between stages
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)

@@ -33,6 +33,8 @@ class Phi3Adapter(LlamaAdapter):
     family = "phi3"
     model_types = ("phi3",)
     trtllm_base_class = "Phi3ForCausalLM"
+    trtllm_module = "phi3"
+    engine_pipeline_parallel = False  # tensorrt_llm/models/phi3/model.py: no send/recv between stages
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = False
 

@@ -17,6 +17,7 @@ class Qwen2Adapter(LlamaAdapter):
     family = "qwen2"
     model_types = ("qwen2",)
     trtllm_base_class = "QWenForCausalLM"
+    trtllm_module = "qwen"
     upstream_medusa_base = True  # MedusaConfig picks QWenConfig when model_type contains "qwen"
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/qwen/model.py QWenDecoderLayer.forward
 
@@ -29,6 +30,10 @@ class Qwen2Adapter(LlamaAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["qwen_type"] = "qwen2"
+        # QWenDecoderLayer reads config.seq_length (logn scaling length), which QWenConfig does not
+        # declare; upstream's QWenConfig.from_hugging_face writes it, default 8192
+        # (tensorrt_llm/models/qwen/{config,model}.py)
+        cfg["seq_length"] = int(hf.get("seq_length") or 8192)
         window = hf.get("sliding_window") if hf.get("use_sliding_window") else None
         if window:
             cfg["sliding_window"] = int(window)

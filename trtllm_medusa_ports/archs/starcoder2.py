@@ -25,6 +25,7 @@ class Starcoder2Adapter(LlamaAdapter):
     family = "starcoder2"
     model_types = ("starcoder2",)
     trtllm_base_class = "GPTForCausalLM"
+    trtllm_module = "gpt"
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/gpt/model.py GPTDecoderLayer.forward
 

@@ -1,52 +1,60 @@
-"""Register our architectures with TensorRT-LLM's model map.
+"""Our engine classes, one per TensorRT-LLM base class, built lazily and importable by name.
 
-The converter writes ``architecture: MedusaPorts<TRT class>`` for checkpoints that
-upstream ``trtllm-build`` would not build correctly; that name is absent from
-``tensorrt_llm.models.MODEL_MAP``, so plain ``trtllm-build`` stops with an
-"unsupported architecture" error rather than building a wrong engine. Registering
-maps each such name to a :func:`medusa_class` over the family's own TensorRT-LLM
-class (tensorrt_llm/models/__init__.py MODEL_MAP, 1.2.x names).
+The converter writes ``architecture: MedusaPorts<TRT class>`` for checkpoints that upstream
+``trtllm-build`` would not build correctly; the name is absent from
+``tensorrt_llm.models.MODEL_MAP`` (tensorrt_llm/models/__init__.py), so plain ``trtllm-build``
+stops instead of building a wrong engine. ``trtllm-medusa build`` hands the class to
+upstream's ``parallel_build(..., model_cls=...)`` (tensorrt_llm/commands/build.py) and leaves
+``MODEL_MAP`` alone.
+
+The classes live in :mod:`trtllm_medusa_ports.engine.classes` under their own names, so that
+``trtllm-build --workers N`` (which spawns processes and pickles the class and its config)
+finds them again in a new process.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from types import ModuleType
 
+from trtllm_medusa_ports.archs import ArchAdapter
 from trtllm_medusa_ports.archs import registry as arch_registry
 from trtllm_medusa_ports.engine import require_tensorrt_llm
-from trtllm_medusa_ports.engine.medusa import medusa_class
 
-#: TensorRT-LLM 1.2.x module of each base class named by an adapter's ``trtllm_base_class``
-TRTLLM_CLASS_MODULES = {
-    "LLaMAForCausalLM": "tensorrt_llm.models.llama.model",
-    "QWenForCausalLM": "tensorrt_llm.models.qwen.model",
-    "GemmaForCausalLM": "tensorrt_llm.models.gemma.model",
-    "Phi3ForCausalLM": "tensorrt_llm.models.phi3.model",
-    "PhiForCausalLM": "tensorrt_llm.models.phi.model",
-    "GPTNeoXForCausalLM": "tensorrt_llm.models.gptneox.model",
-    "FalconForCausalLM": "tensorrt_llm.models.falcon.model",
-    "GPTForCausalLM": "tensorrt_llm.models.gpt.model",
-    "BloomForCausalLM": "tensorrt_llm.models.bloom.model",
-    "MPTForCausalLM": "tensorrt_llm.models.mpt.model",
-}
+CLASSES_MODULE = "trtllm_medusa_ports.engine.classes"
+
+# built once per process and per tensorrt_llm module object (tests swap the stand-in in and out)
+_BUILT: dict[int, dict[str, type]] = {}
 
 
-def register_architectures(trtllm: ModuleType | None = None) -> dict[str, type]:
-    """Add every ``MedusaPorts*`` architecture to ``MODEL_MAP``; returns name -> class."""
-    trtllm = trtllm or require_tensorrt_llm()
-    models = import_module("tensorrt_llm.models")
-    added: dict[str, type] = {}
-    seen: set[str] = set()
+def base_class(adapter: ArchAdapter) -> type:
+    """The TensorRT-LLM base class an adapter names (tensorrt_llm/models/<module>/model.py)."""
+    return getattr(import_module(f"tensorrt_llm.models.{adapter.trtllm_module}.model"), adapter.trtllm_base_class)
+
+
+def ported_classes() -> dict[str, type]:
+    """``MedusaPorts<TRT class>`` -> model class, and ``MedusaPorts<...>Config`` -> its config class."""
+    from trtllm_medusa_ports.engine.medusa import medusa_class
+
+    trtllm = require_tensorrt_llm()
+    built = _BUILT.get(id(trtllm))
+    if built is not None:
+        return built
+    built = {}
     for adapter_cls in arch_registry().values():
         adapter = adapter_cls()
         name = adapter.ported_architecture()
-        if name in seen:
+        if name in built:
             continue
-        seen.add(name)
-        base_module = import_module(TRTLLM_CLASS_MODULES[adapter.trtllm_base_class])
-        base_cls = getattr(base_module, adapter.trtllm_base_class)
-        cls = medusa_class(trtllm, base_cls, plumbing_needed=not adapter.upstream_spec_decoding_plumbing, name=name)
-        models.MODEL_MAP[name] = cls
-        added[name] = cls
-    return added
+        cls = medusa_class(base_class(adapter),
+                           plumbing_needed=not adapter.upstream_spec_decoding_plumbing, name=name)
+        for c in (cls, cls.config_class):
+            c.__module__ = CLASSES_MODULE
+            built[c.__name__] = c
+    _BUILT.clear()
+    _BUILT[id(trtllm)] = built
+    return built
+
+
+def ported_class(architecture: str) -> type | None:
+    """Our model class for a checkpoint ``architecture``, or None when upstream's own class serves it."""
+    return ported_classes().get(architecture) if architecture.startswith("MedusaPorts") else None

@@ -1,11 +1,19 @@
-"""A stand-in for TensorRT-LLM 1.2.x, for testing trtllm_medusa_ports.engine without it.
+"""An executable model of TensorRT-LLM 1.2.x's *build route*, for testing without it.
 
-It reproduces only the signatures and call structure of the upstream classes the
-engine adapters derive from (tensorrt_llm/models/modeling_utils.py
-DecoderModelForCausalLM / DecoderLayerList, tensorrt_llm/layers/attention.py
-Attention, tensorrt_llm/models/<family>/model.py layer and model forwards) and
-records calls. It computes nothing: no attention, no kernels, no numbers.
+TensorRT-LLM cannot be installed where this project is tested, so this package stands
+in for the parts ``trtllm_medusa_ports.engine`` touches. It is only worth what it
+mirrors: every behaviour here is upstream's, cited by file and function in
+``LEDGER.md`` beside this file, and where upstream is strict (required tensors,
+shapes, keyword-only signatures, missing ``config_class``) this is strict too.
+
+What it does not model: TensorRT itself, kernels, numbers inside attention. Linear
+layers and activations compute with torch when weights and inputs carry values
+(enough to check a weight layout); everything else is symbolic and recorded in
+:data:`CALLS`.
 """
 
 __version__ = "1.2.0-standin"
-CALLS: list[tuple] = []  # (what, detail) in call order
+
+#: what happened, in order: ("attention", layer_idx, spec_decoding_params), ("mark_output", name),
+#: ("warning", text), ("build", architecture, class name), ...
+CALLS: list[tuple] = []

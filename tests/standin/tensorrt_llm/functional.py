@@ -1,38 +1,111 @@
+"""tensorrt_llm/functional.py, as far as the engine adapters and layers use it.
+
+``Tensor`` is symbolic (a name) and optionally carries a torch value, so that linear
+layers and activations can be checked numerically (a weight layout, a fused MLP).
+``swiglu`` splits the *rank-local* input in two, first half ``x``, second half ``gate``,
+and returns ``silu(gate) * x`` (functional.py ``swiglu``); ``gelu`` is the tanh form.
+"""
+
 from types import SimpleNamespace
+
+import torch
 
 from . import CALLS
 
 
 class Tensor:
-    """A symbolic value: a name, nothing else."""
-
-    def __init__(self, name):
+    def __init__(self, name="tensor", value=None):
         self.name = name
+        self.value = value
+
+    def _bin(self, other, op, sym):
+        ov = getattr(other, "value", other if not isinstance(other, Tensor) else None)
+        if self.value is not None and ov is not None:
+            return Tensor(f"({self.name}{sym}{getattr(other, 'name', other)})", op(self.value, ov))
+        return Tensor(f"({self.name}{sym}{getattr(other, 'name', other)})")
 
     def __add__(self, other):
-        return Tensor(f"({self.name} + {getattr(other, 'name', other)})")
+        return self._bin(other, torch.add, "+")
 
-    def mark_output(self, name, dtype):
-        CALLS.append(("mark_output", name))
+    __radd__ = __add__
+
+    def __mul__(self, other):
+        return self._bin(other, torch.mul, "*")
+
+    __rmul__ = __mul__
+
+    def mark_output(self, name=None, dtype=None):
+        default_net().outputs[name or self.name] = (self, dtype)
+        CALLS.append(("mark_output", name or self.name))
 
 
-def _act(name):
-    def f(x):
+def _unary(name, fn):
+    def act(x):
         CALLS.append(("act", name))
-        return Tensor(f"{name}({x.name})")
-    return f
+        return Tensor(f"{name}({x.name})", None if x.value is None else fn(x.value))
+    return act
 
 
-ACT2FN = {n: _act(n) for n in ("silu", "gelu", "gelu_new", "swiglu", "relu", "gelu_pytorch_tanh")}
+def chunk(x, chunks, dim=-1):
+    if x.value is None:
+        return [Tensor(f"{x.name}[{i}/{chunks}]") for i in range(chunks)]
+    return [Tensor(f"{x.name}[{i}/{chunks}]", v) for i, v in enumerate(torch.chunk(x.value, chunks, dim))]
+
+
+def swiglu(x):
+    CALLS.append(("act", "swiglu"))
+    a, gate = chunk(x, 2, dim=-1)
+    if x.value is None:
+        return Tensor(f"swiglu({x.name})")
+    return Tensor(f"swiglu({x.name})", torch.nn.functional.silu(gate.value) * a.value)
+
+
+ACT2FN = {
+    "relu": _unary("relu", torch.relu),
+    "silu": _unary("silu", torch.nn.functional.silu),
+    "gelu": _unary("gelu", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
+    "gelu_new": _unary("gelu_new", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
+    "gelu_pytorch_tanh": _unary("gelu_pytorch_tanh", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
+    "swiglu": swiglu,
+}
 
 
 def stack(tensors, dim=0):
     CALLS.append(("stack", len(tensors)))
-    return Tensor(f"stack[{len(tensors)}]")
+    vals = [t.value for t in tensors]
+    return Tensor(f"stack[{len(tensors)}]", torch.stack(vals, dim) if all(v is not None for v in vals) else None)
 
 
-_NET = SimpleNamespace(plugin_config=SimpleNamespace(paged_kv_cache=True))
+class _Network:
+    """tensorrt_llm/network.py Network: the plugin config of the build in progress and its outputs."""
+
+    def __init__(self, plugin_config=None):
+        self.plugin_config = plugin_config or SimpleNamespace(paged_kv_cache=True, remove_input_padding=True,
+                                                             gpt_attention_plugin="auto")
+        self.outputs = {}
+
+
+_NET = [_Network()]
 
 
 def default_net():
-    return _NET
+    return _NET[-1]
+
+
+def set_default_net(net):
+    _NET.append(net)
+
+
+def reset_default_net():
+    del _NET[1:]
+
+
+def recv(tensor, src):
+    """Pipeline stages: the hidden states of the previous stage."""
+    CALLS.append(("recv", src))
+    return Tensor(f"recv({src})")
+
+
+def send(tensor, dest):
+    CALLS.append(("send", dest))
+    return tensor

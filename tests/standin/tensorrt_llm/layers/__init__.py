@@ -1,4 +1,17 @@
-from ..layers.attention import Attention, SpecDecodingParams
-from ..layers.linear import ColumnLinear
+from ..layers.attention import (
+    Attention,
+    AttentionMaskType,
+    AttentionParams,
+    KeyValueCacheParams,
+    LayerNormType,
+    PositionEmbeddingType,
+    SpecDecodingParams,
+)
+from ..layers.embedding import Embedding
+from ..layers.linear import ColumnLinear, Linear, RowLinear
+from ..layers.mlp import MLP, GatedMLP
+from ..layers.normalization import LayerNorm, RmsNorm
 
-__all__ = ["Attention", "ColumnLinear", "SpecDecodingParams"]
+__all__ = ["MLP", "Attention", "AttentionMaskType", "AttentionParams", "ColumnLinear", "Embedding", "GatedMLP",
+           "KeyValueCacheParams", "LayerNorm", "LayerNormType", "Linear", "PositionEmbeddingType", "RmsNorm",
+           "RowLinear", "SpecDecodingParams"]

@@ -1,47 +1,279 @@
+"""tensorrt_llm/models/modeling_utils.py: configs, loading and the causal-LM forward (1.2.0rc2).
+
+* ``PretrainedConfig.__init__``: keyword-only; ``architecture``, ``dtype``, ``hidden_size``,
+  ``num_hidden_layers``, ``num_attention_heads`` required; a ``mapping`` dict becomes a
+  ``Mapping``; unknown keys are set as attributes ("Implicitly setting").
+* ``PretrainedConfig.from_dict``: ``MODEL_MAP[config["architecture"]]`` (a plain subscript:
+  KeyError for an unknown name), then ``getattr(model_cls, "config_class", PretrainedConfig)``.
+* ``PretrainedModel.from_checkpoint``: ``rank{N}.safetensors``, ``cls(config)``, ``load``.
+* ``PretrainedModel.load``: every parameter without a value is required ("Required but
+  not provided tensors"); ``lm_head.weight`` is excused when a ``vocab_embedding.weight`` is
+  given; extra tensors only warn ("Provided but not required tensors"); shapes asserted.
+* ``DecoderLayerList``: layers ``mapping.pp_layers(num_hidden_layers)``; optional kwargs
+  (``spec_decoding_params``, ``position_ids``, ...) go to a layer only when not None.
+* ``DecoderModelForCausalLM.forward``: ``spec_decoding_params`` goes to the transformer only
+  when not None; last pipeline stage: ``lm_head``, mark ``logits``, return
+  ``(logits, hidden_states, all_hidden_states)`` with a paged KV cache (or no cache) and
+  ``(logits, presents, hidden_states)`` without; other stages mark ``hidden_states_output``.
+"""
+
+import copy
+import json
+import os
+
 from .. import CALLS
-from ..functional import Tensor
+from ..functional import Tensor, default_net
+from ..layers.attention import KeyValueCacheParams, PositionEmbeddingType
+from ..logger import logger
+from ..mapping import Mapping
 from ..module import Module, ModuleList
 
 
-class PretrainedConfig:
-    """Keyword-only config; every field becomes an attribute (modeling_utils.PretrainedConfig)."""
+class SpeculativeDecodingMode:
+    NONE = "none"
+    DRAFT_TOKENS_EXTERNAL = "draft_tokens_external"
+    MEDUSA = "medusa"
+    LOOKAHEAD_DECODING = "lookahead_decoding"
+    EXPLICIT_DRAFT_TOKENS = "explicit_draft_tokens"
+    EAGLE = "eagle"
 
-    def __init__(self, *, architecture, **kwargs):
+    @classmethod
+    def from_arguments(cls, args):
+        return args.speculative_decoding_mode or cls.NONE
+
+
+class PretrainedConfig:
+    def __init__(self, *, architecture, dtype, hidden_size, num_hidden_layers, num_attention_heads, vocab_size=None,
+                 hidden_act="gelu", logits_dtype="float32", norm_epsilon=1e-5,
+                 position_embedding_type=PositionEmbeddingType.learned_absolute, max_position_embeddings=None,
+                 rotary_embedding_dim=None, num_key_value_heads=None, intermediate_size=None, mapping=None,
+                 quantization=None, use_parallel_embedding=False, embedding_sharding_dim=0, head_size=None,
+                 qk_layernorm=False, runtime_defaults=None, **kwargs):
         self.architecture = architecture
-        for k, v in kwargs.items():
-            setattr(self, k, v)
+        self.dtype = dtype
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.hidden_act = hidden_act
+        self.logits_dtype = logits_dtype
+        self.norm_epsilon = norm_epsilon
+        self.position_embedding_type = PositionEmbeddingType.from_string(position_embedding_type)
+        self.max_position_embeddings = max_position_embeddings
+        self.num_key_value_heads = num_key_value_heads or num_attention_heads
+        self.intermediate_size = intermediate_size or 4 * hidden_size
+        self.head_size = head_size or hidden_size // num_attention_heads
+        self.rotary_embedding_dim = rotary_embedding_dim or kwargs.get(
+            "rotary_dim", int(self.head_size * kwargs.get("rotary_pct", 1.0)))
+        if mapping is None:
+            mapping = Mapping()
+        elif isinstance(mapping, dict):
+            mapping = Mapping(**mapping)
+        self.mapping = mapping
+        self.quantization = quantization or {"quant_algo": None, "kv_cache_quant_algo": None}
+        self.use_parallel_embedding = use_parallel_embedding
+        self.embedding_sharding_dim = embedding_sharding_dim
+        self.qk_layernorm = qk_layernorm
+        self.runtime_defaults = runtime_defaults
+        for key, value in kwargs.items():
+            logger.info(f"Implicitly setting {type(self).__name__}.{key} = {value}")
+            setattr(self, key, value)
+
+    @property
+    def quant_mode(self):
+        return None
+
+    def set_if_not_exist(self, key, value):
+        if not hasattr(self, key):
+            setattr(self, key, value)
+
+    def set_rank(self, rank):
+        self.mapping = Mapping(self.mapping.world_size, rank, tp_size=self.mapping.tp_size,
+                               pp_size=self.mapping.pp_size)
+
+    def to_dict(self):
+        out = copy.deepcopy({k: v for k, v in self.__dict__.items() if k != "mapping"})
+        out["mapping"] = self.mapping.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, config):
+        from . import MODEL_MAP
+
+        model_cls = MODEL_MAP[config["architecture"]]
+        config_cls = getattr(model_cls, "config_class", cls)
+        return config_cls(**config)
+
+    @classmethod
+    def from_json_file(cls, config_file):
+        with open(config_file) as f:
+            return cls.from_dict(json.load(f))
+
+    @classmethod
+    def from_checkpoint(cls, ckpt_dir):
+        return cls.from_json_file(os.path.join(ckpt_dir, "config.json"))
+
+
+class _PostInitCaller(type):
+    """modeling_utils.py PostInitCaller: ``__post_init__`` runs after the outermost ``__init__``."""
+
+    def __call__(cls, *args, **kwargs):
+        obj = super().__call__(*args, **kwargs)
+        obj.__post_init__()
+        return obj
+
+
+class PretrainedModel(Module, metaclass=_PostInitCaller):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+    def __post_init__(self):
+        # optimize_model(use_parallel_embedding=...) -> parallelize_embedding: every Embedding built
+        # without a tp_group is rebuilt split across the tensor-parallel ranks
+        if not self.config.use_parallel_embedding:
+            return
+        from ..layers.embedding import Embedding
+
+        mapping = self.config.mapping
+        for _, module in list(self.named_modules()):
+            for name, child in list(module._modules.items()):
+                if isinstance(child, Embedding) and child.tp_group is None:
+                    module._modules[name] = Embedding(
+                        child.num_embeddings, child.embedding_dim, dtype=child.dtype, tp_size=mapping.tp_size,
+                        tp_group=mapping.tp_group, sharding_dim=self.config.embedding_sharding_dim,
+                        tp_rank=mapping.tp_rank)
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config)
+
+    @classmethod
+    def from_checkpoint(cls, ckpt_dir, rank=None, config=None, *, preprocess_weights_hook=None):
+        from safetensors.torch import load_file
+
+        if config is None:
+            config = PretrainedConfig.from_json_file(os.path.join(ckpt_dir, "config.json"))
+        if rank is not None:
+            config.set_rank(rank)
+        rank = config.mapping.rank
+        path = os.path.join(ckpt_dir, f"rank{rank}.safetensors")
+        assert os.path.isfile(path), f"{path} does not exist"
+        weights = load_file(path)
+        if preprocess_weights_hook is not None:
+            weights = preprocess_weights_hook(weights)
+        model = cls(config)
+        model.load(weights)
+        return model
+
+    def load(self, weights, from_pruned=False):
+        required = {name for name, p in self.named_parameters() if not p.is_inited()}
+        provided = set(weights)
+        if any(n.endswith("vocab_embedding.weight") for n in provided):
+            required = {n for n in required if not (n.endswith("lm_head.weight") and n not in provided)}
+        missing = required - provided
+        if missing:
+            raise RuntimeError(f"Required but not provided tensors:{missing}")
+        extra = provided - required
+        if extra:
+            logger.warning(f"Provided but not required tensors: {extra}")
+        for name, param in self.named_parameters():
+            if name in provided:
+                try:
+                    param.value = weights[name]
+                except Exception as e:
+                    raise RuntimeError(f"Encounter error '{e}' for parameter '{name}'") from e
+
+    def prepare_inputs(self, max_batch_size=1, max_input_len=1, max_seq_len=2, max_num_tokens=1, use_cache=True,
+                       max_beam_width=1, opt_num_tokens=None, prompt_embedding_table_size=0,
+                       position_encoding_2d=False, max_draft_len=0, speculative_decoding_draft_tokens_external=False,
+                       spec_decoding_is_generation_length_variable=False, gather_context_logits=False,
+                       lora_target_modules=None, opt_batch_size=0, num_hidden_layers=None,
+                       mrope_rotary_cos_sin_size=None):
+        """models/generation_mixin.py prepare_basic_inputs: spec-decoding inputs exist only for
+        internal drafts with max_draft_len > 0."""
+        CALLS.append(("prepare_inputs", {"max_draft_len": max_draft_len,
+                                         "external": speculative_decoding_draft_tokens_external}))
+        inputs = {"input_ids": Tensor("input_ids"), "position_ids": Tensor("position_ids"), "use_cache": use_cache,
+                  "last_token_ids": Tensor("last_token_ids"), "attention_mask": None,
+                  "kv_cache_params": KeyValueCacheParams(), "attention_params": None}
+        if not self.config.mapping.is_first_pp_rank():
+            inputs["hidden_states"] = Tensor("hidden_states_input")
+        if max_draft_len > 0 and not speculative_decoding_draft_tokens_external:
+            from ..layers.attention import SpecDecodingParams
+
+            inputs["spec_decoding_params"] = SpecDecodingParams(
+                spec_decoding_is_generation_length_variable=spec_decoding_is_generation_length_variable,
+                spec_decoding_max_generation_length=max_draft_len + 1,
+                spec_decoding_generation_lengths=Tensor("spec_decoding_generation_lengths"),
+                spec_decoding_position_offsets=Tensor("spec_decoding_position_offsets"),
+                spec_decoding_packed_mask=Tensor("spec_decoding_packed_mask"),
+                spec_decoding_use=Tensor("spec_decoding_use"))
+        return inputs
 
 
 class DecoderLayerList(ModuleList):
-    """Calls each layer; adds spec_decoding_params to its kwargs only when it is not None."""
-
     def __init__(self, cls, config):
-        super().__init__([cls(config, i) for i in range(config.num_hidden_layers)])
+        layer_list = config.mapping.pp_layers(config.num_hidden_layers)
+        super().__init__([cls(config, idx) for idx in layer_list])
+        self.layer_list = layer_list
 
-    def forward(self, hidden_states, use_cache=False, spec_decoding_params=None, **kwargs):
-        if spec_decoding_params is not None:
-            kwargs["spec_decoding_params"] = spec_decoding_params
+    def forward(self, hidden_states, use_cache=False, attention_mask=None, kv_cache_params=None,
+                attention_params=None, mrope_params=None, position_ids=None, lora_params=None,
+                spec_decoding_params=None, vision_token_mask=None):
+        presents = []
         for layer in self:
-            hidden_states = layer(hidden_states, use_cache=use_cache, **kwargs)
-        return hidden_states
+            kwargs = {}
+            if position_ids is not None:
+                kwargs["position_ids"] = position_ids
+            if lora_params is not None:
+                kwargs["lora_layer_params"] = lora_params
+            if spec_decoding_params is not None:
+                kwargs["spec_decoding_params"] = spec_decoding_params
+            if mrope_params is not None:
+                kwargs["mrope_params"] = mrope_params
+            out = layer(hidden_states, use_cache=use_cache, attention_mask=attention_mask,
+                        kv_cache_params=kv_cache_params, attention_params=attention_params, **kwargs)
+            if use_cache:
+                hidden_states, present = out
+                presents.append(present)
+            else:
+                hidden_states = out
+        return (hidden_states, tuple(presents)) if use_cache else hidden_states
 
 
-class DecoderModelForCausalLM(Module):
-    """forward: transformer -> lm_head; spec_decoding_params is passed only when not None."""
-
-    config_class = PretrainedConfig
-
+class DecoderModelForCausalLM(PretrainedModel):
     def __init__(self, config, transformer, lm_head):
-        super().__init__()
-        self.config, self.transformer, self.lm_head = config, transformer, lm_head
+        super().__init__(config)
+        self.transformer = transformer
+        self.lm_head = lm_head
 
-    def forward(self, input_ids, position_ids=None, use_cache=False, spec_decoding_params=None, **kwargs):
-        if spec_decoding_params is not None:
-            kwargs["spec_decoding_params"] = spec_decoding_params
-        hidden = self.transformer.forward(input_ids, position_ids=position_ids, use_cache=use_cache, **kwargs)
-        logits = self.lm_head(hidden)
-        return (logits, Tensor("hidden_states"), None) if use_cache else logits
+    def forward(self, input_ids, position_ids=None, use_cache=False, last_token_ids=None, attention_mask=None,
+                kv_cache_params=None, attention_params=None, mrope_params=None, hidden_states=None,
+                prompt_embedding_table=None, prompt_tasks=None, prompt_vocab_size=None, lora_params=None,
+                spec_decoding_params=None):
+        kwargs = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": use_cache,
+                  "attention_mask": attention_mask, "kv_cache_params": kv_cache_params,
+                  "attention_params": attention_params}
+        for key, value in (("lora_params", lora_params), ("hidden_states", hidden_states),
+                           ("prompt_embedding_table", prompt_embedding_table), ("prompt_tasks", prompt_tasks),
+                           ("prompt_vocab_size", prompt_vocab_size), ("spec_decoding_params", spec_decoding_params),
+                           ("mrope_params", mrope_params)):
+            if value is not None:
+                kwargs[key] = value
+        out = self.transformer.forward(**kwargs)
+        presents = None
+        if use_cache:
+            out, presents = out
+        paged = default_net().plugin_config.paged_kv_cache
+        if self.config.mapping.is_last_pp_rank():
+            all_hidden_states = out
+            gathered = Tensor(f"gather_last_token({out.name})", out.value)
+            lm_logits = self.lm_head(gathered)
+            lm_logits.mark_output("logits", self.config.logits_dtype)
+            if use_cache and not paged:
+                return lm_logits, presents, gathered
+            return lm_logits, gathered, all_hidden_states
+        out.mark_output("hidden_states_output", self.config.dtype)
+        return (out, presents) if use_cache and not paged else out
 
-    def prepare_inputs(self, *args, **kwargs):
-        CALLS.append(("prepare_inputs", kwargs))
-        return kwargs

@@ -1,3 +1,67 @@
-from ...models._family import family_classes
+"""tensorrt_llm/models/bloom/model.py: BloomDecoderLayer, BloomModel, BloomForCausalLM.
 
-BloomDecoderLayer, BloomModel, BloomForCausalLM = family_classes("Bloom", plumbing=False)
+No ``config_class``. Reads ``config.share_embedding_table`` (AttributeError without it: the 1.x
+PretrainedConfig has no such field), ``use_parallel_embedding`` and ``embedding_sharding_dim``.
+ALiBi, bias everywhere, GELU MLP of ``intermediate_size``, LayerNorms with the default eps;
+``ln_embed`` after the embedding. Everything on every pipeline rank, no recv/send. No
+``spec_decoding_params``. Only a pre-1.x copy of this file could be read (see LEDGER.md): the
+Attention call is written here with the keyword-only 1.x signature.
+"""
+
+from ..._utils import pad_vocab_size
+from ...layers import MLP, Attention, AttentionMaskType, ColumnLinear, Embedding, LayerNorm
+from ...module import Module
+from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM
+
+
+class BloomDecoderLayer(Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        local = layer_idx - config.mapping.pp_layers(config.num_hidden_layers)[0]
+        self.input_layernorm = LayerNorm(config.hidden_size, dtype=config.dtype)
+        self.attention = Attention(
+            local_layer_idx=local, hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
+            num_kv_heads=config.num_key_value_heads, num_layers=config.num_hidden_layers, dtype=config.dtype,
+            attention_mask_type=AttentionMaskType.causal, position_embedding_type="alibi", bias=True,
+            tp_size=config.mapping.tp_size, tp_rank=config.mapping.tp_rank)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size or 4 * config.hidden_size, "gelu", bias=True,
+                       dtype=config.dtype, tp_size=config.mapping.tp_size)
+        self.post_layernorm = LayerNorm(config.hidden_size, dtype=config.dtype)
+
+    def forward(self, hidden_states, attention_mask=None, use_cache=False, kv_cache_params=None,
+                attention_params=None):
+        out = self.attention(self.input_layernorm(hidden_states), attention_mask=attention_mask, use_cache=use_cache,
+                             kv_cache_params=kv_cache_params, attention_params=attention_params)
+        out, present = out if use_cache else (out, None)
+        hidden_states = hidden_states + out
+        hidden_states = hidden_states + self.mlp(self.post_layernorm(hidden_states))
+        return (hidden_states, present) if use_cache else hidden_states
+
+
+class BloomModel(Module):
+    def __init__(self, config):
+        super().__init__()
+        self.vocab_embedding = Embedding(config.vocab_size, config.hidden_size, dtype=config.dtype)
+        self.ln_embed = LayerNorm(config.hidden_size, dtype=config.dtype)
+        self.layers = DecoderLayerList(BloomDecoderLayer, config)
+        self.ln_f = LayerNorm(config.hidden_size, dtype=config.dtype)
+
+    def forward(self, input_ids, position_ids=None, use_cache=False, attention_mask=None, kv_cache_params=None,
+                prompt_embedding_table=None, prompt_tasks=None, prompt_vocab_size=None, attention_params=None):
+        hidden_states = self.ln_embed(self.vocab_embedding(input_ids))
+        out = self.layers.forward(hidden_states, use_cache=use_cache, attention_mask=attention_mask,
+                                  kv_cache_params=kv_cache_params, attention_params=attention_params)
+        hidden_states, presents = out if use_cache else (out, None)
+        hidden_states = self.ln_f(hidden_states)
+        return (hidden_states, presents) if use_cache else hidden_states
+
+
+class BloomForCausalLM(DecoderModelForCausalLM):
+    def __init__(self, config):
+        transformer = BloomModel(config)
+        share = transformer.vocab_embedding.weight if config.share_embedding_table else None
+        lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
+                               bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size, gather_output=True)
+        if share is not None:
+            lm_head.weight = share
+        super().__init__(config, transformer, lm_head)

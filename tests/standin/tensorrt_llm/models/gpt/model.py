@@ -1,3 +1,115 @@
-from ...models._family import family_classes
+"""tensorrt_llm/models/gpt/{config,model}.py (1.x): GPTConfig, GPTDecoderLayer, GPTModel, GPTForCausalLM
+(MODEL_MAP serves Starcoder2ForCausalLM with it).
 
-GPTDecoderLayer, GPTModel, GPTForCausalLM = family_classes("GPT", plumbing=True)
+LayerNorm with bias; attention ``bias=config.bias`` (dense too), ``rotary_embedding_percentage
+=config.rotary_pct``, ``qk_layernorm``, ``eps=config.norm_epsilon``; MLP ``GatedMLP`` for a gated
+activation else ``MLP`` with ``bias=config.bias``. Layer and model take ``spec_decoding_params``.
+``GPTModel.forward`` takes ``position_ids`` as a required positional argument.
+"""
+
+from ..._utils import pad_vocab_size
+from ...functional import recv, send
+from ...layers import (
+    MLP,
+    Attention,
+    AttentionMaskType,
+    ColumnLinear,
+    Embedding,
+    GatedMLP,
+    LayerNorm,
+)
+from ...module import Module
+from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, PretrainedConfig
+
+
+class GPTConfig(PretrainedConfig):
+    def __init__(self, *, gpt_variant="gpt2", bias=True, q_scaling=1.0, embedding_scale=None,
+                 apply_query_key_layer_scaling=False, rotary_pct=1.0, rotary_base=10000.0, rotary_scaling=None,
+                 inner_layernorm=False, norm_before_bmm1=False, moe=None, **kwargs):
+        self.gpt_variant, self.bias, self.q_scaling, self.embedding_scale = gpt_variant, bias, q_scaling, embedding_scale
+        self.apply_query_key_layer_scaling = apply_query_key_layer_scaling
+        self.rotary_pct, self.rotary_base, self.rotary_scaling = rotary_pct, rotary_base, rotary_scaling
+        self.inner_layernorm, self.norm_before_bmm1 = inner_layernorm, norm_before_bmm1
+        super().__init__(**kwargs)
+
+
+_GATED = ("swiglu", "gegelu", "geglu")
+
+
+class GPTDecoderLayer(Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        local = layer_idx - config.mapping.pp_layers(config.num_hidden_layers)[0]
+        tp = config.mapping.tp_size
+        self.input_layernorm = LayerNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
+        self.attention = Attention(
+            local_layer_idx=local, hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
+            num_kv_heads=config.num_key_value_heads, max_position_embeddings=config.max_position_embeddings,
+            num_layers=config.num_hidden_layers, q_scaling=config.q_scaling,
+            apply_query_key_layer_scaling=config.apply_query_key_layer_scaling, dtype=config.dtype,
+            attention_mask_type=AttentionMaskType.causal, attention_head_size=config.head_size,
+            position_embedding_type=config.position_embedding_type,
+            rotary_embedding_percentage=config.rotary_pct, rotary_embedding_base=config.rotary_base,
+            rotary_embedding_scaling=config.rotary_scaling, bias=config.bias, tp_size=tp,
+            tp_rank=config.mapping.tp_rank, qk_layernorm=config.qk_layernorm,
+            inner_layernorm=config.inner_layernorm, eps=config.norm_epsilon)
+        cls = GatedMLP if config.hidden_act in _GATED else MLP
+        act = "silu" if config.hidden_act == "swiglu" else config.hidden_act
+        self.mlp = cls(config.hidden_size, config.intermediate_size, act if cls is GatedMLP else config.hidden_act,
+                       bias=config.bias, dtype=config.dtype, tp_size=tp)
+        self.post_layernorm = LayerNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
+
+    def forward(self, hidden_states, attention_mask=None, use_cache=False, kv_cache_params=None,
+                attention_params=None, lora_layer_params=None, spec_decoding_params=None):
+        out = self.attention(self.input_layernorm(hidden_states), attention_mask=attention_mask, use_cache=use_cache,
+                             spec_decoding_params=spec_decoding_params, kv_cache_params=kv_cache_params,
+                             attention_params=attention_params, lora_layer_params=lora_layer_params)
+        out, present = out if use_cache else (out, None)
+        hidden_states = hidden_states + out
+        hidden_states = hidden_states + self.mlp(self.post_layernorm(hidden_states))
+        return (hidden_states, present) if use_cache else hidden_states
+
+
+class GPTModel(Module):
+    def __init__(self, config):
+        super().__init__()
+        self.mapping = config.mapping
+        self.position_embedding_type = config.position_embedding_type
+        if self.mapping.is_first_pp_rank():
+            self.vocab_embedding = Embedding(config.vocab_size, config.hidden_size, dtype=config.dtype)
+            if config.position_embedding_type == "learned_absolute":
+                self.position_embedding = Embedding(config.max_position_embeddings, config.hidden_size,
+                                                    dtype=config.dtype)
+        self.layers = DecoderLayerList(GPTDecoderLayer, config)
+        if self.mapping.is_last_pp_rank():
+            self.ln_f = LayerNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
+
+    def forward(self, input_ids, position_ids, use_cache=False, attention_mask=None, kv_cache_params=None,
+                attention_params=None, hidden_states=None, prompt_embedding_table=None, prompt_tasks=None,
+                prompt_vocab_size=None, lora_params=None, spec_decoding_params=None):
+        if self.mapping.is_first_pp_rank():
+            hidden_states = self.vocab_embedding(input_ids)
+        else:
+            hidden_states = recv(hidden_states, self.mapping.prev_pp_rank())
+        out = self.layers.forward(hidden_states, use_cache=use_cache, attention_mask=attention_mask,
+                                  kv_cache_params=kv_cache_params, attention_params=attention_params,
+                                  lora_params=lora_params, spec_decoding_params=spec_decoding_params)
+        hidden_states, presents = out if use_cache else (out, None)
+        if self.mapping.is_last_pp_rank():
+            hidden_states = self.ln_f(hidden_states)
+        else:
+            hidden_states = send(hidden_states, self.mapping.next_pp_rank())
+        return (hidden_states, presents) if use_cache else hidden_states
+
+
+class GPTForCausalLM(DecoderModelForCausalLM):
+    config_class = GPTConfig
+
+    def __init__(self, config):
+        transformer = GPTModel(config)
+        lm_head = None
+        if config.mapping.is_last_pp_rank():
+            lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
+                                   bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size,
+                                   gather_output=True)
+        super().__init__(config, transformer, lm_head)

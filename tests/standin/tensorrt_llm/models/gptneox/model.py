@@ -1,3 +1,63 @@
-from ...models._family import family_classes
+"""tensorrt_llm/models/gptneox/model.py (1.x): GPTNeoXDecoderLayer, GPTNeoXModel, GPTNeoXForCausalLM.
 
-GPTNeoXDecoderLayer, GPTNeoXModel, GPTNeoXForCausalLM = family_classes("GPTNeoX", plumbing=False)
+No ``config_class``: the plain PretrainedConfig, and the model reads ``config.rotary_pct`` and
+``config.rotary_emb_base`` (AttributeError without them). Always the parallel residual
+``x + attn(ln1(x)) + mlp(ln2(x))``; MLP 4 x hidden with bias; LayerNorms with the default eps
+(1e-5). Embedding, ln_f and lm_head on every pipeline rank, no recv/send. No
+``spec_decoding_params``.
+"""
+
+from ..._utils import pad_vocab_size
+from ...layers import MLP, Attention, AttentionMaskType, ColumnLinear, Embedding, LayerNorm
+from ...module import Module
+from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM
+
+
+class GPTNeoXDecoderLayer(Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        local = layer_idx - config.mapping.pp_layers(config.num_hidden_layers)[0]
+        self.input_layernorm = LayerNorm(config.hidden_size, dtype=config.dtype)
+        self.post_attention_layernorm = LayerNorm(config.hidden_size, dtype=config.dtype)
+        self.attention = Attention(
+            local_layer_idx=local, hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
+            rotary_embedding_percentage=config.rotary_pct, rotary_embedding_base=config.rotary_emb_base,
+            position_embedding_type="rope_gpt_neox", max_position_embeddings=config.max_position_embeddings,
+            dtype=config.dtype, attention_mask_type=AttentionMaskType.causal, bias=True,
+            tp_size=config.mapping.tp_size)
+        self.mlp = MLP(config.hidden_size, config.hidden_size * 4, config.hidden_act, dtype=config.dtype,
+                       tp_size=config.mapping.tp_size)
+
+    def forward(self, hidden_states, attention_mask=None, use_cache=False, kv_cache_params=None,
+                attention_params=None):
+        out = self.attention(self.input_layernorm(hidden_states), attention_mask=attention_mask, use_cache=use_cache,
+                             kv_cache_params=kv_cache_params, attention_params=attention_params,
+                             norm_before_bmm1=True)
+        out, present = out if use_cache else (out, None)
+        hidden_states = hidden_states + out + self.mlp(self.post_attention_layernorm(hidden_states))
+        return (hidden_states, present) if use_cache else hidden_states
+
+
+class GPTNeoXModel(Module):
+    def __init__(self, config):
+        super().__init__()
+        self.vocab_embedding = Embedding(config.vocab_size, config.hidden_size, dtype=config.dtype)
+        self.layers = DecoderLayerList(GPTNeoXDecoderLayer, config)
+        self.ln_f = LayerNorm(config.hidden_size, dtype=config.dtype)
+
+    def forward(self, input_ids, position_ids=None, use_cache=False, attention_mask=None, kv_cache_params=None,
+                attention_params=None):
+        out = self.layers.forward(self.vocab_embedding(input_ids), use_cache=use_cache,
+                                  attention_mask=attention_mask, kv_cache_params=kv_cache_params,
+                                  attention_params=attention_params)
+        hidden_states, presents = out if use_cache else (out, None)
+        hidden_states = self.ln_f(hidden_states)
+        return (hidden_states, presents) if use_cache else hidden_states
+
+
+class GPTNeoXForCausalLM(DecoderModelForCausalLM):
+    def __init__(self, config):
+        transformer = GPTNeoXModel(config)
+        lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
+                               bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size, gather_output=True)
+        super().__init__(config, transformer, lm_head)

@@ -1,3 +1,91 @@
-from ...models._family import family_classes
+"""tensorrt_llm/models/llama/{config,model}.py (1.2.x): LLaMAConfig, LLaMADecoderLayer, LLaMAModel,
+LLaMAForCausalLM. The layer and the model take ``spec_decoding_params`` and hand it to attention."""
 
-LLaMADecoderLayer, LLaMAModel, LLaMAForCausalLM = family_classes("LLaMA", plumbing=True)
+from ..._utils import pad_vocab_size
+from ...functional import recv, send
+from ...layers import Attention, AttentionMaskType, ColumnLinear, Embedding, GatedMLP, RmsNorm
+from ...module import Module
+from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, PretrainedConfig
+
+
+class LLaMAConfig(PretrainedConfig):
+    def __init__(self, *, mlp_bias=False, attn_bias=False, rotary_base=10000.0, rotary_scaling=None,
+                 residual_mlp=False, disable_weight_only_quant_plugin=False, moe=None,
+                 remove_duplicated_kv_heads=False, embedding_multiplier=1.0, attention_multiplier=1.0,
+                 residual_multiplier=1.0, output_multiplier_scale=1.0, **kwargs):
+        self.mlp_bias, self.attn_bias = mlp_bias, attn_bias
+        self.rotary_base, self.rotary_scaling = rotary_base, rotary_scaling
+        self.residual_mlp = residual_mlp
+        self.embedding_multiplier, self.attention_multiplier = embedding_multiplier, attention_multiplier
+        self.residual_multiplier, self.output_multiplier_scale = residual_multiplier, output_multiplier_scale
+        super().__init__(**kwargs)
+
+
+class LLaMADecoderLayer(Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        local = layer_idx - config.mapping.pp_layers(config.num_hidden_layers)[0]
+        self.input_layernorm = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
+        self.attention = Attention(
+            local_layer_idx=local, hidden_size=config.hidden_size, attention_head_size=config.head_size,
+            num_attention_heads=config.num_attention_heads, num_kv_heads=config.num_key_value_heads,
+            max_position_embeddings=config.max_position_embeddings, dtype=config.dtype,
+            attention_mask_type=AttentionMaskType.causal, bias=config.attn_bias,
+            position_embedding_type="rope_gpt_neox", rotary_embedding_base=config.rotary_base,
+            rotary_embedding_scaling=config.rotary_scaling, tp_size=config.mapping.tp_size,
+            tp_rank=config.mapping.tp_rank, q_scaling=1.0 / config.attention_multiplier)
+        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias,
+                            dtype=config.dtype, tp_size=config.mapping.tp_size)
+        self.post_layernorm = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
+
+    def forward(self, hidden_states, attention_mask=None, use_cache=False, spec_decoding_params=None,
+                kv_cache_params=None, attention_params=None, lora_layer_params=None,
+                next_layer_input_layernorm_args=None):
+        out = self.attention(self.input_layernorm(hidden_states), attention_mask=attention_mask, use_cache=use_cache,
+                             spec_decoding_params=spec_decoding_params, kv_cache_params=kv_cache_params,
+                             attention_params=attention_params, lora_layer_params=lora_layer_params)
+        out, present = out if use_cache else (out, None)
+        hidden_states = hidden_states + out
+        hidden_states = hidden_states + self.mlp(self.post_layernorm(hidden_states))
+        return (hidden_states, present) if use_cache else hidden_states
+
+
+class LLaMAModel(Module):
+    def __init__(self, config):
+        super().__init__()
+        self.mapping = config.mapping
+        if self.mapping.is_first_pp_rank():
+            self.vocab_embedding = Embedding(config.vocab_size, config.hidden_size, dtype=config.dtype)
+        self.layers = DecoderLayerList(LLaMADecoderLayer, config)
+        if self.mapping.is_last_pp_rank():
+            self.ln_f = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
+
+    def forward(self, input_ids, position_ids=None, use_cache=False, attention_mask=None, spec_decoding_params=None,
+                kv_cache_params=None, attention_params=None, hidden_states=None, hidden_states_for_embed=None,
+                prompt_embedding_table=None, prompt_tasks=None, prompt_vocab_size=None, lora_params=None):
+        if self.mapping.is_first_pp_rank():
+            hidden_states = self.vocab_embedding(input_ids)
+        else:
+            hidden_states = recv(hidden_states, self.mapping.prev_pp_rank())
+        out = self.layers.forward(hidden_states, use_cache=use_cache, attention_mask=attention_mask,
+                                  kv_cache_params=kv_cache_params, attention_params=attention_params,
+                                  lora_params=lora_params, spec_decoding_params=spec_decoding_params)
+        hidden_states, presents = out if use_cache else (out, None)
+        if self.mapping.is_last_pp_rank():
+            hidden_states = self.ln_f(hidden_states)
+        else:
+            hidden_states = send(hidden_states, self.mapping.next_pp_rank())
+        return (hidden_states, presents) if use_cache else hidden_states
+
+
+class LLaMAForCausalLM(DecoderModelForCausalLM):
+    config_class = LLaMAConfig
+
+    def __init__(self, config):
+        transformer = LLaMAModel(config)
+        lm_head = None
+        if config.mapping.is_last_pp_rank():
+            lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
+                                   bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size,
+                                   gather_output=True)
+        super().__init__(config, transformer, lm_head)

@@ -1,3 +1,79 @@
-from ...models._family import family_classes
+"""tensorrt_llm/models/phi3/{config,model}.py (1.x): Phi3Config, Phi3DecoderLayer, Phi3Model,
+Phi3ForCausalLM (mini/medium; the small and MoE variants are not modelled).
 
-Phi3DecoderLayer, Phi3Model, Phi3ForCausalLM = family_classes("Phi3", plumbing=False)
+RmsNorm ``input_layernorm`` / ``post_layernorm`` (eps=norm_epsilon); attention without bias,
+``rotary_embedding_percentage=config.rotary_pct``, ``long_rope`` when the config has
+``longrope_scaling_short_factors``; a plain ``MLP`` with ``hidden_act`` "swiglu" (one fused
+``fc`` of 2 x intermediate rows, no bias). Embedding, ln_f, lm_head on every pipeline rank, no
+recv/send. No ``spec_decoding_params``.
+"""
+
+from ..._utils import pad_vocab_size
+from ...layers import MLP, Attention, AttentionMaskType, ColumnLinear, Embedding, RmsNorm
+from ...module import Module
+from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, PretrainedConfig
+
+
+class Phi3Config(PretrainedConfig):
+    def __init__(self, *, rotary_base=10000.0, rotary_scaling=None, **kwargs):
+        self.rotary_base, self.rotary_scaling = rotary_base, rotary_scaling
+        super().__init__(**kwargs)
+
+
+class Phi3DecoderLayer(Module):
+    def __init__(self, config, layer_idx):
+        super().__init__()
+        local = layer_idx - config.mapping.pp_layers(config.num_hidden_layers)[0]
+        pe, short, long_, orig = "rope_gpt_neox", None, None, config.max_position_embeddings
+        if hasattr(config, "longrope_scaling_short_factors"):
+            pe, short, long_ = "long_rope", config.longrope_scaling_short_factors, config.longrope_scaling_long_factors
+            orig = config.original_max_position_embeddings
+        self.input_layernorm = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
+        self.attention = Attention(
+            local_layer_idx=local, hidden_size=config.hidden_size, num_attention_heads=config.num_attention_heads,
+            num_kv_heads=config.num_key_value_heads, position_embedding_type=pe,
+            rotary_embedding_base=config.rotary_base, max_position_embeddings=config.max_position_embeddings,
+            dtype=config.dtype, attention_mask_type=AttentionMaskType.causal, bias=False,
+            tp_size=config.mapping.tp_size, rope_scaling_short_factors=short, rope_scaling_long_factors=long_,
+            original_max_position_embeddings=orig, rotary_embedding_percentage=config.rotary_pct)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size, config.hidden_act, dtype=config.dtype,
+                       bias=False, tp_size=config.mapping.tp_size)
+        self.post_layernorm = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
+
+    def forward(self, hidden_states, attention_mask=None, use_cache=False, kv_cache_params=None,
+                attention_params=None, lora_layer_params=None):
+        out = self.attention(self.input_layernorm(hidden_states), attention_mask=attention_mask, use_cache=use_cache,
+                             kv_cache_params=kv_cache_params, attention_params=attention_params,
+                             norm_before_bmm1=True, lora_layer_params=lora_layer_params)
+        out, present = out if use_cache else (out, None)
+        hidden_states = hidden_states + out
+        hidden_states = hidden_states + self.mlp(self.post_layernorm(hidden_states))
+        return (hidden_states, present) if use_cache else hidden_states
+
+
+class Phi3Model(Module):
+    def __init__(self, config):
+        super().__init__()
+        self.vocab_embedding = Embedding(config.vocab_size, config.hidden_size, dtype=config.dtype)
+        self.layers = DecoderLayerList(Phi3DecoderLayer, config)
+        self.ln_f = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
+
+    def forward(self, input_ids, position_ids=None, use_cache=False, attention_mask=None, kv_cache_params=None,
+                attention_params=None, prompt_embedding_table=None, prompt_tasks=None, prompt_vocab_size=None,
+                lora_params=None):
+        out = self.layers.forward(self.vocab_embedding(input_ids), use_cache=use_cache,
+                                  attention_mask=attention_mask, kv_cache_params=kv_cache_params,
+                                  attention_params=attention_params, lora_params=lora_params)
+        hidden_states, presents = out if use_cache else (out, None)
+        hidden_states = self.ln_f(hidden_states)
+        return (hidden_states, presents) if use_cache else hidden_states
+
+
+class Phi3ForCausalLM(DecoderModelForCausalLM):
+    config_class = Phi3Config
+
+    def __init__(self, config):
+        transformer = Phi3Model(config)
+        lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
+                               bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size, gather_output=True)
+        super().__init__(config, transformer, lm_head)

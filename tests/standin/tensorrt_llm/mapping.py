@@ -1,0 +1,38 @@
+"""tensorrt_llm/mapping.py ``Mapping``: rank = pp_rank * tp_size + tp_rank."""
+
+
+class Mapping:
+    def __init__(self, world_size=1, rank=0, gpus_per_node=8, *, tp_size=1, pp_size=1, cp_size=1, **kwargs):
+        if world_size != tp_size * pp_size * cp_size:
+            raise ValueError(f"world_size must equal to tp_size * pp_size * cp_size, but got "
+                             f"{world_size} != {tp_size} * {pp_size} * {cp_size}")
+        self.world_size, self.rank, self.gpus_per_node = world_size, rank, gpus_per_node
+        self.tp_size, self.pp_size, self.cp_size = tp_size, pp_size, cp_size
+        self.tp_rank = rank % tp_size
+        self.pp_rank = rank // tp_size
+        self.tp_group = [self.pp_rank * tp_size + i for i in range(tp_size)]
+        self.pp_group = [self.tp_rank + i * tp_size for i in range(pp_size)]
+
+    def is_first_pp_rank(self):
+        return self.pp_rank == 0
+
+    def prev_pp_rank(self):
+        return self.rank - self.tp_size
+
+    def next_pp_rank(self):
+        return self.rank + self.tp_size
+
+    def is_last_pp_rank(self):
+        return self.pp_rank == self.pp_size - 1
+
+    def has_pp(self):
+        return self.pp_size > 1
+
+    def pp_layers(self, num_layers):
+        # contiguous, nearly equal chunks; the first stages take the remainder
+        base, extra = divmod(num_layers, self.pp_size)
+        start = self.pp_rank * base + min(self.pp_rank, extra)
+        return list(range(start, start + base + (1 if self.pp_rank < extra else 0)))
+
+    def to_dict(self):
+        return {"world_size": self.world_size, "tp_size": self.tp_size, "pp_size": self.pp_size}
