@@ -267,8 +267,14 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
     want = KEY_CASES[arch]
     if "rope_theta" in want:
         assert all(layer.attention.rotary_embedding_base == want["rope_theta"] for layer in layers)
+        assert model.rotary_tables["base"] == want["rope_theta"]  # the tables the kernels read
+    if arch not in ALIBI:
+        pct = want.get("partial_rotary_factor", hf.partial_rotary_factor)
+        assert model.rotary_tables["dim"] == int(written["head_size"] * pct)
     if "partial_rotary_factor" in want:
         assert att.rotary_embedding_percentage == want["partial_rotary_factor"]
+    if arch == "Gemma3ForCausalLM":
+        assert model.rotary_tables["local_base"] == hf.get("rope_local_base_freq", 10000.0)
     eps = want.get("rms_norm_eps") or want.get("layer_norm_epsilon") or want.get("norm_epsilon")
     if eps:
         assert layers[0].input_layernorm.eps == eps

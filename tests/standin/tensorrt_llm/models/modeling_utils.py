@@ -21,12 +21,15 @@ import copy
 import json
 import os
 
+import torch
+
 from .. import CALLS
 from ..functional import Tensor, default_net
 from ..layers.attention import KeyValueCacheParams, PositionEmbeddingType
 from ..logger import logger
 from ..mapping import Mapping
 from ..module import Module, ModuleList
+from ..parameter import Parameter
 
 
 class SpeculativeDecodingMode:
@@ -247,6 +250,17 @@ class DecoderModelForCausalLM(PretrainedModel):
         super().__init__(config)
         self.transformer = transformer
         self.lm_head = lm_head
+        # layers/attention.py Attention.create_attention_const_params: the RoPE tables every layer
+        # uses are built once, on this model, from getattr(config, "rotary_base", 10000.0),
+        # getattr(config, "rotary_scaling", None), config.rotary_dim or head_size x
+        # getattr(config, "rotary_pct", 1.0) (and rope_local_base_freq for local layers);
+        # created with values, so never required by load
+        if str(config.position_embedding_type).startswith(("rope", "long_rope")):
+            dim = getattr(config, "rotary_dim", None) or int(config.head_size * getattr(config, "rotary_pct", 1.0))
+            self.rotary_tables = {"base": getattr(config, "rotary_base", 10000.0),
+                                  "scaling": getattr(config, "rotary_scaling", None), "dim": dim,
+                                  "local_base": getattr(config, "rope_local_base_freq", None)}
+            self.rotary_inv_freq = Parameter(value=torch.zeros(dim // 2), is_buffer=True)
 
     def forward(self, input_ids, position_ids=None, use_cache=False, last_token_ids=None, attention_mask=None,
                 kv_cache_params=None, attention_params=None, mrope_params=None, hidden_states=None,
