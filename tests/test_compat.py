@@ -239,7 +239,7 @@ def test_every_rule_is_documented():
     assert not missing, missing
 
 
-def test_engine_class_limits(tmp_path):
+def test_gpt_neox_mlp_width_and_epsilon(tmp_path):
     neox = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": 512,
             "intermediate_size": 2048, "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000}
     _, findings = check(write(tmp_path, neox, "ok"))
@@ -247,3 +247,68 @@ def test_engine_class_limits(tmp_path):
     _, findings = check(write(tmp_path, dict(neox, intermediate_size=1536, layer_norm_eps=1e-6), "bad"))
     msgs = [f.message for f in findings if f.rule == "engine-class-limit"]
     assert len(msgs) == 2 and "4 x hidden_size" in msgs[0] and "layer_norm_eps" in msgs[1]
+
+
+PHI2 = {"architectures": ["PhiForCausalLM"], "model_type": "phi", "hidden_size": 2560, "num_attention_heads": 32,
+        "num_hidden_layers": 32, "intermediate_size": 10240, "vocab_size": 51200, "layer_norm_eps": 1e-5,
+        "partial_rotary_factor": 0.4}
+QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024, "head_dim": 128,
+         "num_attention_heads": 16, "num_key_value_heads": 8, "num_hidden_layers": 28, "intermediate_size": 3072,
+         "vocab_size": 151936, "attention_bias": False}
+NEOX = {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", "hidden_size": 512,
+        "intermediate_size": 2048, "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000}
+
+
+@pytest.mark.parametrize("cfg, change, expected", [
+    (NEOX, {"use_parallel_residual": False}, "always computes the parallel residual"),
+    (dict(MPT, attn_config={"alibi": True}), {"expansion_ratio": 2}, "expansion_ratio 2"),
+    (MPT, {"layer_norm_epsilon": 1e-6}, "uses for ln_f"),
+    (PHI2, {"layer_norm_eps": 1e-6}, "input_layernorm and ln_f"),
+    (PHI2, {"num_key_value_heads": 8}, "multi-head attention only"),
+    (FALCON_7B, {"layer_norm_epsilon": 1e-6}, "uses for ln_f (tensorrt_llm/models/falcon/model.py"),
+    (dict(FALCON_7B, parallel_attn=False), {"layer_norm_epsilon": 1e-6}, "ln_f and post_layernorm"),
+    (BLOOM, {"layer_norm_epsilon": 1e-6}, "every LayerNorm"),
+    (QWEN3, {"attention_bias": True}, "o_proj"),
+])
+def test_engine_class_limits_of_each_family(tmp_path, cfg, change, expected):
+    """What each family's TensorRT-LLM class hard-codes (read from its model.py): off by default,
+    an error naming the field once the config asks for something else."""
+    _, findings = check(write(tmp_path, cfg, "ok"))
+    assert not [f for f in findings if f.rule == "engine-class-limit"], findings
+    _, findings = check(write(tmp_path, {**cfg, **change}, "bad"))
+    limits = [f for f in findings if f.rule == "engine-class-limit"]
+    assert len(limits) == 1 and limits[0].severity == "error" and expected in limits[0].message, limits
+
+
+def test_mpt_without_alibi_is_an_engine_class_limit(tmp_path):
+    _, findings = check(write(tmp_path, dict(MPT, attn_config={"alibi": False})))
+    limit = next(f for f in findings if f.rule == "engine-class-limit")
+    assert "always applies ALiBi" in limit.message
+
+
+@pytest.mark.parametrize("heads, kv, head_dim, severity, text", [
+    (28, 4, 128, "info", "runs on the precompiled XQA kernels"),  # Qwen2-7B
+    (28, 4, 80, "error", "not built for head size 80"),
+    (64, 1, 128, "error", "take at most 32"),
+    (32, 1, 128, None, None),  # group 32 on the JIT path
+])
+def test_xqa_kernel_for_the_group_size(tmp_path, heads, kv, head_dim, severity, text):
+    cfg = dict(LLAMA, num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
+               hidden_size=heads * head_dim)
+    _, findings = check(write(tmp_path, cfg))
+    group = [f for f in findings if f.rule == "gqa-group-size"]
+    if severity is None:
+        assert not group
+    else:
+        assert len(group) == 1 and group[0].severity == severity and text in group[0].message
+
+
+def test_q_scaling_is_an_error_only_on_the_precompiled_path(tmp_path):
+    precompiled = dict(QWEN2_7B, attention_multiplier=0.5)  # group 7: precompiled XQA
+    _, findings = check(write(tmp_path, precompiled, "p"))
+    f = next(f for f in findings if f.rule == "attention-scale")
+    assert f.severity == "error" and "require q_scaling == 1" in f.message and "attention_multiplier" in f.message
+    _, findings = check(write(tmp_path, dict(LLAMA, attention_multiplier=0.5), "j"))  # group 4: JIT
+    assert next(f for f in findings if f.rule == "attention-scale").severity == "warning"
+    _, findings = check(write(tmp_path, dict(LLAMA, attention_multiplier=1.0), "one"))
+    assert "attention-scale" not in rules(findings)

@@ -122,7 +122,7 @@ def test_qwen2_config_fields(tmp_path, qwen2_base, qwen2_heads):
     assert cfg["architecture"] == "MedusaForCausalLM"
     assert cfg["qwen_type"] == "qwen2" and cfg["model_type"] == "qwen2"
     assert cfg["attn_bias"] is True and cfg["rotary_base"] == 1000000.0
-    assert cfg["num_attention_heads"] == 14 and cfg["num_key_value_heads"] == 2 and cfg["head_size"] == 16
+    assert cfg["num_attention_heads"] == 14 and cfg["num_key_value_heads"] == 2 and cfg["head_size"] == 64
     assert cfg["position_embedding_type"] == "rope_gpt_neox" and cfg["logits_dtype"] == "float32"
     assert cfg["base_architecture"] == "Qwen2ForCausalLM"
 

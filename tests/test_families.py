@@ -31,7 +31,7 @@ VARIANTS = [
     ("PhiForCausalLM", {}),
     ("PhiForCausalLM", {"tie_word_embeddings": True, "partial_rotary_factor": 0.25}),
     ("GPTNeoXForCausalLM", {}),
-    ("GPTNeoXForCausalLM", {"use_parallel_residual": False, "tie_word_embeddings": True}),
+    ("GPTNeoXForCausalLM", {"tie_word_embeddings": True, "rotary_pct": 0.5}),
     ("FalconForCausalLM", {}),  # 7B style: multi-query, parallel attention, no bias
     ("FalconForCausalLM", {"new_decoder_architecture": True, "num_kv_heads": 2, "bias": True}),  # 40B style
     ("FalconForCausalLM", {"multi_query": False, "parallel_attn": False, "bias": True}),

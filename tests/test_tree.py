@@ -124,7 +124,7 @@ def test_parse_sources(tmp_path):
 
 
 def test_depth1_gap_warning():
-    assert upstream_quirks([[0], [2]]) and "wrong head candidates" in upstream_quirks([[0], [2]])[0]
+    assert upstream_quirks([[0], [2]]) and "use_py_session" in upstream_quirks([[0], [2]])[0]
     assert upstream_quirks([[0], [1], [1, 3]]) == []
 
 

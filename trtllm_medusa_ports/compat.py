@@ -101,6 +101,44 @@ def _alibi_finding(reason: str) -> Finding:
 
 
 # -- the rules ---------------------------------------------------------------------------
+def _xqa_group_findings(group: int, head_size: int) -> list[Finding]:
+    """Which XQA kernels serve a group size (query heads per KV head) with speculative decoding.
+
+    cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQARunner.cpp routes to the
+    JIT kernels when ``64 % group_size == 0``; the JIT kernels take ``head_grp_size <= 32``
+    (xqaDispatcher / kernelUtils.cpp); otherwise the precompiled kernels must exist for the head
+    size (64, 128). Without a kernel the engine fails at run time with "No available XQA kernels
+    are found for speculative decoding mode" (common/attentionOp.cpp).
+    """
+    if 64 % group == 0:
+        if group > 32:
+            return [Finding("gqa-group-size", ERROR,
+                            f"{group} query heads per KV head: generation would run on the XQA JIT kernels, "
+                            "which take at most 32 (no available XQA kernel for speculative decoding)",
+                            "Medusa cannot be served on this base by TensorRT-LLM")]
+        return []
+    if head_size not in XQA_PRECOMPILED_HEAD_SIZES:
+        return [Finding("gqa-group-size", ERROR,
+                        f"{group} query heads per KV head: XQA JIT kernels are chosen only when the group size "
+                        "divides 64, and the precompiled XQA kernels are not built for head size "
+                        f"{head_size} (no available XQA kernel for speculative decoding)",
+                        "Medusa cannot be served on this base by TensorRT-LLM")]
+    return [Finding("gqa-group-size", INFO,
+                    f"{group} query heads per KV head: XQA JIT kernels are chosen only when the group size "
+                    "divides 64, so generation runs on the precompiled XQA kernels", "nothing to do")]
+
+
+def _custom_q_scaling(hf: HFConfig, head_size: int) -> str | None:
+    """What in config.json gives the engine q_scaling != 1, or None."""
+    scalar = hf.get("query_pre_attn_scalar")
+    if scalar is not None and scalar != head_size:
+        return f"query_pre_attn_scalar = {scalar} (head_size {head_size})"
+    multiplier = hf.get("attention_multiplier")
+    if multiplier is not None and multiplier != 1:
+        return f"attention_multiplier = {multiplier}"
+    return None
+
+
 def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
     out: list[Finding] = []
     reason = alibi_reason(hf)
@@ -160,22 +198,7 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
             )
         )
     else:
-        group = heads // kv
-        if 64 % group:
-            # decoderXQARunner.cpp: the JIT kernels are chosen only when 64 % group_size == 0;
-            # otherwise the precompiled ones must cover the case (head size 64/128).
-            sev = WARNING if head_size not in XQA_PRECOMPILED_HEAD_SIZES else INFO
-            out.append(
-                Finding(
-                    "gqa-group-size",
-                    sev,
-                    f"{group} query heads per KV head: XQA JIT kernels are chosen only when the group "
-                    "size divides 64, so generation runs on the precompiled XQA kernels"
-                    + ("" if sev == INFO else f", which are not built for head size {head_size}"),
-                    "nothing to do" if sev == INFO else
-                    "validate on GPU (scripts/validate_on_gpu.sh) before relying on this base",
-                )
-            )
+        out += _xqa_group_findings(heads // kv, head_size)
     scaling = hf.rope_scaling
     if scaling:
         kind = _ROPE_ALIASES.get(scaling.get("type"), scaling.get("type"))
@@ -198,28 +221,22 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                     "validate on GPU (scripts/validate_on_gpu.sh)",
                 )
             )
-    for key, label in (("query_pre_attn_scalar", "query_pre_attn_scalar"), ("attention_multiplier", "attention_multiplier")):
-        v = hf.get(key)
-        if v is not None and key == "query_pre_attn_scalar" and v != head_size:
-            out.append(
-                Finding(
-                    "attention-scale",
-                    WARNING,
-                    f"{label} = {v} differs from head_size {head_size}, so q_scaling != 1; "
-                    "XQA spec-decoding kernels of older TensorRT-LLM releases require q_scaling == 1",
-                    "use TensorRT-LLM 1.2.x and validate on GPU",
-                )
+    q_scaling = _custom_q_scaling(hf, head_size)
+    if q_scaling and kv and heads % kv == 0:
+        precompiled_path = 64 % (heads // kv) != 0
+        out.append(
+            Finding(
+                "attention-scale",
+                ERROR if precompiled_path else WARNING,
+                f"{q_scaling} sets q_scaling != 1"
+                + ("; generation runs on the precompiled XQA kernels (group size does not divide 64), "
+                   "which require q_scaling == 1: there is no kernel for speculative decoding"
+                   if precompiled_path else
+                   "; the XQA JIT kernels take it, precompiled ones (older releases) do not"),
+                "Medusa cannot be served on this base by TensorRT-LLM's precompiled XQA kernels"
+                if precompiled_path else "use TensorRT-LLM 1.2.x (JIT XQA) and validate on GPU",
             )
-        elif v is not None and key == "attention_multiplier":
-            out.append(
-                Finding(
-                    "attention-scale",
-                    WARNING,
-                    f"{label} = {v} sets a custom q_scaling; XQA spec-decoding kernels of older "
-                    "TensorRT-LLM releases require q_scaling == 1",
-                    "use TensorRT-LLM 1.2.x and validate on GPU",
-                )
-            )
+        )
     window = hf.get("sliding_window")
     max_pos = hf.get("max_position_embeddings") or 0
     uses_window = window and (hf.get("use_sliding_window", True) is not False) and window < max_pos
@@ -370,7 +387,8 @@ def check_tree(spec: str, num_heads: int | None, max_draft_len: int | None) -> l
             )
         )
     for q in upstream_quirks(paths):
-        out.append(Finding("tree-depth1-gaps", WARNING, q, "renumber the depth-1 indices 0..k-1"))
+        out.append(Finding("tree-depth1-gaps", WARNING, q,
+                           "serve with the default C++ runtime, or renumber the depth-1 indices 0..k-1"))
     return out
 
 

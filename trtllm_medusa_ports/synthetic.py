@@ -30,8 +30,9 @@ TINY_CONFIGS: dict[str, dict] = {
     "Qwen2ForCausalLM": dict(
         model_type="qwen2", hidden_size=224, intermediate_size=192, num_hidden_layers=2,
         num_attention_heads=14, num_key_value_heads=2, vocab_size=263, max_position_embeddings=256,
-        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
-        # group size 7, as in Qwen2-7B (28 q heads / 4 kv heads); head_dim 16
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, head_dim=64,
+        # group size 7 with head size 64, as in Qwen2-0.5B (Qwen2-7B: 28 / 4 heads of 128); a group
+        # size that does not divide 64 needs a precompiled XQA head size (compat gqa-group-size)
     ),
     "Qwen3ForCausalLM": dict(
         model_type="qwen3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -156,9 +156,10 @@ def upstream_quirks(paths: list[list[int]]) -> list[str]:
     first = sorted({p[0] for p in paths})
     if first and first != list(range(len(first))):
         return [
-            f"depth-1 indices {first} have gaps: TensorRT-LLM's medusa_utils numbers depth-1 "
-            "nodes by position, so these nodes would be fed the wrong head candidates "
-            "(output stays correct, acceptance drops); use indices 0..k-1"
+            f"depth-1 indices {first} have gaps: TensorRT-LLM's C++ runtime handles them "
+            "(cpp/tensorrt_llm/runtime/utils/speculativeChoicesUtils.cpp), but the Python session "
+            "(run.py --use_py_session; tensorrt_llm/runtime/medusa_utils.py get_medusa_tree) numbers "
+            "depth-1 nodes 0..k-1 and builds inconsistent tree buffers"
         ]
     return []
 

@@ -240,6 +240,15 @@ class ArchAdapter:
         """``(problem, fix)`` pairs for configs the family's TensorRT-LLM class cannot represent."""
         return []
 
+    def default_epsilon_limit(self, hf: HFConfig, key: str, norms: str) -> list[tuple[str, str]]:
+        """A limit for classes that build ``norms`` with LayerNorm's default epsilon (1e-5)."""
+        eps = float(hf.get(key, 1e-5))
+        if abs(eps - 1e-5) <= 1e-12:
+            return []
+        return [(f"{key} {eps} differs from the 1e-5 TensorRT-LLM's {self.trtllm_base_class} uses for {norms} "
+                 f"(tensorrt_llm/models/{self.trtllm_module}/model.py passes no eps)",
+                 f"this base cannot be built exactly by TensorRT-LLM's {self.trtllm_base_class}")]
+
     def forced_parallel_embedding(self, tp_size: int) -> bool | None:
         """``use_parallel_embedding`` the family's TensorRT-LLM config class imposes, or None."""
         return None

@@ -46,6 +46,9 @@ class BloomAdapter(ArchAdapter):
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return True
 
+    def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        return self.default_epsilon_limit(hf, "layer_norm_epsilon", "every LayerNorm")
+
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg.update({"norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)), "hidden_act": "gelu",

@@ -56,6 +56,10 @@ class FalconAdapter(ArchAdapter):
     def parallel(self, hf: HFConfig) -> bool:
         return bool(hf.get("new_decoder_architecture") or hf.get("parallel_attn", True))
 
+    def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        norms = "ln_f" if self.parallel(hf) else "ln_f and post_layernorm"
+        return self.default_epsilon_limit(hf, "layer_norm_epsilon", norms)
+
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg.update(

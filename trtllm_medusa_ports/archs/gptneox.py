@@ -46,10 +46,11 @@ class GPTNeoXAdapter(ArchAdapter):
             out.append((f"intermediate_size {inter} is not 4 x hidden_size ({4 * hidden}); TensorRT-LLM's "
                         "GPTNeoXForCausalLM always builds a 4 x hidden MLP",
                         "this base cannot be built by TensorRT-LLM's GPT-NeoX class"))
-        eps = float(hf.get("layer_norm_eps", 1e-5))
-        if abs(eps - 1e-5) > 1e-12:
-            out.append((f"layer_norm_eps {eps} differs from the 1e-5 TensorRT-LLM's GPTNeoXForCausalLM uses",
-                        "this base cannot be built exactly by TensorRT-LLM's GPT-NeoX class"))
+        if not hf.get("use_parallel_residual", True):
+            out.append(("use_parallel_residual is false, but TensorRT-LLM's GPTNeoXDecoderLayer always computes "
+                        "the parallel residual x + attn(ln1(x)) + mlp(ln2(x))",
+                        "this base cannot be built by TensorRT-LLM's GPT-NeoX class"))
+        out += self.default_epsilon_limit(hf, "layer_norm_eps", "every LayerNorm")
         return out
 
     def trtllm_config(self, hf: HFConfig) -> dict:

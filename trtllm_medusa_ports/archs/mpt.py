@@ -46,6 +46,20 @@ class MPTAdapter(ArchAdapter):
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return True
 
+    def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        # tensorrt_llm/models/mpt/model.py: MLP of 4 x hidden (expansion_ratio is never read), ALiBi
+        # in every layer whatever the config says, ln_f with the default epsilon
+        out = self.default_epsilon_limit(hf, "layer_norm_epsilon", "ln_f")
+        ratio = hf.get("expansion_ratio", 4)
+        if ratio != 4:
+            out.append((f"expansion_ratio {ratio}: TensorRT-LLM's MPTForCausalLM always builds a 4 x hidden MLP",
+                        "this base cannot be built by TensorRT-LLM's MPT class"))
+        if not self.attn_config(hf).get("alibi", True):
+            out.append(("attn_config.alibi is false, but TensorRT-LLM's MPTForCausalLM always applies ALiBi "
+                        "(and has no learned position embedding)",
+                        "this base cannot be built by TensorRT-LLM's MPT class"))
+        return out
+
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         attn = self.attn_config(hf)

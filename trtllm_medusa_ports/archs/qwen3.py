@@ -31,6 +31,15 @@ class Qwen3Adapter(Qwen2Adapter):
     def dense_bias(self, hf: HFConfig) -> bool:
         return True
 
+    def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        if self.attn_bias(hf):
+            # QWenDecoderLayer builds Attention(bias=attn_bias, dense_bias=False)
+            # (tensorrt_llm/models/qwen/model.py): o_proj's bias would be dropped
+            return [("attention_bias is true, but TensorRT-LLM's QWenForCausalLM never gives the attention "
+                     "output projection (o_proj) a bias: it would be dropped",
+                     "this base cannot be built exactly by TensorRT-LLM's QWen class")]
+        return []
+
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["qwen_type"] = "qwen3"
