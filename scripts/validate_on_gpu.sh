@@ -22,11 +22,14 @@ for arch in $FAMILIES; do
   python3 - "$arch" "$d" <<'PY'
 import sys
 from pathlib import Path
-from trtllm_medusa_ports.synthetic import save_heads, save_tiny_base, train_heads
+from trtllm_medusa_ports.synthetic import save_heads, save_tiny_base, save_tiny_tokenizer, train_heads
+from trtllm_medusa_ports.hf_model import HFConfig
 arch, d = sys.argv[1], Path(sys.argv[2])
 # head size 64: a size the precompiled XQA Medusa kernels have
 save_tiny_base(arch, d / "base", embedding_gain=8.0, hidden_size=256, num_attention_heads=4,
-               **({"head_dim": 64} if "Gemma" in arch or "Qwen3" in arch else {}))
+               **({"head_dim": 64} if "Gemma" in arch or "Qwen3" in arch or "Qwen2" in arch else {}))
+# examples/run.py always loads a tokenizer from --tokenizer_dir (examples/utils.py load_tokenizer)
+save_tiny_tokenizer(d / "base", HFConfig.read(d / "base").get("vocab_size"))
 save_heads(train_heads(d / "base", num_heads=3), d / "heads")
 PY
   status=PASS; detail=""

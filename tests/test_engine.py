@@ -475,3 +475,26 @@ def test_catches_upstream_medusa_at_pipeline_parallel(trtllm, store, tmp_path):
     (ckpt / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(RuntimeError, match="Required but not provided tensors.*medusa_heads"):
         _engine_model(ckpt, rank=0)
+
+
+def test_gpu_validation_gives_its_tiny_bases_a_tokenizer(tmp_path):
+    """examples/run.py loads a tokenizer from --tokenizer_dir whatever the input; the GPU script
+    saves one beside each tiny base, and it maps ids to text and back."""
+    from transformers import AutoTokenizer
+
+    from trtllm_medusa_ports.synthetic import save_tiny_tokenizer
+
+    script = (Path(__file__).parents[1] / "scripts" / "validate_on_gpu.sh").read_text()
+    assert 'save_tiny_tokenizer(d / "base"' in script and '"--tokenizer_dir", f"{d}/base"' in script
+    save_tiny_tokenizer(tmp_path, 251)
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    assert len(tok) == 251 and tok.eos_token_id == tok.pad_token_id == 0
+    assert tok(tok.decode([3, 250, 17]))["input_ids"] == [3, 250, 17]
+
+
+def test_build_warns_outside_the_checked_versions(trtllm, store, tmp_path, capsys, monkeypatch):
+    ckpt = _checkpoint(store, tmp_path, "GemmaForCausalLM")
+    assert _build(ckpt, tmp_path / "a") == 0 and "warning" not in capsys.readouterr().err
+    monkeypatch.setattr(trtllm, "__version__", "0.15.0")
+    assert _build(ckpt, tmp_path / "b") == 0
+    assert "TensorRT-LLM 0.15.0 is outside >=1.2.0rc2,<1.3" in capsys.readouterr().err

@@ -131,6 +131,26 @@ def save_tiny_base(architecture: str, out_dir: str | Path, *, seed: int = 0, dty
     return out
 
 
+def save_tiny_tokenizer(out_dir: str | Path, vocab_size: int) -> Path:
+    """A word-level tokenizer with one token per id (``t0`` ... ``t{vocab-1}``), saved beside a base.
+
+    TensorRT-LLM's ``examples/run.py`` always loads a tokenizer from ``--tokenizer_dir``
+    (examples/utils.py ``load_tokenizer``), even when the input is given as token ids; tiny
+    random bases have none and no hub is reachable, so this builds one offline. ``t0`` is the
+    end, padding and unknown token.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"t{i}": i for i in range(vocab_size)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="t0", eos_token="t0", pad_token="t0")
+    out = Path(out_dir)
+    tok.save_pretrained(out)
+    return out
+
+
 # -- heads -------------------------------------------------------------------------------
 @dataclass
 class HeadWeights:

@@ -15,12 +15,31 @@ from types import ModuleType
 
 from trtllm_medusa_ports.errors import PortError
 
-#: TensorRT-LLM versions with the TensorRT engine flow (``trtllm-build``) this targets
-SUPPORTED_TRTLLM = ">=0.15,<1.3"
+#: TensorRT-LLM versions whose source the engine adapters were written against: 1.2.x, the last
+#: line with the TensorRT engine flow (``trtllm-build``). Files read at 1.2.0rc2/rc3
+#: (models/modeling_utils.py, mapping.py, models/medusa/model.py) and the newest 1.x copies of
+#: the family models and commands/build.py; tests/standin/LEDGER.md lists them.
+SUPPORTED_TRTLLM = ">=1.2.0rc2,<1.3"
 
 
 class EngineUnavailable(PortError):
     """TensorRT-LLM is not importable here."""
+
+
+def version_warning(trtllm: ModuleType) -> str | None:
+    """A warning when the installed TensorRT-LLM is not a version the adapters were checked against."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    found = str(getattr(trtllm, "__version__", "unknown"))
+    try:
+        ok = Version(found) in SpecifierSet(SUPPORTED_TRTLLM, prereleases=True)
+    except InvalidVersion:
+        ok = False
+    if ok:
+        return None
+    return (f"TensorRT-LLM {found} is outside {SUPPORTED_TRTLLM}, the versions whose source these engine "
+            "adapters follow; the build may fail or differ (validate with scripts/validate_on_gpu.sh)")
 
 
 def require_tensorrt_llm() -> ModuleType:

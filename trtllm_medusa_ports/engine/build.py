@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trtllm_medusa_ports.compat import ERROR, Finding, alibi_reason
-from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm
+from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
 from trtllm_medusa_ports.errors import CheckpointError, PortError
 from trtllm_medusa_ports.hf_model import HFConfig
 
@@ -106,10 +106,13 @@ def main(checkpoint_dir: str, rest: list[str]) -> int:
     if errors:
         return 1
     try:
-        require_tensorrt_llm()
+        trtllm = require_tensorrt_llm()
     except EngineUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    warning = version_warning(trtllm)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     build_mod = import_module("tensorrt_llm.commands.build")
     argv = ["--checkpoint_dir", str(ckpt)] + list(rest)
     if "--speculative_decoding_mode" not in argv:

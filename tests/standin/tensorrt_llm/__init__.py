@@ -12,7 +12,7 @@ layers and activations compute with torch when weights and inputs carry values
 :data:`CALLS`.
 """
 
-__version__ = "1.2.0-standin"
+__version__ = "1.2.0+standin"
 
 #: what happened, in order: ("attention", layer_idx, spec_decoding_params), ("mark_output", name),
 #: ("warning", text), ("build", architecture, class name), ...
