@@ -3,7 +3,7 @@
 TensorRT-LLM cannot be installed where this project is tested, so this package stands
 in for the parts ``trtllm_medusa_ports.engine`` touches. It is only worth what it
 mirrors: every behaviour here is upstream's, cited by file and function in
-``LEDGER.md`` beside this file, and where upstream is strict (required tensors,
+``tests/standin/LEDGER.md``, and where upstream is strict (required tensors,
 shapes, keyword-only signatures, missing ``config_class``) this is strict too.
 
 What it does not model: TensorRT itself, kernels, numbers inside attention. Linear
