@@ -212,6 +212,27 @@ def test_build_refuses_a_model_class_override(trtllm, store, tmp_path, capsys):
 
 
 # -- keys the adapters write reach the engine class under upstream's names --------------------------
+#: keys written for people and tools, not for the engine class: provenance, and upstream's own
+#: convention (model_type, which only upstream MedusaConfig reads)
+NOT_FOR_THE_CLASS = {"base_architecture", "trtllm_base_architecture", "medusa_ports", "model_type", "sliding_window"}
+
+
+@pytest.mark.parametrize("arch", ROPE_FAMILIES)
+def test_every_key_an_adapter_writes_is_read_by_the_build(trtllm, store, tmp_path, arch):
+    """A key the engine class never reads is a typo or a dead field: either way the engine
+    silently uses a default. The stand-in records which implicitly set keys are read."""
+    ckpt = _checkpoint(store, tmp_path, arch)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    trtllm.CALLS.clear()
+    assert _build(ckpt, tmp_path / "eng") == 0
+    implicit = {k for c in trtllm.CALLS if c[0] == "config_implicit" for k in c[1]}
+    read = {c[1] for c in trtllm.CALLS if c[0] == "config_read"}
+    allowed = set(NOT_FOR_THE_CLASS)
+    if cfg["architecture"] == "MedusaForCausalLM":  # upstream's class: SiLU heads, own lm_heads (naming rule)
+        allowed |= {"medusa_hidden_act", "medusa_shared_lm_head"}
+    assert implicit and not implicit - read - allowed, sorted(implicit - read - allowed)
+
+
 def _set(cfg, **kw):
     """Non-default values in a saved HF config.json (transformers 5 nests RoPE in rope_parameters)."""
     params = cfg.get("rope_parameters")

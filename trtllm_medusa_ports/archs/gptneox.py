@@ -59,7 +59,6 @@ class GPTNeoXAdapter(ArchAdapter):
         cfg["hidden_act"] = "gelu"
         cfg["rotary_pct"] = hf.partial_rotary_factor
         cfg["rotary_emb_base"] = hf.rope_theta  # the name GPTNeoXForCausalLM reads
-        cfg["use_parallel_residual"] = bool(hf.get("use_parallel_residual", True))
         return cfg
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
@@ -91,6 +90,6 @@ class GPTNeoXAdapter(ArchAdapter):
             norm="layer",
             mlp="plain",
             rotary_base=float(cfg.get("rotary_emb_base", cfg.get("rotary_base", 10000.0))),
-            parallel_residual=bool(cfg.get("use_parallel_residual", True)),
+            parallel_residual=True,  # GPTNeoXDecoderLayer always; sequential bases are refused
             mlp_norm="post_attention_layernorm",
         )

@@ -47,8 +47,7 @@ class PhiAdapter(ArchAdapter):
         cfg = super().trtllm_config(hf)
         cfg["norm_epsilon"] = float(hf.get("layer_norm_eps", 1e-5))
         cfg["hidden_act"] = "gelu"  # gelu_new; TensorRT-LLM's gelu is the same tanh form
-        cfg["rotary_pct"] = hf.partial_rotary_factor
-        cfg["partial_rotary_factor"] = hf.partial_rotary_factor
+        cfg["rotary_pct"] = hf.partial_rotary_factor  # the name PhiDecoderLayer reads
         return cfg
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:

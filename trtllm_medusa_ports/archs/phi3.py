@@ -44,6 +44,8 @@ class Phi3Adapter(LlamaAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "swiglu"
+        for k in ("attn_bias", "mlp_bias"):  # Phi3DecoderLayer hard-codes bias=False (phi3/model.py)
+            cfg.pop(k, None)
         cfg["rotary_pct"] = hf.partial_rotary_factor
         scaling = hf.rope_scaling
         if scaling and scaling.get("type") in ("su", "longrope"):
