@@ -224,6 +224,38 @@ class PretrainedModel(Module, metaclass=_PostInitCaller):
         return inputs
 
 
+def stage_forward(model, input_ids, hidden_states, use_cache, **layer_kwargs):
+    """The pipeline-stage body LLaMAModel, QWenModel, GPTModel, GemmaModel and FalconModel share
+    (their ``forward``): embed on the first stage or ``recv``, the layers, ``ln_f`` on the last
+    stage or ``send``."""
+    from ..functional import recv, send
+
+    mapping = model.mapping
+    if mapping.is_first_pp_rank():
+        hidden_states = model.vocab_embedding(input_ids)
+    else:
+        hidden_states = recv(hidden_states, mapping.prev_pp_rank())
+    out = model.layers.forward(hidden_states, use_cache=use_cache, **layer_kwargs)
+    hidden_states, presents = out if use_cache else (out, None)
+    if mapping.is_last_pp_rank():
+        hidden_states = model.ln_f(hidden_states)
+    else:
+        hidden_states = send(hidden_states, mapping.next_pp_rank())
+    return (hidden_states, presents) if use_cache else hidden_states
+
+
+def lm_head_for(config, bias=False, every_stage=False):
+    """``ColumnLinear(hidden, pad_vocab_size(vocab, tp), gather_output=True)``; families with
+    pipeline stages build it on the last one only."""
+    from .._utils import pad_vocab_size
+    from ..layers.linear import ColumnLinear
+
+    if not (every_stage or config.mapping.is_last_pp_rank()):
+        return None
+    return ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size), bias=bias,
+                        dtype=config.dtype, tp_size=config.mapping.tp_size, gather_output=True)
+
+
 class DecoderLayerList(ModuleList):
     def __init__(self, cls, config):
         layer_list = config.mapping.pp_layers(config.num_hidden_layers)

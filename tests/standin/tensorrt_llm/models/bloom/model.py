@@ -8,10 +8,9 @@ ALiBi, bias everywhere, GELU MLP of ``intermediate_size``, LayerNorms with the d
 Attention call is written here with the keyword-only 1.x signature.
 """
 
-from ..._utils import pad_vocab_size
-from ...layers import MLP, Attention, AttentionMaskType, ColumnLinear, Embedding, LayerNorm
+from ...layers import MLP, Attention, AttentionMaskType, Embedding, LayerNorm
 from ...module import Module
-from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM
+from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, lm_head_for
 
 
 class BloomDecoderLayer(Module):
@@ -60,8 +59,7 @@ class BloomForCausalLM(DecoderModelForCausalLM):
     def __init__(self, config):
         transformer = BloomModel(config)
         share = transformer.vocab_embedding.weight if config.share_embedding_table else None
-        lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
-                               bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size, gather_output=True)
+        lm_head = lm_head_for(config, bias=False, every_stage=True)
         if share is not None:
             lm_head.weight = share
         super().__init__(config, transformer, lm_head)

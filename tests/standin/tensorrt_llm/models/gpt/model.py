@@ -7,19 +7,22 @@ activation else ``MLP`` with ``bias=config.bias``. Layer and model take ``spec_d
 ``GPTModel.forward`` takes ``position_ids`` as a required positional argument.
 """
 
-from ..._utils import pad_vocab_size
-from ...functional import recv, send
 from ...layers import (
     MLP,
     Attention,
     AttentionMaskType,
-    ColumnLinear,
     Embedding,
     GatedMLP,
     LayerNorm,
 )
 from ...module import Module
-from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, PretrainedConfig
+from ..modeling_utils import (
+    DecoderLayerList,
+    DecoderModelForCausalLM,
+    PretrainedConfig,
+    lm_head_for,
+    stage_forward,
+)
 
 
 class GPTConfig(PretrainedConfig):
@@ -87,19 +90,10 @@ class GPTModel(Module):
     def forward(self, input_ids, position_ids, use_cache=False, attention_mask=None, kv_cache_params=None,
                 attention_params=None, hidden_states=None, prompt_embedding_table=None, prompt_tasks=None,
                 prompt_vocab_size=None, lora_params=None, spec_decoding_params=None):
-        if self.mapping.is_first_pp_rank():
-            hidden_states = self.vocab_embedding(input_ids)
-        else:
-            hidden_states = recv(hidden_states, self.mapping.prev_pp_rank())
-        out = self.layers.forward(hidden_states, use_cache=use_cache, attention_mask=attention_mask,
-                                  kv_cache_params=kv_cache_params, attention_params=attention_params,
-                                  lora_params=lora_params, spec_decoding_params=spec_decoding_params)
-        hidden_states, presents = out if use_cache else (out, None)
-        if self.mapping.is_last_pp_rank():
-            hidden_states = self.ln_f(hidden_states)
-        else:
-            hidden_states = send(hidden_states, self.mapping.next_pp_rank())
-        return (hidden_states, presents) if use_cache else hidden_states
+        return stage_forward(self, input_ids, hidden_states, use_cache,
+                             attention_mask=attention_mask, kv_cache_params=kv_cache_params,
+                             attention_params=attention_params, lora_params=lora_params,
+                             spec_decoding_params=spec_decoding_params)
 
 
 class GPTForCausalLM(DecoderModelForCausalLM):
@@ -107,9 +101,5 @@ class GPTForCausalLM(DecoderModelForCausalLM):
 
     def __init__(self, config):
         transformer = GPTModel(config)
-        lm_head = None
-        if config.mapping.is_last_pp_rank():
-            lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
-                                   bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size,
-                                   gather_output=True)
+        lm_head = lm_head_for(config, bias=False)
         super().__init__(config, transformer, lm_head)

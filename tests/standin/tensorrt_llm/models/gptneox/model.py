@@ -7,10 +7,9 @@ No ``config_class``: the plain PretrainedConfig, and the model reads ``config.ro
 ``spec_decoding_params``.
 """
 
-from ..._utils import pad_vocab_size
-from ...layers import MLP, Attention, AttentionMaskType, ColumnLinear, Embedding, LayerNorm
+from ...layers import MLP, Attention, AttentionMaskType, Embedding, LayerNorm
 from ...module import Module
-from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM
+from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, lm_head_for
 
 
 class GPTNeoXDecoderLayer(Module):
@@ -58,6 +57,5 @@ class GPTNeoXModel(Module):
 class GPTNeoXForCausalLM(DecoderModelForCausalLM):
     def __init__(self, config):
         transformer = GPTNeoXModel(config)
-        lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
-                               bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size, gather_output=True)
+        lm_head = lm_head_for(config, bias=False, every_stage=True)
         super().__init__(config, transformer, lm_head)

@@ -7,10 +7,9 @@ lm_head on the last, but ``forward`` uses embedding and ln_f on every stage (no 
 ``MPTModel.forward`` takes ``position_ids`` as a required positional argument.
 """
 
-from ..._utils import pad_vocab_size
-from ...layers import MLP, Attention, AttentionMaskType, ColumnLinear, Embedding, LayerNorm
+from ...layers import MLP, Attention, AttentionMaskType, Embedding, LayerNorm
 from ...module import Module
-from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM
+from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, lm_head_for
 
 
 class MPTDecoderLayer(Module):
@@ -60,11 +59,7 @@ class MPTModel(Module):
 class MPTForCausalLM(DecoderModelForCausalLM):
     def __init__(self, config):
         transformer = MPTModel(config)
-        lm_head = None
-        if config.mapping.is_last_pp_rank():
-            lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
-                                   bias=config.bias, dtype=config.dtype, tp_size=config.mapping.tp_size,
-                                   gather_output=True)
+        lm_head = lm_head_for(config, bias=config.bias)
         super().__init__(config, transformer, lm_head)
 
     @classmethod

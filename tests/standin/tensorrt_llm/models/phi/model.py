@@ -6,10 +6,14 @@ shared input norm, parallel residual. Embedding, ln_f and lm_head (with bias) ar
 pipeline rank and the model has no recv/send. No ``spec_decoding_params`` anywhere.
 """
 
-from ..._utils import pad_vocab_size
-from ...layers import MLP, Attention, AttentionMaskType, ColumnLinear, Embedding, LayerNorm
+from ...layers import MLP, Attention, AttentionMaskType, Embedding, LayerNorm
 from ...module import Module
-from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, PretrainedConfig
+from ..modeling_utils import (
+    DecoderLayerList,
+    DecoderModelForCausalLM,
+    PretrainedConfig,
+    lm_head_for,
+)
 
 
 class PhiConfig(PretrainedConfig):
@@ -66,8 +70,7 @@ class PhiForCausalLM(DecoderModelForCausalLM):
 
     def __init__(self, config):
         transformer = PhiModel(config)
-        lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
-                               bias=True, dtype=config.dtype, tp_size=config.mapping.tp_size, gather_output=True)
+        lm_head = lm_head_for(config, bias=True, every_stage=True)
         super().__init__(config, transformer, lm_head)
 
     @classmethod

@@ -8,10 +8,14 @@ RmsNorm ``input_layernorm`` / ``post_layernorm`` (eps=norm_epsilon); attention w
 recv/send. No ``spec_decoding_params``.
 """
 
-from ..._utils import pad_vocab_size
-from ...layers import MLP, Attention, AttentionMaskType, ColumnLinear, Embedding, RmsNorm
+from ...layers import MLP, Attention, AttentionMaskType, Embedding, RmsNorm
 from ...module import Module
-from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, PretrainedConfig
+from ..modeling_utils import (
+    DecoderLayerList,
+    DecoderModelForCausalLM,
+    PretrainedConfig,
+    lm_head_for,
+)
 
 
 class Phi3Config(PretrainedConfig):
@@ -74,6 +78,5 @@ class Phi3ForCausalLM(DecoderModelForCausalLM):
 
     def __init__(self, config):
         transformer = Phi3Model(config)
-        lm_head = ColumnLinear(config.hidden_size, pad_vocab_size(config.vocab_size, config.mapping.tp_size),
-                               bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size, gather_output=True)
+        lm_head = lm_head_for(config, bias=False, every_stage=True)
         super().__init__(config, transformer, lm_head)
