@@ -26,6 +26,7 @@ from tqdm import tqdm
 from trtllm_medusa_ports import __version__
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
+    ValueTransform,
     WeightRule,
     adapter_for,
     adapter_for_model_type,
@@ -102,6 +103,10 @@ class ConvertResult:
                 "saved against one copy per head."
             )
         return s
+
+
+def _first_input(ts: list[torch.Tensor]) -> torch.Tensor:
+    return ts[0]
 
 
 @dataclass
@@ -438,7 +443,11 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             bar = tqdm(total=len(jobs), desc="convert", unit="tensor", disable=opts.quiet, file=sys.stderr)
 
             def run(job: _Job) -> None:
-                inputs = [t.to(dtype) for t in job.load()]
+                if isinstance(job.combine, ValueTransform):  # in float32, then the cast (as upstream)
+                    inputs = [job.combine(job.load()).to(dtype)]
+                    job = dataclasses.replace(job, combine=_first_input)
+                else:
+                    inputs = [t.to(dtype) for t in job.load()]
                 for t in inputs:
                     if not all_finite(t):
                         err = HeadsError if job.label.startswith("medusa_heads") else ModelError

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from trtllm_medusa_ports.archs import adapter_for
+from trtllm_medusa_ports.archs.base import Semantics, ValueTransform, layer_sources
 from trtllm_medusa_ports.checkpoint import DTYPES, read_checkpoint
 from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.reference.decoding import medusa_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
 from trtllm_medusa_ports.tree import MedusaTree
@@ -49,7 +53,7 @@ class VerifyReport:
     prompts: list[list[int]]
     first_divergence: dict | None = None
     adjustments: list[str] = field(default_factory=list)
-    exact_gelu_effect_max_abs_diff: float | None = None
+    engine_arithmetic_effect_max_abs_diff: float | None = None
     parity_divergence: dict | None = None
     per_prompt: list[dict] = field(default_factory=list)
 
@@ -69,8 +73,10 @@ class VerifyReport:
             f"(tolerance {self.tolerance:g}; checkpoint dtype {self.checkpoint_dtype})",
         ]
         for a in self.adjustments:
-            lines.append(f"  (arithmetic as the engine's: {a}; exact-GELU effect on logits "
-                         f"{self.exact_gelu_effect_max_abs_diff:.3g})")
+            lines.append(f"  (arithmetic as the engine's: {a})")
+        if self.adjustments:
+            lines.append(f"  engine vs transformers arithmetic: logits differ by "
+                         f"{self.engine_arithmetic_effect_max_abs_diff:.3g}")
         if self.parity_divergence:
             lines.append(f"  hidden states part ways at: {self.parity_divergence['where']} "
                          f"(max |diff| {self.parity_divergence['max_abs_diff']:.3g})")
@@ -92,7 +98,25 @@ def default_prompts(vocab: int) -> list[list[int]]:
     return [[(7 * i + 11) % vocab for i in range(6)], [(13 * i + 101) % vocab for i in range(9)]]
 
 
-def load_hf_model(model_dir: str | Path, dtype: torch.dtype):
+def value_transforms(model_dir: str | Path, architecture: str | None) -> dict[str, ValueTransform]:
+    """HF tensor name -> the value transform the converter applied to it (Gemma's ``w + 1``)."""
+    adapter = adapter_for(architecture or "")
+    if adapter is None:
+        return {}
+    hf = HFConfig.read(model_dir)
+    rules = adapter.embedding_rules(hf) + adapter.final_rules(hf)
+    for i in range(adapter.num_hf_layers(hf)):
+        rules += layer_sources(adapter.layer_rules(hf), i)
+    return {r.sources[0]: r.combine for r in rules if isinstance(r.combine, ValueTransform)}
+
+
+def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[str, ValueTransform] | None = None):
+    """The transformers model in float32 on weights that equal the checkpoint's values.
+
+    Each weight is rounded to the checkpoint dtype; one the converter transformed first
+    (``transforms``) is rounded as the converter stored it, so that e.g. Gemma's norm computes
+    ``1 + (round(w + 1) - 1) = round(w + 1)``, the engine's multiplier, not ``1 + round(w)``.
+    """
     from transformers import AutoModelForCausalLM
 
     try:
@@ -105,9 +129,11 @@ def load_hf_model(model_dir: str | Path, dtype: torch.dtype):
         ) from None
     # Round the *weights* to the checkpoint's dtype, compute in float32 (see module doc).
     # Buffers stay float32: rounding e.g. RoPE's inv_freq would change the reference itself.
+    transforms = transforms or {}
     with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(p.to(dtype).to(torch.float32))
+        for name, p in model.named_parameters():
+            t = transforms.get(name)
+            p.copy_(t.as_stored(p, dtype) if t is not None else p.to(dtype).to(torch.float32))
     return model.eval()
 
 
@@ -134,6 +160,46 @@ def use_engine_gelu(model) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]
 def restore_modules(swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]]) -> None:
     for parent, name, original in swapped:
         setattr(parent, name, original)
+
+
+@dataclass
+class EngineArithmetic:
+    """One place where the transformers model is made to compute as the engine does."""
+
+    description: str
+    undo: Callable[[], None]
+    redo: Callable[[], None]
+
+
+def engine_arithmetic(model, sem: Semantics) -> list[EngineArithmetic]:
+    """Make the transformers model compute what TensorRT-LLM computes, where the two differ.
+
+    * GELU: TensorRT-LLM has one, the tanh form (tensorrt_llm/functional.py);
+    * q/k norms: built without ``eps`` by the Gemma 3 and QWen layers, so 1e-5 in the engine
+      (``Semantics.qk_norm_epsilon``) where transformers uses ``rms_norm_eps``.
+    Parity is judged with the engine's arithmetic; ``verify`` reports the size of the difference
+    against transformers' own arithmetic separately.
+    """
+    out = []
+    if sem.hidden_act.startswith("gelu"):
+        swapped = use_engine_gelu(model)
+        if swapped:
+            out.append(EngineArithmetic(f"{len(swapped)} exact GELU(s) computed with TensorRT-LLM's tanh form",
+                                        lambda: restore_modules(swapped), lambda: use_engine_gelu(model) and None))
+    if sem.qk_norm:
+        norms = [(m, attr) for name, m in model.named_modules() if name.endswith(("q_norm", "k_norm"))
+                 for attr in ("eps", "variance_epsilon") if hasattr(m, attr)]
+        changed = [(m, attr, getattr(m, attr)) for m, attr in norms if getattr(m, attr) != sem.qk_norm_epsilon]
+        if changed:
+            def set_eps(use_engine: bool) -> None:
+                for m, attr, own in changed:
+                    setattr(m, attr, sem.qk_norm_epsilon if use_engine else own)
+
+            set_eps(True)
+            out.append(EngineArithmetic(
+                f"{len(changed)} q/k norm(s) with the engine's epsilon {sem.qk_norm_epsilon:g} "
+                f"(transformers: {changed[0][2]:g})", lambda: set_eps(False), lambda: set_eps(True)))
+    return out
 
 
 @torch.no_grad()
@@ -184,12 +250,9 @@ def verify(
     ckpt = read_checkpoint(checkpoint_dir)
     ref = ReferenceModel(ckpt)
     dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
-    hf = load_hf_model(model_dir, dtype)
-    adjustments = []
-    swapped = use_engine_gelu(hf) if ref.sem.hidden_act.startswith("gelu") else []
-    if swapped:
-        adjustments.append(f"{len(swapped)} exact GELU(s) of the transformers model computed with "
-                           "TensorRT-LLM's tanh form")
+    hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")))
+    arithmetic = engine_arithmetic(hf, ref.sem)
+    adjustments = [a.description for a in arithmetic]
     if hf.config.vocab_size != ref.vocab:
         raise ModelError(
             f"the base model's vocab_size is {hf.config.vocab_size}, the checkpoint's {ref.vocab}",
@@ -227,12 +290,14 @@ def verify(
             break
     parity = max_diff <= tolerance
     effect = None
-    if swapped:  # the same model with its exact GELUs back, against the engine-arithmetic logits
-        restore_modules(swapped)
+    if arithmetic:  # the same model with transformers' own arithmetic, against the engine's logits
+        for a in arithmetic:
+            a.undo()
         with torch.no_grad():
             effect = max(float((hf(input_ids=torch.tensor([p])).logits[0] - hl).abs().max())
                          for p, (hl, _, _, _) in zip(prompts, runs, strict=True))
-        use_engine_gelu(hf)
+        for a in arithmetic:
+            a.redo()
 
     # 2. greedy equivalence, 3. speculation quality
     equal = True
@@ -274,7 +339,7 @@ def verify(
         first_divergence=first,
         parity_divergence=divergence,
         adjustments=adjustments,
-        exact_gelu_effect_max_abs_diff=effect,
+        engine_arithmetic_effect_max_abs_diff=effect,
         per_prompt=per_prompt,
     )
 

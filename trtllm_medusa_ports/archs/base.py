@@ -125,10 +125,31 @@ def grouped_qkv(num_heads: int, num_kv: int, head_size: int) -> Combine:
     return combine
 
 
-def plus_one(ts: list[torch.Tensor]) -> torch.Tensor:
-    """Gemma's RMSNorm computes ``x * (1 + w)``; TensorRT-LLM's multiplies by the stored
-    weight, so its converter stores ``w + 1`` (tensorrt_llm/models/gemma/convert.py)."""
-    return ts[0] + 1.0
+@dataclass(frozen=True)
+class ValueTransform:
+    """A combine that changes values, not only their layout (one source tensor).
+
+    Computed in float32 *before* the cast to the checkpoint dtype, as upstream's converters do,
+    so the checkpoint holds ``round(f(w))``. ``verify`` gives the Hugging Face model
+    ``inverse(round(f(w)))`` so that it computes with exactly the values the engine multiplies
+    by: with Gemma's ``w + 1`` norms (weights of 1e3 in real checkpoints) ``1 + round(w)`` and
+    ``round(w + 1)`` differ by up to a bfloat16 step.
+    """
+
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    inverse: Callable[[torch.Tensor], torch.Tensor]
+
+    def __call__(self, ts: list[torch.Tensor]) -> torch.Tensor:
+        return self.forward(ts[0].float())
+
+    def as_stored(self, w: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The Hugging Face weight whose transform equals the stored, rounded tensor (float32)."""
+        return self.inverse(self.forward(w.float()).to(dtype).float())
+
+
+#: Gemma's RMSNorm computes ``x * (1 + w)``; TensorRT-LLM's multiplies by the stored weight, so its
+#: converter stores ``w + 1``, added in float32 before the cast (tensorrt_llm/models/gemma/convert.py)
+plus_one = ValueTransform(lambda w: w + 1.0, lambda w: w - 1.0)
 
 
 @dataclass(frozen=True)
@@ -154,6 +175,10 @@ class Semantics:
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
     qk_norm: bool = False
+    #: epsilon of the q/k norms in the engine: TensorRT-LLM's Attention default (1e-5), because the
+    #: Gemma 3 and QWen layers build them without passing eps (tensorrt_llm/layers/attention.py,
+    #: models/gemma/model.py, models/qwen/model.py), whatever the model's rms_norm_eps
+    qk_norm_epsilon: float = 1e-5
     post_attention_norm_after: bool = False  # Gemma2/3: norm on the attention output too
     mlp_norm: str = "post_layernorm"  # name of the norm in front of the MLP (GPT-NeoX: post_attention_layernorm)
     local_rotary_base: float | None = None  # Gemma3: local (sliding) layers use another RoPE base

@@ -204,12 +204,13 @@ class ReferenceModel:
         return torch.cat([self.t(r, name) for r in self.stage_ranks(stage)], dim=0)
 
     # -- building blocks -------------------------------------------------------------
-    def norm(self, x: torch.Tensor, rank: int, prefix: str) -> torch.Tensor:
+    def norm(self, x: torch.Tensor, rank: int, prefix: str, eps: float | None = None) -> torch.Tensor:
         w = self.t(rank, prefix + ".weight")
         b = self.t(rank, prefix + ".bias") if self.has(rank, prefix + ".bias") else None
+        eps = self.sem.norm_epsilon if eps is None else eps
         if self.sem.norm == "layer":
-            return F.layer_norm(x, (x.shape[-1],), w, b, self.sem.norm_epsilon)
-        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.sem.norm_epsilon) * w
+            return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
         return y + b if b is not None else y
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -290,8 +291,8 @@ class ReferenceModel:
             k = qkv[:, hl * hs : (hl + kl) * hs].reshape(T, kl, hs).transpose(0, 1)
             v = qkv[:, (hl + kl) * hs :].reshape(T, kl, hs).transpose(0, 1)
             if self.sem.qk_norm:
-                q = self.norm(q, r, prefix + "q_layernorm")
-                k = self.norm(k, r, prefix + "k_layernorm")
+                q = self.norm(q, r, prefix + "q_layernorm", self.sem.qk_norm_epsilon)
+                k = self.norm(k, r, prefix + "k_layernorm", self.sem.qk_norm_epsilon)
             if self.sem.position_embedding.startswith("rope"):
                 q = self.rope(q, positions, global_layer)
                 k = self.rope(k, positions, global_layer)
