@@ -102,13 +102,18 @@ def tiny_config(architecture: str, **overrides):
 
 
 def save_tiny_base(architecture: str, out_dir: str | Path, *, seed: int = 0, dtype: torch.dtype = torch.float32,
-                   init_std: float | None = None, embedding_gain: float = 1.0, **overrides) -> Path:
+                   init_std: float | None = None, embedding_gain: float = 1.0, norm_scale: float = 0.0,
+                   **overrides) -> Path:
     """Build a random base of this architecture and ``save_pretrained`` it (safetensors).
 
     ``embedding_gain`` > 1 lets the token embedding dominate the residual stream, so
     the next token depends mostly on the current one: greedy text then runs into short
     cycles that small heads can learn (the demo and acceptance tests use this; real
     models are predictable for better reasons).
+
+    ``norm_scale`` > 0 adds up to that much to every norm weight: real checkpoints carry norm
+    weights in the hundreds to thousands (Gemma 3 up to ~1.6e3) and hidden states of 1e4 to 1e5,
+    which is where rounding order and float16's range start to matter.
     """
     from transformers import AutoModelForCausalLM
 
@@ -123,6 +128,11 @@ def save_tiny_base(architecture: str, out_dir: str | Path, *, seed: int = 0, dty
                 # from_config leaves biases at 0 and norm weights at 1: perturb them so that a
                 # dropped bias or a misplaced norm changes the output (and a test can see it)
                 p.add_(torch.randn_like(p) * 0.1)
+        if norm_scale:
+            gen = torch.Generator().manual_seed(seed + 1)
+            for name, p in model.named_parameters():
+                if p.dim() == 1 and "norm" in name and name.endswith("weight"):
+                    p.add_(torch.rand(p.shape, generator=gen) * norm_scale)
         if embedding_gain != 1.0:
             model.get_input_embeddings().weight.mul_(embedding_gain)
     model = model.to(dtype)

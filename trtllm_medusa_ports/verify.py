@@ -36,6 +36,8 @@ from trtllm_medusa_ports.tree import MedusaTree
 PARITY_RTOL = 1e-4
 #: top-k used for the heads' top-k hit rate
 HIT_TOP_K = 5
+#: the largest finite float16 value: an activation beyond it is inf in a float16 engine
+FLOAT16_MAX = 65504.0
 
 
 @dataclass
@@ -56,14 +58,23 @@ class VerifyReport:
     engine_arithmetic_effect_max_abs_diff: float | None = None
     parity_divergence: dict | None = None
     per_prompt: list[dict] = field(default_factory=list)
+    #: largest |output| of any module of the transformers model on the prompts (float32)
+    max_activation: float = 0.0
+    #: where it was reached
+    max_activation_at: str = ""
+
+    @property
+    def float16_overflow(self) -> bool:
+        return self.checkpoint_dtype == "float16" and self.max_activation > FLOAT16_MAX
 
     @property
     def ok(self) -> bool:
-        return self.parity and self.greedy_equal
+        return self.parity and self.greedy_equal and not self.float16_overflow
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ok"] = self.ok
+        d["float16_overflow"] = self.float16_overflow
         d[f"head_top{HIT_TOP_K}"] = d.pop("head_topk")
         return d
 
@@ -80,6 +91,13 @@ class VerifyReport:
         if self.parity_divergence:
             lines.append(f"  hidden states part ways at: {self.parity_divergence['where']} "
                          f"(max |diff| {self.parity_divergence['max_abs_diff']:.3g})")
+        if self.float16_overflow:
+            lines.append(f"float16 range     : FAIL  activations reach {self.max_activation:.3g} at "
+                         f"{self.max_activation_at}, beyond float16's {FLOAT16_MAX:g}: a float16 engine "
+                         "computes inf/NaN there; convert with --dtype bfloat16")
+        else:
+            lines.append(f"activation range  : largest |activation| {self.max_activation:.3g} "
+                         f"({self.max_activation_at})")
         lines.append(f"greedy equivalence: {'PASS' if self.greedy_equal else 'FAIL'}  "
                      f"{self.tokens_generated} tokens over {len(self.prompts)} prompt(s)")
         if self.first_divergence:
@@ -234,6 +252,27 @@ def _hf_hidden_states(model, ids: list[int]) -> tuple[torch.Tensor, tuple[torch.
     return out.logits[0], tuple(h[0] for h in out.hidden_states)
 
 
+class ActivationRange:
+    """The largest |output| of every module of a model while it runs (forward hooks)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.max, self.where = 0.0, ""
+        self._hooks = [m.register_forward_hook(self._hook(name)) for name, m in model.named_modules() if name]
+
+    def _hook(self, name: str):
+        def hook(_module, _inputs, output):
+            out = output[0] if isinstance(output, tuple) and output else output
+            if isinstance(out, torch.Tensor) and out.is_floating_point() and out.numel():
+                m = float(out.detach().abs().max())
+                if m > self.max:
+                    self.max, self.where = m, name
+        return hook
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+
 def verify(
     model_dir: str | Path,
     checkpoint_dir: str | Path,
@@ -276,6 +315,7 @@ def verify(
     scale = 1.0
     divergence = None
     runs = []
+    activations = ActivationRange(hf)
     for p in prompts:
         hl, hs = _hf_hidden_states(hf, p)
         record: list[torch.Tensor] = []
@@ -283,6 +323,7 @@ def verify(
         max_diff = max(max_diff, float((hl - rl).abs().max()))
         scale = max(scale, float(hl.abs().max()))
         runs.append((hl, hs, rl, record))
+    activations.close()
     tolerance = PARITY_RTOL * scale
     for hl, hs, rl, record in runs:
         if float((hl - rl).abs().max()) > tolerance:
@@ -341,6 +382,8 @@ def verify(
         adjustments=adjustments,
         engine_arithmetic_effect_max_abs_diff=effect,
         per_prompt=per_prompt,
+        max_activation=activations.max,
+        max_activation_at=activations.where,
     )
 
 
