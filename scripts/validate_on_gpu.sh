@@ -28,8 +28,9 @@ arch, d = sys.argv[1], Path(sys.argv[2])
 # head size 64: a size the precompiled XQA Medusa kernels have
 save_tiny_base(arch, d / "base", embedding_gain=8.0, hidden_size=256, num_attention_heads=4,
                **({"head_dim": 64} if "Gemma" in arch or "Qwen3" in arch or "Qwen2" in arch else {}))
-# examples/run.py always loads a tokenizer from --tokenizer_dir (examples/utils.py load_tokenizer)
-save_tiny_tokenizer(d / "base", HFConfig.read(d / "base").get("vocab_size"))
+# examples/run.py always loads a tokenizer from --tokenizer_dir (examples/utils.py load_tokenizer);
+# a folder of its own, so that transformers does not pick the family's tokenizer class from config.json
+save_tiny_tokenizer(d / "tokenizer", HFConfig.read(d / "base").get("vocab_size"))
 save_heads(train_heads(d / "base", num_heads=3), d / "heads")
 PY
   status=PASS; detail=""
@@ -49,7 +50,7 @@ prompt = [11, 18, 25, 32, 39, 46]
 expected = hf_greedy(load_hf_model(f"{d}/base", torch.float16), prompt, new)
 import numpy as np
 np.savetxt(f"{d}/prompt.csv", np.array([prompt]), delimiter=",", fmt="%d")
-out = subprocess.run([sys.executable, run_py, "--engine_dir", f"{d}/engine", "--tokenizer_dir", f"{d}/base",
+out = subprocess.run([sys.executable, run_py, "--engine_dir", f"{d}/engine", "--tokenizer_dir", f"{d}/tokenizer",
                       "--input_file", f"{d}/prompt.csv",
                       "--max_output_len", str(new), "--medusa_choices", tree, "--temperature", "1.0",
                       "--output_npy", f"{d}/out.npy"], capture_output=True, text=True)

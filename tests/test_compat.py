@@ -169,7 +169,13 @@ def test_heads_vs_base(tmp_path):
 def test_trees_vs_heads_and_draft_len(tmp_path):
     base = _base_dir(tmp_path)
     heads = save_heads(random_heads(64, 100, num_heads=3), tmp_path / "h")
-    _, f = check(base, heads, medusa_choices="mc_sim_7b_63")
+    _, f = check(base, heads, medusa_choices="mc_sim_7b_63")  # a preset: pruned to the heads, said so
+    pruned = next(x for x in f if x.rule == "tree-pruned")
+    assert pruned.severity == "warning" and "pruned to the depth of 3 Medusa head(s)" in pruned.message
+    assert not {r for r in rules(f, "error") if r.startswith("tree")}
+    _, f = check(base, medusa_choices="mc_sim_7b_63", num_medusa_heads=3)  # no heads dir: the flag
+    assert "tree-pruned" in rules(f, "warning")
+    _, f = check(base, heads, medusa_choices="[[0],[0,0],[0,0,0],[0,0,0,0]]")  # written out: never cut
     deep = next(x for x in f if x.rule == "tree-deeper-than-heads")
     assert "[0, 0, 0, 0]" in deep.message and "3 Medusa heads" in deep.message
     _, f = check(base, heads, medusa_choices="[[0],[1],[2]]", max_draft_len=2)

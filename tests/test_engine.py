@@ -506,7 +506,7 @@ def test_gpu_validation_gives_its_tiny_bases_a_tokenizer(tmp_path):
     from trtllm_medusa_ports.synthetic import save_tiny_tokenizer
 
     script = (Path(__file__).parents[1] / "scripts" / "validate_on_gpu.sh").read_text()
-    assert 'save_tiny_tokenizer(d / "base"' in script and '"--tokenizer_dir", f"{d}/base"' in script
+    assert 'save_tiny_tokenizer(d / "tokenizer"' in script and '"--tokenizer_dir", f"{d}/tokenizer"' in script
     save_tiny_tokenizer(tmp_path, 251)
     tok = AutoTokenizer.from_pretrained(tmp_path)
     assert len(tok) == 251 and tok.eos_token_id == tok.pad_token_id == 0

@@ -208,3 +208,30 @@ def test_parallel_embedding_splits_verify(tmp_path, llama_base, dim):
     assert emb.shape == ((126, 64) if dim == 0 else (251, 32))  # vocab 251 padded to 252 for dim 0
     rep = verify(llama_base, ckpt, medusa_choices=TREE, max_new_tokens=6)
     assert rep.parity and rep.greedy_equal
+
+
+def test_verify_prunes_a_preset_and_never_cuts_a_written_tree(tmp_path, qwen2_base, good_ckpt, capsys):
+    rep = verify(qwen2_base, good_ckpt, medusa_choices="mc_sim_7b_63", max_new_tokens=6)  # 3 heads
+    assert rep.ok and rep.notes == ["preset mc_sim_7b_63 pruned to the depth of 3 Medusa head(s): "
+                                    "61 of its 63 nodes kept"]
+    assert rep.render().startswith("note: preset mc_sim_7b_63 pruned")
+    rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt),
+               "--medusa_choices", "[[0],[0,0],[0,0,0],[0,0,0,0]]"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "depth 4 but there are only 3 Medusa heads" in err
+
+
+def test_verify_takes_several_text_prompts(tmp_path, qwen2_base, good_ckpt, capsys):
+    from trtllm_medusa_ports.synthetic import save_tiny_tokenizer
+
+    save_tiny_tokenizer(tmp_path / "tok", 263)
+    args = ["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt), "--medusa_choices", TREE,
+            "--tokenizer_dir", str(tmp_path / "tok"), "--max_new_tokens", "4", "--json"]
+    assert main(args + ["--prompt", "t5 t6 t7", "--prompt", "t40 t41"]) == 0
+    assert json.loads(capsys.readouterr().out)["prompts"] == [[5, 6, 7], [40, 41]]
+    (tmp_path / "p.txt").write_text("t5 t6 t7\n\nt9 t10 t11 t12\n")
+    assert main(args + ["--prompts_file", str(tmp_path / "p.txt")]) == 0
+    assert json.loads(capsys.readouterr().out)["prompts"] == [[5, 6, 7], [9, 10, 11, 12]]
+    (tmp_path / "empty.txt").write_text("\n")
+    assert main(args + ["--prompts_file", str(tmp_path / "empty.txt")]) == 1
+    assert "no prompts in the file" in capsys.readouterr().err

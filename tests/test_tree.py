@@ -185,5 +185,24 @@ def test_tree_cli_json(capsys):
 def test_tree_cli_invalid(capsys):
     assert main(["tree", "--choices", "[[0],[1,1]]"]) == 1
     assert "prefix [1] is not in the tree" in capsys.readouterr().err
-    assert main(["tree", "--choices", "mc_sim_7b_63", "--num_heads", "3"]) == 1
-    assert "only 3 Medusa heads" in capsys.readouterr().err
+    assert main(["tree", "--choices", "[[0],[0,0],[0,0,0],[0,0,0,0]]", "--num_heads", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "only 3 Medusa heads" in err and "drop the paths deeper than the heads" in err
+    assert "every prefix" not in err  # the fix names the real problem
+
+
+def test_presets_prune_to_the_head_count_everywhere(capsys):
+    """tree, check, convert and verify share resolve_choices: a preset deeper than the heads is
+    pruned (and the command says so); the same count of nodes comes out of each."""
+    import json
+
+    from trtllm_medusa_ports.tree import load_presets, resolve_choices
+
+    full = load_presets()["mc_sim_7b_63"]
+    paths, note = resolve_choices("mc_sim_7b_63", 3)
+    assert paths == [p for p in full if len(p) <= 3] and len(paths) < len(full)
+    assert note == f"preset mc_sim_7b_63 pruned to the depth of 3 Medusa head(s): {len(paths)} of its 63 nodes kept"
+    assert resolve_choices("mc_sim_7b_63", 5) == (full, None)  # deep enough: untouched
+    assert main(["tree", "--medusa_choices", "mc_sim_7b_63", "--num_medusa_heads", "3", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["num_nodes"] == len(paths) and "pruned" in out.err

@@ -125,7 +125,7 @@ def run_inspect_heads(args: argparse.Namespace) -> int:
 
 
 def run_tree(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.tree import MedusaTree, preset_names, upstream_quirks
+    from trtllm_medusa_ports.tree import MedusaTree, preset_names, resolve_choices, upstream_quirks
 
     if args.list_presets:
         print("\n".join(preset_names()))
@@ -133,8 +133,10 @@ def run_tree(args: argparse.Namespace) -> int:
     if not args.choices:
         print("error: --choices is required (a preset, @file, or a JSON list)", file=sys.stderr)
         return 2
-    tree = MedusaTree.from_spec(args.choices, top_k=args.top_k, num_heads=args.num_heads,
-                                max_draft_len=args.max_draft_len)
+    paths, pruned = resolve_choices(args.choices, args.num_heads)
+    tree = MedusaTree.from_spec(paths, top_k=args.top_k, num_heads=args.num_heads, max_draft_len=args.max_draft_len)
+    if pruned:
+        print(f"note: {pruned}", file=sys.stderr)
     d = tree.to_dict()
     d["warnings"] = upstream_quirks([list(p) for p in tree.paths])
     if args.json:
@@ -190,17 +192,28 @@ def run_verify(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.verify import report_json, verify
 
     prompts = None
+    texts = list(args.prompt or [])
+    if args.prompts_file:
+        try:
+            texts += [line.strip() for line in Path(args.prompts_file).read_text(encoding="utf-8").splitlines()
+                      if line.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PortError(f"cannot read the prompts ({exc})", where=args.prompts_file,
+                            fix="pass a UTF-8 text file with one prompt per line") from None
+        if not texts:
+            raise PortError("no prompts in the file", where=args.prompts_file, fix="write one prompt per line")
     if args.prompt_ids:
         prompts = _parse_ids(args.prompt_ids)
-    elif args.prompt:
+    elif texts:
         from transformers import AutoTokenizer
 
+        tok_dir = args.tokenizer_dir or args.model_dir
         try:
-            tok = AutoTokenizer.from_pretrained(args.model_dir)
+            tok = AutoTokenizer.from_pretrained(tok_dir)
         except Exception as exc:
-            raise PortError(f"no usable tokenizer in {args.model_dir} ({type(exc).__name__})",
-                            fix="pass --prompt_ids instead of --prompt") from None
-        prompts = [tok(args.prompt)["input_ids"]]
+            raise PortError(f"no usable tokenizer in {tok_dir} ({type(exc).__name__})",
+                            fix="pass --tokenizer_dir, or --prompt_ids instead of --prompt") from None
+        prompts = [tok(t)["input_ids"] for t in texts]
     report = verify(args.model_dir, args.checkpoint_dir, medusa_choices=args.medusa_choices,
                     prompts=prompts, max_new_tokens=args.max_new_tokens, quiet=args.quiet)
     print(report_json(report) if args.json else report.render())
@@ -232,8 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no_data_check", action="store_true", help="skip the NaN/Inf scan (headers only)")
 
     s = sub.add_parser("tree", help="parse and validate medusa_choices; print TensorRT-LLM's buffers")
-    s.add_argument("--choices", help="preset name, @file, or JSON list of paths")
-    s.add_argument("--num_heads", type=int, default=None)
+    s.add_argument("--choices", "--medusa_choices", dest="choices", help="preset name, @file, or JSON list of paths")
+    s.add_argument("--num_heads", "--num_medusa_heads", dest="num_heads", type=int, default=None,
+                   help="head count: a deeper preset is pruned to it, a deeper written-out tree refused")
     s.add_argument("--max_draft_len", type=int, default=None)
     s.add_argument("--top_k", type=int, default=10)
     s.add_argument("--list_presets", action="store_true")
@@ -259,8 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--medusa_choices", default=None, help="default: mc_sim_7b_63 cut to the heads' depth")
     s.add_argument("--max_new_tokens", type=int, default=32)
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--prompt", default=None, help="text (needs a tokenizer in --model_dir)")
+    g.add_argument("--prompt", action="append", default=None,
+                   help="text (needs a tokenizer in --model_dir); repeat for several prompts")
+    g.add_argument("--prompts_file", default=None, help="text file, one prompt per line")
     g.add_argument("--prompt_ids", default=None, help="token ids: 1,2,3 (';' separates prompts)")
+    s.add_argument("--tokenizer_dir", default=None, help="for --prompt / --prompts_file (default: --model_dir)")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 

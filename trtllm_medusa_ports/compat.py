@@ -23,7 +23,12 @@ from trtllm_medusa_ports.archs.base import ArchAdapter, adapter_for, supported_a
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.hf_model import HFConfig
-from trtllm_medusa_ports.tree import DEFAULT_TOP_K, parse_choices, upstream_quirks, validate_choices
+from trtllm_medusa_ports.tree import (
+    DEFAULT_TOP_K,
+    resolve_choices,
+    upstream_quirks,
+    validate_choices,
+)
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -358,10 +363,15 @@ def check_heads(hf: HFConfig, heads: MedusaHeads, num_medusa_heads: int | None =
 
 def check_tree(spec: str, num_heads: int | None, max_draft_len: int | None) -> list[Finding]:
     try:
-        paths = parse_choices(spec)
+        paths, pruned = resolve_choices(spec, num_heads)
     except PortError as exc:
         return [Finding("tree-invalid", ERROR, exc.what, exc.fix or "")]
     out: list[Finding] = []
+    if pruned:
+        out.append(Finding("tree-pruned", WARNING, pruned,
+                           f"pass the same --medusa_choices {spec} with the checkpoint's head count to run.py, "
+                           f"or write the pruned tree out: trtllm-medusa tree --medusa_choices {spec} "
+                           f"--num_medusa_heads {num_heads} --json"))
     for problem in validate_choices(paths, top_k=DEFAULT_TOP_K):
         out.append(Finding("tree-invalid" if "index" not in problem else "tree-index-range", ERROR, problem,
                            "fix the tree: every prefix must be a node, indices 0..9"))
@@ -373,7 +383,7 @@ def check_tree(spec: str, num_heads: int | None, max_draft_len: int | None) -> l
                     "tree-deeper-than-heads",
                     ERROR,
                     f"path {deep[0]} has depth {len(deep[0])} but there are {num_heads} Medusa heads",
-                    "prune the tree to the heads' depth, or use heads with more heads",
+                    "drop the paths deeper than the heads (presets are pruned for you), or use more heads",
                 )
             )
     unique = {tuple(p) for p in paths}
@@ -493,7 +503,7 @@ def check_conversion(
             )
         )
     if medusa_choices:
-        out += check_tree(medusa_choices, heads.num_heads if heads else None, max_draft_len)
+        out += check_tree(medusa_choices, heads.num_heads if heads else num_medusa_heads, max_draft_len)
     out.append(
         Finding(
             "decoding-greedy-only",

@@ -147,7 +147,8 @@ def save_tiny_tokenizer(out_dir: str | Path, vocab_size: int) -> Path:
     TensorRT-LLM's ``examples/run.py`` always loads a tokenizer from ``--tokenizer_dir``
     (examples/utils.py ``load_tokenizer``), even when the input is given as token ids; tiny
     random bases have none and no hub is reachable, so this builds one offline. ``t0`` is the
-    end, padding and unknown token.
+    end, padding and unknown token. Save it in a folder of its own: beside a config.json,
+    transformers 5 loads the family's tokenizer class instead (Qwen2Tokenizer, ...).
     """
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast

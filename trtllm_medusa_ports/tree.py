@@ -107,6 +107,25 @@ def parse_choices(spec: str | list) -> list[list[int]]:
     return paths
 
 
+def resolve_choices(spec: str | list, num_heads: int | None = None) -> tuple[list[list[int]], str | None]:
+    """The tree's paths, and a note when a *preset* was pruned to the heads' depth.
+
+    The presets were tuned for 4 or 5 heads; with fewer, their deeper paths cannot be drafted
+    (depth d is guessed by head d - 1). Dropping them keeps every prefix (a pruned preset is
+    still a tree). A tree the user wrote out is never cut: a path deeper than the heads is an
+    error, reported by :func:`validate_choices`.
+    """
+    paths = parse_choices(spec)
+    name = spec.strip() if isinstance(spec, str) else None
+    if num_heads is None or name not in load_presets():
+        return paths, None
+    kept = [p for p in paths if len(p) <= num_heads]
+    if len(kept) == len(paths):
+        return paths, None
+    return kept, (f"preset {name} pruned to the depth of {num_heads} Medusa head(s): "
+                  f"{len(kept)} of its {len(paths)} nodes kept")
+
+
 def validate_choices(
     paths: list[list[int]],
     *,
@@ -151,6 +170,21 @@ def validate_choices(
     return problems
 
 
+def _fix_for(problems: list[str]) -> str:
+    """The fix of the first problem (messages come from :func:`validate_choices`)."""
+    first = problems[0]
+    if "Medusa heads" in first:
+        return ("drop the paths deeper than the heads; a preset is pruned for you when you pass the head count "
+                "(--num_medusa_heads N)")
+    if "max_draft_len" in first:
+        return "raise --max_draft_len, or use a smaller tree"
+    if "has no parent" in first:
+        return "every prefix of a path must itself be a path: add the missing prefix"
+    if "outside the top-" in first:
+        return "use indices below top_k (--top_k)"
+    return "see `trtllm-medusa tree --help`"
+
+
 def upstream_quirks(paths: list[list[int]]) -> list[str]:
     """Trees that are valid but that TensorRT-LLM 1.2.x's runtime misreads (warnings)."""
     first = sorted({p[0] for p in paths})
@@ -184,10 +218,7 @@ class MedusaTree:
         raw = parse_choices(spec)
         problems = validate_choices(raw, top_k=top_k, num_heads=num_heads, max_draft_len=max_draft_len)
         if problems:
-            raise TreeError(
-                "invalid medusa_choices:\n  - " + "\n  - ".join(problems),
-                fix="every prefix of a path must itself be a path; see `trtllm-medusa tree --help`",
-            )
+            raise TreeError("invalid medusa_choices:\n  - " + "\n  - ".join(problems), fix=_fix_for(problems))
         ordered = tuple(sorted((tuple(p) for p in raw), key=lambda p: (len(p), p)))
         index = {p: i + 1 for i, p in enumerate(ordered)}
         return cls(paths=ordered, top_k=top_k, _index=index)

@@ -27,7 +27,7 @@ from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.reference.decoding import medusa_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
 
 #: max |logit difference| accepted between HF and the executor (both float32 on the same weights),
 #: relative to the logits' scale: max(1, max |logit|) x PARITY_RTOL. Real models carry hidden
@@ -62,6 +62,8 @@ class VerifyReport:
     max_activation: float = 0.0
     #: where it was reached
     max_activation_at: str = ""
+    #: what verify did to the inputs it was given (a preset pruned to the heads' depth)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def float16_overflow(self) -> bool:
@@ -79,7 +81,7 @@ class VerifyReport:
         return d
 
     def render(self) -> str:
-        lines = [
+        lines = [f"note: {n}" for n in self.notes] + [
             f"logits parity     : {'PASS' if self.parity else 'FAIL'}  max |diff| = {self.logits_max_abs_diff:.3g} "
             f"(tolerance {self.tolerance:g}; checkpoint dtype {self.checkpoint_dtype})",
         ]
@@ -308,7 +310,8 @@ def verify(
             )
     if medusa_choices is None:
         medusa_choices = "mc_sim_7b_63"
-    tree = _tree_for(medusa_choices, ref.num_medusa_heads)
+    tree, pruned = _tree_for(medusa_choices, ref.num_medusa_heads)
+    notes = [pruned] if pruned else []
 
     # 1. parity
     max_diff = 0.0
@@ -384,18 +387,15 @@ def verify(
         per_prompt=per_prompt,
         max_activation=activations.max,
         max_activation_at=activations.where,
+        notes=notes,
     )
 
 
-def _tree_for(spec: str, num_heads: int) -> MedusaTree:
-    """The tree, cut to the heads' depth when the spec is a preset deeper than the heads."""
-    from trtllm_medusa_ports.tree import load_presets
-
-    presets = load_presets()
-    if spec in presets:
-        paths = [p for p in presets[spec] if len(p) <= num_heads]
-        return MedusaTree.from_spec(paths, num_heads=num_heads)
-    return MedusaTree.from_spec(spec, num_heads=num_heads)
+def _tree_for(spec: str, num_heads: int) -> tuple[MedusaTree, str | None]:
+    """The tree; a preset deeper than the heads is pruned (and the note says so), any other
+    tree deeper than the heads is refused, never cut."""
+    paths, pruned = resolve_choices(spec, num_heads)
+    return MedusaTree.from_spec(paths, num_heads=num_heads), pruned
 
 
 def _differs(a: torch.Tensor, b: torch.Tensor) -> float | None:
