@@ -93,3 +93,30 @@ def test_qk_norms_use_the_engines_epsilon(store, tmp_path, arch):
     assert rep.ok, rep.render()
     assert any("q/k norm(s) with the engine's epsilon 1e-05 (transformers: 1e-06)" in a for a in rep.adjustments)
     assert rep.engine_arithmetic_effect_max_abs_diff is not None
+
+
+def test_check_measures_the_activation_range_on_prompts(store, tmp_path, capsys):
+    from trtllm_medusa_ports.cli import main
+
+    hot = tiny_base(store, "Qwen2ForCausalLM", norm_scale=4000.0)
+    cold = tiny_base(store, "Qwen2ForCausalLM")
+    args = ["check", "--model_dir", str(hot), "--prompt_ids", "11,18,25,32;101,114,127", "--json"]
+    assert main(args + ["--dtype", "float16"]) == 1
+    found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert found["float16-range"]["severity"] == "error" and "beyond float16's 65504" in found["float16-range"]["message"]
+    assert main(args + ["--dtype", "bfloat16"]) == 0
+    found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert found["float16-range"]["severity"] == "info"
+    assert main(["check", "--model_dir", str(cold), "--prompt_ids", "11,18,25", "--dtype", "float16", "--json"]) == 0
+    found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert "within float16's range" in found["float16-range"]["message"]
+
+
+def test_gemma3_in_float16_is_warned(store):
+    from trtllm_medusa_ports.compat import check
+
+    base = tiny_base(store, "Gemma3ForCausalLM")
+    _, findings = check(base, dtype="float16")
+    assert [f.severity for f in findings if f.rule == "float16-range"] == ["warning"]
+    _, findings = check(base, dtype="bfloat16")
+    assert not [f for f in findings if f.rule == "float16-range"]

@@ -119,6 +119,10 @@ def test_swapped_fc_gate_fails_parity(tmp_path, qwen2_base, good_ckpt):
     rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=8)
     assert not rep.parity and rep.logits_max_abs_diff > 1e-3
     assert rep.parity_divergence["where"] == "layer 0 output"
+    first = rep.parity_divergence["first_differing_tensor"]
+    assert first["tensor"] == "transformer.layers.0.mlp.fc.weight" and first["rank"] == 0
+    assert "first tensor that differs from the converted HF weights: transformer.layers.0.mlp.fc.weight" \
+        in rep.render()
 
 
 def test_wrong_rope_base_fails_parity(tmp_path, qwen2_base, good_ckpt):
@@ -129,6 +133,8 @@ def test_wrong_rope_base_fails_parity(tmp_path, qwen2_base, good_ckpt):
     rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=8)
     assert not rep.parity
     assert rep.parity_divergence["where"] == "layer 0 output"
+    assert rep.parity_divergence["first_differing_tensor"] is None  # every tensor right: a config field
+    assert "every base tensor equals the converted HF weights" in rep.render()
 
 
 def test_dropped_qkv_bias_fails_parity(tmp_path, qwen2_base, good_ckpt):
@@ -137,6 +143,9 @@ def test_dropped_qkv_bias_fails_parity(tmp_path, qwen2_base, good_ckpt):
         _rewrite(d, r, lambda sd: [sd.pop(f"transformer.layers.{i}.attention.qkv.bias") for i in range(2)])
     rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=8)
     assert not rep.parity and rep.parity_divergence["where"] == "layer 0 output"
+    first = rep.parity_divergence["first_differing_tensor"]
+    assert first == {"tensor": "transformer.layers.0.attention.qkv.bias", "rank": 0,
+                     "why": "missing from the checkpoint"}
 
 
 def test_wrong_tp_split_fails_parity(tmp_path, qwen2_base, good_ckpt):
@@ -152,6 +161,8 @@ def test_wrong_tp_split_fails_parity(tmp_path, qwen2_base, good_ckpt):
         _rewrite(d, r, put)
     rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=8)
     assert not rep.parity and rep.parity_divergence["where"] == "layer 0 output"
+    first = rep.parity_divergence["first_differing_tensor"]
+    assert first["tensor"] == "transformer.layers.0.attention.dense.weight" and "values differ" in first["why"]
 
 
 def test_verify_cli_json_and_exit_codes(tmp_path, qwen2_base, good_ckpt, capsys):

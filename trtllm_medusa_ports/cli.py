@@ -150,8 +150,44 @@ def run_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prompts(args: argparse.Namespace, model_dir: str) -> list[list[int]] | None:
+    """Token ids from --prompt_ids, or --prompt / --prompts_file through the tokenizer; None if none given."""
+    texts = list(args.prompt or [])
+    if args.prompts_file:
+        try:
+            texts += [line.strip() for line in Path(args.prompts_file).read_text(encoding="utf-8").splitlines()
+                      if line.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PortError(f"cannot read the prompts ({exc})", where=args.prompts_file,
+                            fix="pass a UTF-8 text file with one prompt per line") from None
+        if not texts:
+            raise PortError("no prompts in the file", where=args.prompts_file, fix="write one prompt per line")
+    if args.prompt_ids:
+        return _parse_ids(args.prompt_ids)
+    if not texts:
+        return None
+    from transformers import AutoTokenizer
+
+    tok_dir = args.tokenizer_dir or model_dir
+    try:
+        tok = AutoTokenizer.from_pretrained(tok_dir)
+    except Exception as exc:
+        raise PortError(f"no usable tokenizer in {tok_dir} ({type(exc).__name__})",
+                        fix="pass --tokenizer_dir, or --prompt_ids instead of --prompt") from None
+    return [tok(t)["input_ids"] for t in texts]
+
+
+def _add_prompt_args(s: argparse.ArgumentParser, what: str) -> None:
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--prompt", action="append", default=None,
+                   help=f"text {what} (needs a tokenizer); repeat for several prompts")
+    g.add_argument("--prompts_file", default=None, help="text file, one prompt per line")
+    g.add_argument("--prompt_ids", default=None, help="token ids: 1,2,3 (';' separates prompts)")
+    s.add_argument("--tokenizer_dir", default=None, help="for --prompt / --prompts_file (default: --model_dir)")
+
+
 def run_check(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.compat import check, errors_of
+    from trtllm_medusa_ports.compat import activation_range_finding, check, errors_of
 
     arch, findings = check(
         args.model_dir,
@@ -163,6 +199,11 @@ def run_check(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         num_medusa_heads=args.num_medusa_heads,
     )
+    prompts = _prompts(args, args.model_dir)
+    if prompts:
+        from trtllm_medusa_ports.verify import measure_activation_range
+
+        findings.append(activation_range_finding(*measure_activation_range(args.model_dir, prompts), args.dtype))
     compatible = not errors_of(findings)
     if args.json:
         print(json.dumps({"compatible": compatible, "architecture": arch,
@@ -191,29 +232,7 @@ def _parse_ids(text: str) -> list[list[int]]:
 def run_verify(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.verify import report_json, verify
 
-    prompts = None
-    texts = list(args.prompt or [])
-    if args.prompts_file:
-        try:
-            texts += [line.strip() for line in Path(args.prompts_file).read_text(encoding="utf-8").splitlines()
-                      if line.strip()]
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PortError(f"cannot read the prompts ({exc})", where=args.prompts_file,
-                            fix="pass a UTF-8 text file with one prompt per line") from None
-        if not texts:
-            raise PortError("no prompts in the file", where=args.prompts_file, fix="write one prompt per line")
-    if args.prompt_ids:
-        prompts = _parse_ids(args.prompt_ids)
-    elif texts:
-        from transformers import AutoTokenizer
-
-        tok_dir = args.tokenizer_dir or args.model_dir
-        try:
-            tok = AutoTokenizer.from_pretrained(tok_dir)
-        except Exception as exc:
-            raise PortError(f"no usable tokenizer in {tok_dir} ({type(exc).__name__})",
-                            fix="pass --tokenizer_dir, or --prompt_ids instead of --prompt") from None
-        prompts = [tok(t)["input_ids"] for t in texts]
+    prompts = _prompts(args, args.model_dir)
     report = verify(args.model_dir, args.checkpoint_dir, medusa_choices=args.medusa_choices,
                     prompts=prompts, max_new_tokens=args.max_new_tokens, quiet=args.quiet)
     print(report_json(report) if args.json else report.render())
@@ -262,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max_draft_len", type=int, default=63)
     s.add_argument("--num_medusa_heads", type=int, default=None)
     s.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"])
+    _add_prompt_args(s, "to measure the activation range on (rule float16-range)")
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("convert", help="HF base + Medusa heads -> TensorRT-LLM checkpoint")
@@ -272,12 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint_dir", required=True)
     s.add_argument("--medusa_choices", default=None, help="default: mc_sim_7b_63 cut to the heads' depth")
     s.add_argument("--max_new_tokens", type=int, default=32)
-    g = s.add_mutually_exclusive_group()
-    g.add_argument("--prompt", action="append", default=None,
-                   help="text (needs a tokenizer in --model_dir); repeat for several prompts")
-    g.add_argument("--prompts_file", default=None, help="text file, one prompt per line")
-    g.add_argument("--prompt_ids", default=None, help="token ids: 1,2,3 (';' separates prompts)")
-    s.add_argument("--tokenizer_dir", default=None, help="for --prompt / --prompts_file (default: --model_dir)")
+    _add_prompt_args(s, "to decode")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 

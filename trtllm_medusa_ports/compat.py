@@ -361,6 +361,23 @@ def check_heads(hf: HFConfig, heads: MedusaHeads, num_medusa_heads: int | None =
     return out
 
 
+#: the largest finite float16 value
+FLOAT16_MAX = 65504.0
+
+
+def activation_range_finding(max_activation: float, where: str, dtype: str | None) -> Finding:
+    """What the measured activation range means for the serving dtype."""
+    if max_activation <= FLOAT16_MAX:
+        return Finding("float16-range", INFO, f"the largest activation on the prompts is {max_activation:.3g} "
+                       f"({where}), within float16's range", "nothing to do")
+    msg = (f"activations reach {max_activation:.3g} on the prompts ({where}), beyond float16's {FLOAT16_MAX:g}: "
+           "a float16 engine computes inf/NaN there")
+    if dtype in ("bfloat16", "float32"):
+        return Finding("float16-range", INFO, msg, f"nothing to do in {dtype}")
+    return Finding("float16-range", ERROR if dtype == "float16" else WARNING, msg,
+                   "serve in bfloat16 (--dtype bfloat16)")
+
+
 def check_tree(spec: str, num_heads: int | None, max_draft_len: int | None) -> list[Finding]:
     try:
         paths, pruned = resolve_choices(spec, num_heads)
@@ -502,6 +519,12 @@ def check_conversion(
                 "convert with --dtype float16 or bfloat16 to serve",
             )
         )
+    if dtype == "float16" and adapter is not None and adapter.float16_unsafe:
+        out.append(Finding(
+            "float16-range", WARNING,
+            f"{adapter.family} models are published in bfloat16 and their hidden states exceed float16's range "
+            "(65504): a float16 engine would compute inf/NaN",
+            "convert with --dtype bfloat16; `verify` (or `check --prompt_ids ...`) measures the range"))
     if medusa_choices:
         out += check_tree(medusa_choices, heads.num_heads if heads else num_medusa_heads, max_draft_len)
     out.append(

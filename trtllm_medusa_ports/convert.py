@@ -363,6 +363,23 @@ def _shard_for(job: _Job, inputs: list[torch.Tensor], cfg: dict, rank: int) -> t
     ).contiguous()
 
 
+def job_inputs(job: _Job, dtype: torch.dtype) -> tuple[_Job, list[torch.Tensor]]:
+    """The job's source tensors in the checkpoint dtype, and the job to shard them with.
+
+    A :class:`ValueTransform` is applied in float32 before the cast, as upstream's converters do.
+    """
+    if isinstance(job.combine, ValueTransform):
+        return dataclasses.replace(job, combine=_first_input), [job.combine(job.load()).to(dtype)]
+    return job, [t.to(dtype) for t in job.load()]
+
+
+def base_jobs(model: HFModel, adapter: ArchAdapter, cfg: dict, dtype: torch.dtype) -> list[_Job]:
+    """The jobs of the base model alone (no Medusa heads), for a checkpoint config ``cfg``."""
+    none = MedusaHeads(layout="none", source=model.path, num_heads=0, num_layers=0, hidden_size=0, vocab_size=None,
+                       dtype=dtype, blocks=[], lm_heads=None)
+    return plan(adapter, model, none, cfg, dtype, share_lm_head=True)
+
+
 def convert(opts: ConvertOptions) -> ConvertResult:
     """Convert, or raise a :class:`PortError` with nothing written at ``output_dir``."""
     start = time.time()
@@ -443,11 +460,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             bar = tqdm(total=len(jobs), desc="convert", unit="tensor", disable=opts.quiet, file=sys.stderr)
 
             def run(job: _Job) -> None:
-                if isinstance(job.combine, ValueTransform):  # in float32, then the cast (as upstream)
-                    inputs = [job.combine(job.load()).to(dtype)]
-                    job = dataclasses.replace(job, combine=_first_input)
-                else:
-                    inputs = [t.to(dtype) for t in job.load()]
+                job, inputs = job_inputs(job, dtype)
                 for t in inputs:
                     if not all_finite(t):
                         err = HeadsError if job.label.startswith("medusa_heads") else ModelError

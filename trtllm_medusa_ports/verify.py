@@ -91,6 +91,15 @@ class VerifyReport:
             lines.append(f"  engine vs transformers arithmetic: logits differ by "
                          f"{self.engine_arithmetic_effect_max_abs_diff:.3g}")
         if self.parity_divergence:
+            t = self.parity_divergence.get("first_differing_tensor")
+            if t and t.get("tensor"):
+                lines.append(f"  first tensor that differs from the converted HF weights: {t['tensor']} "
+                             f"(rank {t['rank']}: {t['why']})")
+            elif t:
+                lines.append(f"  {t['why']}")
+            else:
+                lines.append("  every base tensor equals the converted HF weights: the difference is in how they "
+                             "are used (config.json fields, arithmetic)")
             lines.append(f"  hidden states part ways at: {self.parity_divergence['where']} "
                          f"(max |diff| {self.parity_divergence['max_abs_diff']:.3g})")
         if self.float16_overflow:
@@ -275,6 +284,25 @@ class ActivationRange:
             h.remove()
 
 
+@torch.no_grad()
+def measure_activation_range(model_dir: str | Path, prompts: list[list[int]]) -> tuple[float, str]:
+    """Largest |output| of any module of the transformers model (float32) on the prompts, and where."""
+    model = load_hf_model(model_dir, torch.float32)
+    vocab = model.config.vocab_size
+    for p in prompts:
+        bad = [t for t in p if not 0 <= t < vocab]
+        if bad or not p:
+            raise ModelError(f"prompt ids {bad or '(empty)'} are outside the vocabulary 0..{vocab - 1}",
+                             fix="pass prompts of this model's tokenizer")
+    rng = ActivationRange(model)
+    try:
+        for p in prompts:
+            model(input_ids=torch.tensor([p]))
+    finally:
+        rng.close()
+    return rng.max, rng.where
+
+
 def verify(
     model_dir: str | Path,
     checkpoint_dir: str | Path,
@@ -331,6 +359,7 @@ def verify(
     for hl, hs, rl, record in runs:
         if float((hl - rl).abs().max()) > tolerance:
             divergence = _locate(hs, record)
+            divergence["first_differing_tensor"] = first_differing_tensor(model_dir, ckpt)
             break
     parity = max_diff <= tolerance
     effect = None
@@ -396,6 +425,40 @@ def _tree_for(spec: str, num_heads: int) -> tuple[MedusaTree, str | None]:
     tree deeper than the heads is refused, never cut."""
     paths, pruned = resolve_choices(spec, num_heads)
     return MedusaTree.from_spec(paths, num_heads=num_heads), pruned
+
+
+def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
+    """The first checkpoint tensor (in conversion order) that differs from what the converter
+    makes of the Hugging Face weights today, or None when every base tensor matches.
+
+    Names the tensor itself ("transformer.layers.3.post_layernorm.weight, rank 1") where the
+    hidden-state comparison can only name a layer.
+    """
+    from trtllm_medusa_ports.convert import _shard_for, base_jobs, job_inputs
+    from trtllm_medusa_ports.hf_model import HFModel
+
+    adapter = adapter_for(ckpt.config.get("base_architecture") or "")
+    if adapter is None:
+        return None
+    dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
+    try:
+        jobs = base_jobs(HFModel(model_dir), adapter, ckpt.config, dtype)
+    except Exception as exc:  # the weights cannot even be planned: say so in the hint
+        return {"tensor": None, "rank": None, "why": f"the conversion cannot be replayed ({exc})"}
+    for job in jobs:
+        job, inputs = job_inputs(job, dtype)
+        for rank, name in job.targets:
+            expected = _shard_for(job, inputs, ckpt.config, rank).float()
+            if not ckpt.has(rank, name):
+                return {"tensor": name, "rank": rank, "why": "missing from the checkpoint"}
+            stored = ckpt.tensor(rank, name).float()
+            if stored.shape != expected.shape:
+                return {"tensor": name, "rank": rank,
+                        "why": f"shape {tuple(stored.shape)}, expected {tuple(expected.shape)}"}
+            if not torch.equal(stored, expected):
+                return {"tensor": name, "rank": rank,
+                        "why": f"values differ by up to {float((stored - expected).abs().max()):.3g}"}
+    return None
 
 
 def _differs(a: torch.Tensor, b: torch.Tensor) -> float | None:

@@ -209,6 +209,8 @@ class ArchAdapter:
     #: False when the TensorRT-LLM class cannot run pipeline-parallel (no send/recv between stages)
     engine_pipeline_parallel: ClassVar[bool] = True
     position_embedding_kind: ClassVar[str] = "rope_gpt_neox"
+    #: True for families whose real models overflow float16 (check warns on --dtype float16)
+    float16_unsafe: ClassVar[bool] = False
     #: HF tensor names that are not weights (buffers some checkpoints carry)
     ignored_hf_tensors: ClassVar[tuple[str, ...]] = (r".*rotary_emb\.inv_freq", r"medusa_head\..*")
 

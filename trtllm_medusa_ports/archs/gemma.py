@@ -79,6 +79,7 @@ class Gemma2Adapter(GemmaAdapter):
     hf_architectures = ("Gemma2ForCausalLM",)
     family = "gemma2"
     model_types = ("gemma2",)
+    float16_unsafe = True  # Gemma 2/3: bfloat16 models, hidden states of 1e5 (Gemma 3 inherits)
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
