@@ -6,6 +6,7 @@ only show at real magnitudes, so these tests give every family such weights and 
 bfloat16 and float16 checkpoints.
 """
 
+import itertools
 import json
 
 import pytest
@@ -34,8 +35,8 @@ def _ckpt(store, tmp_path, arch, dtype, tp=1, name="c", **base_kw):
 
 @pytest.mark.parametrize("arch", sorted(TINY_CONFIGS))
 def test_every_family_verifies_at_real_magnitudes_in_bf16_and_fp16(store, tmp_path, arch):
-    for dtype, tp in (("bfloat16", 2), ("float16", 1)):
-        base, ckpt = _ckpt(store, tmp_path, arch, dtype, tp, name=dtype, norm_scale=1000.0)
+    for dtype, tp in itertools.product(("bfloat16", "float16"), (1, 2)):
+        base, ckpt = _ckpt(store, tmp_path, arch, dtype, tp, name=f"{dtype}-tp{tp}", norm_scale=1000.0)
         rep = verify(base, ckpt, medusa_choices=TREE, prompts=PROMPTS, max_new_tokens=6, quiet=True)
         assert rep.ok, f"{dtype} tp {tp}\n{rep.render()}"
         assert 100 < rep.max_activation < FLOAT16_MAX and not rep.float16_overflow
