@@ -17,6 +17,9 @@ be streamed; ``safetensors.safe_open`` reads the result.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -123,38 +126,123 @@ class StreamingSafetensorsFile:
             os.close(self.fd)
 
 
-@contextlib.contextmanager
-def atomic_output_dir(output_dir: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a temporary directory that becomes ``output_dir`` only if the block succeeds."""
-    output_dir = Path(output_dir)
-    if output_dir.exists():
-        if not output_dir.is_dir():
+def _is_within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def guard_output_dir(output_dir: Path, inputs: dict[str, Path]) -> Path:
+    """The resolved output directory, refused when it would touch an input or the working directory.
+
+    Paths are resolved with symlinks followed: an output that is an input, lies inside one, or
+    contains one could overwrite it or (with --overwrite) remove it.
+    """
+    out = Path(output_dir).resolve()
+    for flag, path in inputs.items():
+        src = Path(path).resolve()
+        if _is_within(out, src) or _is_within(src, out):
+            how = "is" if out == src else "lies inside" if _is_within(out, src) else "contains"
             raise ConversionError(
-                "exists and is not a directory",
+                f"--output_dir {output_dir} {how} the input {flag} {path}: writing there could overwrite "
+                "or remove your input",
                 where=str(output_dir),
-                fix="choose another --output_dir",
+                fix=f"choose an --output_dir outside {flag}",
             )
-        if any(output_dir.iterdir()) and not overwrite:
-            raise ConversionError(
-                "output directory is not empty",
-                where=str(output_dir),
-                fix="pass --overwrite to replace it, or choose another --output_dir",
-            )
-    parent = output_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=parent))
+    if _is_within(Path.cwd().resolve(), out):
+        raise ConversionError(
+            f"--output_dir {output_dir} is the working directory or one of its parents",
+            where=str(output_dir),
+            fix="choose a new directory for the checkpoint, e.g. --output_dir ./ckpt",
+        )
+    return out
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
     try:
-        yield tmp
-        if output_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
-            os.rename(output_dir, old / "x")
-            os.rename(tmp, output_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_output_dir(output_dir: Path, *, overwrite: bool,
+                      inputs: dict[str, Path] | None = None) -> Iterator[Path]:
+    """Yield a temporary directory that becomes ``output_dir`` only if the block succeeds.
+
+    * inputs are never touched: see :func:`guard_output_dir`;
+    * one writer at a time: an exclusive lock on ``.<name>.lock`` beside the output, so a second
+      conversion into the same directory stops instead of replacing the first one's output;
+    * ``--overwrite`` swaps the new directory in with one atomic exchange where the system has it,
+      so the output is never missing, even if the process is killed;
+    * partial directories of earlier killed runs (``.<name>.partial-*``) are removed;
+    * the result has the permissions of a directory made under the current umask.
+    """
+    output_dir = guard_output_dir(output_dir, inputs or {})
+    parent = output_dir.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        lock_path = parent / f".{output_dir.name}.lock"
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ConversionError(f"cannot create the output directory ({exc.strerror})", where=str(output_dir),
+                              fix="choose a writable --output_dir") from None
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(lock).st_ino != os.stat(lock_path).st_ino:  # a finishing run unlinked it meanwhile
+                raise OSError(errno.EAGAIN, "lock file replaced")
+        except OSError:
+            raise ConversionError("another trtllm-medusa convert is writing this directory",
+                                  where=str(output_dir), fix="wait for it, or choose another --output_dir") from None
+        _check_target(output_dir, overwrite)
+        for stale in parent.glob(f".{output_dir.name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)  # ours, left by a killed run (we hold the lock)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=parent))
+        try:
+            yield tmp
+            os.chmod(tmp, 0o777 & ~_umask())
+            _check_target(output_dir, overwrite)
+            if output_dir.exists():
+                if _exchange(tmp, output_dir):  # tmp now holds the old output
+                    shutil.rmtree(tmp, ignore_errors=True)
+                else:
+                    old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
+                    os.rename(output_dir, old / "x")
+                    os.rename(tmp, output_dir)
+                    shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(tmp, output_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    finally:
+        with contextlib.suppress(OSError):
+            lock_path.unlink()
+        os.close(lock)
+
+
+def _check_target(output_dir: Path, overwrite: bool) -> None:
+    if not output_dir.exists() and not output_dir.is_symlink():
+        return
+    if not output_dir.is_dir():
+        raise ConversionError("exists and is not a directory", where=str(output_dir), fix="choose another --output_dir")
+    if any(output_dir.iterdir()) and not overwrite:
+        raise ConversionError("output directory is not empty", where=str(output_dir),
+                              fix="pass --overwrite to replace it, or choose another --output_dir")
 
 
 # -- reading ---------------------------------------------------------------------------

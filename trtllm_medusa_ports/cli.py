@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 from pathlib import Path
 
 from trtllm_medusa_ports.errors import PortError
@@ -306,7 +307,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: partial output is removed
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "build":

@@ -37,6 +37,7 @@ from trtllm_medusa_ports.checkpoint import (
     StreamingSafetensorsFile,
     atomic_output_dir,
     dtype_name,
+    guard_output_dir,
 )
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
 from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
@@ -383,6 +384,8 @@ def base_jobs(model: HFModel, adapter: ArchAdapter, cfg: dict, dtype: torch.dtyp
 def convert(opts: ConvertOptions) -> ConvertResult:
     """Convert, or raise a :class:`PortError` with nothing written at ``output_dir``."""
     start = time.time()
+    inputs = {"--model_dir": Path(opts.model_dir), "--medusa_model_dir": Path(opts.medusa_model_dir)}
+    guard_output_dir(Path(opts.output_dir), inputs)  # before any work: never write into an input
     model = HFModel(opts.model_dir)
     adapter = resolve_adapter(model, opts.model_type)
     heads = load_heads(opts.medusa_model_dir)
@@ -454,7 +457,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     padded_vocab = pad_vocab_size(cfg["vocab_size"], opts.tp_size)
     saved = heads.num_heads * padded_vocab * heads.hidden_size * torch.empty((), dtype=dtype).element_size() if share else 0
 
-    with atomic_output_dir(Path(opts.output_dir), overwrite=opts.overwrite) as tmp:
+    with atomic_output_dir(Path(opts.output_dir), overwrite=opts.overwrite, inputs=inputs) as tmp:
         files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r]) for r in entries}
         try:
             bar = tqdm(total=len(jobs), desc="convert", unit="tensor", disable=opts.quiet, file=sys.stderr)

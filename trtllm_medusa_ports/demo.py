@@ -8,17 +8,36 @@ import sys
 import time
 from pathlib import Path
 
+from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.compat import check, errors_of
 from trtllm_medusa_ports.convert import ConvertOptions, convert
-from trtllm_medusa_ports.synthetic import save_heads, save_tiny_base, train_heads
+from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.synthetic import TINY_CONFIGS, save_heads, save_tiny_base, train_heads
 from trtllm_medusa_ports.verify import verify
+
+#: file the demo leaves in its --workdir: only a directory holding it is ever cleared by the demo
+MARKER = ".trtllm-medusa-demo"
 
 
 def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2ForCausalLM") -> int:
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
     t0 = time.time()
-    if workdir.exists():
-        shutil.rmtree(workdir)
+    if adapter_for(architecture) is None or architecture not in TINY_CONFIGS:
+        raise PortError(f"--architecture {architecture!r} has no tiny demo model",
+                        fix="one of: " + ", ".join(sorted(TINY_CONFIGS)))
+    marker = workdir / MARKER
+    if workdir.exists() or workdir.is_symlink():
+        if not workdir.is_dir():
+            raise PortError("exists and is not a directory", where=str(workdir), fix="choose another --workdir")
+        if any(workdir.iterdir()) and not marker.is_file():
+            raise PortError("the directory is not empty and was not made by the demo; nothing was removed",
+                            where=str(workdir), fix="choose a new or empty --workdir")
+        for name in ("base", "medusa_heads", "trtllm_checkpoint"):  # only what an earlier demo made
+            if (workdir / name).exists():
+                shutil.rmtree(workdir / name)
+    workdir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("made by trtllm-medusa demo; `demo --workdir` may replace base/, medusa_heads/, "
+                      "trtllm_checkpoint/ here\n")
     base, heads_dir, ckpt = workdir / "base", workdir / "medusa_heads", workdir / "trtllm_checkpoint"
 
     say(f"[1/5] building a small random {architecture} base in {base}")
