@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError
+from trtllm_medusa_ports.jsonfile import read_json
 from trtllm_medusa_ports.lazy_tensors import LazyTensor, read_safetensors
 
 _DTYPE_NAMES = {
@@ -285,12 +286,21 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             where=str(path),
             fix="pass the --output_dir of `trtllm-medusa convert` (or convert_checkpoint.py)",
         )
-    try:
-        config = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"invalid JSON ({exc})", where=str(cfg_path)) from None
+    config = read_json(cfg_path, CheckpointError, fix="pass the --output_dir of `trtllm-medusa convert`")
     mapping = config.get("mapping") or {}
-    world = int(mapping.get("world_size", int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))))
+    try:
+        tp, pp = int(mapping.get("tp_size", 1)), int(mapping.get("pp_size", 1))
+        world = int(mapping.get("world_size", tp * pp))
+        if not isinstance(mapping, dict) or min(tp, pp, world) < 1 or world != tp * pp:
+            raise ValueError
+    except (TypeError, ValueError, AttributeError):
+        raise CheckpointError(f"mapping {mapping!r} is not a valid tensor/pipeline layout", where=str(cfg_path),
+                              fix="convert again: mapping needs positive tp_size, pp_size, world_size = tp x pp") from None
+    missing = [k for k in ("architecture", "dtype", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "vocab_size") if k not in config]
+    if missing:
+        raise CheckpointError(f"config.json lacks {', '.join(missing)}", where=str(cfg_path),
+                              fix="convert again with trtllm-medusa convert")
     ranks = []
     for r in range(world):
         f = path / f"rank{r}.safetensors"

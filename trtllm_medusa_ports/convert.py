@@ -150,10 +150,17 @@ def _target_dtype(opts: ConvertOptions, model: HFModel) -> torch.dtype:
                 f"--dtype {opts.dtype!r} is not supported", fix="use auto, float32, float16 or bfloat16"
             )
         return DTYPES[opts.dtype]
-    if model.config.torch_dtype is not None:
-        return model.config.torch_dtype
-    floats = [t.dtype for t in model.tensors.values() if t.dtype.is_floating_point]
-    return floats[0] if floats else torch.float32
+    auto = model.config.torch_dtype
+    if auto is None:
+        floats = [t.dtype for t in model.tensors.values() if t.dtype.is_floating_point]
+        auto = floats[0] if floats else torch.float32
+    if auto not in DTYPES.values():
+        raise ConversionError(
+            f"--dtype auto gives {str(auto).replace('torch.', '')}, which TensorRT-LLM checkpoints do not use",
+            where=str(model.path),
+            fix="pass --dtype float16, bfloat16 or float32",
+        )
+    return auto
 
 
 def build_config(
@@ -409,6 +416,13 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             fix="use the number of nodes of your tree (63 for the presets)",
         )
 
+    problems = model.weight_problems(adapter.ignored_hf_tensors)
+    if problems:
+        raise ModelError(
+            f"{len(problems)} base tensor(s) contradict config.json, e.g. " + "; ".join(problems[:3]),
+            where=str(model.path),
+            fix="the weights and config.json belong to different models, or the weights are damaged",
+        )
     forced = adapter.forced_parallel_embedding(opts.tp_size)
     if forced is not None and forced != opts.use_parallel_embedding:
         warnings.append(

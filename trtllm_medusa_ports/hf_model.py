@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -10,10 +9,38 @@ from typing import Any
 
 import torch
 
-from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.errors import ModelError, PortError
+from trtllm_medusa_ports.jsonfile import read_json
 from trtllm_medusa_ports.lazy_tensors import LazyTensor, read_tensor_files, weight_files
 
 _MISSING = object()
+
+
+#: config.json fields that must be positive integers when present (the name is the fix's subject)
+_POSITIVE_INTS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size",
+                  "intermediate_size", "vocab_size", "head_dim", "max_position_embeddings", "n_layer", "n_head",
+                  "n_embd", "d_model", "n_layers", "n_heads", "num_kv_heads", "ffn_hidden_size")
+_NUMBERS = ("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon",
+            "partial_rotary_factor", "rotary_pct", "rotary_emb_base", "query_pre_attn_scalar")
+
+
+def _validate_fields(data: dict, path: Path) -> None:
+    """Type-check the fields every adapter reads, naming the field (a string layer count, a zero
+    KV head count taken for multi-head attention, ...)."""
+    for key in _POSITIVE_INTS:
+        v = data.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise ModelError(f"field {key} is {v!r}; expected a positive integer", where=str(path),
+                             fix=f"correct {key} in config.json (the original model's value)")
+    for key in _NUMBERS:
+        v = data.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v != v):
+            raise ModelError(f"field {key} is {v!r}; expected a number", where=str(path),
+                             fix=f"correct {key} in config.json")
+    arch = data.get("architectures")
+    if arch is not None and not (isinstance(arch, list) and arch and all(isinstance(a, str) for a in arch)):
+        raise ModelError(f"field architectures is {arch!r}; expected a list of names", where=str(path),
+                         fix='write e.g. "architectures": ["Qwen2ForCausalLM"]')
 
 
 @dataclass
@@ -44,12 +71,8 @@ class HFConfig:
                 where=str(model_dir),
                 fix="pass the directory that save_pretrained() wrote",
             )
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ModelError(f"invalid JSON ({exc})", where=str(path)) from None
-        if not isinstance(data, dict):
-            raise ModelError("config.json must hold a JSON object", where=str(path))
+        data = read_json(path, ModelError, fix="pass the config.json that save_pretrained() wrote")
+        _validate_fields(data, path)
         # Multimodal wrappers (Gemma3ForConditionalGeneration, ...) keep the LM in text_config.
         return cls(data, path)
 
@@ -144,6 +167,10 @@ class HFConfig:
         return raw
 
 
+#: dtypes a base model's weights may have
+WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
 class HFModel:
     """A base model directory: config + lazily indexed weights."""
 
@@ -157,8 +184,8 @@ class HFModel:
             files = weight_files(self.path)
         except ModelError:
             raise
-        except Exception as exc:
-            raise ModelError(str(exc), where=str(self.path)) from None
+        except PortError as exc:
+            raise ModelError(exc.what, where=exc.where or str(self.path), fix=exc.fix) from None
         if not files:
             raise ModelError(
                 "no weights found (*.safetensors, an index json, or pytorch_model*.bin)",
@@ -166,3 +193,45 @@ class HFModel:
                 fix="save the model with save_pretrained() into this directory",
             )
         return read_tensor_files(files, ModelError)
+
+    def weight_problems(self, ignored: tuple[str, ...] = ()) -> list[str]:
+        """Base tensors that contradict config.json: a dtype other than float32/float16/bfloat16,
+        or a shape other than the one transformers builds from the config (compared on the
+        ``meta`` device: nothing is allocated). ``ignored`` are regexes of non-weight buffers."""
+        import re
+
+        patterns = [re.compile(p) for p in ignored]
+        out = []
+        for name, t in self.tensors.items():
+            if t.dtype not in WEIGHT_DTYPES and not any(p.fullmatch(name) for p in patterns):
+                out.append(f"{name} is {str(t.dtype).replace('torch.', '')} ({t.file.name}); "
+                           "expected float32, float16 or bfloat16")
+        expected = self.expected_shapes()
+        for name, shape in expected.items():
+            t = self.tensors.get(name)
+            if t is not None and tuple(t.shape) != shape:
+                out.append(f"{name} has shape {list(t.shape)} in {t.file.name}, but config.json implies {list(shape)}")
+        return out
+
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Parameter shapes of the transformers model of this config, built on the meta device;
+        empty when transformers cannot build it (custom code, a config it rejects)."""
+        try:
+            import warnings
+
+            from transformers import AutoConfig, AutoModelForCausalLM
+            from transformers.utils import logging as hf_logging
+
+            level = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    cfg = AutoConfig.from_pretrained(str(self.path))
+                    with torch.device("meta"):
+                        model = AutoModelForCausalLM.from_config(cfg)
+            finally:
+                hf_logging.set_verbosity(level)
+        except Exception:  # noqa: BLE001 - any failure means "no shapes to compare", not an error
+            return {}
+        return {n: tuple(p.shape) for n, p in model.state_dict().items()}

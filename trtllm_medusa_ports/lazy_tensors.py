@@ -9,7 +9,6 @@ memory-mapped where the file format allows it).
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from collections.abc import Callable, Iterable
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.jsonfile import parse_json, read_json, require_regular_file
 
 _ST_DTYPES = {
     "F64": torch.float64,
@@ -73,6 +73,7 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
     def bad(what: str) -> PortError:
         return error(what, where=str(path), fix="the file is truncated or corrupt; download or save it again")
 
+    require_regular_file(path, error, "point at the weight files the model was saved with")
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -85,21 +86,21 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
             raw = f.read(n)
     except OSError as exc:
         raise error(f"cannot read ({exc.strerror})", where=str(path), fix="check the path and permissions") from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-        if not isinstance(header, dict):
-            raise ValueError("header is not an object")
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise bad(f"not a readable safetensors file (header: {exc})") from None
+    header = parse_json(raw, error, where=str(path), fix="the file is truncated or corrupt; download or save it again")
     data_start = 8 + n
     out: dict[str, LazyTensor] = {}
+    spans: list[tuple[int, int, str]] = []
     for name, entry in header.items():
         if name == "__metadata__":
             continue
         try:
-            code, shape, (begin, end) = entry["dtype"], tuple(int(x) for x in entry["shape"]), entry["data_offsets"]
+            code, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+            if not (isinstance(code, str) and isinstance(shape, list) and _ints(shape, 0) and _ints([begin, end], 0)):
+                raise TypeError
+            shape = tuple(shape)
         except (KeyError, TypeError, ValueError):
-            raise bad(f"not a readable safetensors file (bad header entry for {name!r})") from None
+            raise bad(f"not a readable safetensors file (bad header entry for {name!r}: dtype, shape and "
+                      "data_offsets must be a string, non-negative integers and two offsets)") from None
         dtype = _ST_DTYPES.get(code)
         if dtype is None:
             raise error(
@@ -110,8 +111,9 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
         count = 1
         for d in shape:
             count *= d
-        if end - begin != count * _ST_ITEMSIZE[code] or begin < 0 or data_start + end > size:
+        if end - begin != count * _ST_ITEMSIZE[code] or begin > end or data_start + end > size:
             raise bad(f"tensor {name!r} lies outside the file or has the wrong byte size (truncated?)")
+        spans.append((begin, end, name))
 
         def loader(offset=data_start + begin, nbytes=end - begin, dtype=dtype, shape=shape, name=name) -> torch.Tensor:
             if nbytes == 0:
@@ -128,7 +130,15 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
             return torch.frombuffer(buf, dtype=dtype).reshape(shape)
 
         out[name] = LazyTensor(name, path, shape, dtype, loader)
+    spans.sort()
+    for (_b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:], strict=False):
+        if b1 < e0 and e1 > b1:  # two tensors share bytes: one would silently read the other's data
+            raise bad(f"tensors {n0!r} and {n1!r} overlap in the file (bytes {b1}..{min(e0, e1)})")
     return out
+
+
+def _ints(values: list, minimum: int) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values)
 
 
 def read_pickle(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
@@ -136,6 +146,7 @@ def read_pickle(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
 
     With ``mmap=True`` (zip-format files) tensor data stays on disk until touched.
     """
+    require_regular_file(path, error, "point at the weight files the model was saved with")
     try:
         try:
             obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
@@ -191,16 +202,20 @@ def weight_files(directory: Path) -> list[Path]:
     """The weight files of a Hugging Face model directory, following index files."""
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         index = directory / index_name
-        if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise PortError(
-                    f"unreadable index ({exc})",
-                    where=str(index),
-                    fix="the index must be JSON with a 'weight_map' object",
-                ) from None
+        if index.exists():
+            fix = "the index must be JSON with a 'weight_map' object of tensor name -> shard file name"
+            weight_map = read_json(index, PortError, fix=fix).get("weight_map")
+            if not isinstance(weight_map, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+                raise PortError(f"weight_map is {type(weight_map).__name__}, not an object of names",
+                                where=str(index), fix=fix)
             files = sorted(set(weight_map.values()))
+            root = directory.resolve()
+            for f in files:
+                target = (directory / f).resolve()
+                if Path(f).is_absolute() or root not in target.parents:
+                    raise PortError(f"the index names {f!r}, outside the model directory", where=str(index),
+                                    fix="shard paths must be file names inside the directory")
             missing = [f for f in files if not (directory / f).is_file()]
             if missing:
                 raise PortError(

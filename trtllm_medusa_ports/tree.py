@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import TreeError
+from trtllm_medusa_ports.jsonfile import require_regular_file
 
 #: Default bound on top-k indices: FasterDecoding's ``TOPK = 10``
 #: (medusa/model/utils.py); every published preset uses indices < 10.
@@ -59,22 +60,25 @@ def parse_choices(spec: str | list) -> list[list[int]]:
         if text.startswith("@"):
             path = Path(text[1:])
             origin = str(path)
+            fix = "pass @PATH to a readable file holding a JSON list of paths"
+            require_regular_file(path, TreeError, fix)
             try:
-                text = path.read_text().strip()
+                text = path.read_text(encoding="utf-8").strip()
             except OSError as exc:
-                raise TreeError(
-                    f"cannot read the tree file ({exc.strerror})",
-                    where=str(path),
-                    fix="pass @PATH to a readable file holding a JSON list of paths",
-                ) from None
+                raise TreeError(f"cannot read the tree file ({exc.strerror})", where=str(path), fix=fix) from None
+            except UnicodeDecodeError:
+                raise TreeError("the tree file is not UTF-8 text", where=str(path), fix=fix) from None
             if text in presets:
                 return [list(p) for p in presets[text]]
         try:
             raw = json.loads(text)
+        except RecursionError:
+            raise TreeError("the tree nests deeper than can be read", where=origin,
+                            fix="a tree is a list of paths: [[0], [0, 0], [1]]") from None
         except json.JSONDecodeError:
             try:
                 raw = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
+            except (ValueError, SyntaxError, RecursionError, MemoryError):
                 raise TreeError(
                     f"not a preset name, @file, JSON or Python list: {text[:80]!r}",
                     where=origin,
@@ -135,6 +139,8 @@ def validate_choices(
 ) -> list[str]:
     """Every problem of the tree, one message each naming the offending path."""
     problems: list[str] = []
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        return [f"top_k {top_k!r} must be a positive integer"]
     if not paths:
         problems.append("the tree is empty; give at least one path such as [0]")
         return problems
@@ -294,8 +300,8 @@ class MedusaTree:
         width = self.depth + 1 if width is None else width
         if width < self.depth + 1:
             raise ValueError(f"width {width} < depth + 1 = {self.depth + 1}")
-        nodes = set(self.paths)
-        leaves = sorted(p for p in self.paths if not any(p + (i,) in nodes for i in range(self.top_k)))
+        parents = {p[:-1] for p in self.paths}
+        leaves = sorted(p for p in self.paths if p not in parents)
         rows = []
         for leaf in leaves:
             row = [0] + [self._index[leaf[:d]] for d in range(1, len(leaf) + 1)]

@@ -13,7 +13,6 @@ class builds them correctly) go the same way with ``model_cls=None``.
 
 from __future__ import annotations
 
-import json
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -23,6 +22,7 @@ from trtllm_medusa_ports.compat import ERROR, Finding, alibi_reason
 from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
 from trtllm_medusa_ports.errors import CheckpointError, PortError
 from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.jsonfile import read_json
 
 
 def read_checkpoint_config(checkpoint_dir: Path) -> dict:
@@ -30,12 +30,8 @@ def read_checkpoint_config(checkpoint_dir: Path) -> dict:
     if not path.is_file():
         raise CheckpointError("no config.json", where=str(checkpoint_dir),
                               fix="pass the --output_dir of trtllm-medusa convert")
-    try:
-        cfg = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"config.json is not JSON ({exc})", where=str(path),
-                              fix="pass the --output_dir of trtllm-medusa convert") from None
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("architecture"), str):
+    cfg = read_json(path, CheckpointError, fix="pass the --output_dir of trtllm-medusa convert")
+    if not isinstance(cfg.get("architecture"), str):
         raise CheckpointError("config.json has no architecture string", where=str(path),
                               fix="pass the --output_dir of trtllm-medusa convert")
     return cfg

@@ -9,7 +9,6 @@ checkpoints and NVIDIA ModelOpt exports.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ import torch
 
 from trtllm_medusa_ports.errors import HeadsError
 from trtllm_medusa_ports.heads.canonical import MedusaHeads, ResBlockRef
+from trtllm_medusa_ports.jsonfile import read_json
 from trtllm_medusa_ports.lazy_tensors import LazyTensor, read_tensor_files, weight_files
 
 # Roles a key can play. "block" groups are (head, layer, weight|bias); "proj" is a
@@ -80,16 +80,7 @@ def _read_config(path: Path) -> tuple[dict, Path | None]:
     cfg_path = (path if path.is_dir() else path.parent) / "config.json"
     if not cfg_path.is_file():
         return {}, None
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise HeadsError(
-            f"config.json is not valid JSON ({exc})",
-            where=str(cfg_path),
-            fix="repair the file or remove it (the weights alone are enough)",
-        ) from None
-    if not isinstance(cfg, dict):
-        raise HeadsError("config.json must hold a JSON object", where=str(cfg_path))
+    cfg = read_json(cfg_path, HeadsError, fix="repair the file or remove it (the weights alone are enough)")
     return cfg, cfg_path
 
 
