@@ -235,7 +235,8 @@ def run_verify(args: argparse.Namespace) -> int:
 
     prompts = _prompts(args, args.model_dir)
     report = verify(args.model_dir, args.checkpoint_dir, medusa_choices=args.medusa_choices,
-                    prompts=prompts, max_new_tokens=args.max_new_tokens, quiet=args.quiet)
+                    prompts=prompts, max_new_tokens=args.max_new_tokens, quiet=args.quiet,
+                    medusa_model_dir=args.medusa_model_dir)
     print(report_json(report) if args.json else report.render())
     return 0 if report.ok else 1
 
@@ -293,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint_dir", required=True)
     s.add_argument("--medusa_choices", default=None, help="default: mc_sim_7b_63 cut to the heads' depth")
     s.add_argument("--max_new_tokens", type=int, default=32)
+    s.add_argument("--medusa_model_dir", default=None,
+                   help="the heads the checkpoint was converted from (default: the path recorded at conversion)")
     _add_prompt_args(s, "to decode")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -201,6 +201,7 @@ def build_config(
                 "version": __version__,
                 "family": adapter.family,
                 "heads_layout": heads.layout,
+                "heads_source": str(Path(opts.medusa_model_dir).resolve()),
                 "heads_dtype": str(heads.dtype).replace("torch.", ""),
             },
         }
@@ -410,6 +411,8 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             where=str(opts.medusa_model_dir),
             fix="omit --num_medusa_layers (it is read from the heads)",
         )
+    if opts.workers < 1:
+        raise ConversionError(f"--workers {opts.workers} must be at least 1", fix="use --workers 1 or more")
     if opts.max_draft_len <= 0:
         raise ConversionError(
             f"--max_medusa_token_len must be positive, got {opts.max_draft_len}",

@@ -64,6 +64,12 @@ class VerifyReport:
     max_activation_at: str = ""
     #: what verify did to the inputs it was given (a preset pruned to the heads' depth)
     notes: list[str] = field(default_factory=list)
+    #: the checkpoint's heads against the heads read from their source (None: not compared)
+    heads_parity: bool | None = None
+    heads_max_abs_diff: float | None = None
+    heads_tolerance: float | None = None
+    heads_source: str | None = None
+    heads_detail: str | None = None
 
     @property
     def float16_overflow(self) -> bool:
@@ -71,7 +77,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return self.parity and self.greedy_equal and not self.float16_overflow
+        return self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -102,6 +108,12 @@ class VerifyReport:
                              "are used (config.json fields, arithmetic)")
             lines.append(f"  hidden states part ways at: {self.parity_divergence['where']} "
                          f"(max |diff| {self.parity_divergence['max_abs_diff']:.3g})")
+        if self.heads_parity is None:
+            lines.append(f"heads parity      : not checked ({self.heads_detail})")
+        else:
+            lines.append(f"heads parity      : {'PASS' if self.heads_parity else 'FAIL'}  max |diff| = "
+                         f"{self.heads_max_abs_diff:.3g} (tolerance {self.heads_tolerance:g}; heads from "
+                         f"{self.heads_source})" + (f"\n  {self.heads_detail}" if self.heads_detail else ""))
         if self.float16_overflow:
             lines.append(f"float16 range     : FAIL  activations reach {self.max_activation:.3g} at "
                          f"{self.max_activation_at}, beyond float16's {FLOAT16_MAX:g}: a float16 engine "
@@ -311,11 +323,14 @@ def verify(
     prompts: list[list[int]] | None = None,
     max_new_tokens: int = 32,
     quiet: bool = False,
+    medusa_model_dir: str | Path | None = None,
 ) -> VerifyReport:
     if quiet:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+    if max_new_tokens < 1:
+        raise ModelError(f"--max_new_tokens {max_new_tokens} must be at least 1", fix="e.g. --max_new_tokens 32")
     ckpt = read_checkpoint(checkpoint_dir)
     ref = ReferenceModel(ckpt)
     dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
@@ -372,6 +387,17 @@ def verify(
         for a in arithmetic:
             a.redo()
 
+    # 1b. the heads, against their source (recorded at conversion unless given)
+    source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
+    heads = {"ok": None, "max_abs_diff": None, "tolerance": None, "why": None}
+    if source and Path(source).exists():
+        heads = heads_parity(Path(source), hf, ref, [hs[-1] for _, hs, _, _ in runs], dtype)
+        if heads["worst_head"] is not None:
+            heads["why"] = f"head {heads['worst_head']} differs most"
+    else:
+        heads["why"] = ("the heads' source was not recorded or is gone" if not medusa_model_dir else
+                        f"{medusa_model_dir} does not exist") + "; pass --medusa_model_dir"
+
     # 2. greedy equivalence, 3. speculation quality
     equal = True
     first = None
@@ -417,6 +443,11 @@ def verify(
         max_activation=activations.max,
         max_activation_at=activations.where,
         notes=notes,
+        heads_parity=heads["ok"],
+        heads_max_abs_diff=heads["max_abs_diff"],
+        heads_tolerance=heads["tolerance"],
+        heads_source=str(source) if heads["ok"] is not None else None,
+        heads_detail=heads["why"],
     )
 
 
@@ -459,6 +490,59 @@ def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
                 return {"tensor": name, "rank": rank,
                         "why": f"values differ by up to {float((stored - expected).abs().max()):.3g}"}
     return None
+
+
+@torch.no_grad()
+def source_heads_logits(heads, hidden: torch.Tensor, dtype: torch.dtype, base_lm_head: torch.nn.Module,
+                        use_base_lm_head: bool, vocab: int) -> torch.Tensor:
+    """``[heads, tokens, vocab]`` computed from the heads as read from their source, in float32 on
+    weights rounded to the checkpoint dtype: what the converted heads must reproduce."""
+    from trtllm_medusa_ports.heads.loader import expand_truncated
+
+    def rounded(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype).float()
+
+    outs = []
+    for h in range(heads.num_heads):
+        x = hidden
+        for block in heads.blocks[h]:
+            w = rounded(block.weight.load())
+            b = rounded(block.bias.load()) if block.bias is not None else torch.zeros(w.shape[0])
+            x = x + torch.nn.functional.silu(x @ w.T + b)
+        if use_base_lm_head:
+            y = base_lm_head(x)
+        else:
+            ref = heads.lm_heads[h] if heads.lm_heads is not None else heads.shared_lm_head
+            proj = ref.load()
+            if heads.token_map is not None:
+                proj = expand_truncated(proj, heads.token_map.load(), vocab)
+            y = x @ rounded(proj).T
+        outs.append(y[..., :vocab])
+    return torch.stack(outs)
+
+
+def heads_parity(heads_dir: Path, hf, ref: ReferenceModel, hidden_states: list[torch.Tensor],
+                 dtype: torch.dtype) -> dict:
+    """The checkpoint's Medusa heads against the heads read from ``heads_dir``, on the same hidden states."""
+    from trtllm_medusa_ports.heads import load_heads
+
+    heads = load_heads(heads_dir)
+    if heads.num_heads != ref.num_medusa_heads or heads.num_layers != ref.num_medusa_layers:
+        return {"ok": False, "max_abs_diff": float("inf"), "tolerance": 0.0, "worst_head": None,
+                "why": f"{heads_dir} holds {heads.num_heads} heads x {heads.num_layers} layers, the checkpoint "
+                       f"{ref.num_medusa_heads} x {ref.num_medusa_layers}"}
+    shared = bool(ref.config.get("medusa_shared_lm_head"))
+    worst, worst_head, scale = 0.0, None, 1.0
+    for hidden in hidden_states:
+        want = source_heads_logits(heads, hidden, dtype, hf.get_output_embeddings(), shared, ref.vocab)
+        got = ref.medusa_logits(hidden)
+        diff = (want - got).abs().amax(dim=tuple(range(1, want.dim())))
+        scale = max(scale, float(want.abs().max()))
+        if float(diff.max()) > worst:
+            worst, worst_head = float(diff.max()), int(diff.argmax())
+    tol = PARITY_RTOL * scale
+    return {"ok": worst <= tol, "max_abs_diff": worst, "tolerance": tol,
+            "worst_head": worst_head if worst > tol else None, "why": None}
 
 
 def _differs(a: torch.Tensor, b: torch.Tensor) -> float | None:

@@ -132,6 +132,9 @@ def _detect(tensors: dict[str, LazyTensor], cfg: dict) -> Layout:
         if vllm[0]:
             return vllm[1]
     best = max(scores, key=lambda s: s[0])
+    if best[0] == 0 and any(".layers." in k and ("self_attn" in k or "attention" in k) for k in tensors):
+        raise HeadsError("this is a base model (it has attention layers), not Medusa heads",
+                         fix="pass the heads' directory as --medusa_model_dir and the base as --model_dir")
     if best[0] == 0:
         sample = ", ".join(sorted(tensors)[:5]) or "(no tensors)"
         raise HeadsError(
@@ -366,6 +369,14 @@ def _assemble(
                 where=str(cfg_path or where),
                 fix="add the base model's vocab_size to the heads' config.json",
             )
+        ids = token_map.load().long()
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= full):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise HeadsError(f"token_map holds token id {bad}, outside the vocabulary 0..{full - 1}",
+                             where=where, fix="the token_map must list token ids of the base vocabulary")
+        if ids.unique().numel() != ids.numel():
+            raise HeadsError("token_map lists a token id twice: two rows would write one token", where=where,
+                             fix="the token_map must list distinct token ids")
         warnings.append(
             f"truncated vocabulary: {token_map.shape[0]} of {full} tokens; the other tokens "
             "get zero rows in the converted lm_head (they can still be verified, never guessed)"

@@ -448,5 +448,8 @@ class ReferenceModel:
                 p = f"medusa_heads.{h}.medusa_layers.{layer}.linear."
                 x = x + self.medusa_act(x @ self._gather(stage, p + "weight").T + self._gather(stage, p + "bias"))
             proj = self._gather(stage, "lm_head.weight" if shared else f"medusa_heads.{h}.lm_head.weight")
-            outs.append((x @ proj.T)[..., : self.vocab])
+            y = x @ proj.T
+            if shared and self.has(self.stage_ranks(stage)[0], "lm_head.bias"):  # the base lm_head, bias and all
+                y = y + self._gather(stage, "lm_head.bias")
+            outs.append(y[..., : self.vocab])
         return torch.stack(outs) if outs else torch.zeros((0,) + tuple(hidden.shape[:-1]) + (self.vocab,))
