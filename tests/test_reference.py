@@ -246,3 +246,24 @@ def test_verify_takes_several_text_prompts(tmp_path, qwen2_base, good_ckpt, caps
     (tmp_path / "empty.txt").write_text("\n")
     assert main(args + ["--prompts_file", str(tmp_path / "empty.txt")]) == 1
     assert "no prompts in the file" in capsys.readouterr().err
+
+
+def test_verify_compares_the_heads_with_their_source(tmp_path, qwen2_base, qwen2_heads, good_ckpt, capsys):
+    rep = verify(qwen2_base, good_ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert rep.ok and rep.heads_parity and rep.heads_source == str(qwen2_heads.resolve())
+    d = _broken(good_ckpt, tmp_path, "head")
+    for r in range(2):  # greedy equivalence holds for any heads: only the heads check can see this
+        _rewrite(d, r, lambda sd: sd.__setitem__("medusa_heads.1.medusa_layers.0.linear.weight",
+                                                 sd["medusa_heads.1.medusa_layers.0.linear.weight"] + 1e-2))
+    rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=4)
+    assert rep.parity and rep.greedy_equal and rep.heads_parity is False and not rep.ok
+    assert "heads parity      : FAIL" in rep.render() and "head 1 differs most" in rep.render()
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["medusa_ports"]["heads_source"] = str(tmp_path / "gone")
+    (d / "config.json").write_text(json.dumps(cfg))
+    rep = verify(qwen2_base, d, medusa_choices=TREE, max_new_tokens=4)
+    assert rep.heads_parity is None and "pass --medusa_model_dir" in rep.render()
+    rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(d), "--medusa_choices", TREE,
+               "--max_new_tokens", "4", "--medusa_model_dir", str(qwen2_heads), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 1 and out["heads_parity"] is False

@@ -120,6 +120,7 @@ class _Job:
     combine: Callable
     split: Split
     targets: list[tuple[int, str]]  # (rank, checkpoint name)
+    sources: tuple[str, ...] = ()  # "file [tensor]" of each source, for messages
 
 
 def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:
@@ -281,6 +282,7 @@ def plan(
                 combine=rule.combine,
                 split=rule.split,
                 targets=targets,
+                sources=tuple(s.where() for s in srcs),
             )
         )
 
@@ -474,6 +476,28 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     padded_vocab = pad_vocab_size(cfg["vocab_size"], opts.tp_size)
     saved = heads.num_heads * padded_vocab * heads.hidden_size * torch.empty((), dtype=dtype).element_size() if share else 0
 
+    try:
+        total_bytes = _write(opts, jobs, entries, cfg, dtype, warnings, inputs)
+    except OSError as exc:  # the disk, not the inputs: full, read-only, no permission, busy
+        raise ConversionError(f"could not write the checkpoint: {exc.strerror or exc}",
+                              where=str(opts.output_dir),
+                              fix="free space or choose a writable --output_dir; nothing was left behind") from None
+    return ConvertResult(
+        output_dir=Path(opts.output_dir),
+        config=cfg,
+        findings=findings,
+        num_ranks=mapping.world_size,
+        num_tensors=sum(len(e) for e in entries.values()),
+        bytes_written=total_bytes,
+        seconds=time.time() - start,
+        shared_lm_head_bytes_saved=saved,
+        warnings=warnings,
+    )
+
+
+def _write(opts: ConvertOptions, jobs: list[_Job], entries: dict, cfg: dict, dtype: torch.dtype,
+           warnings: list[str], inputs: dict[str, Path]) -> int:
+    """Stream every job into the rank files of a new output directory; the bytes written."""
     with atomic_output_dir(Path(opts.output_dir), overwrite=opts.overwrite, inputs=inputs) as tmp:
         files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r]) for r in entries}
         try:
@@ -485,7 +509,8 @@ def convert(opts: ConvertOptions) -> ConvertResult:
                     if not all_finite(t):
                         err = HeadsError if job.label.startswith("medusa_heads") else ModelError
                         raise err(
-                            f"tensor for {job.label} holds NaN/Inf after casting to {dtype_name(dtype)}",
+                            f"tensor for {job.label} holds NaN/Inf after casting to {dtype_name(dtype)}"
+                            + (f" (from {', '.join(job.sources)})" if job.sources else ""),
                             fix="the weights are damaged, or overflow this dtype: try --dtype float32/bfloat16",
                         )
                 for rank, name in job.targets:
@@ -509,15 +534,4 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         cfg["medusa_ports"]["warnings"] = warnings
         (tmp / "config.json").write_text(json.dumps(cfg, indent=4) + "\n")
 
-    total_bytes = sum(f.total for f in files.values())
-    return ConvertResult(
-        output_dir=Path(opts.output_dir),
-        config=cfg,
-        findings=findings,
-        num_ranks=mapping.world_size,
-        num_tensors=sum(len(e) for e in entries.values()),
-        bytes_written=total_bytes,
-        seconds=time.time() - start,
-        shared_lm_head_bytes_saved=saved,
-        warnings=warnings,
-    )
+    return sum(f.total for f in files.values())

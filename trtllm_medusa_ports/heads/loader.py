@@ -131,10 +131,11 @@ def _detect(tensors: dict[str, LazyTensor], cfg: dict) -> Layout:
         vllm = next(s for s in scores if s[1].name == "vllm")
         if vllm[0]:
             return vllm[1]
-    best = max(scores, key=lambda s: s[0])
-    if best[0] == 0 and any(".layers." in k and ("self_attn" in k or "attention" in k) for k in tensors):
-        raise HeadsError("this is a base model (it has attention layers), not Medusa heads",
+    base_like = any(a in k for k in tensors for a in ("self_attn.", ".attention.", "self_attention."))
+    if base_like and not any("medusa" in k for k in tensors):  # axolotl full models carry medusa_head.*
+        raise HeadsError("this is a base model (it has attention layers and no medusa tensors), not Medusa heads",
                          fix="pass the heads' directory as --medusa_model_dir and the base as --model_dir")
+    best = max(scores, key=lambda s: s[0])
     if best[0] == 0:
         sample = ", ".join(sorted(tensors)[:5]) or "(no tensors)"
         raise HeadsError(

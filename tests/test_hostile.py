@@ -1,0 +1,453 @@
+"""Hostile input: each case differs from a valid run in one way.
+
+Every case asserts the exit code, the message (what, where, and for errors a fix), that no
+traceback escapes, and that every input file is byte-identical afterwards; a failed convert
+leaves no output directory. Property tests feed random bytes and random headers to the
+safetensors reader and random text to the tree parser.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_base
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file, save_file
+
+from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.lazy_tensors import read_safetensors
+from trtllm_medusa_ports.synthetic import random_heads, save_heads, tiny_config
+from trtllm_medusa_ports.tree import parse_choices, validate_choices
+
+ARCH = "LlamaForCausalLM"
+CFG = tiny_config(ARCH)
+H, V = CFG.hidden_size, CFG.vocab_size
+
+
+@pytest.fixture(scope="module")
+def valid(tmp_path_factory):
+    root = tmp_path_factory.mktemp("valid")
+    base = tiny_base(root, ARCH)
+    heads = save_heads(random_heads(H, V, num_heads=3, seed=2), root / "heads", "fasterdecoding-safetensors")
+    return base, heads
+
+
+@pytest.fixture
+def ws(tmp_path, valid):
+    """A fresh workspace: ws/base, ws/heads (copies), ws/out is where outputs go."""
+    shutil.copytree(valid[0], tmp_path / "base")
+    shutil.copytree(valid[1], tmp_path / "heads")
+    return tmp_path
+
+
+def _convert(ws: Path, *extra: str, out: str | Path = "out") -> list[str]:
+    return ["convert", "--model_dir", str(ws / "base"), "--medusa_model_dir", str(ws / "heads"),
+            "--output_dir", str(ws / out) if isinstance(out, str) else str(out), "--quiet", *extra]
+
+
+def _header(entries: dict) -> bytes:
+    return json.dumps(entries).encode()
+
+
+def _raw_safetensors(path: Path, header: bytes, data: bytes = b"", declared: int | None = None) -> None:
+    path.write_bytes(struct.pack("<Q", len(header) if declared is None else declared) + header + data)
+
+
+def _edit_config(ws: Path, **changes) -> None:
+    p = ws / "base" / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg.update(changes)
+    p.write_text(json.dumps(cfg))
+
+
+def _edit_weights(ws: Path, fn: Callable[[dict], None], where: str = "base/model.safetensors") -> None:
+    p = ws / where
+    sd = load_file(str(p))
+    fn(sd)
+    save_file(sd, str(p))
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def _vllm_heads(ws: Path, token_map: list[int]) -> None:
+    shutil.rmtree(ws / "heads")
+    save_heads(random_heads(H, V, num_heads=2, seed=3), ws / "heads", "vllm")
+    n = len(token_map)
+    _edit_weights(ws, lambda sd: (sd.update({k: v[:n].contiguous() for k, v in sd.items() if k.startswith("lm_heads")}),
+                                  sd.__setitem__("token_map", torch.tensor(token_map, dtype=torch.int64))),
+                  "heads/model.safetensors")
+    cfg = json.loads((ws / "heads" / "config.json").read_text())
+    cfg.update(truncated_vocab_size=n, vocab_size=V)
+    (ws / "heads" / "config.json").write_text(json.dumps(cfg))
+
+
+@dataclass
+class Case:
+    id: str
+    setup: Callable[[Path], list[str]]
+    code: int
+    says: tuple[str, ...]
+
+
+def _c(id_, setup, code, *says):
+    return Case(id_, setup, code, says)
+
+
+def _st_case(id_, header, data=b"", declared=None, *says):
+    def setup(ws):
+        _raw_safetensors(ws / "base" / "model.safetensors", header if isinstance(header, bytes) else _header(header),
+                         data, declared)
+        return _convert(ws)
+    return _c(id_, setup, 1, "model.safetensors", *says)
+
+
+def _index(ws: Path, weight_map) -> None:
+    (ws / "base" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+
+def _outside_index(ws: Path, name: str) -> list[str]:
+    shutil.copy(ws / "base" / "model.safetensors", ws / "elsewhere.safetensors")
+    names = load_file(str(ws / "base" / "model.safetensors"))
+    _index(ws, {k: name for k in names})
+    return _convert(ws)
+
+
+def _symlink_out(ws: Path) -> list[str]:
+    os.symlink(ws / "base", ws / "link")
+    return _convert(ws, "--overwrite", out="link")
+
+
+def _cwd_out(ws: Path) -> list[str]:
+    (ws / "cwd").mkdir()
+    os.chdir(ws / "cwd")
+    return ["convert", "--model_dir", str(ws / "base"), "--medusa_model_dir", str(ws / "heads"),
+            "--output_dir", ".", "--overwrite", "--quiet"]
+
+
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def _ckpt(ws: Path, **changes) -> list[str]:
+    assert main(_convert(ws, out="ck")) == 0
+    p = ws / "ck" / "config.json"
+    cfg = json.loads(p.read_text())
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k)
+        else:
+            cfg[k] = v
+    p.write_text(json.dumps(cfg))
+    return ["verify", "--model_dir", str(ws / "base"), "--checkpoint_dir", str(ws / "ck"), "--quiet",
+            "--max_new_tokens", "2"]
+
+
+CASES = [
+    # -- never touch an input ------------------------------------------------------------------
+    _c("out-is-model-dir", lambda ws: _convert(ws, "--overwrite", out=ws / "base"), 1,
+       "is the input --model_dir", "choose an --output_dir outside"),
+    _c("out-is-heads-dir", lambda ws: _convert(ws, "--overwrite", out=ws / "heads"), 1,
+       "is the input --medusa_model_dir"),
+    _c("out-contains-inputs", lambda ws: _convert(ws, "--overwrite", out=ws), 1, "contains the input"),
+    _c("out-inside-model-dir", lambda ws: _convert(ws, out=ws / "base" / "ckpt"), 1, "lies inside the input"),
+    _c("out-symlink-to-model-dir", _symlink_out, 1, "is the input --model_dir"),
+    _c("out-is-working-dir", _cwd_out, 1, "is the working directory"),
+    _c("out-is-a-file", lambda ws: ((ws / "out").write_text("x"), _convert(ws))[1], 1, "not a directory"),
+    _c("out-not-empty", lambda ws: ((ws / "out").mkdir(), (ws / "out" / "keep").write_text("x"), _convert(ws))[2],
+       1, "not empty", "--overwrite"),
+    _c("model-dir-missing", lambda ws: ["convert", "--model_dir", str(ws / "nope"), "--medusa_model_dir",
+                                        str(ws / "heads"), "--output_dir", str(ws / "out")], 1, "no such directory"),
+    _c("heads-dir-missing", lambda ws: ["convert", "--model_dir", str(ws / "base"), "--medusa_model_dir",
+                                        str(ws / "nope"), "--output_dir", str(ws / "out")], 1, "nope"),
+    # -- the shard index ---------------------------------------------------------------------------
+    _c("index-parent-path", lambda ws: _outside_index(ws, "../elsewhere.safetensors"), 1,
+       "outside the model directory", "index.json"),
+    _c("index-absolute-path", lambda ws: _outside_index(ws, "/etc/hostname"), 1, "outside the model directory"),
+    _c("index-weight-map-list", lambda ws: (_index(ws, ["model.safetensors"]), _convert(ws))[1], 1,
+       "weight_map is list"),
+    _c("index-not-json", lambda ws: ((ws / "base" / "model.safetensors.index.json").write_text("{x"),
+                                     _convert(ws))[1], 1, "is not valid JSON", "index.json"),
+    _c("index-too-deep", lambda ws: ((ws / "base" / "model.safetensors.index.json").write_text(_nested(100000)),
+                                     _convert(ws))[1], 1, "deeper than can be read"),
+    _c("index-missing-shard", lambda ws: (_index(ws, {"x": "model-2.safetensors"}), _convert(ws))[1], 1,
+       "not there"),
+    # -- safetensors headers -------------------------------------------------------------------------
+    _c("st-truncated", lambda ws: ((ws / "base" / "model.safetensors").write_bytes(
+        (ws / "base" / "model.safetensors").read_bytes()[:-100]), _convert(ws))[1], 1, "truncated"),
+    _st_case("st-header-length-huge", b"{}", b"", 10**12, "header of"),
+    _st_case("st-header-not-json", b"{nope", b"", None, "is not valid JSON"),
+    _st_case("st-header-list", b"[1]", b"", None, "must hold a JSON object"),
+    _st_case("st-offsets-strings", {"a": {"dtype": "F32", "shape": [1], "data_offsets": ["0", "4"]}},
+             b"\0" * 4, None, "bad header entry"),
+    _st_case("st-overlap", {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                            "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12, None,
+             "overlap"),
+    _st_case("st-beyond-file", {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, b"\0" * 8, None,
+             "outside the file"),
+    _st_case("st-size-mismatch", {"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8, None,
+             "wrong byte size"),
+    _st_case("st-unknown-dtype", {"a": {"dtype": "F8_E9", "shape": [1], "data_offsets": [0, 1]}}, b"\0", None,
+             "does not read"),
+    _st_case("st-negative-offset", {"a": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}}, b"\0" * 4, None,
+             "bad header entry"),
+    _st_case("st-shape-bool", {"a": {"dtype": "F32", "shape": [True], "data_offsets": [0, 4]}}, b"\0" * 4, None,
+             "bad header entry"),
+    _st_case("st-too-deep", _nested(100000).encode(), b"", None, "deeper than can be read"),
+    _st_case("st-not-utf8", b"{\"\xff\": 1}", b"", None, "is not UTF-8"),
+    _c("st-fifo", lambda ws: (_fifo(ws / "base" / "model.safetensors"), _convert(ws))[1], 1,
+       "is not a regular file"),
+    # -- config.json ---------------------------------------------------------------------------------
+    _c("config-not-json", lambda ws: ((ws / "base" / "config.json").write_text("{"), _convert(ws))[1], 1,
+       "config.json", "is not valid JSON"),
+    _c("config-not-utf8", lambda ws: ((ws / "base" / "config.json").write_bytes(b"{\"a\": \"\xfe\"}"),
+                                      _convert(ws))[1], 1, "is not UTF-8"),
+    _c("config-too-deep", lambda ws: ((ws / "base" / "config.json").write_text(_nested(100000)), _convert(ws))[1],
+       1, "deeper than can be read"),
+    _c("config-list", lambda ws: ((ws / "base" / "config.json").write_text("[]"), _convert(ws))[1], 1,
+       "must hold a JSON object"),
+    _c("config-layers-string", lambda ws: (_edit_config(ws, num_hidden_layers="2"), _convert(ws))[1], 1,
+       "num_hidden_layers", "expected a positive integer"),
+    _c("config-kv-heads-zero", lambda ws: (_edit_config(ws, num_key_value_heads=0), _convert(ws))[1], 1,
+       "num_key_value_heads is 0"),
+    _c("config-hidden-negative", lambda ws: (_edit_config(ws, hidden_size=-64), _convert(ws))[1], 1,
+       "hidden_size is -64"),
+    _c("config-rope-string", lambda ws: (_edit_config(ws, rope_theta="big"), _convert(ws))[1], 1,
+       "rope_theta", "expected a number"),
+    _c("config-architectures-string", lambda ws: (_edit_config(ws, architectures=ARCH), _convert(ws))[1], 1,
+       "architectures", "expected a list"),
+    _c("config-unknown-architecture", lambda ws: (_edit_config(ws, architectures=["FooForCausalLM"]),
+                                                  _convert(ws))[1], 1, "no adapter for architecture 'FooForCausalLM'"),
+    _c("config-hidden-size-wrong", lambda ws: (_edit_config(ws, hidden_size=96, head_dim=16), _convert(ws))[1], 1,
+       "contradict config.json", "config.json implies"),
+    _c("config-vocab-wrong", lambda ws: (_edit_config(ws, vocab_size=300), _convert(ws))[1], 1,
+       "model.embed_tokens.weight has shape [251, 64]", "implies [300, 64]"),
+    _c("config-more-layers", lambda ws: (_edit_config(ws, num_hidden_layers=3), _convert(ws))[1], 1,
+       "not found"),
+    # -- tensors -------------------------------------------------------------------------------------
+    _c("tensor-int32", lambda ws: (_edit_weights(ws, lambda sd: sd.__setitem__(
+        "model.norm.weight", sd["model.norm.weight"].to(torch.int32))), _convert(ws))[1], 1,
+       "model.norm.weight is int32", "expected float32, float16 or bfloat16"),
+    _c("tensor-float64-auto", lambda ws: (_edit_weights(ws, lambda sd: sd.update(
+        {k: v.double() for k, v in sd.items()})), _edit_config(ws, torch_dtype="float64", dtype="float64"),
+        _convert(ws, "--dtype", "auto"))[2], 1, "float64"),
+    _c("tensor-nan", lambda ws: (_edit_weights(ws, lambda sd: sd["model.norm.weight"].__setitem__(0, float("nan"))),
+                                 _convert(ws))[1], 1, "NaN/Inf", "model.safetensors [model.norm.weight]"),
+    _c("tensor-extra", lambda ws: (_edit_weights(ws, lambda sd: sd.__setitem__("model.extra.weight", torch.ones(3))),
+                                   _convert(ws))[1], 1, "have no place", "model.extra.weight"),
+    _c("tensor-missing", lambda ws: (_edit_weights(ws, lambda sd: sd.pop("model.layers.1.mlp.up_proj.weight")),
+                                     _convert(ws))[1], 1, "model.layers.1.mlp.up_proj.weight", "not found"),
+    # -- heads -----------------------------------------------------------------------------------------
+    _c("heads-are-a-base", lambda ws: ["convert", "--model_dir", str(ws / "base"), "--medusa_model_dir",
+                                       str(ws / "base"), "--output_dir", str(ws / "out"), "--quiet"], 1,
+       "this is a base model", "--medusa_model_dir"),
+    _c("heads-wrong-hidden", lambda ws: (shutil.rmtree(ws / "heads"), save_heads(random_heads(32, V, num_heads=2),
+                                         ws / "heads", "fasterdecoding-safetensors"), _convert(ws))[2], 1,
+       "hidden"),
+    _c("heads-nan", lambda ws: (_edit_weights(ws, lambda sd: sd["0.0.linear.bias"].__setitem__(0, float("inf")),
+                                              "heads/medusa_lm_head.safetensors"), _convert(ws))[1], 1, "NaN/Inf"),
+    _c("heads-empty-dir", lambda ws: (shutil.rmtree(ws / "heads"), (ws / "heads").mkdir(), _convert(ws))[2], 1,
+       "no weights found"),
+    _c("heads-config-list", lambda ws: ((ws / "heads" / "config.json").write_text("[1]"), _convert(ws))[1], 1,
+       "must hold a JSON object"),
+    _c("heads-config-not-json", lambda ws: ((ws / "heads" / "config.json").write_text("{"), _convert(ws))[1], 1,
+       "is not valid JSON"),
+    _c("heads-token-map-negative", lambda ws: (_vllm_heads(ws, [-1] + list(range(1, 100))), _convert(ws))[1], 1,
+       "token id -1"),
+    _c("heads-token-map-beyond-vocab", lambda ws: (_vllm_heads(ws, list(range(99)) + [V]), _convert(ws))[1], 1,
+       f"token id {V}", "outside the vocabulary"),
+    _c("heads-token-map-duplicate", lambda ws: (_vllm_heads(ws, [5] + list(range(5, 104))), _convert(ws))[1], 1,
+       "twice"),
+    # -- flags ------------------------------------------------------------------------------------------
+    _c("workers-negative", lambda ws: _convert(ws, "--workers", "-3"), 1, "--workers -3"),
+    _c("tp-zero", lambda ws: _convert(ws, "--tp_size", "0"), 1, "parallel-size"),
+    _c("draft-len-zero", lambda ws: _convert(ws, "--max_medusa_token_len", "0"), 1, "must be positive"),
+    _c("tree-deeper-than-heads", lambda ws: _convert(ws, "--medusa_choices", "[[0],[0,0],[0,0,0],[0,0,0,0]]"), 1,
+       "tree-deeper-than-heads"),
+    _c("tree-file-too-deep", lambda ws: ((ws / "t.json").write_text(_nested(100000)),
+                                         ["tree", "--choices", f"@{ws / 't.json'}"])[1], 1, "deeper than can be read"),
+    _c("tree-file-fifo", lambda ws: (_fifo(ws / "t.json"), ["tree", "--choices", f"@{ws / 't.json'}"])[1], 1,
+       "is not a regular file"),
+    _c("tree-file-not-utf8", lambda ws: ((ws / "t.json").write_bytes(b"\xff\xfe"),
+                                         ["tree", "--choices", f"@{ws / 't.json'}"])[1], 1, "not UTF-8"),
+    _c("tree-top-k-zero", lambda ws: ["tree", "--choices", "[[0]]", "--top_k", "0"], 1, "positive integer"),
+    _c("verify-zero-tokens", lambda ws: _ckpt(ws) + ["--max_new_tokens", "0"], 1, "--max_new_tokens 0"),
+    _c("verify-config-missing-field", lambda ws: _ckpt(ws, vocab_size=None), 1, "lacks vocab_size"),
+    _c("verify-config-bad-mapping", lambda ws: _ckpt(ws, mapping={"tp_size": "x"}), 1, "not a valid"),
+    _c("verify-prompt-beyond-vocab", lambda ws: _ckpt(ws) + ["--prompt_ids", f"1,{V + 5}"], 1,
+       "outside the vocabulary"),
+    _c("build-config-not-json", lambda ws: ((ws / "c").mkdir(), (ws / "c" / "config.json").write_text("nope"),
+                                            ["build", "--checkpoint_dir", str(ws / "c")])[2], 1,
+       "is not valid JSON"),
+    _c("demo-architecture-typo", lambda ws: ["demo", "--workdir", str(ws / "d"), "--architecture", "Qwen9"], 1,
+       "has no tiny demo model", "Qwen2ForCausalLM"),
+    _c("demo-foreign-workdir", lambda ws: ["demo", "--workdir", str(ws / "heads")], 1,
+       "was not made by the demo"),
+    _c("check-prompt-beyond-vocab", lambda ws: ["check", "--model_dir", str(ws / "base"), "--prompt_ids", "999999"],
+       1, "outside the vocabulary"),
+]
+
+
+def _digest(root: Path) -> dict[str, str]:
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            p = Path(dirpath) / f
+            if p.is_fifo() or "out" in p.relative_to(root).parts[:1]:
+                continue
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "-"
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input(ws, case, capsys, monkeypatch):
+    monkeypatch.chdir(ws)
+    argv = case.setup(ws)
+    capsys.readouterr()
+    inputs = {k: v for k, v in _digest(ws).items() if not k.startswith(("ck/", "out/"))}
+    out = Path(argv[argv.index("--output_dir") + 1]) if "--output_dir" in argv else None
+    out_before = sorted(p.name for p in out.iterdir()) if out is not None and out.is_dir() else None
+    out_existed = out is not None and (out.exists() or out.is_symlink())
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == case.code, err
+    assert "Traceback" not in err
+    for s in case.says:
+        assert s in err, (s, err)
+    if case.code:
+        assert err.startswith("error:") and ("fix:" in err or "[" in err), err
+    after = {k: v for k, v in _digest(ws).items() if k in inputs}
+    assert after == inputs  # every input byte-identical
+    if case.code and out is not None:  # a failed convert leaves the output as it found it
+        assert (out.exists() or out.is_symlink()) == out_existed
+        assert (sorted(p.name for p in out.iterdir()) if out.is_dir() else None) == out_before
+        assert not list(ws.glob(".*partial*")) and not list(ws.glob(".*.lock"))
+
+
+def test_at_least_sixty_hostile_cases():
+    assert len(CASES) >= 60 and len({c.id for c in CASES}) == len(CASES)
+
+
+# -- environment faults, in process -------------------------------------------------------------------
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EROFS", "EACCES", "EBUSY"])
+def test_write_faults_are_one_message_and_leave_nothing(ws, capsys, monkeypatch, errno_name):
+    import errno
+
+    from trtllm_medusa_ports import checkpoint
+
+    def failing(*a, **k):
+        raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+
+    monkeypatch.setattr(checkpoint.os, "pwrite", failing)
+    rc = main(_convert(ws))
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and os.strerror(getattr(errno, errno_name)) in err
+    assert not (ws / "out").exists() and not list(ws.glob(".out.partial-*"))
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_lock(ws, capsys):
+    import fcntl
+
+    lock = os.open(ws / ".out.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        assert main(_convert(ws)) == 1
+        assert "another trtllm-medusa convert is writing this directory" in capsys.readouterr().err
+        assert not (ws / "out").exists()
+    finally:
+        os.close(lock)
+
+
+def test_stale_partial_directories_are_removed_and_umask_followed(ws):
+    stale = ws / ".out.partial-dead"
+    stale.mkdir()
+    (stale / "rank0.safetensors").write_bytes(b"x" * 100)
+    old = os.umask(0o022)
+    try:
+        assert main(_convert(ws)) == 0
+    finally:
+        os.umask(old)
+    assert not stale.exists() and (ws / "out" / "config.json").is_file()
+    assert (ws / "out").stat().st_mode & 0o777 == 0o755
+
+
+def test_overwrite_swaps_atomically(ws):
+    assert main(_convert(ws)) == 0
+    before = (ws / "out" / "config.json").stat().st_ino
+    assert main(_convert(ws, "--overwrite")) == 0
+    assert (ws / "out" / "config.json").stat().st_ino != before
+    assert [p.name for p in ws.iterdir() if p.name.startswith(".out")] == []
+
+
+def test_demo_clears_only_what_it_made(tmp_path):
+    from trtllm_medusa_ports.demo import MARKER
+
+    work = tmp_path / "demo"
+    work.mkdir()
+    (work / MARKER).write_text("")
+    (work / "base").mkdir()
+    (work / "notes.txt").write_text("mine")
+    with pytest.raises(PortError, match="has no tiny demo model"):
+        from trtllm_medusa_ports.demo import run_demo
+
+        run_demo(work, quiet=True, architecture="Nope")
+    assert (work / "base").is_dir() and (work / "notes.txt").read_text() == "mine"
+
+
+# -- properties -------------------------------------------------------------------------------------------
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=200))
+def test_safetensors_reader_on_random_bytes(tmp_path, data):
+    p = tmp_path / "x.safetensors"
+    p.write_bytes(data)
+    try:
+        read_safetensors(p, PortError)
+    except PortError:
+        pass
+
+
+_entry = st.fixed_dictionaries({
+    "dtype": st.sampled_from(["F32", "F16", "BF16", "I8", "X", 3]),
+    "shape": st.lists(st.one_of(st.integers(-2, 4), st.booleans(), st.text(max_size=1)), max_size=3),
+    "data_offsets": st.lists(st.one_of(st.integers(-8, 64), st.text(max_size=1)), min_size=0, max_size=3),
+})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.text(min_size=1, max_size=3), _entry, max_size=4), st.integers(0, 64))
+def test_safetensors_reader_on_valid_looking_headers(tmp_path, header, data_len):
+    """A clean error, or tensors whose bytes lie inside the file, never overlap, and load."""
+    p = tmp_path / "x.safetensors"
+    _raw_safetensors(p, _header(header), bytes(range(data_len % 256)) * 1)
+    try:
+        tensors = read_safetensors(p, PortError)
+    except PortError:
+        return
+    spans = sorted((header[n]["data_offsets"][0], header[n]["data_offsets"][1]) for n in tensors)
+    assert all(e0 <= b1 or b1 == e1 for (_, e0), (b1, e1) in zip(spans, spans[1:], strict=False))
+    for t in tensors.values():
+        assert tuple(t.load().shape) == t.shape
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_tree_parser_on_random_text(text):
+    try:
+        paths = parse_choices(text)
+    except PortError:
+        return
+    assert all(isinstance(p, list) and p and all(isinstance(v, int) for v in p) for p in paths)
+    validate_choices(paths)
