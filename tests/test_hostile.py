@@ -284,6 +284,7 @@ CASES = [
     _c("tree-file-not-utf8", lambda ws: ((ws / "t.json").write_bytes(b"\xff\xfe"),
                                          ["tree", "--choices", f"@{ws / 't.json'}"])[1], 1, "not UTF-8"),
     _c("tree-top-k-zero", lambda ws: ["tree", "--choices", "[[0]]", "--top_k", "0"], 1, "positive integer"),
+    _c("tree-top-k-huge", lambda ws: ["tree", "--choices", "[[0],[1]]", "--top_k", "1000000000000"], 0),
     _c("verify-zero-tokens", lambda ws: _ckpt(ws) + ["--max_new_tokens", "0"], 1, "--max_new_tokens 0"),
     _c("verify-config-missing-field", lambda ws: _ckpt(ws, vocab_size=None), 1, "lacks vocab_size"),
     _c("verify-config-bad-mapping", lambda ws: _ckpt(ws, mapping={"tp_size": "x"}), 1, "not a valid"),
