@@ -15,77 +15,17 @@ from pathlib import Path
 
 import torch
 
+
+def _tiny_configs() -> dict[str, dict]:
+    """The tiny config each family's adapter declares (``tiny_config``), by HF architecture."""
+    from trtllm_medusa_ports.archs import registry
+
+    return {cls.hf_architectures[0]: cls.tiny_config for cls in dict.fromkeys(registry().values())
+            if cls.__dict__.get("tiny_config")}
+
+
 #: tiny configs per HF architecture: small enough for CPU tests, shaped like the real thing
-TINY_CONFIGS: dict[str, dict] = {
-    "LlamaForCausalLM": dict(
-        model_type="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, vocab_size=251, max_position_embeddings=256,
-        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-    ),
-    "MistralForCausalLM": dict(
-        model_type="mistral", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=1, vocab_size=256, max_position_embeddings=256,
-        rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False,
-    ),
-    "Qwen2ForCausalLM": dict(
-        model_type="qwen2", hidden_size=224, intermediate_size=192, num_hidden_layers=2,
-        num_attention_heads=14, num_key_value_heads=2, vocab_size=263, max_position_embeddings=256,
-        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, head_dim=64,
-        # group size 7 with head size 64, as in Qwen2-0.5B (Qwen2-7B: 28 / 4 heads of 128); a group
-        # size that does not divide 64 needs a precompiled XQA head size (compat gqa-group-size)
-    ),
-    "Qwen3ForCausalLM": dict(
-        model_type="qwen3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
-        max_position_embeddings=256, rope_theta=1000000.0, tie_word_embeddings=False,
-    ),
-    "GemmaForCausalLM": dict(
-        model_type="gemma", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=1, head_dim=32, vocab_size=256,
-        max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh",
-    ),
-    "Gemma2ForCausalLM": dict(
-        model_type="gemma2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
-        max_position_embeddings=256, query_pre_attn_scalar=32, sliding_window=128,
-        attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
-    ),
-    "Gemma3ForCausalLM": dict(
-        model_type="gemma3_text", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
-        max_position_embeddings=256, query_pre_attn_scalar=32, sliding_window=128,
-        layer_types=["sliding_attention", "full_attention"], _sliding_window_pattern=2,
-    ),
-    "Phi3ForCausalLM": dict(
-        model_type="phi3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
-        pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
-    ),
-    "PhiForCausalLM": dict(
-        model_type="phi", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, vocab_size=256, max_position_embeddings=256, partial_rotary_factor=0.5,
-    ),
-    "GPTNeoXForCausalLM": dict(
-        model_type="gpt_neox", hidden_size=64, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, vocab_size=256, max_position_embeddings=256, rotary_pct=0.25,
-        bos_token_id=0, eos_token_id=0,
-    ),
-    "FalconForCausalLM": dict(
-        model_type="falcon", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-        vocab_size=256, multi_query=True, parallel_attn=True, bias=False, alibi=False,
-        new_decoder_architecture=False, bos_token_id=0, eos_token_id=0,
-    ),
-    "Starcoder2ForCausalLM": dict(
-        model_type="starcoder2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
-        use_bias=True, bos_token_id=0, eos_token_id=0,
-    ),
-    "BloomForCausalLM": dict(model_type="bloom", hidden_size=64, n_layer=2, n_head=4, vocab_size=256),
-    "MptForCausalLM": dict(
-        model_type="mpt", d_model=64, n_layers=2, n_heads=4, vocab_size=256, max_seq_len=256,
-        attn_config={"alibi": True, "alibi_bias_max": 8},
-    ),
-}
+TINY_CONFIGS: dict[str, dict] = _tiny_configs()
 
 
 def tiny_config(architecture: str, **overrides):

@@ -1,18 +1,8 @@
 """Base-model family adapters; importing this package registers every family."""
 
-from trtllm_medusa_ports.archs import (  # noqa: F401  (registration side effects)
-    bloom,
-    falcon,
-    gemma,
-    gptneox,
-    llama,
-    mpt,
-    phi,
-    phi3,
-    qwen2,
-    qwen3,
-    starcoder2,
-)
+import importlib
+import pkgutil
+
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
     Semantics,
@@ -36,3 +26,8 @@ __all__ = [
     "registry",
     "supported_architectures",
 ]
+
+# Every module of this package but base.py is a family; importing it registers it.
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name != "base":
+        importlib.import_module(f"{__name__}.{_module.name}")

@@ -197,6 +197,9 @@ class ArchAdapter:
     #: short family name, also ``--model_type`` and the HF ``model_type`` values it accepts
     family: ClassVar[str] = ""
     model_types: ClassVar[tuple[str, ...]] = ()
+    #: a tiny random model of the family (Hugging Face config kwargs with ``model_type``), declared by
+    #: the class that serves ``hf_architectures[0]``; tests and the demo build it
+    tiny_config: ClassVar[dict | None] = None
     #: TensorRT-LLM 1.2.x class the engine derives from (tensorrt_llm/models/__init__.py MODEL_MAP)
     trtllm_base_class: ClassVar[str] = ""
     #: True when upstream MedusaForCausalLM (tensorrt_llm/models/medusa/model.py) builds this base

@@ -15,6 +15,7 @@ LayerNorms with bias; plain GELU MLP; lm_head = the word embeddings.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
@@ -35,6 +36,8 @@ class BloomAdapter(ArchAdapter):
     hf_architectures = ("BloomForCausalLM",)
     family = "bloom"
     model_types = ("bloom",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(model_type="bloom", hidden_size=64, n_layer=2, n_head=4, vocab_size=256)
     trtllm_base_class = "BloomForCausalLM"
     trtllm_module = "bloom"
     engine_pipeline_parallel = False  # tensorrt_llm/models/bloom/model.py: no send/recv between stages

@@ -14,6 +14,7 @@ Upstream's Falcon layers do not pass ``spec_decoding_params`` to attention.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
@@ -34,6 +35,12 @@ class FalconAdapter(ArchAdapter):
     hf_architectures = ("FalconForCausalLM", "RWForCausalLM")
     family = "falcon"
     model_types = ("falcon", "RefinedWeb", "RefinedWebModel")
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="falcon", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=256, multi_query=True, parallel_attn=True, bias=False, alibi=False,
+        new_decoder_architecture=False, bos_token_id=0, eos_token_id=0,
+    )
     trtllm_base_class = "FalconForCausalLM"
     trtllm_module = "falcon"
 

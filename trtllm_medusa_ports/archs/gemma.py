@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import Semantics, WeightRule, plus_one, register
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
@@ -33,6 +34,12 @@ class GemmaAdapter(LlamaAdapter):
     hf_architectures = ("GemmaForCausalLM",)
     family = "gemma"
     model_types = ("gemma",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="gemma", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=32, vocab_size=256,
+        max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh",
+    )
     trtllm_base_class = "GemmaForCausalLM"
     trtllm_module = "gemma"
     upstream_medusa_base = False
@@ -79,6 +86,13 @@ class Gemma2Adapter(GemmaAdapter):
     hf_architectures = ("Gemma2ForCausalLM",)
     family = "gemma2"
     model_types = ("gemma2",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="gemma2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
+        max_position_embeddings=256, query_pre_attn_scalar=32, sliding_window=128,
+        attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+    )
     float16_unsafe = True  # Gemma 2/3: bfloat16 models, hidden states of 1e5 (Gemma 3 inherits)
 
     def trtllm_config(self, hf: HFConfig) -> dict:
@@ -112,6 +126,13 @@ class Gemma3Adapter(Gemma2Adapter):
     hf_architectures = ("Gemma3ForCausalLM",)
     family = "gemma3"
     model_types = ("gemma3_text", "gemma3")
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="gemma3_text", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
+        max_position_embeddings=256, query_pre_attn_scalar=32, sliding_window=128,
+        layer_types=["sliding_attention", "full_attention"], _sliding_window_pattern=2,
+    )
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)

@@ -13,6 +13,7 @@ Upstream's GPT-NeoX layers do not pass ``spec_decoding_params`` to attention.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
@@ -33,6 +34,12 @@ class GPTNeoXAdapter(ArchAdapter):
     hf_architectures = ("GPTNeoXForCausalLM",)
     family = "gpt_neox"
     model_types = ("gpt_neox", "gptneox")
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="gpt_neox", hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, vocab_size=256, max_position_embeddings=256, rotary_pct=0.25,
+        bos_token_id=0, eos_token_id=0,
+    )
     trtllm_base_class = "GPTNeoXForCausalLM"
     trtllm_module = "gptneox"
     engine_pipeline_parallel = False  # tensorrt_llm/models/gptneox/model.py: no send/recv between stages

@@ -9,6 +9,8 @@ from HF (we read it), tied embeddings -> lm_head copied from embed_tokens.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from trtllm_medusa_ports.archs.base import ArchAdapter, WeightRule, qkv_rule, register
 from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
@@ -21,6 +23,12 @@ class LlamaAdapter(ArchAdapter):
     hf_architectures = ("LlamaForCausalLM",)
     family = "llama"
     model_types = ("llama",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=251, max_position_embeddings=256,
+        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+    )
     trtllm_base_class = "LLaMAForCausalLM"
     trtllm_module = "llama"
     upstream_medusa_base = True
@@ -83,6 +91,12 @@ class MistralAdapter(LlamaAdapter):
     hf_architectures = ("MistralForCausalLM",)
     family = "mistral"
     model_types = ("mistral",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="mistral", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, vocab_size=256, max_position_embeddings=256,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False,
+    )
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)

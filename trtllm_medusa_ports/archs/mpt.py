@@ -16,6 +16,7 @@ from transformers by construction.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, WeightRule, fused_qkv, register
 from trtllm_medusa_ports.hf_model import HFConfig
@@ -29,6 +30,11 @@ class MPTAdapter(ArchAdapter):
     hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
     family = "mpt"
     model_types = ("mpt",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="mpt", d_model=64, n_layers=2, n_heads=4, vocab_size=256, max_seq_len=256,
+        attn_config={"alibi": True, "alibi_bias_max": 8},
+    )
     trtllm_base_class = "MPTForCausalLM"
     trtllm_module = "mpt"
     engine_pipeline_parallel = False  # tensorrt_llm/models/mpt/model.py: no send/recv between stages

@@ -10,6 +10,7 @@ Upstream's Phi layers do not pass ``spec_decoding_params`` to attention.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
@@ -30,6 +31,11 @@ class PhiAdapter(ArchAdapter):
     hf_architectures = ("PhiForCausalLM",)
     family = "phi"
     model_types = ("phi",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="phi", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, vocab_size=256, max_position_embeddings=256, partial_rotary_factor=0.5,
+    )
     trtllm_base_class = "PhiForCausalLM"
     trtllm_module = "phi"
     engine_pipeline_parallel = False  # tensorrt_llm/models/phi/model.py: no send/recv between stages

@@ -11,6 +11,7 @@ Upstream's Phi-3 layers do not pass ``spec_decoding_params`` to attention.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import torch
 
@@ -32,6 +33,12 @@ class Phi3Adapter(LlamaAdapter):
     hf_architectures = ("Phi3ForCausalLM",)
     family = "phi3"
     model_types = ("phi3",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="phi3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    )
     trtllm_base_class = "Phi3ForCausalLM"
     trtllm_module = "phi3"
     engine_pipeline_parallel = False  # tensorrt_llm/models/phi3/model.py: no send/recv between stages

@@ -6,6 +6,8 @@ engine class is ``QWenForCausalLM`` with ``qwen_type`` (tensorrt_llm/models/qwen
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from trtllm_medusa_ports.archs.base import register
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.hf_model import HFConfig
@@ -16,6 +18,14 @@ class Qwen2Adapter(LlamaAdapter):
     hf_architectures = ("Qwen2ForCausalLM",)
     family = "qwen2"
     model_types = ("qwen2",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="qwen2", hidden_size=224, intermediate_size=192, num_hidden_layers=2,
+        num_attention_heads=14, num_key_value_heads=2, vocab_size=263, max_position_embeddings=256,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, head_dim=64,
+        # group size 7 with head size 64, as in Qwen2-0.5B (Qwen2-7B: 28 / 4 heads of 128); a group
+        # size that does not divide 64 needs a precompiled XQA head size (compat gqa-group-size)
+    )
     trtllm_base_class = "QWenForCausalLM"
     trtllm_module = "qwen"
     upstream_medusa_base = True  # MedusaConfig picks QWenConfig when model_type contains "qwen"

@@ -10,6 +10,7 @@ architecture name and are built by ``trtllm-medusa build`` (never silently wrong
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import Semantics, WeightRule, register
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
@@ -23,6 +24,12 @@ class Qwen3Adapter(Qwen2Adapter):
     hf_architectures = ("Qwen3ForCausalLM",)
     family = "qwen3"
     model_types = ("qwen3",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="qwen3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
+        max_position_embeddings=256, rope_theta=1000000.0, tie_word_embeddings=False,
+    )
     upstream_medusa_base = False
 
     def attn_bias(self, hf: HFConfig) -> bool:

@@ -10,6 +10,7 @@ to attention, but upstream Medusa cannot wrap a GPT base.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import Semantics, WeightRule, linear_rules, qkv_rule, register
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
@@ -24,6 +25,12 @@ class Starcoder2Adapter(LlamaAdapter):
     hf_architectures = ("Starcoder2ForCausalLM",)
     family = "starcoder2"
     model_types = ("starcoder2",)
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="starcoder2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
+        use_bias=True, bos_token_id=0, eos_token_id=0,
+    )
     trtllm_base_class = "GPTForCausalLM"
     trtllm_module = "gpt"
     upstream_medusa_base = False
