@@ -326,6 +326,22 @@ def test_cli_convert_and_flags(tmp_path, qwen2_base, qwen2_heads, capsys):
     assert not (tmp_path / "q").exists()
 
 
+def test_one_spelling_per_concept_and_upstreams_extra_flags(tmp_path, qwen2_base, qwen2_heads, capsys):
+    args = ["convert", "--model_dir", str(qwen2_base), "--medusa_model_dir", str(qwen2_heads), "--quiet"]
+    assert main(args + ["--output_dir", str(tmp_path / "a"), "--max_draft_len", "17", "--convert-model-on-cpu"]) == 0
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert cfg["max_draft_len"] == 17 and cfg["dtype"] == "float16"  # upstream's default dtype
+    for flag, reason in (("--use_embedding_sharding", "sharing the embedding table with lm_head"),
+                         ("--storage-type", "a storage dtype other than --dtype"),
+                         ("--dataset-cache-dir", "calibration")):
+        assert main(args + ["--output_dir", str(tmp_path / "b"), flag, "x"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{flag}: {reason} is not supported yet" in err
+    assert not (tmp_path / "b").exists()
+    # tree takes check's spellings too
+    assert main(["tree", "--medusa_choices", "[[0],[1]]", "--num_medusa_heads", "1", "--max_draft_len", "2"]) == 0
+
+
 def test_dropin_script(tmp_path, qwen2_base, qwen2_heads):
     import subprocess
     import sys

@@ -26,6 +26,9 @@ _NOT_SUPPORTED = {
     "--calib_dataset": "calibration",
     "--meta_ckpt_dir": "Meta (params.json) checkpoints",
     "--group_size": "group-wise quantization",
+    "--dataset-cache-dir": "calibration",
+    "--storage-type": "a storage dtype other than --dtype",
+    "--use_embedding_sharding": "sharing the embedding table with lm_head",
 }
 #: upstream flags that override config.json values; we always read config.json
 _FROM_CONFIG = ("--vocab_size", "--n_positions", "--n_layer", "--hidden_act", "--rotary_base", "--rotary_scaling")
@@ -35,12 +38,15 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
     p.add_argument("--medusa_model_dir", required=True, help="Medusa heads (any layout; see inspect-heads)")
     p.add_argument("--output_dir", default="tllm_checkpoint", help="TensorRT-LLM checkpoint to write")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    p.add_argument("--dtype", default="float16", choices=["auto", "float32", "float16", "bfloat16"],
+                   help="checkpoint dtype (default float16 as upstream's Medusa script; auto = the base's own)")
     p.add_argument("--tp_size", type=int, default=1)
     p.add_argument("--pp_size", type=int, default=1)
     p.add_argument("--num_medusa_heads", type=int, default=None, help="default: read from the heads")
     p.add_argument("--num_medusa_layers", type=int, default=None, help="default: read from the heads")
-    p.add_argument("--max_medusa_token_len", type=int, default=63, help="written as max_draft_len")
+    p.add_argument("--max_draft_len", "--max_medusa_token_len", dest="max_medusa_token_len", type=int, default=63,
+                   help="tree nodes per step, written as max_draft_len (upstream's convert script: "
+                   "--max_medusa_token_len)")
     p.add_argument("--model_type", default=None, help="family (llama, mistral, qwen2, ...); default: from config.json")
     p.add_argument("--workers", type=int, default=1, help="threads converting tensors in parallel")
     p.add_argument("--use_parallel_embedding", action="store_true")
@@ -54,7 +60,8 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--load_by_shard", action="store_true", help="accepted; loading is always lazy and per tensor")
-    p.add_argument("--load_model_on_cpu", "--load-model-on-cpu", action="store_true", help="accepted; always on CPU")
+    p.add_argument("--load_model_on_cpu", "--load-model-on-cpu", "--convert-model-on-cpu", "--convert_model_on_cpu",
+                   action="store_true", help="accepted; conversion always runs on the CPU")
     for flag in list(_NOT_SUPPORTED) + list(_FROM_CONFIG):
         p.add_argument(flag, nargs="*", default=None, help=argparse.SUPPRESS)
 
@@ -63,12 +70,14 @@ def run_convert(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.convert import ConvertOptions, convert
 
     for flag, what in _NOT_SUPPORTED.items():
-        if getattr(args, flag.lstrip("-")) is not None:
-            print(f"error: {flag}: {what} is not supported yet by trtllm-medusa-ports; "
-                  "convert without it (quantize with TensorRT-LLM's own tools later)", file=sys.stderr)
+        if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
+            hint = ("quantize with TensorRT-LLM's own tools later" if "quant" in what or "calibration" in what
+                    or "SmoothQuant" in what or "KV cache" in what else "lm_head and every tensor are written in --dtype")
+            print(f"error: {flag}: {what} is not supported yet by trtllm-medusa-ports; convert without it ({hint})",
+                  file=sys.stderr)
             return 2
     for flag in _FROM_CONFIG:
-        if getattr(args, flag.lstrip("-")) is not None:
+        if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
             print(f"error: {flag} is not supported: the value is read from {args.model_dir}/config.json "
                   "(edit that file if it is wrong)", file=sys.stderr)
             return 2
@@ -261,11 +270,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("inspect-heads", help="read a Medusa head checkpoint of any layout")
+    s.set_defaults(func=run_inspect_heads)
     s.add_argument("path")
     s.add_argument("--json", action="store_true")
     s.add_argument("--no_data_check", action="store_true", help="skip the NaN/Inf scan (headers only)")
 
     s = sub.add_parser("tree", help="parse and validate medusa_choices; print TensorRT-LLM's buffers")
+    s.set_defaults(func=run_tree)
     s.add_argument("--choices", "--medusa_choices", dest="choices", help="preset name, @file, or JSON list of paths")
     s.add_argument("--num_heads", "--num_medusa_heads", dest="num_heads", type=int, default=None,
                    help="head count: a deeper preset is pruned to it, a deeper written-out tree refused")
@@ -275,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("check", help="can TensorRT-LLM serve Medusa on this base (and heads, tree, parallelism)?")
+    s.set_defaults(func=run_check)
     s.add_argument("--model_dir", required=True)
     s.add_argument("--medusa_model_dir", default=None)
     s.add_argument("--medusa_choices", default=None)
@@ -287,9 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("convert", help="HF base + Medusa heads -> TensorRT-LLM checkpoint")
+    s.set_defaults(func=run_convert)
     add_convert_args(s)
 
     s = sub.add_parser("verify", help="prove parity and greedy equivalence of a checkpoint on CPU")
+    s.set_defaults(func=run_verify)
     s.add_argument("--model_dir", required=True)
     s.add_argument("--checkpoint_dir", required=True)
     s.add_argument("--medusa_choices", default=None, help="default: mc_sim_7b_63 cut to the heads' depth")
@@ -301,9 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 
     s = sub.add_parser("build", help="trtllm-build with our architectures registered (needs tensorrt_llm)")
+    s.set_defaults(func=run_build)
     s.add_argument("--checkpoint_dir", required=True)
 
     s = sub.add_parser("demo", help="the end-to-end job on a small synthetic non-Llama base, offline")
+    s.set_defaults(func=run_demo)
     s.add_argument("--workdir", default="demo-output")
     s.add_argument("--architecture", default="Qwen2ForCausalLM")
     s.add_argument("--quiet", action="store_true")
@@ -326,24 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args, rest = parser.parse_args(argv), []
     try:
-        if args.command == "inspect-heads":
-            return run_inspect_heads(args)
-        if args.command == "tree":
-            return run_tree(args)
-        if args.command == "check":
-            return run_check(args)
-        if args.command == "convert":
-            return run_convert(args)
-        if args.command == "verify":
-            return run_verify(args)
-        if args.command == "build":
-            return run_build(args, rest)
-        if args.command == "demo":
-            return run_demo(args)
+        return args.func(args, rest) if args.command == "build" else args.func(args)
     except PortError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted; nothing was left half-written", file=sys.stderr)
         return 130
-    return 2
