@@ -244,6 +244,17 @@ def stage_forward(model, input_ids, hidden_states, use_cache, **layer_kwargs):
     return (hidden_states, presents) if use_cache else hidden_states
 
 
+def prenorm_block(layer, hidden_states, use_cache, **attention_kwargs):
+    """The sequential pre-norm body of the LLaMA, QWen, GPT, Gemma, Phi-3, Bloom and MPT decoder
+    layers: ``h + attention(input_layernorm(h))``, then ``+ mlp(post_layernorm(.))``; with a cache
+    the attention returns ``(out, present)`` and so does the layer."""
+    out = layer.attention(layer.input_layernorm(hidden_states), use_cache=use_cache, **attention_kwargs)
+    out, present = out if use_cache else (out, None)
+    hidden_states = hidden_states + out
+    hidden_states = hidden_states + layer.mlp(layer.post_layernorm(hidden_states))
+    return (hidden_states, present) if use_cache else hidden_states
+
+
 def lm_head_for(config, bias=False, every_stage=False):
     """``ColumnLinear(hidden, pad_vocab_size(vocab, tp), gather_output=True)``; families with
     pipeline stages build it on the last one only."""

@@ -10,7 +10,7 @@ Attention call is written here with the keyword-only 1.x signature.
 
 from ...layers import MLP, Attention, AttentionMaskType, Embedding, LayerNorm
 from ...module import Module
-from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, lm_head_for
+from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, lm_head_for, prenorm_block
 
 
 class BloomDecoderLayer(Module):
@@ -29,12 +29,9 @@ class BloomDecoderLayer(Module):
 
     def forward(self, hidden_states, attention_mask=None, use_cache=False, kv_cache_params=None,
                 attention_params=None):
-        out = self.attention(self.input_layernorm(hidden_states), attention_mask=attention_mask, use_cache=use_cache,
-                             kv_cache_params=kv_cache_params, attention_params=attention_params)
-        out, present = out if use_cache else (out, None)
-        hidden_states = hidden_states + out
-        hidden_states = hidden_states + self.mlp(self.post_layernorm(hidden_states))
-        return (hidden_states, present) if use_cache else hidden_states
+        return prenorm_block(self, hidden_states, use_cache,
+                             attention_mask=attention_mask, kv_cache_params=kv_cache_params,
+                             attention_params=attention_params)
 
 
 class BloomModel(Module):

@@ -8,6 +8,7 @@ from ..modeling_utils import (
     DecoderModelForCausalLM,
     PretrainedConfig,
     lm_head_for,
+    prenorm_block,
     stage_forward,
 )
 
@@ -45,13 +46,10 @@ class LLaMADecoderLayer(Module):
     def forward(self, hidden_states, attention_mask=None, use_cache=False, spec_decoding_params=None,
                 kv_cache_params=None, attention_params=None, lora_layer_params=None,
                 next_layer_input_layernorm_args=None):
-        out = self.attention(self.input_layernorm(hidden_states), attention_mask=attention_mask, use_cache=use_cache,
-                             spec_decoding_params=spec_decoding_params, kv_cache_params=kv_cache_params,
-                             attention_params=attention_params, lora_layer_params=lora_layer_params)
-        out, present = out if use_cache else (out, None)
-        hidden_states = hidden_states + out
-        hidden_states = hidden_states + self.mlp(self.post_layernorm(hidden_states))
-        return (hidden_states, present) if use_cache else hidden_states
+        return prenorm_block(self, hidden_states, use_cache,
+                             attention_mask=attention_mask, spec_decoding_params=spec_decoding_params,
+                             kv_cache_params=kv_cache_params, attention_params=attention_params,
+                             lora_layer_params=lora_layer_params)
 
 
 class LLaMAModel(Module):
