@@ -231,18 +231,17 @@ def test_convert_stops_on_errors_before_writing(tmp_path, qwen2_base, qwen2_head
 
 
 def test_every_rule_is_documented():
-    import re
+    """The ids come from the registry; a Finding with an id outside it cannot be made."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    sources = (root / "trtllm_medusa_ports" / "compat.py").read_text()
-    sources += (root / "trtllm_medusa_ports" / "engine" / "build.py").read_text()
-    rules = set(re.findall(r'Finding\(\s*"([a-z0-9-]+)"', sources))
-    rules |= set(re.findall(r'Finding\("([a-z0-9-]+)"', sources))
-    assert {"alibi-position-embedding", "unsupported-architecture", "tree-deeper-than-heads"} <= rules
-    doc = (root / "docs" / "compatibility-rules.md").read_text()
-    missing = sorted(r for r in rules if f"`{r}`" not in doc)
+    from trtllm_medusa_ports.compat import RULES, Finding
+
+    assert {"alibi-position-embedding", "xqa-head-size", "engine-class-limit", "tree-deeper-than-heads"} <= RULES
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "compatibility-rules.md").read_text()
+    missing = sorted(r for r in RULES if f"`{r}`" not in doc)
     assert not missing, missing
+    with pytest.raises(AssertionError, match="unregistered rule id"):
+        Finding("no-such-rule", "error", "m", "f")
 
 
 def test_gpt_neox_mlp_width_and_epsilon(tmp_path):
@@ -318,3 +317,19 @@ def test_q_scaling_is_an_error_only_on_the_precompiled_path(tmp_path):
     assert next(f for f in findings if f.rule == "attention-scale").severity == "warning"
     _, findings = check(write(tmp_path, dict(LLAMA, attention_multiplier=1.0), "one"))
     assert "attention-scale" not in rules(findings)
+
+
+def test_check_reads_weight_headers_against_config(tmp_path):
+    import shutil
+
+    from conftest import tiny_base
+
+    base = tmp_path / "b"
+    shutil.copytree(tiny_base(tmp_path, "LlamaForCausalLM"), base)
+    _, findings = check(base)
+    assert "weights-config-mismatch" not in rules(findings)
+    cfg = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps(dict(cfg, vocab_size=300)))
+    _, findings = check(base)
+    f = next(f for f in findings if f.rule == "weights-config-mismatch")
+    assert f.severity == "error" and "implies [300, 64]" in f.message

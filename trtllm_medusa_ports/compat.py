@@ -16,13 +16,15 @@ Upstream facts behind the rules (TensorRT-LLM 1.2.x):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trtllm_medusa_ports.archs.base import ArchAdapter, adapter_for, supported_architectures
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.hf_model import HFConfig, HFModel
+from trtllm_medusa_ports.lazy_tensors import weight_files
 from trtllm_medusa_ports.tree import (
     DEFAULT_TOP_K,
     resolve_choices,
@@ -42,6 +44,18 @@ _ROPE_ALIASES = {"su": "longrope"}
 XQA_PRECOMPILED_HEAD_SIZES = (64, 128)
 
 
+#: every rule id a finding may carry (docs/compatibility-rules.md documents each; a test checks it)
+RULES: set[str] = {
+    "alibi-position-embedding", "unsupported-architecture", "invalid-config", "heads-unreadable",
+    "float16-range", "dtype-float32", "decoding-greedy-only", "not-medusa", "weights-config-mismatch",
+    "tree-invalid", "tree-index-range", "tree-pruned", "tree-deeper-than-heads", "tree-too-many-nodes",
+    "tree-depth1-gaps", "parallel-size", "tp-attention-heads", "tp-kv-heads", "tp-kv-replication",
+    "tp-intermediate-size", "tp-hidden-size", "tp-embedding", "vocab-padding", "pp-layers",
+    "engine-pipeline-parallel",
+    "heads-checkpoint", "heads-count", "heads-dtype", "heads-hidden-size", "heads-truncated-vocab", "heads-vocab-size",
+}
+
+
 @dataclass(frozen=True)
 class Finding:
     rule: str
@@ -51,6 +65,10 @@ class Finding:
     #: errors that --allow_unsupported may override (the checkpoint can be written, but
     #: TensorRT-LLM would not serve it correctly); structural errors are never overridable
     overridable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise AssertionError(f"finding with unregistered rule id {self.rule!r}")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -144,6 +162,33 @@ def _custom_q_scaling(hf: HFConfig, head_size: int) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class BaseFacts:
+    """What every base-model rule reads: the config, its adapter and the attention shape."""
+
+    hf: HFConfig
+    adapter: ArchAdapter
+    head_size: int
+    heads: int
+    kv: int
+
+
+#: base-model rules in the order they report; each takes :class:`BaseFacts`
+_BASE_RULES: list[Callable[[BaseFacts], list[Finding]]] = []
+
+
+def base_rule(*ids: str) -> Callable:
+    """Register a base-model rule function producing findings with these rule ids."""
+
+    def deco(fn: Callable[[BaseFacts], list[Finding]]) -> Callable[[BaseFacts], list[Finding]]:
+        for rule_id in ids:
+            RULES.add(rule_id)
+        _BASE_RULES.append(fn)
+        return fn
+
+    return deco
+
+
 def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
     out: list[Finding] = []
     reason = alibi_reason(hf)
@@ -163,12 +208,18 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
             )
         return out
     try:
-        head_size = adapter.head_size(hf)
-        heads = adapter.num_heads(hf)
-        kv = adapter.num_kv_heads(hf)
+        facts = BaseFacts(hf, adapter, adapter.head_size(hf), adapter.num_heads(hf), adapter.num_kv_heads(hf))
     except PortError as exc:
         out.append(Finding("invalid-config", ERROR, exc.what, exc.fix or "fix config.json"))
         return out
+    for rule_fn in _BASE_RULES:
+        out += rule_fn(facts)
+    return out
+
+
+@base_rule("xqa-head-size", "xqa-head-size-jit")
+def _xqa_head_size(f: BaseFacts) -> list[Finding]:
+    head_size, out = f.head_size, []
     if head_size % 16 or head_size > 256:
         out.append(
             Finding(
@@ -191,20 +242,27 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 "validate on GPU with scripts/validate_on_gpu.sh",
             )
         )
-    for problem, fix in adapter.engine_limits(hf):
-        out.append(Finding("engine-class-limit", ERROR, problem, fix))
-    if heads % kv:
-        out.append(
-            Finding(
-                "gqa-group-size",
-                ERROR,
-                f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}",
-                "the config is inconsistent; use the model's original config.json",
-            )
-        )
-    else:
-        out += _xqa_group_findings(heads // kv, head_size)
-    scaling = hf.rope_scaling
+    return out
+
+
+@base_rule("engine-class-limit")
+def _engine_class_limit(f: BaseFacts) -> list[Finding]:
+    return [Finding("engine-class-limit", ERROR, problem, fix) for problem, fix in f.adapter.engine_limits(f.hf)]
+
+
+@base_rule("gqa-group-size")
+def _gqa_group_size(f: BaseFacts) -> list[Finding]:
+    if f.heads % f.kv:
+        return [Finding("gqa-group-size", ERROR,
+                        f"num_attention_heads {f.heads} is not a multiple of num_key_value_heads {f.kv}",
+                        "the config is inconsistent; use the model's original config.json")]
+    return _xqa_group_findings(f.heads // f.kv, f.head_size)
+
+
+@base_rule("rope-scaling-unsupported", "rope-scaling-unverified")
+def _rope_scaling(f: BaseFacts) -> list[Finding]:
+    out: list[Finding] = []
+    scaling = f.hf.rope_scaling
     if scaling:
         kind = _ROPE_ALIASES.get(scaling.get("type"), scaling.get("type"))
         if kind not in TRTLLM_ROPE_SCALING:
@@ -226,7 +284,13 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                     "validate on GPU (scripts/validate_on_gpu.sh)",
                 )
             )
-    q_scaling = _custom_q_scaling(hf, head_size)
+    return out
+
+
+@base_rule("attention-scale")
+def _attention_scale(f: BaseFacts) -> list[Finding]:
+    heads, kv, out = f.heads, f.kv, []
+    q_scaling = _custom_q_scaling(f.hf, f.head_size)
     if q_scaling and kv and heads % kv == 0:
         precompiled_path = 64 % (heads // kv) != 0
         out.append(
@@ -242,6 +306,12 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 if precompiled_path else "use TensorRT-LLM 1.2.x (JIT XQA) and validate on GPU",
             )
         )
+    return out
+
+
+@base_rule("sliding-window")
+def _sliding_window(f: BaseFacts) -> list[Finding]:
+    hf, out = f.hf, []
     window = hf.get("sliding_window")
     max_pos = hf.get("max_position_embeddings") or 0
     uses_window = window and (hf.get("use_sliding_window", True) is not False) and window < max_pos
@@ -257,6 +327,12 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 "equals the base model's (verify also runs within the window)",
             )
         )
+    return out
+
+
+@base_rule("gelu-approximation")
+def _gelu_approximation(f: BaseFacts) -> list[Finding]:
+    hf, out = f.hf, []
     act = hf.get("hidden_act") or hf.get("activation") or ("gelu" if hf.model_type == "mpt" else None)
     if act == "gelu":
         out.append(
@@ -270,6 +346,12 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 "approximation and reports the size of the effect",
             )
         )
+    return out
+
+
+@base_rule("attention-softcapping")
+def _attention_softcapping(f: BaseFacts) -> list[Finding]:
+    hf, out = f.hf, []
     softcap = hf.get("attn_logit_softcapping")
     if softcap:
         out.append(
@@ -283,6 +365,12 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 overridable=True,
             )
         )
+    return out
+
+
+@base_rule("spec-decoding-plumbing")
+def _spec_decoding_plumbing(f: BaseFacts) -> list[Finding]:
+    adapter, out = f.adapter, []
     if not adapter.upstream_spec_decoding_plumbing:
         out.append(
             Finding(
@@ -293,6 +381,12 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
                 "build with `trtllm-medusa build` (our engine adapter adds the plumbing)",
             )
         )
+    return out
+
+
+@base_rule("medusa-head-activation")
+def _medusa_head_activation(f: BaseFacts) -> list[Finding]:
+    hf, out = f.hf, []
     if hf.get("hidden_act") not in (None, "silu") or hf.get("hidden_activation"):
         out.append(
             Finding(
@@ -556,6 +650,16 @@ def check(
     adapter = adapter_for(arch)
     heads = None
     findings: list[Finding] = []
+    problems: list[str] = []
+    try:
+        if weight_files(Path(model_dir)):  # a config.json alone is checked without weights
+            problems = HFModel(model_dir).weight_problems(adapter.ignored_hf_tensors if adapter else ())
+    except PortError as exc:
+        problems = [exc.what]
+    if problems:
+        findings.append(Finding("weights-config-mismatch", ERROR,
+                                f"{len(problems)} base tensor(s) contradict config.json, e.g. " + "; ".join(problems[:3]),
+                                "the weights and config.json belong to different models, or the weights are damaged"))
     if medusa_model_dir is not None:
         try:
             heads = load_heads(medusa_model_dir)
