@@ -25,6 +25,7 @@ from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.hf_model import HFConfig, HFModel
 from trtllm_medusa_ports.lazy_tensors import weight_files
+from trtllm_medusa_ports.sharding import Mapping
 from trtllm_medusa_ports.tree import (
     DEFAULT_TOP_K,
     resolve_choices,
@@ -564,7 +565,7 @@ def check_parallel(
         out.append(Finding("tp-embedding", ERROR, f"embedding_sharding_dim 1 needs hidden_size {hidden} divisible by tp_size",
                            "use --embedding_sharding_dim 0"))
     if vocab and tp_size > 1 and vocab % tp_size:
-        padded = -(-vocab // tp_size) * tp_size
+        padded = Mapping(tp_size, pp_size).padded_vocab(vocab)
         out.append(Finding("vocab-padding", INFO, f"vocab_size {vocab} is padded to {padded} for tp_size {tp_size} "
                            "(zero rows in lm_head and the heads' lm_heads)", "nothing to do"))
     if pp_size > 1 and adapter is not None and not adapter.engine_pipeline_parallel:

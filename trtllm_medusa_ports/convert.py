@@ -46,7 +46,7 @@ from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
 from trtllm_medusa_ports.hf_model import HFModel
 from trtllm_medusa_ports.lazy_tensors import LazyTensor
-from trtllm_medusa_ports.sharding import Mapping, Split, pad_vocab_size, pp_layers, shard
+from trtllm_medusa_ports.sharding import Mapping, Split, shard
 
 #: Activation of the Medusa ResBlocks. Medusa heads are trained with SiLU whatever the
 #: base's activation (FasterDecoding medusa_model.py ResBlock); upstream TensorRT-LLM
@@ -255,7 +255,7 @@ def plan(
     """Every job, with its targets; raises before anything is written when a tensor is missing."""
     hf = model.config
     tensors = model.tensors
-    mapping = Mapping(cfg["mapping"]["tp_size"], cfg["mapping"]["pp_size"])
+    mapping = Mapping.from_config(cfg)
     jobs: list[_Job] = []
     used: set[str] = set()
 
@@ -286,20 +286,17 @@ def plan(
             )
         )
 
-    def ranks_of_stage(pp_rank: int) -> list[int]:
-        return [pp_rank * mapping.tp_size + t for t in range(mapping.tp_size)]
-
-    first, last = ranks_of_stage(0), ranks_of_stage(mapping.pp_size - 1)
+    first, last = mapping.stage_ranks(0), mapping.stage_ranks(mapping.pp_size - 1)
     for rule in adapter.embedding_rules(hf):
         add(rule, [(r, rule.name) for r in first], rule.name)
     layer_rules = adapter.layer_rules(hf)
     n_layers = adapter.num_hf_layers(hf)
     for pp_rank in range(mapping.pp_size):
-        layers = pp_layers(n_layers, mapping.pp_size, pp_rank)
+        layers = mapping.layers_of_stage(n_layers, pp_rank)
         for local, i in enumerate(layers):
             for rule in layer_sources(layer_rules, i):
                 name = f"transformer.layers.{local}.{rule.name}"
-                add(rule, [(r, name) for r in ranks_of_stage(pp_rank)], f"layers.{i}.{rule.name}")
+                add(rule, [(r, name) for r in mapping.stage_ranks(pp_rank)], f"layers.{i}.{rule.name}")
     for rule in adapter.final_rules(hf):
         add(rule, [(r, rule.name) for r in last], rule.name)
 
@@ -362,12 +359,12 @@ def plan(
 
 
 def _shard_for(job: _Job, inputs: list[torch.Tensor], cfg: dict, rank: int) -> torch.Tensor:
-    tp = cfg["mapping"]["tp_size"]
+    mapping = Mapping.from_config(cfg)
     return shard(
         job.split,
         job.combine(inputs),
-        tp_size=tp,
-        tp_rank=rank % tp,
+        tp_size=mapping.tp_size,
+        tp_rank=mapping.tp_rank(rank),
         num_kv_heads=cfg["num_key_value_heads"],
         use_parallel_embedding=cfg["use_parallel_embedding"],
         embedding_sharding_dim=cfg["embedding_sharding_dim"],
@@ -473,7 +470,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             shape = tuple(_shard_for(job, job.meta, cfg, rank).shape)
             entries[rank].append((name, dtype, shape))
 
-    padded_vocab = pad_vocab_size(cfg["vocab_size"], opts.tp_size)
+    padded_vocab = mapping.padded_vocab(cfg["vocab_size"])
     saved = heads.num_heads * padded_vocab * heads.hidden_size * torch.empty((), dtype=dtype).element_size() if share else 0
 
     try:

@@ -42,6 +42,23 @@ class Mapping:
     def pp_rank(self, rank: int) -> int:
         return rank // self.tp_size
 
+    def stage_ranks(self, pp_rank: int) -> list[int]:
+        """The ranks of one pipeline stage, in tensor-parallel order."""
+        return [pp_rank * self.tp_size + t for t in range(self.tp_size)]
+
+    def layers_of_stage(self, num_layers: int, pp_rank: int) -> list[int]:
+        return pp_layers(num_layers, self.pp_size, pp_rank)
+
+    def padded_vocab(self, vocab_size: int) -> int:
+        """Vocabulary rows of lm_head and the heads' lm_heads: a multiple of tp."""
+        return pad_vocab_size(vocab_size, self.tp_size)
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> Mapping:
+        """The layout of a TensorRT-LLM config.json's ``mapping``."""
+        m = cfg["mapping"]
+        return cls(int(m["tp_size"]), int(m["pp_size"]))
+
     def to_dict(self) -> dict:
         return {"world_size": self.world_size, "tp_size": self.tp_size, "pp_size": self.pp_size}
 

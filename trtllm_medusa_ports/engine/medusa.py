@@ -23,6 +23,7 @@ from typing import Any
 
 from trtllm_medusa_ports.engine.spec_decoding import add_spec_decoding_plumbing
 from trtllm_medusa_ports.errors import CheckpointError
+from trtllm_medusa_ports.sharding import Mapping
 
 
 def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
@@ -73,8 +74,7 @@ def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
             self.max_medusa_token_len = config.max_draft_len
             self.shared_lm_head = bool(getattr(config, "medusa_shared_lm_head", False))
             if config.mapping.is_last_pp_rank():
-                tp = config.mapping.tp_size
-                vocab_padded = -(-config.vocab_size // tp) * tp
+                vocab_padded = Mapping(config.mapping.tp_size).padded_vocab(config.vocab_size)
                 self.medusa_heads = ModuleList(
                     [MedusaHead(config, vocab_padded, own_lm_head=not self.shared_lm_head)
                      for _ in range(config.num_medusa_heads)])

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, adapter_for, rope_inv_freq
 from trtllm_medusa_ports.checkpoint import Checkpoint, read_checkpoint
 from trtllm_medusa_ports.errors import CheckpointError
-from trtllm_medusa_ports.sharding import kv_heads_per_rank, pp_layers
+from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
 from trtllm_medusa_ports.tree import unpack_mask
 
 
@@ -126,6 +126,7 @@ class ReferenceModel:
             )
         self.adapter: ArchAdapter = adapter
         self.sem: Semantics = adapter.semantics(cfg)
+        self.mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
         self.tp = ckpt.tp_size
         self.pp = ckpt.pp_size
         self.num_layers = int(cfg["num_hidden_layers"])
@@ -158,7 +159,7 @@ class ReferenceModel:
 
     # -- tensors ---------------------------------------------------------------------
     def stage_ranks(self, pp_rank: int) -> list[int]:
-        return [pp_rank * self.tp + t for t in range(self.tp)]
+        return self.mapping.stage_ranks(pp_rank)
 
     def t(self, rank: int, name: str) -> torch.Tensor:
         key = (rank, name)
@@ -221,7 +222,7 @@ class ReferenceModel:
                 out = torch.zeros(tokens.shape[0], self.hidden)
                 for r in ranks:
                     table = self.t(r, name)
-                    lo = (r % self.tp) * table.shape[0]
+                    lo = self.mapping.tp_rank(r) * table.shape[0]
                     local = tokens - lo
                     ok = (local >= 0) & (local < table.shape[0])
                     out[ok] += table[local[ok]]
@@ -411,7 +412,7 @@ class ReferenceModel:
             record.append(x.clone())
         global_layer = 0
         for stage in range(self.pp):
-            for local, _ in enumerate(pp_layers(self.num_layers, self.pp, stage)):
+            for local, _ in enumerate(self.mapping.layers_of_stage(self.num_layers, stage)):
                 x = self.decoder_layer(x, stage, local, cache.layers[global_layer], positions, all_positions,
                                        visible, global_layer)
                 global_layer += 1
