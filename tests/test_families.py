@@ -181,3 +181,46 @@ def test_pipeline_parallel_refused_where_the_engine_class_has_none(store, tmp_pa
         convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), pp_size=2, allow_unsupported=True)
     assert "[engine-pipeline-parallel]" in err.value.what and "pp_size 2 cannot be built" in err.value.what
     assert adapter_for(arch).trtllm_module in err.value.what and not (tmp_path / "c").exists()
+
+
+#: non-default values per family for the keys its adapter writes and its reference semantics reads
+#: back (families whose TensorRT-LLM class fixes the LayerNorm epsilon keep 1e-5: engine-class-limit)
+ROUND_TRIP = {
+    "LlamaForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
+    "MistralForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
+    "Qwen2ForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
+    "Qwen3ForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
+    "GemmaForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
+    "Gemma2ForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
+    "Gemma3ForCausalLM": {"rms_norm_eps": 3e-6},
+    "Phi3ForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "partial_rotary_factor": 0.5},
+    "PhiForCausalLM": {"rope_theta": 12345.0, "partial_rotary_factor": 0.5},
+    "GPTNeoXForCausalLM": {"rope_theta": 12345.0, "partial_rotary_factor": 0.5},
+    "FalconForCausalLM": {"rope_theta": 12345.0},
+    "Starcoder2ForCausalLM": {"rope_theta": 12345.0, "norm_epsilon": 3e-6, "partial_rotary_factor": 0.5},
+}
+
+
+@pytest.mark.parametrize("arch", sorted(ROUND_TRIP))
+def test_semantics_read_back_every_written_key(store, tmp_path, arch):
+    """Config keys the adapter writes are read back without defaults: with values that all differ
+    from the defaults, a key written under one name and read under another cannot pass."""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base(store, arch), base)
+    cfg = json.loads((base / "config.json").read_text())
+    for k, v in ROUND_TRIP[arch].items():
+        (cfg["rope_parameters"] if k in ("rope_theta", "partial_rotary_factor") and "rope_parameters" in cfg
+         else cfg)[k] = v
+    (base / "config.json").write_text(json.dumps(cfg))
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), allow_unsupported=arch == "Gemma2ForCausalLM")
+    sem = ReferenceModel(ckpt).sem
+    want = ROUND_TRIP[arch]
+    if "rope_theta" in want:
+        assert sem.rotary_base == want["rope_theta"]
+    eps = want.get("rms_norm_eps") or want.get("norm_epsilon")
+    assert sem.norm_epsilon == (eps or 1e-5)
+    head = json.loads((ckpt / "config.json").read_text())["head_size"]
+    assert sem.rotary_dim == int(head * want.get("partial_rotary_factor", 1.0))
+    assert sem.position_embedding.is_rope

@@ -12,6 +12,7 @@ hooks where it differs (see docs/porting-guide.md).
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -152,6 +153,39 @@ class ValueTransform:
 plus_one = ValueTransform(lambda w: w + 1.0, lambda w: w - 1.0)
 
 
+class NormKind(str, enum.Enum):
+    RMS = "rms"
+    LAYER = "layer"
+
+
+class MlpKind(str, enum.Enum):
+    GATED = "gated"  # proj(act(fc(x)) * gate(x))
+    PLAIN = "plain"  # proj(act(fc(x)))
+    SWIGLU = "swiglu"  # one fused fc [up; gate]: proj(up * silu(gate))
+
+
+class PositionEmbedding(str, enum.Enum):
+    """TensorRT-LLM's ``position_embedding_type`` values this project meets."""
+
+    ROPE_GPT_NEOX = "rope_gpt_neox"
+    ROPE_GPTJ = "rope_gptj"
+    LONG_ROPE = "long_rope"
+    ALIBI = "alibi"
+    ALIBI_WITH_SCALE = "alibi_with_scale"
+    LEARNED_ABSOLUTE = "learned_absolute"
+
+    @property
+    def is_rope(self) -> bool:
+        return self in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ, PositionEmbedding.LONG_ROPE)
+
+
+class AlibiStyle(str, enum.Enum):
+    """How ALiBi slopes are made for a head count that is not a power of two."""
+
+    BLOOM = "bloom"
+    MPT = "mpt"
+
+
 @dataclass(frozen=True)
 class Semantics:
     """How the network computes, as the reference executor and engine adapters need it.
@@ -159,11 +193,11 @@ class Semantics:
     Derived from the TensorRT-LLM config.json by the family adapter.
     """
 
-    norm: str = "rms"  # "rms" | "layer"
+    norm: NormKind = NormKind.RMS
     norm_epsilon: float = 1e-6
-    mlp: str = "gated"  # "gated" (act(fc) * gate, then proj) | "plain" (act(fc), then proj)
+    mlp: MlpKind = MlpKind.GATED
     hidden_act: str = "silu"
-    position_embedding: str = "rope_gpt_neox"  # | "rope_gptj" | "alibi" | "learned_absolute"
+    position_embedding: PositionEmbedding = PositionEmbedding.ROPE_GPT_NEOX
     rotary_dim: int = 0  # 0 = the whole head
     rotary_base: float = 10000.0
     rotary_scaling: dict | None = None
@@ -185,7 +219,7 @@ class Semantics:
     sliding_window_pattern: int = 0  # Gemma3: layer i is local unless (i + 1) % pattern == 0
     sliding_window: int | None = None  # window of local layers (the executor refuses longer sequences)
     alibi_bias_max: float = 8.0
-    alibi_style: str = "bloom"  # "bloom" | "mpt": slopes for head counts that are not powers of two
+    alibi_style: AlibiStyle = AlibiStyle.BLOOM
     clip_qkv: float | None = None  # MPT
 
 
@@ -301,17 +335,22 @@ class ArchAdapter:
 
     # -- semantics ------------------------------------------------------------------------
     def semantics(self, cfg: dict) -> Semantics:
-        """Llama semantics read from the TensorRT-LLM config; families ``replace`` what differs."""
-        head = int(cfg.get("head_size") or cfg["hidden_size"] // cfg["num_attention_heads"])
-        pct = float(cfg.get("rotary_pct", 1.0) or 1.0)
+        """Llama semantics read from the TensorRT-LLM config; families ``replace`` what differs.
+
+        Keys the adapter writes are read without defaults: a key written under another name
+        fails here instead of silently taking a default.
+        """
+        head = int(cfg["head_size"])
+        pct = float(cfg.get("rotary_pct", 1.0))  # written by the partial-rotary families only
+        position = PositionEmbedding(cfg["position_embedding_type"])
         return Semantics(
-            norm="rms",
-            norm_epsilon=float(cfg.get("norm_epsilon", 1e-6)),
-            mlp="gated",
-            hidden_act=cfg.get("hidden_act", "silu"),
-            position_embedding=cfg.get("position_embedding_type", self.position_embedding_kind),
+            norm=NormKind.RMS,
+            norm_epsilon=float(cfg["norm_epsilon"]),
+            mlp=MlpKind.GATED,
+            hidden_act=cfg["hidden_act"],
+            position_embedding=position,
             rotary_dim=int(cfg.get("rotary_dim") or int(head * pct)),
-            rotary_base=float(cfg.get("rotary_base", 10000.0)),
+            rotary_base=float(cfg["rotary_base"]) if position.is_rope else 10000.0,
             rotary_scaling=cfg.get("rotary_scaling"),
             sliding_window=cfg.get("sliding_window"),
         )

@@ -19,6 +19,9 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
+    MlpKind,
+    NormKind,
+    PositionEmbedding,
     Semantics,
     WeightRule,
     linear_rules,
@@ -89,5 +92,5 @@ class BloomAdapter(ArchAdapter):
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(
-            super().semantics(cfg), norm="layer", mlp="plain", position_embedding="alibi", has_embedding_norm=True
+            super().semantics(cfg), norm=NormKind.LAYER, mlp=MlpKind.PLAIN, position_embedding=PositionEmbedding.ALIBI, has_embedding_norm=True
         )

@@ -18,6 +18,8 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
+    MlpKind,
+    NormKind,
     Semantics,
     WeightRule,
     grouped_qkv,
@@ -114,12 +116,12 @@ class FalconAdapter(ArchAdapter):
         ]
 
     def semantics(self, cfg: dict) -> Semantics:
-        parallel = bool(cfg.get("parallel_attention", True))
-        two = int(cfg.get("num_ln_in_parallel_attn", 1)) == 2
+        parallel = bool(cfg["parallel_attention"])
+        two = int(cfg["num_ln_in_parallel_attn"]) == 2
         return dataclasses.replace(
             super().semantics(cfg),
-            norm="layer",
-            mlp="plain",
+            norm=NormKind.LAYER,
+            mlp=MlpKind.PLAIN,
             parallel_residual=parallel,
             shared_input_norm=parallel and not two,
             mlp_norm="mlp_layernorm" if two else "post_layernorm",

@@ -17,6 +17,8 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
+    MlpKind,
+    NormKind,
     Semantics,
     WeightRule,
     linear_rules,
@@ -94,9 +96,9 @@ class GPTNeoXAdapter(ArchAdapter):
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(
             super().semantics(cfg),
-            norm="layer",
-            mlp="plain",
-            rotary_base=float(cfg.get("rotary_emb_base", cfg.get("rotary_base", 10000.0))),
+            norm=NormKind.LAYER,
+            mlp=MlpKind.PLAIN,
+            rotary_base=float(cfg["rotary_emb_base"]),
             parallel_residual=True,  # GPTNeoXDecoderLayer always; sequential bases are refused
             mlp_norm="post_attention_layernorm",
         )

@@ -18,7 +18,17 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, WeightRule, fused_qkv, register
+from trtllm_medusa_ports.archs.base import (
+    AlibiStyle,
+    ArchAdapter,
+    MlpKind,
+    NormKind,
+    PositionEmbedding,
+    Semantics,
+    WeightRule,
+    fused_qkv,
+    register,
+)
 from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
@@ -108,10 +118,10 @@ class MPTAdapter(ArchAdapter):
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(
             super().semantics(cfg),
-            norm="layer",
-            mlp="plain",
-            position_embedding=cfg.get("position_embedding_type", "alibi"),
-            alibi_style="mpt",
-            alibi_bias_max=float(cfg.get("alibi_bias_max", 8)),
+            norm=NormKind.LAYER,
+            mlp=MlpKind.PLAIN,
+            position_embedding=PositionEmbedding(cfg["position_embedding_type"]),
+            alibi_style=AlibiStyle.MPT,
+            alibi_bias_max=float(cfg["alibi_bias_max"]),
             clip_qkv=cfg.get("clip_qkv"),
         )

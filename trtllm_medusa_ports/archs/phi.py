@@ -14,6 +14,8 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
+    MlpKind,
+    NormKind,
     Semantics,
     WeightRule,
     linear_rules,
@@ -80,5 +82,5 @@ class PhiAdapter(ArchAdapter):
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(
-            super().semantics(cfg), norm="layer", mlp="plain", parallel_residual=True, shared_input_norm=True
+            super().semantics(cfg), norm=NormKind.LAYER, mlp=MlpKind.PLAIN, parallel_residual=True, shared_input_norm=True
         )

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import torch
 
-from trtllm_medusa_ports.archs.base import Semantics, WeightRule, fused_qkv, register
+from trtllm_medusa_ports.archs.base import MlpKind, Semantics, WeightRule, fused_qkv, register
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
@@ -77,4 +77,4 @@ class Phi3Adapter(LlamaAdapter):
         ]
 
     def semantics(self, cfg: dict) -> Semantics:
-        return dataclasses.replace(super().semantics(cfg), mlp="swiglu", hidden_act="silu")
+        return dataclasses.replace(super().semantics(cfg), mlp=MlpKind.SWIGLU, hidden_act="silu")

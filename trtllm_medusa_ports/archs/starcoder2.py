@@ -12,7 +12,15 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import Semantics, WeightRule, linear_rules, qkv_rule, register
+from trtllm_medusa_ports.archs.base import (
+    MlpKind,
+    NormKind,
+    Semantics,
+    WeightRule,
+    linear_rules,
+    qkv_rule,
+    register,
+)
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
@@ -75,4 +83,4 @@ class Starcoder2Adapter(LlamaAdapter):
         return super().final_rules(hf) + [WeightRule("transformer.ln_f.bias", ("model.norm.bias",))]
 
     def semantics(self, cfg: dict) -> Semantics:
-        return dataclasses.replace(super().semantics(cfg), norm="layer", mlp="plain")
+        return dataclasses.replace(super().semantics(cfg), norm=NormKind.LAYER, mlp=MlpKind.PLAIN)

@@ -31,7 +31,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, Semantics, adapter_for, rope_inv_freq
+from trtllm_medusa_ports.archs.base import (
+    AlibiStyle,
+    ArchAdapter,
+    MlpKind,
+    NormKind,
+    PositionEmbedding,
+    Semantics,
+    adapter_for,
+    rope_inv_freq,
+)
 from trtllm_medusa_ports.checkpoint import Checkpoint, read_checkpoint
 from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
@@ -138,16 +147,16 @@ class ReferenceModel:
         self.heads_local = self.num_heads // self.tp
         self.kv_local = kv_heads_per_rank(self.num_kv, self.tp)
         self._cache: dict[tuple[int, str], torch.Tensor] = {}
-        if self.sem.position_embedding not in ("rope_gpt_neox", "rope_gptj", "alibi"):
+        if self.sem.position_embedding not in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ, PositionEmbedding.ALIBI):
             raise CheckpointError(
-                f"position_embedding_type {self.sem.position_embedding!r} is not implemented by the "
+                f"position_embedding_type {self.sem.position_embedding.value!r} is not implemented by the "
                 "reference executor (it runs rope_gpt_neox, rope_gptj and alibi)",
                 where=str(ckpt.path / "config.json"),
                 fix="verification of this variant needs a GPU run (scripts/validate_on_gpu.sh)",
             )
         rot = self.sem.rotary_dim or self.head_size
         self.rotary_dim = rot
-        if self.sem.position_embedding.startswith("rope"):
+        if self.sem.position_embedding.is_rope:
             self.inv_freq = rope_inv_freq(rot, self.sem.rotary_base, self.sem.rotary_scaling)
             if self.sem.local_rotary_base is not None:
                 self.local_inv_freq = rope_inv_freq(rot, self.sem.local_rotary_base, None)
@@ -209,7 +218,7 @@ class ReferenceModel:
         w = self.t(rank, prefix + ".weight")
         b = self.t(rank, prefix + ".bias") if self.has(rank, prefix + ".bias") else None
         eps = self.sem.norm_epsilon if eps is None else eps
-        if self.sem.norm == "layer":
+        if self.sem.norm is NormKind.LAYER:
             return F.layer_norm(x, (x.shape[-1],), w, b, eps)
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
         return y + b if b is not None else y
@@ -247,7 +256,7 @@ class ReferenceModel:
         ang = positions.double()[:, None] * inv[None, :]  # [T, rot/2]
         cos, sin = ang.cos().float(), ang.sin().float()
         xr, xp = x[..., :rot], x[..., rot:]
-        if self.sem.position_embedding == "rope_gptj":
+        if self.sem.position_embedding is PositionEmbedding.ROPE_GPTJ:
             x1, x2 = xr[..., 0::2], xr[..., 1::2]
             out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
         else:  # rope_gpt_neox: halves
@@ -259,7 +268,7 @@ class ReferenceModel:
     def alibi_slopes(self) -> torch.Tensor:
         """Per-head ALiBi slopes (HF BloomModel ``build_alibi_tensor`` / MPT ``gen_slopes``)."""
         n, bmax = self.num_heads, self.sem.alibi_bias_max
-        if self.sem.alibi_style == "mpt":
+        if self.sem.alibi_style is AlibiStyle.MPT:
             padded = 2 ** math.ceil(math.log2(n))
             m = torch.arange(1, padded + 1, dtype=torch.float64) * (bmax / padded)
             slopes = 1.0 / torch.pow(2.0, m)
@@ -294,7 +303,7 @@ class ReferenceModel:
             if self.sem.qk_norm:
                 q = self.norm(q, r, prefix + "q_layernorm", self.sem.qk_norm_epsilon)
                 k = self.norm(k, r, prefix + "k_layernorm", self.sem.qk_norm_epsilon)
-            if self.sem.position_embedding.startswith("rope"):
+            if self.sem.position_embedding.is_rope:
                 q = self.rope(q, positions, global_layer)
                 k = self.rope(k, positions, global_layer)
             layer.k[tp_rank] = torch.cat([layer.k[tp_rank], k], dim=1)
@@ -305,7 +314,7 @@ class ReferenceModel:
             if self.sem.attn_logit_softcapping:
                 cap = self.sem.attn_logit_softcapping
                 scores = torch.tanh(scores / cap) * cap
-            if self.sem.position_embedding == "alibi":
+            if self.sem.position_embedding is PositionEmbedding.ALIBI:
                 slopes = self.alibi_slopes()[tp_rank * hl : (tp_rank + 1) * hl]
                 rel = (all_positions[None, :] - positions[:, None]).float()  # [T, S], <= 0 where visible
                 scores = scores + slopes[:, None, None] * rel[None]
@@ -326,12 +335,12 @@ class ReferenceModel:
             h = x @ self.t(r, prefix + "fc.weight").T
             if self.has(r, prefix + "fc.bias"):
                 h = h + self.t(r, prefix + "fc.bias")
-            if self.sem.mlp == "gated":
+            if self.sem.mlp is MlpKind.GATED:
                 g = x @ self.t(r, prefix + "gate.weight").T
                 if self.has(r, prefix + "gate.bias"):
                     g = g + self.t(r, prefix + "gate.bias")
                 h = self.act(h) * g
-            elif self.sem.mlp == "swiglu":  # fused [up ; gate]: act on the second half
+            elif self.sem.mlp is MlpKind.SWIGLU:  # fused [up ; gate]: act on the second half
                 up, gate = h.chunk(2, dim=-1)
                 h = self.act(gate) * up
             else:
