@@ -21,6 +21,10 @@ MARKER = ".trtllm-medusa-demo"
 
 def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2ForCausalLM") -> int:
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
+    if quiet:  # transformers' own bars (saving and loading the tiny base) too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     t0 = time.time()
     if adapter_for(architecture) is None or architecture not in TINY_CONFIGS:
         raise PortError(f"--architecture {architecture!r} has no tiny demo model",
