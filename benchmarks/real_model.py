@@ -76,8 +76,8 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.fixtures.synthetic import save_heads, train_heads
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate, plain_generate
-    from trtllm_medusa_ports.synthetic import save_heads, train_heads
     from trtllm_medusa_ports.tree import MedusaTree
     from trtllm_medusa_ports.verify import verify
 

@@ -22,8 +22,8 @@ for arch in $FAMILIES; do
   python3 - "$arch" "$d" <<'PY'
 import sys
 from pathlib import Path
-from trtllm_medusa_ports.synthetic import save_heads, save_tiny_base, save_tiny_tokenizer, train_heads
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.fixtures.synthetic import save_heads, save_tiny_base, save_tiny_tokenizer, train_heads
+from trtllm_medusa_ports.files.hf_model import HFConfig
 arch, d = sys.argv[1], Path(sys.argv[2])
 # head size 64: a size the precompiled XQA Medusa kernels have
 save_tiny_base(arch, d / "base", embedding_gain=8.0, hidden_size=256, num_attention_heads=4,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from trtllm_medusa_ports.convert import ConvertOptions, convert
-from trtllm_medusa_ports.synthetic import (
+from trtllm_medusa_ports.fixtures.synthetic import (
     random_heads,
     save_heads,
     save_tiny_base,

@@ -6,7 +6,7 @@ import pytest
 
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.compat import check
-from trtllm_medusa_ports.synthetic import random_heads, save_heads
+from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
          "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.convert import ConvertOptions, convert
 from trtllm_medusa_ports.errors import ConversionError, ModelError
-from trtllm_medusa_ports.synthetic import random_heads, save_heads, tiny_config
+from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
 
 
 def hf_weights(base):
@@ -217,7 +217,7 @@ def test_non_empty_output_refused_unless_overwrite(tmp_path, qwen2_base, qwen2_h
 
 @pytest.mark.parametrize("exc", [RuntimeError("disk on fire"), KeyboardInterrupt()])
 def test_failure_mid_write_leaves_nothing(tmp_path, qwen2_base, qwen2_heads, monkeypatch, exc):
-    from trtllm_medusa_ports import checkpoint
+    from trtllm_medusa_ports.files import checkpoint
 
     calls = {"n": 0}
     real = checkpoint.StreamingSafetensorsFile.write
@@ -238,7 +238,7 @@ def test_failure_mid_write_leaves_nothing(tmp_path, qwen2_base, qwen2_heads, mon
 def test_existing_output_survives_a_failed_overwrite(tmp_path, qwen2_base, qwen2_heads, monkeypatch):
     out = convert_to(tmp_path / "out", qwen2_base, qwen2_heads)
     before = (out / "rank0.safetensors").read_bytes()
-    from trtllm_medusa_ports import checkpoint
+    from trtllm_medusa_ports.files import checkpoint
 
     def boom(self, name, tensor):
         raise RuntimeError("boom")

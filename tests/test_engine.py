@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.archs import adapter_for, registry
 from trtllm_medusa_ports.cli import main
-from trtllm_medusa_ports.hf_model import HFConfig
-from trtllm_medusa_ports.synthetic import random_heads, save_heads
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 
 STANDIN = Path(__file__).parent / "standin"
 ALIBI = {"BloomForCausalLM", "MptForCausalLM", "MPTForCausalLM"}
@@ -503,7 +503,7 @@ def test_gpu_validation_gives_its_tiny_bases_a_tokenizer(tmp_path):
     saves one beside each tiny base, and it maps ids to text and back."""
     from transformers import AutoTokenizer
 
-    from trtllm_medusa_ports.synthetic import save_tiny_tokenizer
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer
 
     script = (Path(__file__).parents[1] / "scripts" / "validate_on_gpu.sh").read_text()
     assert 'save_tiny_tokenizer(d / "tokenizer"' in script and '"--tokenizer_dir", f"{d}/tokenizer"' in script

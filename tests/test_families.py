@@ -9,9 +9,9 @@ from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
 from trtllm_medusa_ports.archs import adapter_for, supported_architectures
 from trtllm_medusa_ports.compat import check
 from trtllm_medusa_ports.errors import ConversionError
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
 from trtllm_medusa_ports.reference import ReferenceModel
-from trtllm_medusa_ports.synthetic import TINY_CONFIGS, random_heads, save_heads
 from trtllm_medusa_ports.tree import MedusaTree
 from trtllm_medusa_ports.verify import verify
 

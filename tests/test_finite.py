@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from trtllm_medusa_ports.finite import all_finite, count_non_finite
+from trtllm_medusa_ports.files.finite import all_finite, count_non_finite
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])

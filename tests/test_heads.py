@@ -7,8 +7,8 @@ from safetensors.torch import save_file
 
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import HeadsError
+from trtllm_medusa_ports.fixtures.synthetic import HEAD_LAYOUTS, random_heads, save_heads
 from trtllm_medusa_ports.heads import load_heads
-from trtllm_medusa_ports.synthetic import HEAD_LAYOUTS, random_heads, save_heads
 
 H, V = 32, 50
 

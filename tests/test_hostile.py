@@ -26,8 +26,8 @@ from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import PortError
-from trtllm_medusa_ports.lazy_tensors import read_safetensors
-from trtllm_medusa_ports.synthetic import random_heads, save_heads, tiny_config
+from trtllm_medusa_ports.files.lazy_tensors import read_safetensors
+from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
 from trtllm_medusa_ports.tree import parse_choices, validate_choices
 
 ARCH = "LlamaForCausalLM"
@@ -347,7 +347,7 @@ def test_at_least_sixty_hostile_cases():
 def test_write_faults_are_one_message_and_leave_nothing(ws, capsys, monkeypatch, errno_name):
     import errno
 
-    from trtllm_medusa_ports import checkpoint
+    from trtllm_medusa_ports.files import checkpoint
 
     def failing(*a, **k):
         raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))

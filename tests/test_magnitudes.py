@@ -14,10 +14,10 @@ import torch
 from conftest import convert_to, tiny_base
 
 from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.checkpoint import read_checkpoint
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.checkpoint import read_checkpoint
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
 from trtllm_medusa_ports.reference import ReferenceModel
-from trtllm_medusa_ports.synthetic import TINY_CONFIGS, random_heads, save_heads
 from trtllm_medusa_ports.verify import FLOAT16_MAX, load_hf_model, value_transforms, verify
 
 TREE = "[[0],[1],[0,0],[0,1]]"

@@ -9,13 +9,13 @@ from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
 from trtllm_medusa_ports.reference import (
     ReferenceModel,
     greedy_accept,
     medusa_generate,
     plain_generate,
 )
-from trtllm_medusa_ports.synthetic import random_heads, save_heads, tiny_config
 from trtllm_medusa_ports.tree import MedusaTree
 from trtllm_medusa_ports.verify import verify
 
@@ -209,7 +209,7 @@ def test_replicas_that_differ_between_ranks_are_refused(tmp_path, qwen2_base, go
 
 @pytest.mark.parametrize("dim", [0, 1])
 def test_parallel_embedding_splits_verify(tmp_path, llama_base, dim):
-    from trtllm_medusa_ports.synthetic import random_heads, save_heads, tiny_config
+    from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
 
     c = tiny_config("LlamaForCausalLM")
     heads = save_heads(random_heads(c.hidden_size, c.vocab_size), tmp_path / "h")
@@ -233,7 +233,7 @@ def test_verify_prunes_a_preset_and_never_cuts_a_written_tree(tmp_path, qwen2_ba
 
 
 def test_verify_takes_several_text_prompts(tmp_path, qwen2_base, good_ckpt, capsys):
-    from trtllm_medusa_ports.synthetic import save_tiny_tokenizer
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer
 
     save_tiny_tokenizer(tmp_path / "tok", 263)
     args = ["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt), "--medusa_choices", TREE,

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from trtllm_medusa_ports.archs.base import ArchAdapter, adapter_for, supported_architectures
 from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.files.hf_model import HFConfig, HFModel
+from trtllm_medusa_ports.files.lazy_tensors import weight_files
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
-from trtllm_medusa_ports.hf_model import HFConfig, HFModel
-from trtllm_medusa_ports.lazy_tensors import weight_files
 from trtllm_medusa_ports.sharding import Mapping
 from trtllm_medusa_ports.tree import (
     DEFAULT_TOP_K,

@@ -32,20 +32,20 @@ from trtllm_medusa_ports.archs.base import (
     adapter_for_model_type,
     layer_sources,
 )
-from trtllm_medusa_ports.checkpoint import (
+from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
+from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
+from trtllm_medusa_ports.files.checkpoint import (
     DTYPES,
     StreamingSafetensorsFile,
     atomic_output_dir,
     dtype_name,
     guard_output_dir,
 )
-from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
-from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
-from trtllm_medusa_ports.finite import all_finite
+from trtllm_medusa_ports.files.finite import all_finite
+from trtllm_medusa_ports.files.hf_model import HFModel
+from trtllm_medusa_ports.files.lazy_tensors import LazyTensor
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
-from trtllm_medusa_ports.hf_model import HFModel
-from trtllm_medusa_ports.lazy_tensors import LazyTensor
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
 
 #: Activation of the Medusa ResBlocks. Medusa heads are trained with SiLU whatever the

@@ -12,7 +12,12 @@ from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.compat import check, errors_of
 from trtllm_medusa_ports.convert import ConvertOptions, convert
 from trtllm_medusa_ports.errors import PortError
-from trtllm_medusa_ports.synthetic import TINY_CONFIGS, save_heads, save_tiny_base, train_heads
+from trtllm_medusa_ports.fixtures.synthetic import (
+    TINY_CONFIGS,
+    save_heads,
+    save_tiny_base,
+    train_heads,
+)
 from trtllm_medusa_ports.verify import verify
 
 #: file the demo leaves in its --workdir: only a directory holding it is ever cleared by the demo

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import TreeError
-from trtllm_medusa_ports.jsonfile import require_regular_file
+from trtllm_medusa_ports.files.jsonfile import require_regular_file
 
 #: Default bound on top-k indices: FasterDecoding's ``TOPK = 10``
 #: (medusa/model/utils.py); every published preset uses indices < 10.

@@ -22,9 +22,9 @@ import torch
 
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.base import Semantics, ValueTransform, layer_sources
-from trtllm_medusa_ports.checkpoint import DTYPES, read_checkpoint
 from trtllm_medusa_ports.errors import ModelError
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.checkpoint import DTYPES, read_checkpoint
+from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.reference.decoding import medusa_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
 from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
@@ -466,7 +466,7 @@ def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
     hidden-state comparison can only name a layer.
     """
     from trtllm_medusa_ports.convert import _shard_for, base_jobs, job_inputs
-    from trtllm_medusa_ports.hf_model import HFModel
+    from trtllm_medusa_ports.files.hf_model import HFModel
 
     adapter = adapter_for(ckpt.config.get("base_architecture") or "")
     if adapter is None:

@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 
 from trtllm_medusa_ports.errors import ModelError
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 #: Combine the loaded HF tensors of one rule into one tensor, or (q, k, v) for Split.QKV.

@@ -28,7 +28,7 @@ from trtllm_medusa_ports.archs.base import (
     per_head_interleaved_qkv,
     register,
 )
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 _L = "transformer.h.{i}."

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter, WeightRule, qkv_rule, register
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 _L = "model.layers.{i}."

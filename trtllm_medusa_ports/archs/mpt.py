@@ -29,7 +29,7 @@ from trtllm_medusa_ports.archs.base import (
     fused_qkv,
     register,
 )
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 _L = "transformer.blocks.{i}."

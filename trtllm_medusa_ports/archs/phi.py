@@ -22,7 +22,7 @@ from trtllm_medusa_ports.archs.base import (
     qkv_rule,
     register,
 )
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 _L = "model.layers.{i}."

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import register
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig
 
 
 @register

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import Semantics, WeightRule, register
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
-from trtllm_medusa_ports.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig
 
 _A = "model.layers.{i}.self_attn."
 

@@ -21,8 +21,8 @@ from typing import Any
 from trtllm_medusa_ports.compat import ERROR, Finding, alibi_reason
 from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
 from trtllm_medusa_ports.errors import CheckpointError, PortError
-from trtllm_medusa_ports.hf_model import HFConfig
-from trtllm_medusa_ports.jsonfile import read_json
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.jsonfile import read_json
 
 
 def read_checkpoint_config(checkpoint_dir: Path) -> dict:

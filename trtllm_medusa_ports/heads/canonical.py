@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import HeadsError
-from trtllm_medusa_ports.finite import all_finite, count_non_finite
-from trtllm_medusa_ports.lazy_tensors import LazyTensor
+from trtllm_medusa_ports.files.finite import all_finite, count_non_finite
+from trtllm_medusa_ports.files.lazy_tensors import LazyTensor
 
 
 @dataclass

@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import HeadsError
+from trtllm_medusa_ports.files.jsonfile import read_json
+from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_tensor_files, weight_files
 from trtllm_medusa_ports.heads.canonical import MedusaHeads, ResBlockRef
-from trtllm_medusa_ports.jsonfile import read_json
-from trtllm_medusa_ports.lazy_tensors import LazyTensor, read_tensor_files, weight_files
 
 # Roles a key can play. "block" groups are (head, layer, weight|bias); "proj" is a
 # head's own vocabulary projection (head); "proj_at" is FasterDecoding's

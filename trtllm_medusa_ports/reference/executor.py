@@ -41,8 +41,8 @@ from trtllm_medusa_ports.archs.base import (
     adapter_for,
     rope_inv_freq,
 )
-from trtllm_medusa_ports.checkpoint import Checkpoint, read_checkpoint
 from trtllm_medusa_ports.errors import CheckpointError
+from trtllm_medusa_ports.files.checkpoint import Checkpoint, read_checkpoint
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
 from trtllm_medusa_ports.tree import unpack_mask
 

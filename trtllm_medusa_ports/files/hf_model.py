@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from trtllm_medusa_ports.errors import ModelError, PortError
-from trtllm_medusa_ports.jsonfile import read_json
-from trtllm_medusa_ports.lazy_tensors import LazyTensor, read_tensor_files, weight_files
+from trtllm_medusa_ports.files.jsonfile import read_json
+from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_tensor_files, weight_files
 
 _MISSING = object()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import PortError
-from trtllm_medusa_ports.jsonfile import parse_json, read_json, require_regular_file
+from trtllm_medusa_ports.files.jsonfile import parse_json, read_json, require_regular_file
 
 _ST_DTYPES = {
     "F64": torch.float64,

@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError
-from trtllm_medusa_ports.jsonfile import read_json
-from trtllm_medusa_ports.lazy_tensors import LazyTensor, read_safetensors
+from trtllm_medusa_ports.files.jsonfile import read_json
+from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_safetensors
 
 _DTYPE_NAMES = {
     torch.float32: "F32",
