@@ -20,7 +20,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, adapter_for, supported_architectures
+from trtllm_medusa_ports.archs.base import (
+    ArchAdapter,
+    adapter_for,
+    adapter_for_model_type,
+    supported_architectures,
+)
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig, HFModel
 from trtllm_medusa_ports.files.lazy_tensors import weight_files
@@ -83,17 +88,13 @@ def errors_of(findings: list[Finding]) -> list[Finding]:
 
 # -- position embeddings -----------------------------------------------------------------
 def alibi_reason(hf: HFConfig) -> str | None:
-    """Why this base uses ALiBi, or None. Covers Bloom, MPT, Falcon-ALiBi, Baichuan-13B, any flag."""
+    """Why this base uses ALiBi, or None: the family's adapter says (Bloom, MPT, Falcon-ALiBi); for
+    families without an adapter, Baichuan-13B and the generic flags."""
     mt = hf.model_type.lower()
     arch = (hf.get("architectures") or [""])[0]
-    if mt == "bloom" or arch == "BloomForCausalLM":
-        return "Bloom always uses ALiBi"
-    if mt == "mpt" or arch in ("MptForCausalLM", "MPTForCausalLM"):
-        attn = hf.get("attn_config") or {}
-        if attn.get("alibi", True):
-            return "MPT with attn_config.alibi = true"
-    if mt in ("falcon", "refinedweb", "refinedwebmodel") and hf.get("alibi"):
-        return "Falcon with alibi = true"
+    adapter = adapter_for(arch) or adapter_for_model_type(mt)
+    if adapter is not None and adapter.alibi_reason(hf):
+        return adapter.alibi_reason(hf)
     if mt == "baichuan" or arch in ("BaichuanForCausalLM", "BaiChuanForCausalLM"):
         # Baichuan-13B and Baichuan2-13B use ALiBi, the 7B models RoPE (modeling_baichuan.py
         # picks by hidden_size: 5120 -> ALiBi).
@@ -333,9 +334,8 @@ def _sliding_window(f: BaseFacts) -> list[Finding]:
 
 @base_rule("gelu-approximation")
 def _gelu_approximation(f: BaseFacts) -> list[Finding]:
-    hf, out = f.hf, []
-    act = hf.get("hidden_act") or hf.get("activation") or ("gelu" if hf.model_type == "mpt" else None)
-    if act == "gelu":
+    out = []
+    if f.adapter.exact_gelu(f.hf):
         out.append(
             Finding(
                 "gelu-approximation",

@@ -313,6 +313,14 @@ class ArchAdapter:
                  f"(tensorrt_llm/models/{self.trtllm_module}/model.py passes no eps)",
                  f"this base cannot be built exactly by TensorRT-LLM's {self.trtllm_base_class}")]
 
+    def alibi_reason(self, hf: HFConfig) -> str | None:
+        """Why this config of the family uses ALiBi (which TensorRT-LLM's XQA lacks), or None."""
+        return None
+
+    def exact_gelu(self, hf: HFConfig) -> bool:
+        """True when the base computes the exact (erf) GELU, which TensorRT-LLM approximates."""
+        return (hf.get("hidden_act") or hf.get("activation")) == "gelu"
+
     def forced_parallel_embedding(self, tp_size: int) -> bool | None:
         """``use_parallel_embedding`` the family's TensorRT-LLM config class imposes, or None."""
         return None

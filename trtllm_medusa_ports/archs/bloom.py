@@ -52,6 +52,9 @@ class BloomAdapter(ArchAdapter):
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return True
 
+    def alibi_reason(self, hf: HFConfig) -> str | None:
+        return "Bloom always uses ALiBi"
+
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         return self.default_epsilon_limit(hf, "layer_norm_epsilon", "every LayerNorm")
 

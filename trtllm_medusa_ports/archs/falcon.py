@@ -65,6 +65,9 @@ class FalconAdapter(ArchAdapter):
     def parallel(self, hf: HFConfig) -> bool:
         return bool(hf.get("new_decoder_architecture") or hf.get("parallel_attn", True))
 
+    def alibi_reason(self, hf: HFConfig) -> str | None:
+        return "Falcon with alibi = true" if hf.get("alibi") else None
+
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         norms = "ln_f" if self.parallel(hf) else "ln_f and post_layernorm"
         return self.default_epsilon_limit(hf, "layer_norm_epsilon", norms)

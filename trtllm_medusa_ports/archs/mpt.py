@@ -62,6 +62,12 @@ class MPTAdapter(ArchAdapter):
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return True
 
+    def alibi_reason(self, hf: HFConfig) -> str | None:
+        return "MPT with attn_config.alibi = true" if self.attn_config(hf).get("alibi", True) else None
+
+    def exact_gelu(self, hf: HFConfig) -> bool:
+        return True  # MptMLP is nn.GELU(approximate="none"); the config names no activation
+
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         # tensorrt_llm/models/mpt/model.py: MLP of 4 x hidden (expansion_ratio is never read), ALiBi
         # in every layer whatever the config says, ln_f with the default epsilon
