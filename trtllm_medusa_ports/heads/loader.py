@@ -10,7 +10,7 @@ checkpoints and NVIDIA ModelOpt exports.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -166,6 +166,17 @@ def _int(cfg: dict, *names: str) -> int | None:
     return None
 
 
+@dataclass
+class _Grouped:
+    """The tensors of one layout, grouped by role (group step)."""
+
+    blocks: dict[tuple[int, int], dict[str, LazyTensor]] = field(default_factory=dict)
+    projs: dict[int, LazyTensor] = field(default_factory=dict)
+    projs_at: dict[int, tuple[int, LazyTensor]] = field(default_factory=dict)
+    shared: LazyTensor | None = None
+    token_map: LazyTensor | None = None
+
+
 def _assemble(
     layout: Layout,
     tensors: dict[str, LazyTensor],
@@ -174,13 +185,38 @@ def _assemble(
     path: Path,
     files: list[Path],
 ) -> MedusaHeads:
+    """group -> validate (structure, ResBlocks, projections, shapes) -> resolve; detection is done."""
     where = str(files[0]) if len(files) == 1 else str(path)
     warnings: list[str] = []
-    blocks: dict[tuple[int, int], dict[str, LazyTensor]] = {}
-    projs: dict[int, LazyTensor] = {}
-    projs_at: dict[int, tuple[int, LazyTensor]] = {}
-    shared: LazyTensor | None = None
-    token_map: LazyTensor | None = None
+    g = _group(layout, tensors, where)
+    head_ids, num_layers = _structure(g, layout, where)
+    num_heads = len(head_ids)
+    refs = _resblocks(g, head_ids, num_layers, cfg, where, warnings)
+    lm_heads = _projections(g, head_ids, cfg, cfg_path, where, warnings)
+    hidden, vocab, dtype = _shapes(layout, tensors, g, refs, lm_heads, num_layers, cfg, cfg_path, where, warnings)
+    _config_quirks(layout, cfg, num_heads, num_layers, hidden, warnings)
+    shared, token_map = g.shared, g.token_map
+    return MedusaHeads(
+        layout=layout.name + ("-v2" if layout.name == "fasterdecoding" and lm_heads is None else ""),
+        source=path,
+        num_heads=num_heads,
+        num_layers=num_layers,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        dtype=dtype,
+        blocks=refs,
+        lm_heads=lm_heads,
+        shared_lm_head=shared,
+        token_map=token_map,
+        warnings=warnings,
+    )
+
+
+
+
+def _group(layout: Layout, tensors: dict[str, LazyTensor], where: str) -> _Grouped:
+    out = _Grouped()
+    blocks, projs, projs_at = out.blocks, out.projs, out.projs_at
     unknown: list[str] = []
     for key, t in tensors.items():
         m = _match(layout, key)
@@ -200,9 +236,9 @@ def _assemble(
             else:
                 projs_at[h] = (int(g["at"]), t)
         elif role == "shared_proj":
-            shared = t
+            out.shared = t
         elif role == "token_map":
-            token_map = t
+            out.token_map = t
     if unknown:
         raise HeadsError(
             f"unexpected tensor(s) for the {layout.name} layout: {', '.join(sorted(unknown)[:5])}"
@@ -211,7 +247,12 @@ def _assemble(
             fix=f"expected only {layout.description}; remove the extra tensors",
         )
 
-    # -- heads and layers: contiguous, the same depth everywhere ---------------------------
+    return out
+
+
+def _structure(g: _Grouped, layout: Layout, where: str) -> tuple[list[int], int]:
+    """Head indices 0..H-1 and one ResBlock depth L for all; positional lm_heads sit at index L."""
+    blocks, projs, projs_at = g.blocks, g.projs, g.projs_at
     head_ids = sorted({h for h, _ in blocks} | set(projs) | {h for h in projs_at})
     if not head_ids:
         raise HeadsError("no Medusa heads found", where=where, fix=layout.description)
@@ -222,7 +263,6 @@ def _assemble(
             where=where,
             fix="every head 0..H-1 must be present; the checkpoint is incomplete",
         )
-    num_heads = len(head_ids)
     layers_per_head = {h: sorted(layer for hh, layer in blocks if hh == h) for h in head_ids}
     for h, ls in layers_per_head.items():
         if ls != list(range(len(ls))):
@@ -250,7 +290,12 @@ def _assemble(
             )
         projs[h] = t
 
-    # -- ResBlocks ------------------------------------------------------------------------
+    return head_ids, num_layers
+
+
+def _resblocks(g: _Grouped, head_ids: list[int], num_layers: int, cfg: dict, where: str,
+               warnings: list[str]) -> list[list[ResBlockRef]]:
+    blocks = g.blocks
     refs: list[list[ResBlockRef]] = []
     no_bias: list[str] = []
     for h in head_ids:
@@ -274,7 +319,13 @@ def _assemble(
             f"(TensorRT-LLM's MedusaLayer always has one), first: {no_bias[0]}"
         )
 
-    # -- projections: own per head, one shared, or the base model's ------------------------
+    return refs
+
+
+def _projections(g: _Grouped, head_ids: list[int], cfg: dict, cfg_path: Path | None, where: str,
+                 warnings: list[str]) -> list[LazyTensor] | None:
+    """Own lm_head per head, one shared, or none (the base model's)."""
+    projs, shared, num_heads = g.projs, g.shared, len(head_ids)
     lm_heads: list[LazyTensor] | None
     if projs:
         if len(projs) != num_heads:
@@ -303,7 +354,14 @@ def _assemble(
             fix="the checkpoint is incomplete",
         )
 
-    # -- shapes -----------------------------------------------------------------------
+    return lm_heads
+
+
+def _shapes(layout: Layout, tensors: dict[str, LazyTensor], g: _Grouped, refs: list[list[ResBlockRef]],
+            lm_heads: list[LazyTensor] | None, num_layers: int, cfg: dict, cfg_path: Path | None, where: str,
+            warnings: list[str]) -> tuple[int, int | None, torch.dtype]:
+    """One hidden size, one vocabulary (a truncated one through its token_map), one dtype."""
+    shared, token_map = g.shared, g.token_map
     if num_layers:
         hidden = refs[0][0].weight.shape[-1]
     elif lm_heads:
@@ -384,7 +442,12 @@ def _assemble(
         )
         vocab = full
 
-    # -- config quirks: trust the weights ------------------------------------------------
+    return hidden, vocab, dtype
+
+
+def _config_quirks(layout: Layout, cfg: dict, num_heads: int, num_layers: int, hidden: int,
+                   warnings: list[str]) -> None:
+    """Where config.json and the weights disagree, trust the weights and say so."""
     cfg_heads = _int(cfg, "medusa_num_heads", "num_heads")
     if cfg_heads is not None and cfg_heads != num_heads:
         warnings.append(
@@ -400,20 +463,6 @@ def _assemble(
     if cfg_hidden is not None and cfg_hidden != hidden:
         warnings.append(f"config.json says hidden_size {cfg_hidden} but the weights have {hidden}")
 
-    return MedusaHeads(
-        layout=layout.name + ("-v2" if layout.name == "fasterdecoding" and lm_heads is None else ""),
-        source=path,
-        num_heads=num_heads,
-        num_layers=num_layers,
-        hidden_size=hidden,
-        vocab_size=vocab,
-        dtype=dtype,
-        blocks=refs,
-        lm_heads=lm_heads,
-        shared_lm_head=shared,
-        token_map=token_map,
-        warnings=warnings,
-    )
 
 
 def expand_truncated(proj: torch.Tensor, token_map: torch.Tensor, vocab_size: int) -> torch.Tensor:
