@@ -244,6 +244,15 @@ def stage_forward(model, input_ids, hidden_states, use_cache, **layer_kwargs):
     return (hidden_states, presents) if use_cache else hidden_states
 
 
+def single_stage_forward(model, hidden_states, use_cache, **layer_kwargs):
+    """The body of the Phi, Phi-3, GPT-NeoX, Bloom and MPT models, which have no pipeline stages
+    (no recv/send): the layers, then ``ln_f`` on whatever rank this is."""
+    out = model.layers.forward(hidden_states, use_cache=use_cache, **layer_kwargs)
+    hidden_states, presents = out if use_cache else (out, None)
+    hidden_states = model.ln_f(hidden_states)
+    return (hidden_states, presents) if use_cache else hidden_states
+
+
 def prenorm_block(layer, hidden_states, use_cache, **attention_kwargs):
     """The sequential pre-norm body of the LLaMA, QWen, GPT, Gemma, Phi-3, Bloom and MPT decoder
     layers: ``h + attention(input_layernorm(h))``, then ``+ mlp(post_layernorm(.))``; with a cache

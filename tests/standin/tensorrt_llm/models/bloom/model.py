@@ -10,7 +10,13 @@ Attention call is written here with the keyword-only 1.x signature.
 
 from ...layers import MLP, Attention, AttentionMaskType, Embedding, LayerNorm
 from ...module import Module
-from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, lm_head_for, prenorm_block
+from ..modeling_utils import (
+    DecoderLayerList,
+    DecoderModelForCausalLM,
+    lm_head_for,
+    prenorm_block,
+    single_stage_forward,
+)
 
 
 class BloomDecoderLayer(Module):
@@ -45,11 +51,9 @@ class BloomModel(Module):
     def forward(self, input_ids, position_ids=None, use_cache=False, attention_mask=None, kv_cache_params=None,
                 prompt_embedding_table=None, prompt_tasks=None, prompt_vocab_size=None, attention_params=None):
         hidden_states = self.ln_embed(self.vocab_embedding(input_ids))
-        out = self.layers.forward(hidden_states, use_cache=use_cache, attention_mask=attention_mask,
-                                  kv_cache_params=kv_cache_params, attention_params=attention_params)
-        hidden_states, presents = out if use_cache else (out, None)
-        hidden_states = self.ln_f(hidden_states)
-        return (hidden_states, presents) if use_cache else hidden_states
+        return single_stage_forward(self, hidden_states, use_cache,
+                                    attention_mask=attention_mask, kv_cache_params=kv_cache_params,
+                                    attention_params=attention_params)
 
 
 class BloomForCausalLM(DecoderModelForCausalLM):

@@ -9,7 +9,13 @@ lm_head on the last, but ``forward`` uses embedding and ln_f on every stage (no 
 
 from ...layers import MLP, Attention, AttentionMaskType, Embedding, LayerNorm
 from ...module import Module
-from ..modeling_utils import DecoderLayerList, DecoderModelForCausalLM, lm_head_for, prenorm_block
+from ..modeling_utils import (
+    DecoderLayerList,
+    DecoderModelForCausalLM,
+    lm_head_for,
+    prenorm_block,
+    single_stage_forward,
+)
 
 
 class MPTDecoderLayer(Module):
@@ -45,12 +51,9 @@ class MPTModel(Module):
 
     def forward(self, input_ids, position_ids, use_cache=False, attention_mask=None, kv_cache_params=None,
                 attention_params=None):
-        out = self.layers.forward(self.vocab_embedding(input_ids), use_cache=use_cache,
-                                  attention_mask=attention_mask, kv_cache_params=kv_cache_params,
-                                  attention_params=attention_params)
-        hidden_states, presents = out if use_cache else (out, None)
-        hidden_states = self.ln_f(hidden_states)
-        return (hidden_states, presents) if use_cache else hidden_states
+        return single_stage_forward(self, self.vocab_embedding(input_ids), use_cache,
+                                    attention_mask=attention_mask, kv_cache_params=kv_cache_params,
+                                    attention_params=attention_params)
 
 
 class MPTForCausalLM(DecoderModelForCausalLM):

@@ -16,6 +16,7 @@ from ..modeling_utils import (
     PretrainedConfig,
     lm_head_for,
     prenorm_block,
+    single_stage_forward,
 )
 
 
@@ -63,12 +64,9 @@ class Phi3Model(Module):
     def forward(self, input_ids, position_ids=None, use_cache=False, attention_mask=None, kv_cache_params=None,
                 attention_params=None, prompt_embedding_table=None, prompt_tasks=None, prompt_vocab_size=None,
                 lora_params=None):
-        out = self.layers.forward(self.vocab_embedding(input_ids), use_cache=use_cache,
-                                  attention_mask=attention_mask, kv_cache_params=kv_cache_params,
-                                  attention_params=attention_params, lora_params=lora_params)
-        hidden_states, presents = out if use_cache else (out, None)
-        hidden_states = self.ln_f(hidden_states)
-        return (hidden_states, presents) if use_cache else hidden_states
+        return single_stage_forward(self, self.vocab_embedding(input_ids), use_cache,
+                                    attention_mask=attention_mask, kv_cache_params=kv_cache_params,
+                                    attention_params=attention_params, lora_params=lora_params)
 
 
 class Phi3ForCausalLM(DecoderModelForCausalLM):
