@@ -1,8 +1,9 @@
 """What a base-model family adapter declares, and the registry that finds it.
 
 An adapter is mostly data: a config mapping (HF config.json -> TensorRT-LLM
-config.json fields), a weight table (TensorRT-LLM name <- HF names, a combine
-step, a split rule), a position-embedding kind, and the semantics the CPU
+config.json fields), a weight table (role -> HF name, over the shared ``ROLES``
+table of TensorRT-LLM names and splits, plus the family's deviations: fused
+layouts, value transforms, biases), a position embedding, and the semantics the CPU
 reference executor needs (norm, MLP, residual layout, ...), which it derives
 from the *TensorRT-LLM* config so that verification reads only the artifact.
 
@@ -56,25 +57,8 @@ class WeightRule:
         return (self.sources,) + self.alternatives
 
 
-def qkv_rule(name: str, q: str, k: str, v: str) -> WeightRule:
-    return WeightRule(name, (q, k, v), Split.QKV, _as_qkv)
-
-
+#: a bias follows its weight's split, except where the layer adds it once after the all-reduce
 _BIAS_SPLIT = {Split.ROW: Split.REPLICATE, Split.EMBEDDING: Split.REPLICATE}
-
-
-def linear_rules(name: str, source: str, split: Split = Split.REPLICATE, combine: Combine | None = None,
-                 *, bias: bool = True) -> list[WeightRule]:
-    """``{name}.weight`` (and ``{name}.bias``) from ``{source}.weight`` / ``.bias``.
-
-    Works for linear layers and norms alike. A row-parallel layer's bias is added once
-    after the all-reduce, so it is replicated; other biases follow their weight's split.
-    """
-    combine = combine or _first
-    rules = [WeightRule(f"{name}.weight", (f"{source}.weight",), split, combine)]
-    if bias:
-        rules.append(WeightRule(f"{name}.bias", (f"{source}.bias",), _BIAS_SPLIT.get(split, split), combine))
-    return rules
 
 
 # -- fused qkv layouts: each returns a combine that yields (q, k, v) -------------------------
@@ -151,6 +135,86 @@ class ValueTransform:
 #: Gemma's RMSNorm computes ``x * (1 + w)``; TensorRT-LLM's multiplies by the stored weight, so its
 #: converter stores ``w + 1``, added in float32 before the cast (tensorrt_llm/models/gemma/convert.py)
 plus_one = ValueTransform(lambda w: w + 1.0, lambda w: w - 1.0)
+
+
+class Place(str, enum.Enum):
+    """Where a tensor lives: on the first pipeline stage, in every decoder layer, or on the last."""
+
+    FIRST = "first"
+    LAYER = "layer"
+    LAST = "last"
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """A role's TensorRT-LLM name (without ``.weight``/``.bias``), its tensor-parallel split, its place."""
+
+    trtllm_name: str
+    split: Split = Split.REPLICATE
+    place: Place = Place.LAYER
+
+
+class Role(str, enum.Enum):
+    """What a tensor does in a decoder-only base; the keys of an adapter's ``weights`` table."""
+
+    EMBEDDING = "embedding"
+    EMBEDDING_NORM = "embedding_norm"  # Bloom's word_embeddings_layernorm
+    INPUT_NORM = "input_norm"
+    QKV = "qkv"  # a fused HF tensor (str) or separate q, k, v projections (a 3-tuple)
+    Q_NORM = "q_norm"
+    K_NORM = "k_norm"
+    DENSE = "dense"  # the attention output projection (o_proj)
+    POST_ATTENTION_NORM = "post_attention_norm"  # in front of the MLP (Gemma 2/3: on the attention output)
+    MLP_NORM = "mlp_norm"  # Falcon's second parallel norm (ln_mlp)
+    PRE_FEEDFORWARD_NORM = "pre_feedforward_norm"  # Gemma 2/3
+    POST_FEEDFORWARD_NORM = "post_feedforward_norm"  # Gemma 2/3
+    FC = "fc"  # the activated up-projection (Llama gate_proj) or the only one (plain MLP)
+    GATE = "gate"  # the multiplied branch of a gated MLP (Llama up_proj)
+    PROJ = "proj"  # the down-projection
+    FINAL_NORM = "final_norm"
+    LM_HEAD = "lm_head"
+
+
+#: The shared weight table: every role's TensorRT-LLM name and split, in the order rules are made.
+#: Names follow the decoder classes of tensorrt_llm/models/{llama,gemma,qwen,gpt,phi,phi3,falcon,
+#: gptneox,bloom,mpt}/model.py; splits follow their converters (column-parallel fc/gate, row-parallel
+#: dense/proj, vocabulary-parallel lm_head).
+ROLES: dict[Role, RoleSpec] = {
+    Role.EMBEDDING: RoleSpec("transformer.vocab_embedding", Split.EMBEDDING, Place.FIRST),
+    Role.EMBEDDING_NORM: RoleSpec("transformer.ln_embed", place=Place.FIRST),
+    Role.INPUT_NORM: RoleSpec("input_layernorm"),
+    Role.QKV: RoleSpec("attention.qkv", Split.QKV),
+    Role.Q_NORM: RoleSpec("attention.q_layernorm"),
+    Role.K_NORM: RoleSpec("attention.k_layernorm"),
+    Role.DENSE: RoleSpec("attention.dense", Split.ROW),
+    Role.POST_ATTENTION_NORM: RoleSpec("post_layernorm"),
+    Role.MLP_NORM: RoleSpec("mlp_layernorm"),
+    Role.PRE_FEEDFORWARD_NORM: RoleSpec("pre_feedforward_layernorm"),
+    Role.POST_FEEDFORWARD_NORM: RoleSpec("post_feedforward_layernorm"),
+    Role.FC: RoleSpec("mlp.fc", Split.COLUMN),
+    Role.GATE: RoleSpec("mlp.gate", Split.COLUMN),
+    Role.PROJ: RoleSpec("mlp.proj", Split.ROW),
+    Role.FINAL_NORM: RoleSpec("transformer.ln_f", place=Place.LAST),
+    Role.LM_HEAD: RoleSpec("lm_head", Split.VOCAB, Place.LAST),
+}
+
+NORMS = frozenset({Role.EMBEDDING_NORM, Role.INPUT_NORM, Role.Q_NORM, Role.K_NORM, Role.POST_ATTENTION_NORM,
+                   Role.MLP_NORM, Role.PRE_FEEDFORWARD_NORM, Role.POST_FEEDFORWARD_NORM, Role.FINAL_NORM})
+LINEARS = frozenset({Role.QKV, Role.DENSE, Role.FC, Role.GATE, Role.PROJ})
+
+#: HF source of a role: one tensor name prefix (``{i}`` = layer index), or for ``Role.QKV`` the
+#: three prefixes of separate q, k and v projections
+Source = str | tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """How a family departs from the shared table for one role: another combine (fused layouts,
+    value transforms), another split, another TensorRT-LLM name."""
+
+    combine: Combine | None = None
+    split: Split | None = None
+    trtllm_name: str | None = None
 
 
 class NormKind(str, enum.Enum):
@@ -245,7 +309,13 @@ class ArchAdapter:
     trtllm_module: ClassVar[str] = ""
     #: False when the TensorRT-LLM class cannot run pipeline-parallel (no send/recv between stages)
     engine_pipeline_parallel: ClassVar[bool] = True
-    position_embedding_kind: ClassVar[str] = "rope_gpt_neox"
+    #: TensorRT-LLM ``position_embedding_type`` the family writes (a config may still override it)
+    position_embedding: ClassVar[PositionEmbedding] = PositionEmbedding.ROPE_GPT_NEOX
+    #: the family's weight table: role -> HF source (see ``Role`` and the shared ``ROLES``); the rules
+    #: come from it, with the family's ``biased_roles`` and ``deviations``
+    weights: ClassVar[dict[Role, Source]] = {}
+    #: HF names tried for lm_head after ``weights[Role.LM_HEAD]`` (tied embeddings come last)
+    lm_head_fallbacks: ClassVar[tuple[str, ...]] = ()
     #: True for families whose real models overflow float16 (check warns on --dtype float16)
     float16_unsafe: ClassVar[bool] = False
     #: HF tensor names that are not weights (buffers some checkpoints carry)
@@ -288,9 +358,8 @@ class ArchAdapter:
             "max_position_embeddings": hf.get("max_position_embeddings") or 2048,
             "hidden_act": hf.get("hidden_act", "silu"),
             "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
-            "position_embedding_type": self.position_embedding_kind,
-            "rotary_base": hf.rope_theta,
-            "rotary_scaling": hf.rope_scaling,
+            "position_embedding_type": self.position_embedding.value,
+            **({"rotary_base": hf.rope_theta, "rotary_scaling": hf.rope_scaling} if self.position_embedding.is_rope else {}),
             "model_type": self.family,
         }
 
@@ -326,17 +395,53 @@ class ArchAdapter:
         return None
 
     # -- weights --------------------------------------------------------------------------
+    def weight_sources(self, hf: HFConfig) -> dict[Role, Source]:
+        """The weight table for this config (families whose names depend on the config override it)."""
+        return dict(self.weights)
+
+    def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
+        """Roles whose HF tensors carry a ``.bias`` next to ``.weight``."""
+        return frozenset()
+
+    def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
+        """Where the family departs from ``ROLES`` (fused layouts, value transforms, names)."""
+        return {}
+
+    def rules_at(self, place: Place, hf: HFConfig) -> list[WeightRule]:
+        """The weight rules of one place, made from the shared table and this family's entries."""
+        sources, biased, deviations = self.weight_sources(hf), self.biased_roles(hf), self.deviations(hf)
+        rules = []
+        for role, spec in ROLES.items():
+            if spec.place is not place or role not in sources:
+                continue
+            deviation = deviations.get(role, Deviation())
+            name = deviation.trtllm_name or spec.trtllm_name
+            split = deviation.split or spec.split
+            source = sources[role]
+            separate = isinstance(source, tuple)
+            combine = deviation.combine or (_as_qkv if separate else _first)
+            for kind in ("weight", "bias") if role in biased else ("weight",):
+                names = tuple(f"{s}.{kind}" for s in source) if separate else (f"{source}.{kind}",)
+                alternatives: tuple[tuple[str, ...], ...] = ()
+                if role is Role.LM_HEAD and kind == "weight":
+                    tied = (f"{sources[Role.EMBEDDING]}.weight",) if self.tied_embeddings(hf) else None
+                    alternatives = tuple((f"{n}.weight",) for n in self.lm_head_fallbacks) + ((tied,) if tied else ())
+                # a row-parallel layer's bias is added once after the all-reduce: replicated
+                part = split if kind == "weight" else _BIAS_SPLIT.get(split, split)
+                rules.append(WeightRule(f"{name}.{kind}", names, part, combine, alternatives))
+        return rules
+
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
         """Rules of one decoder layer; TensorRT-LLM names are relative to ``transformer.layers.{n}.``."""
-        raise NotImplementedError
+        return self.rules_at(Place.LAYER, hf)
 
     def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
         """Tensors of the first pipeline stage (vocab_embedding and friends)."""
-        raise NotImplementedError
+        return self.rules_at(Place.FIRST, hf)
 
     def final_rules(self, hf: HFConfig) -> list[WeightRule]:
         """Tensors of the last pipeline stage (ln_f, lm_head)."""
-        raise NotImplementedError
+        return self.rules_at(Place.LAST, hf)
 
     def num_hf_layers(self, hf: HFConfig) -> int:
         return int(hf.require("num_hidden_layers", int, "n_layer", "n_layers"))

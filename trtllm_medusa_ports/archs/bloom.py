@@ -19,17 +19,17 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
+    Deviation,
     MlpKind,
     NormKind,
     PositionEmbedding,
+    Role,
     Semantics,
-    WeightRule,
-    linear_rules,
+    Source,
     per_head_interleaved_qkv,
     register,
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
 
 _L = "transformer.h.{i}."
 
@@ -44,7 +44,19 @@ class BloomAdapter(ArchAdapter):
     trtllm_base_class = "BloomForCausalLM"
     trtllm_module = "bloom"
     engine_pipeline_parallel = False  # tensorrt_llm/models/bloom/model.py: no send/recv between stages
-    position_embedding_kind = "alibi"
+    position_embedding = PositionEmbedding.ALIBI
+    weights: ClassVar[dict[Role, Source]] = {
+        Role.EMBEDDING: "transformer.word_embeddings",
+        Role.EMBEDDING_NORM: "transformer.word_embeddings_layernorm",
+        Role.INPUT_NORM: _L + "input_layernorm",
+        Role.QKV: _L + "self_attention.query_key_value",
+        Role.DENSE: _L + "self_attention.dense",
+        Role.POST_ATTENTION_NORM: _L + "post_attention_layernorm",
+        Role.FC: _L + "mlp.dense_h_to_4h",
+        Role.PROJ: _L + "mlp.dense_4h_to_h",
+        Role.FINAL_NORM: "transformer.ln_f",
+        Role.LM_HEAD: "lm_head",
+    }
 
     def intermediate_size(self, hf: HFConfig) -> int:
         return 4 * self.hidden_size(hf)
@@ -64,34 +76,13 @@ class BloomAdapter(ArchAdapter):
                     # BloomForCausalLM reads it and PretrainedConfig has no default for it
                     # (tensorrt_llm/models/bloom/model.py); lm_head.weight is written on its own
                     "share_embedding_table": False})
-        for k in ("rotary_base", "rotary_scaling"):
-            cfg.pop(k, None)
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        split_qkv = per_head_interleaved_qkv(self.num_heads(hf), self.head_size(hf))
-        a = _L + "self_attention."
-        return [
-            *linear_rules("input_layernorm", _L + "input_layernorm"),
-            *linear_rules("attention.qkv", a + "query_key_value", Split.QKV, split_qkv),
-            *linear_rules("attention.dense", a + "dense", Split.ROW),
-            *linear_rules("post_layernorm", _L + "post_attention_layernorm"),
-            *linear_rules("mlp.fc", _L + "mlp.dense_h_to_4h", Split.COLUMN),
-            *linear_rules("mlp.proj", _L + "mlp.dense_4h_to_h", Split.ROW),
-        ]
+    def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
+        return frozenset(set(Role) - {Role.EMBEDDING, Role.LM_HEAD})
 
-    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return [
-            WeightRule("transformer.vocab_embedding.weight", ("transformer.word_embeddings.weight",), Split.EMBEDDING),
-            *linear_rules("transformer.ln_embed", "transformer.word_embeddings_layernorm"),
-        ]
-
-    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return [
-            *linear_rules("transformer.ln_f", "transformer.ln_f"),
-            WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB,
-                       alternatives=(("transformer.word_embeddings.weight",),)),
-        ]
+    def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
+        return {Role.QKV: Deviation(combine=per_head_interleaved_qkv(self.num_heads(hf), self.head_size(hf)))}
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(

@@ -17,17 +17,19 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
+    LINEARS,
+    NORMS,
     ArchAdapter,
+    Deviation,
     MlpKind,
     NormKind,
+    Role,
     Semantics,
-    WeightRule,
+    Source,
     grouped_qkv,
-    linear_rules,
     register,
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
 
 _L = "transformer.h.{i}."
 
@@ -45,6 +47,17 @@ class FalconAdapter(ArchAdapter):
     )
     trtllm_base_class = "FalconForCausalLM"
     trtllm_module = "falcon"
+    #: norms as in Falcon-7B (parallel attention, one shared norm); ``weight_sources`` adapts them
+    weights: ClassVar[dict[Role, Source]] = {
+        Role.EMBEDDING: "transformer.word_embeddings",
+        Role.INPUT_NORM: _L + "input_layernorm",
+        Role.QKV: _L + "self_attention.query_key_value",
+        Role.DENSE: _L + "self_attention.dense",
+        Role.FC: _L + "mlp.dense_h_to_4h",
+        Role.PROJ: _L + "mlp.dense_4h_to_h",
+        Role.FINAL_NORM: "transformer.ln_f",
+        Role.LM_HEAD: "lm_head",
+    }
 
     def num_kv_heads(self, hf: HFConfig) -> int:
         if hf.get("new_decoder_architecture"):
@@ -87,36 +100,19 @@ class FalconAdapter(ArchAdapter):
         )
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        split_qkv = grouped_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf))
-        a = _L + "self_attention."
-        bias = bool(hf.get("bias", False))
-        rules = [
-            *linear_rules("attention.qkv", a + "query_key_value", Split.QKV, split_qkv, bias=bias),
-            *linear_rules("attention.dense", a + "dense", Split.ROW, bias=bias),
-            *linear_rules("mlp.fc", _L + "mlp.dense_h_to_4h", Split.COLUMN, bias=bias),
-            *linear_rules("mlp.proj", _L + "mlp.dense_4h_to_h", Split.ROW, bias=bias),
-        ]
+    def weight_sources(self, hf: HFConfig) -> dict[Role, Source]:
+        sources = dict(self.weights)
         if self.two_norms(hf):
-            norms = [("input_layernorm", "ln_attn"), ("mlp_layernorm", "ln_mlp")]
-        else:
-            norms = [("input_layernorm", "input_layernorm")]
-            if not self.parallel(hf):
-                norms.append(("post_layernorm", "post_attention_layernorm"))
-        for trt, src in norms:
-            rules += linear_rules(trt, _L + src)
-        return rules
+            sources[Role.INPUT_NORM], sources[Role.MLP_NORM] = _L + "ln_attn", _L + "ln_mlp"
+        elif not self.parallel(hf):
+            sources[Role.POST_ATTENTION_NORM] = _L + "post_attention_layernorm"
+        return sources
 
-    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return [WeightRule("transformer.vocab_embedding.weight", ("transformer.word_embeddings.weight",),
-                           Split.EMBEDDING)]
+    def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
+        return NORMS | (LINEARS if hf.get("bias", False) else frozenset())
 
-    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return [
-            *linear_rules("transformer.ln_f", "transformer.ln_f"),
-            WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB,
-                       alternatives=(("transformer.word_embeddings.weight",),)),
-        ]
+    def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
+        return {Role.QKV: Deviation(combine=grouped_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf)))}
 
     def semantics(self, cfg: dict) -> Semantics:
         parallel = bool(cfg["parallel_attention"])

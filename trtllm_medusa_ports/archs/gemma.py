@@ -21,10 +21,17 @@ import dataclasses
 import math
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import Semantics, WeightRule, plus_one, register
+from trtllm_medusa_ports.archs.base import (
+    NORMS,
+    Deviation,
+    Role,
+    Semantics,
+    Source,
+    plus_one,
+    register,
+)
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
 
 _L = "model.layers.{i}."
 
@@ -63,19 +70,9 @@ class GemmaAdapter(LlamaAdapter):
         cfg["inter_layernorms"] = False
         return cfg
 
-    def norm_rule(self, name: str, source: str) -> WeightRule:
-        return WeightRule(name, (source,), Split.REPLICATE, plus_one)
-
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        rules = [r for r in super().layer_rules(hf) if not r.name.endswith("layernorm.weight")]
-        return rules + [
-            self.norm_rule("input_layernorm.weight", _L + "input_layernorm.weight"),
-            self.norm_rule("post_layernorm.weight", _L + "post_attention_layernorm.weight"),
-        ]
-
-    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
-        rules = [r for r in super().final_rules(hf) if r.name != "transformer.ln_f.weight"]
-        return [self.norm_rule("transformer.ln_f.weight", "model.norm.weight")] + rules
+    def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
+        # every Gemma norm computes x * (1 + w): stored as w + 1 (see plus_one)
+        return {role: Deviation(combine=plus_one) for role in NORMS}
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(super().semantics(cfg), embedding_scale=math.sqrt(cfg["hidden_size"]))
@@ -94,6 +91,11 @@ class Gemma2Adapter(GemmaAdapter):
         attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
     )
     float16_unsafe = True  # Gemma 2/3: bfloat16 models, hidden states of 1e5 (Gemma 3 inherits)
+    weights: ClassVar[dict[Role, Source]] = {
+        **GemmaAdapter.weights,
+        Role.PRE_FEEDFORWARD_NORM: _L + "pre_feedforward_layernorm",
+        Role.POST_FEEDFORWARD_NORM: _L + "post_feedforward_layernorm",
+    }
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
@@ -105,11 +107,6 @@ class Gemma2Adapter(GemmaAdapter):
             cfg["sliding_window"] = int(hf.get("sliding_window"))
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return super().layer_rules(hf) + [
-            self.norm_rule("pre_feedforward_layernorm.weight", _L + "pre_feedforward_layernorm.weight"),
-            self.norm_rule("post_feedforward_layernorm.weight", _L + "post_feedforward_layernorm.weight"),
-        ]
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(
@@ -133,6 +130,11 @@ class Gemma3Adapter(Gemma2Adapter):
         max_position_embeddings=256, query_pre_attn_scalar=32, sliding_window=128,
         layer_types=["sliding_attention", "full_attention"], _sliding_window_pattern=2,
     )
+    weights: ClassVar[dict[Role, Source]] = {
+        **Gemma2Adapter.weights,
+        Role.Q_NORM: _L + "self_attn.q_norm",
+        Role.K_NORM: _L + "self_attn.k_norm",
+    }
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
@@ -143,12 +145,6 @@ class Gemma3Adapter(Gemma2Adapter):
         cfg["rope_local_base_freq"] = local
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        a = _L + "self_attn."
-        return super().layer_rules(hf) + [
-            self.norm_rule("attention.q_layernorm.weight", a + "q_norm.weight"),
-            self.norm_rule("attention.k_layernorm.weight", a + "k_norm.weight"),
-        ]
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(

@@ -16,17 +16,19 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
+    LINEARS,
+    NORMS,
     ArchAdapter,
+    Deviation,
     MlpKind,
     NormKind,
+    Role,
     Semantics,
-    WeightRule,
-    linear_rules,
+    Source,
     per_head_interleaved_qkv,
     register,
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
 
 _L = "gpt_neox.layers.{i}."
 
@@ -45,6 +47,18 @@ class GPTNeoXAdapter(ArchAdapter):
     trtllm_base_class = "GPTNeoXForCausalLM"
     trtllm_module = "gptneox"
     engine_pipeline_parallel = False  # tensorrt_llm/models/gptneox/model.py: no send/recv between stages
+    weights: ClassVar[dict[Role, Source]] = {
+        Role.EMBEDDING: "gpt_neox.embed_in",
+        Role.INPUT_NORM: _L + "input_layernorm",
+        Role.POST_ATTENTION_NORM: _L + "post_attention_layernorm",
+        Role.QKV: _L + "attention.query_key_value",
+        Role.DENSE: _L + "attention.dense",
+        Role.FC: _L + "mlp.dense_h_to_4h",
+        Role.PROJ: _L + "mlp.dense_4h_to_h",
+        Role.FINAL_NORM: "gpt_neox.final_layer_norm",
+        Role.LM_HEAD: "embed_out",
+    }
+    lm_head_fallbacks = ("lm_head",)
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         # tensorrt_llm/models/gptneox/model.py builds its MLP as 4 x hidden and its LayerNorms
@@ -70,28 +84,15 @@ class GPTNeoXAdapter(ArchAdapter):
         cfg["rotary_emb_base"] = hf.rope_theta  # the name GPTNeoXForCausalLM reads
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        split_qkv = per_head_interleaved_qkv(hf.require("num_attention_heads"), self.head_size(hf))
-        a = _L + "attention."
-        return [
-            *linear_rules("input_layernorm", _L + "input_layernorm"),
-            *linear_rules("post_attention_layernorm", _L + "post_attention_layernorm"),
-            *linear_rules("attention.qkv", a + "query_key_value", Split.QKV, split_qkv),
-            *linear_rules("attention.dense", a + "dense", Split.ROW),
-            *linear_rules("mlp.fc", _L + "mlp.dense_h_to_4h", Split.COLUMN),
-            *linear_rules("mlp.proj", _L + "mlp.dense_4h_to_h", Split.ROW),
-        ]
+    def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
+        return NORMS | LINEARS
 
-    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return [WeightRule("transformer.vocab_embedding.weight", ("gpt_neox.embed_in.weight",), Split.EMBEDDING)]
-
-    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
-        tied = (("gpt_neox.embed_in.weight",),) if self.tied_embeddings(hf) else ()
-        return [
-            *linear_rules("transformer.ln_f", "gpt_neox.final_layer_norm"),
-            WeightRule("lm_head.weight", ("embed_out.weight",), Split.VOCAB,
-                       alternatives=(("lm_head.weight",),) + tied),
-        ]
+    def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
+        return {
+            Role.QKV: Deviation(combine=per_head_interleaved_qkv(self.num_heads(hf), self.head_size(hf))),
+            # GPTNeoXDecoderLayer's name for the MLP's norm (tensorrt_llm/models/gptneox/model.py)
+            Role.POST_ATTENTION_NORM: Deviation(trtllm_name="post_attention_layernorm"),
+        }
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(

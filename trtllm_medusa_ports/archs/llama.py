@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, WeightRule, qkv_rule, register
+from trtllm_medusa_ports.archs.base import ArchAdapter, Role, Source, register
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
 
 _L = "model.layers.{i}."
 
@@ -31,6 +30,18 @@ class LlamaAdapter(ArchAdapter):
     )
     trtllm_base_class = "LLaMAForCausalLM"
     trtllm_module = "llama"
+    weights: ClassVar[dict[Role, Source]] = {
+        Role.EMBEDDING: "model.embed_tokens",
+        Role.INPUT_NORM: _L + "input_layernorm",
+        Role.QKV: (_L + "self_attn.q_proj", _L + "self_attn.k_proj", _L + "self_attn.v_proj"),
+        Role.DENSE: _L + "self_attn.o_proj",
+        Role.POST_ATTENTION_NORM: _L + "post_attention_layernorm",
+        Role.FC: _L + "mlp.gate_proj",  # the activated branch
+        Role.GATE: _L + "mlp.up_proj",
+        Role.PROJ: _L + "mlp.down_proj",
+        Role.FINAL_NORM: "model.norm",
+        Role.LM_HEAD: "lm_head",
+    }
     upstream_medusa_base = True
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/llama/model.py LLaMADecoderLayer.forward
 
@@ -46,42 +57,17 @@ class LlamaAdapter(ArchAdapter):
         cfg["mlp_bias"] = self.mlp_bias(hf)
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        a = _L + "self_attn."
-        rules = [
-            WeightRule("input_layernorm.weight", (_L + "input_layernorm.weight",)),
-            qkv_rule("attention.qkv.weight", a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
-            WeightRule("attention.dense.weight", (a + "o_proj.weight",), Split.ROW),
-            WeightRule("post_layernorm.weight", (_L + "post_attention_layernorm.weight",)),
-            WeightRule("mlp.fc.weight", (_L + "mlp.gate_proj.weight",), Split.COLUMN),
-            WeightRule("mlp.gate.weight", (_L + "mlp.up_proj.weight",), Split.COLUMN),
-            WeightRule("mlp.proj.weight", (_L + "mlp.down_proj.weight",), Split.ROW),
-        ]
+    def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
+        roles = set()
         if self.attn_bias(hf):
-            rules.append(qkv_rule("attention.qkv.bias", a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"))
-            if self.dense_bias(hf):
-                rules.append(WeightRule("attention.dense.bias", (a + "o_proj.bias",)))
+            roles |= {Role.QKV, Role.DENSE} if self.dense_bias(hf) else {Role.QKV}
         if self.mlp_bias(hf):
-            rules += [
-                WeightRule("mlp.fc.bias", (_L + "mlp.gate_proj.bias",), Split.COLUMN),
-                WeightRule("mlp.gate.bias", (_L + "mlp.up_proj.bias",), Split.COLUMN),
-                WeightRule("mlp.proj.bias", (_L + "mlp.down_proj.bias",)),
-            ]
-        return rules
+            roles |= {Role.FC, Role.GATE, Role.PROJ}
+        return frozenset(roles)
 
     def dense_bias(self, hf: HFConfig) -> bool:
         """Llama's ``attention_bias`` covers o_proj too; Qwen2 has qkv bias only."""
         return True
-
-    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return [WeightRule("transformer.vocab_embedding.weight", ("model.embed_tokens.weight",), Split.EMBEDDING)]
-
-    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
-        tied = (("model.embed_tokens.weight",),) if self.tied_embeddings(hf) else ()
-        return [
-            WeightRule("transformer.ln_f.weight", ("model.norm.weight",)),
-            WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB, alternatives=tied),
-        ]
 
 
 @register

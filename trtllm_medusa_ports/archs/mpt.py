@@ -21,16 +21,17 @@ from typing import ClassVar
 from trtllm_medusa_ports.archs.base import (
     AlibiStyle,
     ArchAdapter,
+    Deviation,
     MlpKind,
     NormKind,
     PositionEmbedding,
+    Role,
     Semantics,
-    WeightRule,
+    Source,
     fused_qkv,
     register,
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
 
 _L = "transformer.blocks.{i}."
 
@@ -48,7 +49,18 @@ class MPTAdapter(ArchAdapter):
     trtllm_base_class = "MPTForCausalLM"
     trtllm_module = "mpt"
     engine_pipeline_parallel = False  # tensorrt_llm/models/mpt/model.py: no send/recv between stages
-    position_embedding_kind = "alibi"
+    position_embedding = PositionEmbedding.ALIBI
+    weights: ClassVar[dict[Role, Source]] = {  # no biases anywhere (MPT's no_bias)
+        Role.EMBEDDING: "transformer.wte",
+        Role.INPUT_NORM: _L + "norm_1",
+        Role.QKV: _L + "attn.Wqkv",
+        Role.DENSE: _L + "attn.out_proj",
+        Role.POST_ATTENTION_NORM: _L + "norm_2",
+        Role.FC: _L + "ffn.up_proj",
+        Role.PROJ: _L + "ffn.down_proj",
+        Role.FINAL_NORM: "transformer.norm_f",
+        Role.LM_HEAD: "lm_head",
+    }
 
     def attn_config(self, hf: HFConfig) -> dict:
         return hf.get("attn_config") or {}
@@ -96,30 +108,10 @@ class MPTAdapter(ArchAdapter):
                 "position_embedding_type": "alibi" if attn.get("alibi", True) else "learned_absolute",
             }
         )
-        for k in ("rotary_base", "rotary_scaling"):
-            cfg.pop(k, None)
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        qkv = fused_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf))
-        rules = [
-            WeightRule("input_layernorm.weight", (_L + "norm_1.weight",)),
-            WeightRule("attention.qkv.weight", (_L + "attn.Wqkv.weight",), Split.QKV, qkv),
-            WeightRule("attention.dense.weight", (_L + "attn.out_proj.weight",), Split.ROW),
-            WeightRule("post_layernorm.weight", (_L + "norm_2.weight",)),
-            WeightRule("mlp.fc.weight", (_L + "ffn.up_proj.weight",), Split.COLUMN),
-            WeightRule("mlp.proj.weight", (_L + "ffn.down_proj.weight",), Split.ROW),
-        ]
-        return rules
-
-    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return [WeightRule("transformer.vocab_embedding.weight", ("transformer.wte.weight",), Split.EMBEDDING)]
-
-    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return [
-            WeightRule("transformer.ln_f.weight", ("transformer.norm_f.weight",)),
-            WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB, alternatives=(("transformer.wte.weight",),)),
-        ]
+    def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
+        return {Role.QKV: Deviation(combine=fused_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf)))}
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(

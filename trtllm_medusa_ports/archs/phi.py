@@ -16,14 +16,12 @@ from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
     MlpKind,
     NormKind,
+    Role,
     Semantics,
-    WeightRule,
-    linear_rules,
-    qkv_rule,
+    Source,
     register,
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
 
 _L = "model.layers.{i}."
 
@@ -41,6 +39,16 @@ class PhiAdapter(ArchAdapter):
     trtllm_base_class = "PhiForCausalLM"
     trtllm_module = "phi"
     engine_pipeline_parallel = False  # tensorrt_llm/models/phi/model.py: no send/recv between stages
+    weights: ClassVar[dict[Role, Source]] = {
+        Role.EMBEDDING: "model.embed_tokens",
+        Role.INPUT_NORM: _L + "input_layernorm",
+        Role.QKV: (_L + "self_attn.q_proj", _L + "self_attn.k_proj", _L + "self_attn.v_proj"),
+        Role.DENSE: _L + "self_attn.dense",
+        Role.FC: _L + "mlp.fc1",
+        Role.PROJ: _L + "mlp.fc2",
+        Role.FINAL_NORM: "model.final_layernorm",
+        Role.LM_HEAD: "lm_head",
+    }
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         out = self.default_epsilon_limit(hf, "layer_norm_eps", "input_layernorm and ln_f")
@@ -58,27 +66,8 @@ class PhiAdapter(ArchAdapter):
         cfg["rotary_pct"] = hf.partial_rotary_factor  # the name PhiDecoderLayer reads
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        a = _L + "self_attn."
-        return [
-            *linear_rules("input_layernorm", _L + "input_layernorm"),
-            qkv_rule("attention.qkv.weight", a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
-            qkv_rule("attention.qkv.bias", a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"),
-            *linear_rules("attention.dense", a + "dense", Split.ROW),
-            *linear_rules("mlp.fc", _L + "mlp.fc1", Split.COLUMN),
-            *linear_rules("mlp.proj", _L + "mlp.fc2", Split.ROW),
-        ]
-
-    def embedding_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return [WeightRule("transformer.vocab_embedding.weight", ("model.embed_tokens.weight",), Split.EMBEDDING)]
-
-    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
-        tied = (("model.embed_tokens.weight",),) if self.tied_embeddings(hf) else ()
-        return [
-            *linear_rules("transformer.ln_f", "model.final_layernorm"),
-            WeightRule("lm_head.weight", ("lm_head.weight",), Split.VOCAB, alternatives=tied),
-            WeightRule("lm_head.bias", ("lm_head.bias",), Split.VOCAB),
-        ]
+    def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
+        return frozenset(set(Role) - {Role.EMBEDDING})  # every linear layer, norm and lm_head
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(

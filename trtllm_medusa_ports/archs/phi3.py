@@ -15,7 +15,15 @@ from typing import ClassVar
 
 import torch
 
-from trtllm_medusa_ports.archs.base import MlpKind, Semantics, WeightRule, fused_qkv, register
+from trtllm_medusa_ports.archs.base import (
+    Deviation,
+    MlpKind,
+    Role,
+    Semantics,
+    Source,
+    fused_qkv,
+    register,
+)
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
@@ -44,6 +52,11 @@ class Phi3Adapter(LlamaAdapter):
     engine_pipeline_parallel = False  # tensorrt_llm/models/phi3/model.py: no send/recv between stages
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = False
+    weights: ClassVar[dict[Role, Source]] = {
+        **{role: src for role, src in LlamaAdapter.weights.items() if role is not Role.GATE},
+        Role.QKV: _L + "self_attn.qkv_proj",
+        Role.FC: _L + "mlp.gate_up_proj",
+    }
 
     def attn_bias(self, hf: HFConfig) -> bool:
         return False
@@ -62,19 +75,12 @@ class Phi3Adapter(LlamaAdapter):
             cfg["longrope_scaling_long_factors"] = scaling.get("long_factor")
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        nh = hf.require("num_attention_heads")
-        nkv = hf.get("num_key_value_heads") or nh
-        a = _L + "self_attn."
-        return [
-            WeightRule("input_layernorm.weight", (_L + "input_layernorm.weight",)),
-            WeightRule("attention.qkv.weight", (a + "qkv_proj.weight",), Split.QKV,
-                       fused_qkv(nh, nkv, self.head_size(hf))),
-            WeightRule("attention.dense.weight", (a + "o_proj.weight",), Split.ROW),
-            WeightRule("post_layernorm.weight", (_L + "post_attention_layernorm.weight",)),
-            WeightRule("mlp.fc.weight", (_L + "mlp.gate_up_proj.weight",), Split.COLUMN_PAIR, _up_then_gate),
-            WeightRule("mlp.proj.weight", (_L + "mlp.down_proj.weight",), Split.ROW),
-        ]
+    def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
+        return {
+            Role.QKV: Deviation(combine=fused_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf))),
+            # [gate; up] stored [up; gate], cut half by half per rank (see the module docstring)
+            Role.FC: Deviation(combine=_up_then_gate, split=Split.COLUMN_PAIR),
+        }
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(super().semantics(cfg), mlp=MlpKind.SWIGLU, hidden_act="silu")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import Semantics, WeightRule, register
+from trtllm_medusa_ports.archs.base import Role, Semantics, Source, register
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
@@ -31,6 +31,9 @@ class Qwen3Adapter(Qwen2Adapter):
         max_position_embeddings=256, rope_theta=1000000.0, tie_word_embeddings=False,
     )
     upstream_medusa_base = False
+    weights: ClassVar[dict[Role, Source]] = {
+        **Qwen2Adapter.weights, Role.Q_NORM: _A + "q_norm", Role.K_NORM: _A + "k_norm",
+    }
 
     def attn_bias(self, hf: HFConfig) -> bool:
         return bool(hf.get("attention_bias", False))
@@ -52,12 +55,6 @@ class Qwen3Adapter(Qwen2Adapter):
         cfg["qwen_type"] = "qwen3"
         cfg["qk_layernorm"] = True
         return cfg
-
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return super().layer_rules(hf) + [
-            WeightRule("attention.q_layernorm.weight", (_A + "q_norm.weight",)),
-            WeightRule("attention.k_layernorm.weight", (_A + "k_norm.weight",)),
-        ]
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(super().semantics(cfg), qk_norm=True)

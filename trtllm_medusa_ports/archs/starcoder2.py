@@ -13,17 +13,17 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
+    LINEARS,
+    NORMS,
     MlpKind,
     NormKind,
+    Role,
     Semantics,
-    WeightRule,
-    linear_rules,
-    qkv_rule,
+    Source,
     register,
 )
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
 
 _L = "model.layers.{i}."
 
@@ -43,6 +43,11 @@ class Starcoder2Adapter(LlamaAdapter):
     trtllm_module = "gpt"
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/gpt/model.py GPTDecoderLayer.forward
+    weights: ClassVar[dict[Role, Source]] = {
+        **{role: src for role, src in LlamaAdapter.weights.items() if role is not Role.GATE},
+        Role.FC: _L + "mlp.c_fc",
+        Role.PROJ: _L + "mlp.c_proj",
+    }
 
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return bool(hf.get("tie_word_embeddings", True))
@@ -64,23 +69,8 @@ class Starcoder2Adapter(LlamaAdapter):
             cfg["sliding_window"] = int(hf.get("sliding_window"))
         return cfg
 
-    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        a = _L + "self_attn."
-        bias = bool(hf.get("use_bias", True))
-        rules = [
-            *linear_rules("input_layernorm", _L + "input_layernorm"),
-            qkv_rule("attention.qkv.weight", a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"),
-            *linear_rules("attention.dense", a + "o_proj", Split.ROW, bias=bias),
-            *linear_rules("post_layernorm", _L + "post_attention_layernorm"),
-            *linear_rules("mlp.fc", _L + "mlp.c_fc", Split.COLUMN, bias=bias),
-            *linear_rules("mlp.proj", _L + "mlp.c_proj", Split.ROW, bias=bias),
-        ]
-        if bias:
-            rules.append(qkv_rule("attention.qkv.bias", a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"))
-        return rules
-
-    def final_rules(self, hf: HFConfig) -> list[WeightRule]:
-        return super().final_rules(hf) + [WeightRule("transformer.ln_f.bias", ("model.norm.bias",))]
+    def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
+        return NORMS | (LINEARS if hf.get("use_bias", True) else frozenset())
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(super().semantics(cfg), norm=NormKind.LAYER, mlp=MlpKind.PLAIN)
