@@ -519,3 +519,43 @@ def test_build_warns_outside_the_checked_versions(trtllm, store, tmp_path, capsy
     monkeypatch.setattr(trtllm, "__version__", "0.15.0")
     assert _build(ckpt, tmp_path / "b") == 0
     assert "TensorRT-LLM 0.15.0 is outside >=1.2.0rc2,<1.3" in capsys.readouterr().err
+
+
+# -- Granite: the multipliers reach the engine graph; fused paths that drop one are refused --------
+def test_granite_multipliers_are_applied_in_the_engine_graph(trtllm, store, tmp_path, monkeypatch):
+    import tensorrt_llm.builder as builder
+
+    graphs = []
+    reset = builder.reset_default_net
+
+    def keep_outputs():
+        graphs.append({name: t.name for name, (t, _) in builder.default_net().outputs.items()})
+        reset()
+
+    monkeypatch.setattr(builder, "default_net", __import__("tensorrt_llm.functional").functional.default_net,
+                        raising=False)
+    monkeypatch.setattr(builder, "reset_default_net", keep_outputs)
+    ckpt = _checkpoint(store, tmp_path, "GraniteForCausalLM")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert _build(ckpt, tmp_path / "eng") == 0
+    logits = graphs[0]["logits"]
+    # embedding * embedding_multiplier, each residual add scaled, logits * output_multiplier_scale
+    assert f"*{cfg['embedding_multiplier']})" in logits
+    scaled = f"(embedding(input_ids)*{cfg['embedding_multiplier']})"
+    h1 = f"({scaled}+(attention(rmsnorm({scaled}))*{cfg['residual_multiplier']}))"  # layer 0, after attention
+    mlp1 = f"(linear((silu(linear(rmsnorm({h1})))*linear(rmsnorm({h1}))))*{cfg['residual_multiplier']})"
+    assert f"({h1}+{mlp1})" in logits
+    assert logits.endswith(f"*{cfg['output_multiplier_scale']})")
+    assert str(cfg["output_multiplier_scale"]) not in graphs[0]["medusa_logits"]  # heads' logits unscaled
+
+
+@pytest.mark.parametrize("flag", ["--reduce_fusion", "--norm_quant_fusion", "--user_buffer", "--pp_reduce_scatter"])
+def test_fused_allreduce_flags_are_refused_where_they_drop_the_residual_multiplier(trtllm, store, tmp_path,
+                                                                                   capsys, flag):
+    granite = _checkpoint(store, tmp_path, "GraniteForCausalLM", name="granite")
+    assert _build(granite, tmp_path / "eng", flag, "enable") == 1
+    err = capsys.readouterr().err
+    assert "[engine-fusion-multiplier]" in err and flag in err and "residual_multiplier (0.22)" in err
+    assert not (tmp_path / "eng").exists()
+    llama = _checkpoint(store, tmp_path, "LlamaForCausalLM", name="llama")
+    assert _build(llama, tmp_path / "eng2", flag, "enable") == 0  # multiplier 1: the fused path is exact

@@ -38,6 +38,8 @@ VARIANTS = [
     ("Starcoder2ForCausalLM", {}),
     ("Starcoder2ForCausalLM", {"use_bias": False, "tie_word_embeddings": False}),
     ("BloomForCausalLM", {}),
+    ("GraniteForCausalLM", {}),
+    ("GraniteForCausalLM", {"tie_word_embeddings": False, "attention_multiplier": 1.0}),
     ("MptForCausalLM", {}),
     ("MptForCausalLM", {"n_heads": 2, "attn_config": {"alibi": True, "clip_qkv": 0.5}}),
 ]
@@ -141,13 +143,28 @@ def _prefilled(ref, prompt):
     return cache
 
 
-def test_readme_lists_every_supported_architecture():
+@pytest.mark.parametrize("document, kind", [("README.md", "readme"), ("docs/porting-guide.md", "guide")])
+def test_family_tables_are_the_ones_the_adapters_render(document, kind):
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme[readme.index("## Supported base families"):readme.index("## Conversion speed")]
+    from trtllm_medusa_ports import families
+
+    path = Path(__file__).resolve().parents[1] / document
+    assert path.read_text() == families.rendered_document(path, kind), (
+        f"{document}'s family table differs from the adapters: run python -m trtllm_medusa_ports.families --write")
     for arch in supported_architectures():
-        assert f"`{arch}`" in table, arch
+        assert f"`{arch}`" in families.render(kind), arch
+
+
+def test_family_table_refuses_a_class_that_inherits_its_parents_row():
+    from trtllm_medusa_ports import families
+    from trtllm_medusa_ports.archs.llama import LlamaAdapter
+
+    class Copycat(LlamaAdapter):
+        hf_architectures = ("CopycatForCausalLM",)
+
+    assert families._row_problems(LlamaAdapter) == []
+    assert "Copycat declares no medusa_status of its own" in "; ".join(families._row_problems(Copycat))
 
 
 def test_gemma_embedding_is_split_as_gemmaconfig_imposes(store, tmp_path):
@@ -198,6 +215,7 @@ ROUND_TRIP = {
     "GPTNeoXForCausalLM": {"rope_theta": 12345.0, "partial_rotary_factor": 0.5},
     "FalconForCausalLM": {"rope_theta": 12345.0},
     "Starcoder2ForCausalLM": {"rope_theta": 12345.0, "norm_epsilon": 3e-6, "partial_rotary_factor": 0.5},
+    "GraniteForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
 }
 
 
@@ -224,3 +242,34 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
     head = json.loads((ckpt / "config.json").read_text())["head_size"]
     assert sem.rotary_dim == int(head * want.get("partial_rotary_factor", 1.0))
     assert sem.position_embedding.is_rope
+
+
+def test_granite_multipliers_reach_the_reference_semantics(store, tmp_path):
+    base = tiny_base(store, "GraniteForCausalLM")
+    hf = json.loads((base / "config.json").read_text())
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path))
+    cfg = json.loads((ckpt / "config.json").read_text())
+    sem = ReferenceModel(ckpt).sem
+    head = cfg["head_size"]
+    # LLaMAConfig stores the softmax scale times sqrt(head_size) and 1 / logits_scaling
+    assert cfg["attention_multiplier"] == pytest.approx(hf["attention_multiplier"] * head**0.5)
+    assert cfg["output_multiplier_scale"] == pytest.approx(1 / hf["logits_scaling"])
+    assert (sem.embedding_scale, sem.residual_scale) == (hf["embedding_multiplier"], hf["residual_multiplier"])
+    assert sem.attention_scale == pytest.approx(hf["attention_multiplier"])
+    assert sem.logits_scale == pytest.approx(1 / hf["logits_scaling"])
+
+
+# what a hand port writes for each Granite field: the key left out (the engine's default), or the
+# Hugging Face attention_multiplier without the sqrt(head_size) factor LLaMAConfig expects
+@pytest.mark.parametrize("key, wrong", [("embedding_multiplier", 1.0), ("residual_multiplier", 1.0),
+                                        ("output_multiplier_scale", 1.0), ("attention_multiplier", "hf")])
+def test_a_granite_checkpoint_missing_a_multiplier_fails_verify(store, tmp_path, key, wrong):
+    base = tiny_base(store, "GraniteForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path))
+    assert verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).parity
+    path = ckpt / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg[key] = json.loads((base / "config.json").read_text())["attention_multiplier"] if wrong == "hf" else wrong
+    path.write_text(json.dumps(cfg))
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert not rep.parity, f"{key} = {cfg[key]} went unnoticed"

@@ -57,7 +57,7 @@ RULES: set[str] = {
     "tree-invalid", "tree-index-range", "tree-pruned", "tree-deeper-than-heads", "tree-too-many-nodes",
     "tree-depth1-gaps", "parallel-size", "tp-attention-heads", "tp-kv-heads", "tp-kv-replication",
     "tp-intermediate-size", "tp-hidden-size", "tp-embedding", "vocab-padding", "pp-layers",
-    "engine-pipeline-parallel",
+    "engine-pipeline-parallel", "engine-fusion-multiplier",
     "heads-checkpoint", "heads-count", "heads-dtype", "heads-hidden-size", "heads-truncated-vocab", "heads-vocab-size",
 }
 

@@ -268,6 +268,8 @@ class Semantics:
     parallel_residual: bool = False  # x + attn(ln(x)) + mlp(ln2(x)) (GPT-NeoX) / shared ln (Phi-2, Falcon)
     shared_input_norm: bool = False  # parallel residual reading one norm (Falcon-7B, Phi-2)
     embedding_scale: float = 1.0
+    residual_scale: float = 1.0  # Granite: attention and MLP outputs scaled before each residual add
+    logits_scale: float = 1.0  # Granite: the base's logits (not the Medusa heads') multiplied by it
     has_embedding_norm: bool = False  # Bloom's word_embeddings_layernorm
     attention_scale: float | None = None  # None = 1/sqrt(head_size)
     attn_logit_softcapping: float | None = None
@@ -295,6 +297,12 @@ class ArchAdapter:
     #: short family name, also ``--model_type`` and the HF ``model_type`` values it accepts
     family: ClassVar[str] = ""
     model_types: ClassVar[tuple[str, ...]] = ()
+    #: the README family table (trtllm_medusa_ports/families.py renders it; every registered class
+    #: declares its own): a note after the names, the position embedding in words, and what
+    #: TensorRT-LLM 1.2.x can serve and how
+    display_note: ClassVar[str] = ""
+    position_summary: ClassVar[str] = ""
+    medusa_status: ClassVar[str] = ""
     #: a tiny random model of the family (Hugging Face config kwargs with ``model_type``), declared by
     #: the class that serves ``hf_architectures[0]``; tests and the demo build it
     tiny_config: ClassVar[dict | None] = None

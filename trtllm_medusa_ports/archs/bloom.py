@@ -39,6 +39,12 @@ class BloomAdapter(ArchAdapter):
     hf_architectures = ("BloomForCausalLM",)
     family = "bloom"
     model_types = ("bloom",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "ALiBi"
+    medusa_status = (
+        "**rejected** (`alibi-position-embedding`); mapping and reference (tree ALiBi from depth) exist, `--allow_unsupported` writes it"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(model_type="bloom", hidden_size=64, n_layer=2, n_head=4, vocab_size=256)
     trtllm_base_class = "BloomForCausalLM"

@@ -39,6 +39,12 @@ class FalconAdapter(ArchAdapter):
     hf_architectures = ("FalconForCausalLM", "RWForCausalLM")
     family = "falcon"
     model_types = ("falcon", "RefinedWeb", "RefinedWebModel")
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = "RoPE variants"
+    position_summary = "RoPE (GPT-NeoX)"
+    medusa_status = (
+        "`trtllm-medusa build`; ALiBi variants rejected"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="falcon", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,

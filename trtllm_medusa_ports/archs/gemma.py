@@ -41,6 +41,12 @@ class GemmaAdapter(LlamaAdapter):
     hf_architectures = ("GemmaForCausalLM",)
     family = "gemma"
     model_types = ("gemma",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "RoPE (GPT-NeoX)"
+    medusa_status = (
+        "`trtllm-medusa build` (adds spec-decoding plumbing, SiLU heads); head size 256 needs XQA JIT"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="gemma", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -83,6 +89,12 @@ class Gemma2Adapter(GemmaAdapter):
     hf_architectures = ("Gemma2ForCausalLM",)
     family = "gemma2"
     model_types = ("gemma2",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "RoPE (GPT-NeoX), soft-capping"
+    medusa_status = (
+        "**rejected**: XQA ignores attention soft-capping (`attention-softcapping`); reference verifies the conversion"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="gemma2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -123,6 +135,12 @@ class Gemma3Adapter(Gemma2Adapter):
     hf_architectures = ("Gemma3ForCausalLM",)
     family = "gemma3"
     model_types = ("gemma3_text", "gemma3")
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "RoPE, local/global bases, q/k norm"
+    medusa_status = (
+        "`trtllm-medusa build`; keep `max_seq_len <= sliding_window`"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="gemma3_text", hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -38,6 +38,12 @@ class GPTNeoXAdapter(ArchAdapter):
     hf_architectures = ("GPTNeoXForCausalLM",)
     family = "gpt_neox"
     model_types = ("gpt_neox", "gptneox")
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = "Pythia"
+    position_summary = "partial RoPE"
+    medusa_status = (
+        "`trtllm-medusa build`, pp 1 only, parallel residual only; engine GELU is the tanh form (`gelu-approximation`)"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="gpt_neox", hidden_size=64, intermediate_size=256, num_hidden_layers=2,

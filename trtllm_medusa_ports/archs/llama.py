@@ -22,6 +22,12 @@ class LlamaAdapter(ArchAdapter):
     hf_architectures = ("LlamaForCausalLM",)
     family = "llama"
     model_types = ("llama",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "RoPE (GPT-NeoX)"
+    medusa_status = (
+        "upstream `MedusaForCausalLM` (SiLU base, per-head lm_heads, pp 1); otherwise `trtllm-medusa build`"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
@@ -77,6 +83,12 @@ class MistralAdapter(LlamaAdapter):
     hf_architectures = ("MistralForCausalLM",)
     family = "mistral"
     model_types = ("mistral",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "RoPE (GPT-NeoX), sliding window"
+    medusa_status = (
+        "as Llama; keep `max_seq_len <= sliding_window`"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="mistral", hidden_size=64, intermediate_size=160, num_hidden_layers=2,

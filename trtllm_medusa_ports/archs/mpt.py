@@ -41,6 +41,12 @@ class MPTAdapter(ArchAdapter):
     hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
     family = "mpt"
     model_types = ("mpt",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "ALiBi"
+    medusa_status = (
+        "**rejected** like Bloom"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="mpt", d_model=64, n_layers=2, n_heads=4, vocab_size=256, max_seq_len=256,

@@ -31,6 +31,12 @@ class PhiAdapter(ArchAdapter):
     hf_architectures = ("PhiForCausalLM",)
     family = "phi"
     model_types = ("phi",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = "Phi-2"
+    position_summary = "partial RoPE"
+    medusa_status = (
+        "`trtllm-medusa build`, pp 1 only, multi-head attention only"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="phi", hidden_size=64, intermediate_size=128, num_hidden_layers=2,

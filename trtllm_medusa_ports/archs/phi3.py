@@ -41,6 +41,12 @@ class Phi3Adapter(LlamaAdapter):
     hf_architectures = ("Phi3ForCausalLM",)
     family = "phi3"
     model_types = ("phi3",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "RoPE (GPT-NeoX; longrope for 128k)"
+    medusa_status = (
+        "`trtllm-medusa build`, pp 1 only; longrope is converted but not verified on CPU"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="phi3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,

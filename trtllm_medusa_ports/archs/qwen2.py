@@ -18,6 +18,12 @@ class Qwen2Adapter(LlamaAdapter):
     hf_architectures = ("Qwen2ForCausalLM",)
     family = "qwen2"
     model_types = ("qwen2",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "RoPE (GPT-NeoX)"
+    medusa_status = (
+        "as Llama (qkv bias, `qwen_type`, group sizes like 7 handled)"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="qwen2", hidden_size=224, intermediate_size=192, num_hidden_layers=2,

@@ -24,6 +24,12 @@ class Qwen3Adapter(Qwen2Adapter):
     hf_architectures = ("Qwen3ForCausalLM",)
     family = "qwen3"
     model_types = ("qwen3",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "RoPE (GPT-NeoX), q/k norm"
+    medusa_status = (
+        "`trtllm-medusa build` (upstream's Medusa-over-QWen q/k-norm path unconfirmed for 1.2); `attention_bias: true` refused (o_proj bias)"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="qwen3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,

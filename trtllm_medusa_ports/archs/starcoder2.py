@@ -33,6 +33,12 @@ class Starcoder2Adapter(LlamaAdapter):
     hf_architectures = ("Starcoder2ForCausalLM",)
     family = "starcoder2"
     model_types = ("starcoder2",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = ""
+    position_summary = "RoPE (GPT-NeoX)"
+    medusa_status = (
+        "`trtllm-medusa build` (upstream has the plumbing, not the Medusa wrapper)"
+    )
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="starcoder2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,

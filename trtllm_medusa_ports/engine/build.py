@@ -54,6 +54,26 @@ def checkpoint_findings(cfg: dict, path: Path) -> list[Finding]:
     return out
 
 
+#: trtllm-build plugin flags whose fused all-reduce paths in LLaMADecoderLayer.forward add the
+#: attention / MLP output to the residual without ``residual_multiplier``
+#: (tensorrt_llm/models/llama/model.py; flags from tensorrt_llm/plugin/plugin.py PluginConfig fields)
+FUSIONS_WITHOUT_RESIDUAL_MULTIPLIER = ("reduce_fusion", "norm_quant_fusion", "user_buffer", "pp_reduce_scatter")
+
+
+def flag_findings(cfg: dict, args: Any) -> list[Finding]:
+    """The rules that need the checkpoint config and the parsed trtllm-build flags together."""
+    multiplier = cfg.get("residual_multiplier", 1.0)
+    enabled = [f"--{name}" for name in FUSIONS_WITHOUT_RESIDUAL_MULTIPLIER
+               if getattr(args, name, "disable") in ("enable", True)]
+    if multiplier == 1.0 or not enabled:
+        return []
+    return [Finding("engine-fusion-multiplier", ERROR,
+                    f"{' '.join(enabled)} builds the fused all-reduce path of LLaMADecoderLayer, which adds the "
+                    f"attention and MLP outputs without residual_multiplier ({multiplier}): the engine would "
+                    "compute another model",
+                    f"build without {' '.join(enabled)} (leave them at disable)")]
+
+
 def build_config_from_args(args: Any, model_config: Any) -> Any:
     """The BuildConfig ``trtllm-build`` makes from its flags (tensorrt_llm/commands/build.py ``main``)."""
     builder = import_module("tensorrt_llm.builder")
@@ -114,6 +134,11 @@ def main(checkpoint_dir: str, rest: list[str]) -> int:
     if "--speculative_decoding_mode" not in argv:
         argv += ["--speculative_decoding_mode", "medusa"]
     args = build_mod.parse_arguments().parse_args(argv)
+    flag_errors = flag_findings(cfg, args)
+    for f in flag_errors:
+        print(f"error: [{f.rule}] {f.message}\n  fix: {f.fix}", file=sys.stderr)
+    if flag_errors:
+        return 1
     if getattr(args, "model_cls_file", None) or getattr(args, "model_cls_name", None):
         print("error: --model_cls_file/--model_cls_name: trtllm-medusa build chooses the class from the "
               "checkpoint's architecture\n  fix: drop these flags", file=sys.stderr)

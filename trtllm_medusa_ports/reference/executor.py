@@ -365,8 +365,8 @@ class ReferenceModel:
             x = x + attn
             m = self.mlp(self.norm(x, r0, p + "pre_feedforward_layernorm"), stage, local)
             return x + self.norm(m, r0, p + "post_feedforward_layernorm")
-        x = x + attn
-        return x + self.mlp(self.norm(x, r0, p + sem.mlp_norm), stage, local)
+        x = x + attn * sem.residual_scale
+        return x + self.mlp(self.norm(x, r0, p + sem.mlp_norm), stage, local) * sem.residual_scale
 
     # -- model -------------------------------------------------------------------------
     def new_cache(self) -> KVCache:
@@ -440,7 +440,7 @@ class ReferenceModel:
         out = hidden @ w.T
         if self.has(self.stage_ranks(stage)[0], "lm_head.bias"):  # Phi-2
             out = out + self._gather(stage, "lm_head.bias")
-        out = out[..., : self.vocab]
+        out = out[..., : self.vocab] * self.sem.logits_scale
         if self.sem.final_logit_softcapping:
             cap = self.sem.final_logit_softcapping
             out = torch.tanh(out / cap) * cap

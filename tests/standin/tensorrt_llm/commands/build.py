@@ -46,6 +46,10 @@ def parse_arguments():
                             "eagle"])
     p.add_argument("--max_draft_len", type=int, default=0)
     p.add_argument("--gemm_plugin", type=str, default="auto")
+    # PluginConfig's feature flags that LLaMADecoderLayer.forward branches on; add_plugin_argument
+    # (tensorrt_llm/plugin/plugin.py) gives each boolean field an enable|disable flag
+    for feature in ("reduce_fusion", "norm_quant_fusion", "user_buffer", "pp_reduce_scatter"):
+        p.add_argument(f"--{feature}", type=str, default="disable", choices=["enable", "disable"])
     return p
 
 

@@ -17,6 +17,7 @@ from ..models.qwen.model import QWenForCausalLM
 MODEL_MAP = {
     "LlamaForCausalLM": LLaMAForCausalLM,
     "MistralForCausalLM": LLaMAForCausalLM,
+    "GraniteForCausalLM": LLaMAForCausalLM,
     "QWenForCausalLM": QWenForCausalLM,
     "Qwen2ForCausalLM": QWenForCausalLM,
     "Qwen3ForCausalLM": QWenForCausalLM,

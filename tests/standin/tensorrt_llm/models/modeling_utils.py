@@ -224,15 +224,18 @@ class PretrainedModel(Module, metaclass=_PostInitCaller):
         return inputs
 
 
-def stage_forward(model, input_ids, hidden_states, use_cache, **layer_kwargs):
+def stage_forward(model, input_ids, hidden_states, use_cache, embedding_multiplier=None, **layer_kwargs):
     """The pipeline-stage body LLaMAModel, QWenModel, GPTModel, GemmaModel and FalconModel share
     (their ``forward``): embed on the first stage or ``recv``, the layers, ``ln_f`` on the last
-    stage or ``send``."""
+    stage or ``send``. LLaMAModel multiplies the first stage's embeddings by its config's
+    ``embedding_multiplier`` (tensorrt_llm/models/llama/model.py ``LLaMAModel.forward``)."""
     from ..functional import recv, send
 
     mapping = model.mapping
     if mapping.is_first_pp_rank():
         hidden_states = model.vocab_embedding(input_ids)
+        if embedding_multiplier is not None:
+            hidden_states = hidden_states * embedding_multiplier
     else:
         hidden_states = recv(hidden_states, mapping.prev_pp_rank())
     out = model.layers.forward(hidden_states, use_cache=use_cache, **layer_kwargs)
@@ -253,14 +256,18 @@ def single_stage_forward(model, hidden_states, use_cache, **layer_kwargs):
     return (hidden_states, presents) if use_cache else hidden_states
 
 
-def prenorm_block(layer, hidden_states, use_cache, **attention_kwargs):
+def prenorm_block(layer, hidden_states, use_cache, residual_multiplier=None, **attention_kwargs):
     """The sequential pre-norm body of the LLaMA, QWen, GPT, Gemma, Phi-3, Bloom and MPT decoder
     layers: ``h + attention(input_layernorm(h))``, then ``+ mlp(post_layernorm(.))``; with a cache
-    the attention returns ``(out, present)`` and so does the layer."""
+    the attention returns ``(out, present)`` and so does the layer. LLaMADecoderLayer multiplies the
+    attention and the MLP outputs by ``config.residual_multiplier`` before each add on its default
+    path (tensorrt_llm/models/llama/model.py ``LLaMADecoderLayer.forward``; the reduce_fusion,
+    norm_quant_fusion and pp_reduce_scatter paths do not, which the stand-in does not model)."""
     out = layer.attention(layer.input_layernorm(hidden_states), use_cache=use_cache, **attention_kwargs)
     out, present = out if use_cache else (out, None)
-    hidden_states = hidden_states + out
-    hidden_states = hidden_states + layer.mlp(layer.post_layernorm(hidden_states))
+    scale = (lambda t: t * residual_multiplier) if residual_multiplier is not None else (lambda t: t)
+    hidden_states = hidden_states + scale(out)
+    hidden_states = hidden_states + scale(layer.mlp(layer.post_layernorm(hidden_states)))
     return (hidden_states, present) if use_cache else hidden_states
 
 
@@ -345,6 +352,8 @@ class DecoderModelForCausalLM(PretrainedModel):
             all_hidden_states = out
             gathered = Tensor(f"gather_last_token({out.name})", out.value)
             lm_logits = self.lm_head(gathered)
+            if hasattr(self.config, "output_multiplier_scale"):  # LLaMAConfig (Granite's 1 / logits_scaling)
+                lm_logits = lm_logits * self.config.output_multiplier_scale
             lm_logits.mark_output("logits", self.config.logits_dtype)
             if use_cache and not paged:
                 return lm_logits, presents, gathered

@@ -29,6 +29,7 @@ class LLaMAConfig(PretrainedConfig):
 class LLaMADecoderLayer(Module):
     def __init__(self, config, layer_idx):
         super().__init__()
+        self.config = config
         local = layer_idx - config.mapping.pp_layers(config.num_hidden_layers)[0]
         self.input_layernorm = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
         self.attention = Attention(
@@ -46,7 +47,7 @@ class LLaMADecoderLayer(Module):
     def forward(self, hidden_states, attention_mask=None, use_cache=False, spec_decoding_params=None,
                 kv_cache_params=None, attention_params=None, lora_layer_params=None,
                 next_layer_input_layernorm_args=None):
-        return prenorm_block(self, hidden_states, use_cache,
+        return prenorm_block(self, hidden_states, use_cache, residual_multiplier=self.config.residual_multiplier,
                              attention_mask=attention_mask, spec_decoding_params=spec_decoding_params,
                              kv_cache_params=kv_cache_params, attention_params=attention_params,
                              lora_layer_params=lora_layer_params)
@@ -56,8 +57,10 @@ class LLaMAModel(Module):
     def __init__(self, config):
         super().__init__()
         self.mapping = config.mapping
+        self.embedding_multiplier = None
         if self.mapping.is_first_pp_rank():
             self.vocab_embedding = Embedding(config.vocab_size, config.hidden_size, dtype=config.dtype)
+            self.embedding_multiplier = config.embedding_multiplier
         self.layers = DecoderLayerList(LLaMADecoderLayer, config)
         if self.mapping.is_last_pp_rank():
             self.ln_f = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
@@ -66,7 +69,7 @@ class LLaMAModel(Module):
                 kv_cache_params=None, attention_params=None, hidden_states=None, hidden_states_for_embed=None,
                 prompt_embedding_table=None, prompt_tasks=None, prompt_vocab_size=None, lora_params=None):
         return stage_forward(self, input_ids, hidden_states, use_cache,
-                             attention_mask=attention_mask, kv_cache_params=kv_cache_params,
+                             embedding_multiplier=self.embedding_multiplier, attention_mask=attention_mask, kv_cache_params=kv_cache_params,
                              attention_params=attention_params, lora_params=lora_params,
                              spec_decoding_params=spec_decoding_params)
 

@@ -1,0 +1,108 @@
+"""The family tables of the README and the porting guide, rendered from the adapters.
+
+Each registered adapter class declares its own row (``display_note``, ``position_summary``,
+``medusa_status``); the guide's table lists each module of ``archs/`` with the architectures it
+registers and the first line of its docstring. The documents hold the rendered tables between
+``<!-- families:begin -->`` and ``<!-- families:end -->`` markers; ``tests/test_families.py``
+fails when they differ, and ``python -m trtllm_medusa_ports.families --write`` rewrites them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import re
+import sys
+from pathlib import Path
+
+from trtllm_medusa_ports.archs import registry
+from trtllm_medusa_ports.archs.base import ArchAdapter, PositionEmbedding
+
+BEGIN, END = "<!-- families:begin -->", "<!-- families:end -->"
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = {"README.md": "readme", "docs/porting-guide.md": "guide"}
+
+
+def adapter_classes() -> list[type[ArchAdapter]]:
+    """Each registered class once: servable families first, then ALiBi ones, by module and definition order."""
+    classes = list(dict.fromkeys(registry().values()))
+
+    def key(cls: type[ArchAdapter]) -> tuple:
+        module = sys.modules[cls.__module__]
+        line = inspect.getsourcelines(cls)[1]
+        return (cls.position_embedding is PositionEmbedding.ALIBI, module.__name__ != "trtllm_medusa_ports.archs.llama",
+                module.__name__, line)
+
+    return sorted(classes, key=key)
+
+
+def _row_problems(cls: type[ArchAdapter]) -> list[str]:
+    return [f"{cls.__name__} declares no {name} of its own (it would inherit its parent's row)"
+            for name in ("display_note", "position_summary", "medusa_status") if name not in cls.__dict__]
+
+
+def readme_table() -> str:
+    lines = ["| HF architecture | position embedding | TensorRT-LLM base class | Medusa status |", "|---|---|---|---|"]
+    for cls in adapter_classes():
+        problems = _row_problems(cls)
+        if problems:
+            raise AssertionError("; ".join(problems))
+        names = ", ".join(f"`{a}`" for a in cls.hf_architectures)
+        note = f" ({cls.display_note})" if cls.display_note else ""
+        lines.append(f"| {names}{note} | {cls.position_summary} | `{cls.trtllm_base_class}` | {cls.medusa_status} |")
+    return "\n".join(lines)
+
+
+def guide_table() -> str:
+    by_module: dict[str, list[type[ArchAdapter]]] = {}
+    for cls in adapter_classes():
+        by_module.setdefault(cls.__module__, []).append(cls)
+    lines = ["| module | architectures | what it maps |", "|---|---|---|"]
+    for module_name in sorted(by_module):
+        module = sys.modules[module_name]
+        summary = _first_sentence(module.__doc__ or "")
+        names = ", ".join(f"`{a}`" for cls in by_module[module_name] for a in cls.hf_architectures)
+        lines.append(f"| `{module_name.rsplit('.', 1)[1]}.py` | {names} | {summary} |")
+    return "\n".join(lines)
+
+
+def _first_sentence(doc: str) -> str:
+    """The docstring's first sentence on one line, reStructuredText literals as Markdown ones."""
+    paragraph = " ".join(doc.strip().split("\n\n")[0].split())
+    end = re.search(r"\.(\s|$)", paragraph)
+    return (paragraph[: end.start() + 1] if end else paragraph).replace("``", "`")
+
+
+def render(kind: str) -> str:
+    return readme_table() if kind == "readme" else guide_table()
+
+
+def between_markers(text: str, where: str) -> tuple[int, int]:
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"{where}: no {BEGIN} ... {END} markers around the family table")
+    return start + len(BEGIN), end
+
+
+def rendered_document(path: Path, kind: str) -> str:
+    text = path.read_text(encoding="utf-8")
+    start, end = between_markers(text, str(path))
+    return text[:start] + "\n" + render(kind) + "\n" + text[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trtllm_medusa_ports.families", description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the tables in README.md and docs/porting-guide.md")
+    args = parser.parse_args(argv)
+    if not args.write:
+        print(readme_table() + "\n\n" + guide_table())
+        return 0
+    for rel, kind in DOCUMENTS.items():
+        path = ROOT / rel
+        path.write_text(rendered_document(path, kind), encoding="utf-8")
+        print(f"wrote the family table of {rel}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
