@@ -195,6 +195,9 @@ def test_build_without_tensorrt_llm_exits_1_with_hint(store, tmp_path, capsys):
 
 @pytest.mark.parametrize("edit, rule", [({"position_embedding_type": "alibi", "model_type": "bloom"},
                                          "alibi-position-embedding"),
+                                        # the MPT class applies ALiBi whatever position_embedding_type says
+                                        ({"position_embedding_type": "learned_absolute",
+                                          "base_architecture": "MptForCausalLM"}, "alibi-position-embedding"),
                                         ({"dtype": "float32"}, "dtype-float32"),
                                         ({"num_medusa_heads": 0}, "not-medusa")])
 def test_build_runs_the_checks_first(trtllm, store, tmp_path, capsys, edit, rule):

@@ -18,10 +18,11 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from trtllm_medusa_ports.compat import ERROR, Finding, alibi_reason
+from trtllm_medusa_ports.archs import adapter_for
+from trtllm_medusa_ports.archs.base import PositionEmbedding
+from trtllm_medusa_ports.compat import ERROR, Finding
 from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
 from trtllm_medusa_ports.errors import CheckpointError, PortError
-from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.files.jsonfile import read_json
 
 
@@ -37,11 +38,19 @@ def read_checkpoint_config(checkpoint_dir: Path) -> dict:
     return cfg
 
 
+def _uses_alibi(cfg: dict) -> bool:
+    """From the TensorRT-LLM config itself: its ``position_embedding_type``, or a base class that
+    applies ALiBi whatever that field says (Bloom, MPT: tensorrt_llm/models/{bloom,mpt}/model.py)."""
+    if str(cfg.get("position_embedding_type", "")).startswith("alibi"):
+        return True
+    adapter = adapter_for(str(cfg.get("base_architecture") or cfg.get("architecture")))
+    return adapter is not None and adapter.position_embedding is PositionEmbedding.ALIBI
+
+
 def checkpoint_findings(cfg: dict, path: Path) -> list[Finding]:
     """The rules that can be judged from a converted checkpoint's config.json."""
     out = []
-    reason = alibi_reason(HFConfig(cfg, path))
-    if reason or str(cfg.get("position_embedding_type", "")).startswith("alibi"):
+    if _uses_alibi(cfg):
         out.append(Finding("alibi-position-embedding", ERROR,
                            "the checkpoint uses ALiBi, which the XQA spec-decoding kernels do not implement",
                            "use a RoPE base; this checkpoint was written with --allow_unsupported"))
