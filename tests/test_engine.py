@@ -18,13 +18,15 @@ from conftest import convert_to, tiny_base
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.archs import adapter_for, registry
+from trtllm_medusa_ports.archs.base import PositionEmbedding
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 
 STANDIN = Path(__file__).parent / "standin"
-ALIBI = {"BloomForCausalLM", "MptForCausalLM", "MPTForCausalLM"}
-ROPE_FAMILIES = sorted(a for a in registry() if a not in ALIBI | {"RWForCausalLM"})
+ALIBI = {a for a, cls in registry().items() if cls.position_embedding is PositionEmbedding.ALIBI}
+# one architecture per adapter class (RWForCausalLM and MPTForCausalLM are second names)
+ROPE_FAMILIES = sorted({cls.hf_architectures[0] for cls in registry().values()} - ALIBI)
 
 
 def _drop_trtllm():

@@ -6,7 +6,8 @@ import pytest
 import torch
 from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
 
-from trtllm_medusa_ports.archs import adapter_for, supported_architectures
+from trtllm_medusa_ports.archs import adapter_for, registry, supported_architectures
+from trtllm_medusa_ports.archs.base import PositionEmbedding
 from trtllm_medusa_ports.compat import check
 from trtllm_medusa_ports.errors import ConversionError
 from trtllm_medusa_ports.files.hf_model import HFConfig
@@ -16,7 +17,7 @@ from trtllm_medusa_ports.tree import MedusaTree
 from trtllm_medusa_ports.verify import verify
 
 TREE = "[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]"
-ALIBI = {"BloomForCausalLM", "MptForCausalLM"}
+ALIBI = {cls.hf_architectures[0] for cls in registry().values() if cls.position_embedding is PositionEmbedding.ALIBI}
 
 # (architecture, overrides): several shapes per family - GQA/MQA, tied/untied, biases on/off
 VARIANTS = [
