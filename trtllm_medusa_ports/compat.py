@@ -210,7 +210,7 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
             )
         return out
     try:
-        facts = BaseFacts(hf, adapter, adapter.head_size(hf), adapter.num_heads(hf), adapter.num_kv_heads(hf))
+        facts = BaseFacts(hf, adapter, adapter.head_size(hf), adapter.num_attention_heads(hf), adapter.num_kv_heads(hf))
     except PortError as exc:
         out.append(Finding("invalid-config", ERROR, exc.what, exc.fix or "fix config.json"))
         return out
@@ -518,7 +518,7 @@ def _shape(hf: HFConfig, adapter: ArchAdapter | None) -> tuple[int, int, int, in
     """(heads, kv heads, intermediate, hidden, layers); zeros where unknown."""
     if adapter is not None:
         try:
-            return (adapter.num_heads(hf), adapter.num_kv_heads(hf), adapter.intermediate_size(hf),
+            return (adapter.num_attention_heads(hf), adapter.num_kv_heads(hf), adapter.intermediate_size(hf),
                     adapter.hidden_size(hf), adapter.num_hf_layers(hf))
         except PortError:
             pass

@@ -333,18 +333,18 @@ class ArchAdapter:
     def hidden_size(self, hf: HFConfig) -> int:
         return int(hf.require("hidden_size", int, "n_embd", "d_model"))
 
-    def num_heads(self, hf: HFConfig) -> int:
+    def num_attention_heads(self, hf: HFConfig) -> int:
         return int(hf.require("num_attention_heads", int, "n_head", "n_heads"))
 
     def num_kv_heads(self, hf: HFConfig) -> int:
-        return int(hf.get("num_key_value_heads") or self.num_heads(hf))
+        return int(hf.get("num_key_value_heads") or self.num_attention_heads(hf))
 
     def head_size(self, hf: HFConfig) -> int:
         explicit = hf.get("head_dim")
         if isinstance(explicit, int) and explicit > 0:
             return explicit
         hidden = self.hidden_size(hf)
-        heads = self.num_heads(hf)
+        heads = self.num_attention_heads(hf)
         if hidden % heads:
             raise ModelError(
                 f"hidden_size {hidden} is not a multiple of num_attention_heads {heads} and no head_dim is given",
@@ -357,7 +357,7 @@ class ArchAdapter:
         """The family's fields of TensorRT-LLM's config.json (no Medusa, dtype or mapping keys)."""
         return {
             "num_hidden_layers": self.num_hf_layers(hf),
-            "num_attention_heads": self.num_heads(hf),
+            "num_attention_heads": self.num_attention_heads(hf),
             "num_key_value_heads": self.num_kv_heads(hf),
             "hidden_size": self.hidden_size(hf),
             "head_size": self.head_size(hf),

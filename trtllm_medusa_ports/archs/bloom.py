@@ -88,7 +88,7 @@ class BloomAdapter(ArchAdapter):
         return frozenset(set(Role) - {Role.EMBEDDING, Role.LM_HEAD})
 
     def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
-        return {Role.QKV: Deviation(combine=per_head_interleaved_qkv(self.num_heads(hf), self.head_size(hf)))}
+        return {Role.QKV: Deviation(combine=per_head_interleaved_qkv(self.num_attention_heads(hf), self.head_size(hf)))}
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(

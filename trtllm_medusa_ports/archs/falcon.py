@@ -67,8 +67,8 @@ class FalconAdapter(ArchAdapter):
 
     def num_kv_heads(self, hf: HFConfig) -> int:
         if hf.get("new_decoder_architecture"):
-            return int(hf.get("num_kv_heads") or self.num_heads(hf))
-        return 1 if hf.get("multi_query", True) else self.num_heads(hf)
+            return int(hf.get("num_kv_heads") or self.num_attention_heads(hf))
+        return 1 if hf.get("multi_query", True) else self.num_attention_heads(hf)
 
     def intermediate_size(self, hf: HFConfig) -> int:
         return int(hf.get("ffn_hidden_size") or 4 * self.hidden_size(hf))
@@ -118,7 +118,7 @@ class FalconAdapter(ArchAdapter):
         return NORMS | (LINEARS if hf.get("bias", False) else frozenset())
 
     def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
-        return {Role.QKV: Deviation(combine=grouped_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf)))}
+        return {Role.QKV: Deviation(combine=grouped_qkv(self.num_attention_heads(hf), self.num_kv_heads(hf), self.head_size(hf)))}
 
     def semantics(self, cfg: dict) -> Semantics:
         parallel = bool(cfg["parallel_attention"])

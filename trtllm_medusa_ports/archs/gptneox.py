@@ -95,7 +95,7 @@ class GPTNeoXAdapter(ArchAdapter):
 
     def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
         return {
-            Role.QKV: Deviation(combine=per_head_interleaved_qkv(self.num_heads(hf), self.head_size(hf))),
+            Role.QKV: Deviation(combine=per_head_interleaved_qkv(self.num_attention_heads(hf), self.head_size(hf))),
             # GPTNeoXDecoderLayer's name for the MLP's norm (tensorrt_llm/models/gptneox/model.py)
             Role.POST_ATTENTION_NORM: Deviation(trtllm_name="post_attention_layernorm"),
         }

@@ -72,7 +72,7 @@ class MPTAdapter(ArchAdapter):
         return hf.get("attn_config") or {}
 
     def num_kv_heads(self, hf: HFConfig) -> int:
-        return int(self.attn_config(hf).get("kv_n_heads") or self.num_heads(hf))
+        return int(self.attn_config(hf).get("kv_n_heads") or self.num_attention_heads(hf))
 
     def intermediate_size(self, hf: HFConfig) -> int:
         return int(hf.get("expansion_ratio", 4) * self.hidden_size(hf))
@@ -117,7 +117,7 @@ class MPTAdapter(ArchAdapter):
         return cfg
 
     def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
-        return {Role.QKV: Deviation(combine=fused_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf)))}
+        return {Role.QKV: Deviation(combine=fused_qkv(self.num_attention_heads(hf), self.num_kv_heads(hf), self.head_size(hf)))}
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(

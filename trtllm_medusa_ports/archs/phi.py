@@ -58,10 +58,10 @@ class PhiAdapter(ArchAdapter):
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         out = self.default_epsilon_limit(hf, "layer_norm_eps", "input_layernorm and ln_f")
-        if self.num_kv_heads(hf) != self.num_heads(hf):
+        if self.num_kv_heads(hf) != self.num_attention_heads(hf):
             # PhiDecoderLayer passes no num_kv_heads to Attention (tensorrt_llm/models/phi/model.py)
             out.append((f"num_key_value_heads {self.num_kv_heads(hf)} differs from num_attention_heads "
-                        f"{self.num_heads(hf)}; TensorRT-LLM's PhiForCausalLM is multi-head attention only",
+                        f"{self.num_attention_heads(hf)}; TensorRT-LLM's PhiForCausalLM is multi-head attention only",
                         "this base cannot be built by TensorRT-LLM's Phi class"))
         return out
 

@@ -83,7 +83,7 @@ class Phi3Adapter(LlamaAdapter):
 
     def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
         return {
-            Role.QKV: Deviation(combine=fused_qkv(self.num_heads(hf), self.num_kv_heads(hf), self.head_size(hf))),
+            Role.QKV: Deviation(combine=fused_qkv(self.num_attention_heads(hf), self.num_kv_heads(hf), self.head_size(hf))),
             # [gate; up] stored [up; gate], cut half by half per rank (see the module docstring)
             Role.FC: Deviation(combine=_up_then_gate, split=Split.COLUMN_PAIR),
         }
