@@ -114,6 +114,12 @@ class StreamingSafetensorsFile:
             written = os.pwrite(self.fd, view, pos)
             view = view[written:]
             pos += written
+        self.written(name)
+
+    def written(self, name: str) -> None:
+        """Tensor ``name`` is complete (written by :meth:`write`, or its bytes moved into its slot)."""
+        if name not in self.slots:
+            raise AssertionError(f"{name} is not planned in {self.path.name}")
         self.pending.discard(name)
 
     def close(self) -> None:
