@@ -161,3 +161,26 @@ def test_without_copy_file_range_bytes_are_moved_by_hand(tmp_path, store, monkey
     heads = _heads(base, tmp_path / "h")
     monkeypatch.setattr(os, "copy_file_range", unsupported)
     _both(tmp_path, base, heads, tp_size=2)
+
+
+def test_transformers_shapes_are_cached_per_config_and_still_checked(tmp_path, store):
+    import json
+    import shutil
+
+    from trtllm_medusa_ports.files.hf_model import HFModel, shape_cache_dir
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base(store, "LlamaForCausalLM", num_hidden_layers=1), base)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["_note"] = "a config no other test has"  # its own cache entry
+    (base / "config.json").write_text(json.dumps(cfg))
+    before = set(shape_cache_dir().glob("*.json")) if shape_cache_dir().exists() else set()
+    fresh = HFModel(base).expected_shapes()
+    added = set(shape_cache_dir().glob("*.json")) - before
+    assert len(added) == 1 and fresh["model.embed_tokens.weight"] == (cfg["vocab_size"], cfg["hidden_size"])
+    assert HFModel(base).expected_shapes() == fresh  # read back
+    # the weights are still compared with the (cached) shapes: a config that no longer fits them is refused
+    cfg["vocab_size"] += 1
+    (base / "config.json").write_text(json.dumps(cfg))
+    problems = HFModel(base).weight_problems()
+    assert any("model.embed_tokens.weight" in p and "config.json implies" in p for p in problems)

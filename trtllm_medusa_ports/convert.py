@@ -389,6 +389,32 @@ def _shard_for(job: _Job, inputs: list[torch.Tensor], cfg: dict, rank: int) -> t
     ).contiguous()
 
 
+def planned_shape(job: _Job, cfg: dict, rank: int) -> tuple[int, ...]:
+    """The shape of ``job``'s tensor on ``rank``, from its source shapes alone (nothing is read).
+
+    The job's own combine and split run on one small integer per source row and column chunk
+    (a value transform keeps shapes, so the layout alone is traced); other jobs, and dim-1 splits
+    of widths that do not divide, run on the ``meta`` device, which raises the split's own error.
+    """
+    shapes = [tuple(m.shape) for m in job.meta]
+    tp = Mapping.from_config(cfg).tp_size
+    traceable = isinstance(job.combine, ValueTransform) or _layout_only(job.combine)
+    if traceable and len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2):
+        from trtllm_medusa_ports.files.byte_moves import _standin
+
+        traced = job if not isinstance(job.combine, ValueTransform) else dataclasses.replace(job, combine=_first_input)
+        out = _shard_for(traced, [_standin(i, s, tp) for i, s in enumerate(shapes)], cfg, rank)
+        if out.dim() == 1:
+            return (out.shape[0],)
+        width = shapes[0][1]
+        if out.dim() == 2 and all(len(s) == 2 and s[1] == width for s in shapes):
+            if out.shape[1] == tp:
+                return (out.shape[0], width)
+            if width % tp == 0:
+                return (out.shape[0], out.shape[1] * (width // tp))
+    return tuple(_shard_for(job, job.meta, cfg, rank).shape)
+
+
 #: combines that only rearrange rows (archs/base.py); any other combine may compute, so its job
 #: goes through the tensor path
 _LAYOUT_COMBINES = frozenset({"_first", "_as_qkv", "_first_input", "fused_qkv.<locals>.combine",
@@ -516,8 +542,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     entries: dict[int, list[tuple[str, torch.dtype, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
     for job in jobs:
         for rank, name in job.targets:
-            shape = tuple(_shard_for(job, job.meta, cfg, rank).shape)
-            entries[rank].append((name, dtype, shape))
+            entries[rank].append((name, dtype, planned_shape(job, cfg, rank)))
 
     planned = {(rank, name): shape for rank, rows in entries.items() for name, _, shape in rows}
     moves = [move_plan(job, cfg, dtype, planned) if opts.fast_path else
