@@ -33,12 +33,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from trtllm_medusa_ports.files.finite import all_finite
-
 #: bytes of source read per chunk on the strided and converting paths (per thread)
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 #: bytes of a source mapped at a time for the NaN/Inf check of a byte copy
-CHECK_WINDOW = 8 << 20
+CHECK_WINDOW = 4 << 20
 
 _SRC_BITS, _ROW_BITS, _COL_BITS = 40, 32, 8
 _ROW_MASK = (1 << _ROW_BITS) - 1
@@ -345,7 +343,8 @@ class ByteMover:
             _pread_into(fd, view, s.offset + a * s.row_bytes, s.path)
             if convert:  # torch's cast, element by element as the tensor path's t.to(dtype)
                 cast = torch.frombuffer(view, dtype=s.dtype).to(plan.dtype)
-                if not all_finite(cast):
+                out_spec = _EXPONENT[plan.dtype]
+                if _non_finite(cast.view(torch.uint8).numpy().view(out_spec[0]), out_spec[1]):
                     raise NonFinite(s.path)
                 rows = cast.view(torch.uint8).numpy().reshape(b - a, s.width * out_item)
             else:
