@@ -7,7 +7,8 @@ builds once, cached in --workdir, a synthetic Qwen2 base of that size in SRC (sh
 index json) and 4 FasterDecoding Medusa heads (medusa_lm_head.safetensors). Every contender runs in a
 fresh subprocess (peak RSS from os.wait4; anonymous RSS sampled from /proc/self/status):
 
-* cp: `cp -r BASE HEADS DST/` - moving the bytes and nothing else;
+* cp: `cp -r BASE HEADS DST/` - moving the bytes and nothing else; cp_sync: the same, then `sync` on
+  every copied file, since ours fsyncs the rank files before it commits the output;
 * ours: trtllm_medusa_ports.convert.convert with the parameter-shape cache warm (every conversion of
   a config after its first); ours_cold: the same with an empty cache, so the shape check imports
   transformers and builds the model on the meta device;
@@ -38,7 +39,7 @@ H, N_HEADS, N_KV, INTER, VOCAB, MEDUSA_HEADS, TP = 1536, 12, 2, 4096, 32000, 4, 
 SHARD_BYTES = 400 * 1024**2  # like save_pretrained(max_shard_size="400MB")
 MB = 1e6
 TARGET_DTYPE = "float16"
-CONTENDERS = ("cp", "ours_cold", "ours", "baseline")  # ours reads the cache ours_cold filled
+CONTENDERS = ("cp", "cp_sync", "ours_cold", "ours", "baseline")  # ours reads the cache ours_cold filled
 
 
 def base_tensors(n_layers: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -202,9 +203,11 @@ def measure(spec: dict) -> dict:
     if spec["kind"] == "ours_cold":
         shutil.rmtree(spec["cache"], ignore_errors=True)
     env["TRTLLM_MEDUSA_CACHE"] = spec["cache"]
-    if spec["kind"] == "cp":
+    if spec["kind"] in ("cp", "cp_sync"):
         Path(spec["dst"]).mkdir(parents=True)
         cmd = ["cp", "-r", spec["base"], spec["heads"], spec["dst"] + "/"]
+        if spec["kind"] == "cp_sync":  # and on disk, as ours is before it commits the output (fsync)
+            cmd = ["sh", "-c", '"$@" && find "$0" -type f -exec sync {} +', spec["dst"], *cmd]
     else:
         cmd = [sys.executable, __file__, "--_child", json.dumps(spec)]
     load = os.getloadavg()[0]
@@ -214,7 +217,7 @@ def measure(spec: dict) -> dict:
     proc.returncode = rc = os.waitstatus_to_exitcode(status)
     res = {"ok": rc == 0, "returncode": rc, "wall_s": time.time() - start,
            "peak_rss_mb": usage.ru_maxrss * 1024 / MB, "load_avg_1min_before": load}
-    if rc == 0 and spec["kind"] != "cp":
+    if rc == 0 and not spec["kind"].startswith("cp"):
         res.update(json.loads(Path(spec["result"]).read_text()))
     if rc == 0:
         res["bytes_written"] = sum(f.stat().st_size for f in Path(spec["dst"]).rglob("*") if f.is_file())
@@ -285,6 +288,7 @@ def run_case(work: Path, size: float, dtype: str, args) -> dict:
     case["ratios"] = {
         "ours_over_cp": o / c if o and c else None,
         "ours_cold_over_cp": oc / c if oc and c else None,
+        "ours_over_cp_sync": o / summ["cp_sync"]["wall_s"] if o and summ["cp_sync"]["wall_s"] else None,
         "baseline_over_ours": b / o if o and b else None,
         "baseline_over_ours_cold": b / oc if oc and b else None,
         "ours_rss_over_baseline": (summ["ours"]["peak_rss_mb"] / summ["baseline"]["peak_rss_mb"]
@@ -337,7 +341,7 @@ def main() -> None:
     sizes = [float(x) for x in args.sizes.split(",")]
     dtypes = args.dtypes.split(",")
     cases = []
-    print(f"{'case':<22}{'cp s':>7}{'ours s':>8}{'cold s':>8}{'base s':>8}{'ours/cp':>9}{'base/ours':>10}"
+    print(f"{'case':<22}{'cp s':>7}{'cp+sync':>8}{'ours s':>8}{'cold s':>8}{'base s':>8}{'ours/cp':>9}{'base/ours':>10}"
           f"{'ours MB':>9}{'base MB':>9}{'load':>6}  identical")
     for dtype in dtypes:
         for size in sizes:
@@ -351,7 +355,8 @@ def main() -> None:
             cmp = case["compare"]
             same = cmp.get("error") or f"{cmp['bit_identical']}/{cmp['tensors']}"
             load = max(x["load_avg_1min_before"] for rs in case["runs"].values() for x in rs)
-            print(f"{size:>4} GB {dtype:>8}->fp16 {f(s['cp']['wall_s']):>7}{f(s['ours']['wall_s']):>8}"
+            print(f"{size:>4} GB {dtype:>8}->fp16 {f(s['cp']['wall_s']):>7}{f(s['cp_sync']['wall_s']):>8}"
+                  f"{f(s['ours']['wall_s']):>8}"
                   f"{f(s['ours_cold']['wall_s']):>8}{f(s['baseline']['wall_s']):>8}"
                   f"{f(r['ours_over_cp'], '{:.2f}'):>9}{f(r['baseline_over_ours'], '{:.2f}'):>10}"
                   f"{f(s['ours']['peak_rss_mb'], '{:.0f}'):>9}{f(s['baseline']['peak_rss_mb'], '{:.0f}'):>9}"
@@ -363,7 +368,7 @@ def main() -> None:
         if len(rows) >= 2:
             res["linearity"][dtype] = {k: linear_fit([c["size_gb"] for c in rows],
                                                      [c["summary"][k]["wall_s"] for c in rows])
-                                       for k in ("cp", "ours", "baseline")}
+                                       for k in ("cp", "cp_sync", "ours", "ours_cold", "baseline")}
         same = dtype == TARGET_DTYPE
         limit = 1.5 if same else 2.5
         res["targets"][dtype] = {
