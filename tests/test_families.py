@@ -215,7 +215,7 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
          else cfg)[k] = v
     (base / "config.json").write_text(json.dumps(cfg))
     ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), allow_unsupported=arch == "Gemma2ForCausalLM")
-    sem = ReferenceModel(ckpt).sem
+    sem = ReferenceModel(ckpt).semantics
     want = ROUND_TRIP[arch]
     if "rope_theta" in want:
         assert sem.rotary_base == want["rope_theta"]

@@ -335,7 +335,7 @@ def verify(
     ref = ReferenceModel(ckpt)
     dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
     hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")))
-    arithmetic = engine_arithmetic(hf, ref.sem)
+    arithmetic = engine_arithmetic(hf, ref.semantics)
     adjustments = [a.description for a in arithmetic]
     if hf.config.vocab_size != ref.vocab:
         raise ModelError(
