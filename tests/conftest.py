@@ -20,7 +20,7 @@ from trtllm_medusa_ports.fixtures.synthetic import (
     train_heads,
 )
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # tiny models: a second thread only waits (and, on a busy machine, stalls every op)
 # shapes built by transformers are cached per config (files/hf_model.py): one cache per test session
 os.environ["TRTLLM_MEDUSA_CACHE"] = tempfile.mkdtemp(prefix="trtllm-medusa-test-cache-")
 
