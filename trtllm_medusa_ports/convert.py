@@ -400,10 +400,10 @@ def planned_shape(job: _Job, cfg: dict, rank: int) -> tuple[int, ...]:
     tp = Mapping.from_config(cfg).tp_size
     traceable = isinstance(job.combine, ValueTransform) or _layout_only(job.combine)
     if traceable and len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2):
-        from trtllm_medusa_ports.files.byte_moves import _standin
+        from trtllm_medusa_ports.files.byte_moves import standin
 
         traced = job if not isinstance(job.combine, ValueTransform) else dataclasses.replace(job, combine=_first_input)
-        out = _shard_for(traced, [_standin(i, s, tp) for i, s in enumerate(shapes)], cfg, rank)
+        out = _shard_for(traced, [standin(i, s, tp) for i, s in enumerate(shapes)], cfg, rank)
         if out.dim() == 1:
             return (out.shape[0],)
         width = shapes[0][1]

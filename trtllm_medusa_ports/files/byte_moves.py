@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 #: bytes of source read per chunk on the strided and converting paths (per thread)
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 2 << 20
 #: bytes of a source mapped at a time for the NaN/Inf check of a byte copy
 CHECK_WINDOW = 4 << 20
 
@@ -120,7 +120,7 @@ class MovePlan:
     why: str = ""  # for TENSOR: why the fast path does not apply
 
 
-def _standin(index: int, shape: tuple[int, ...], tp_size: int) -> torch.Tensor:
+def standin(index: int, shape: tuple[int, ...], tp_size: int) -> torch.Tensor:
     """One int64 per row (vector) or per row and column chunk (matrix): source, row + 1, chunk."""
     rows = ((torch.arange(shape[0], dtype=torch.int64) + 1) << _COL_BITS) | (index << _SRC_BITS)
     if len(shape) == 1:
@@ -155,7 +155,7 @@ def trace(
     if len(sources) >= 1 << (63 - _SRC_BITS) or tp_size > _COL_MASK or max(s.rows for s in sources) >= _ROW_MASK:
         return tensor("too large to trace")
     chunk = width // tp_size if len(sources[0].shape) == 2 and width % tp_size == 0 else width
-    standins = [_standin(i, s.shape, tp_size) for i, s in enumerate(sources)]
+    standins = [standin(i, s.shape, tp_size) for i, s in enumerate(sources)]
     out_itemsize = torch.empty((), dtype=dtype).element_size()
     pieces: list[Piece] = []
     for rank, name in targets:
