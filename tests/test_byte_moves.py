@@ -40,13 +40,23 @@ def _both(tmp_path, base, heads, **kw):
     return out[True]
 
 
+#: one base per q/k/v layout (separate, [q;k;v] fused, per-head interleaved, grouped) and the value transform
+CAST = [("LlamaForCausalLM", {}), ("Phi3ForCausalLM", {}), ("GPTNeoXForCausalLM", {}), ("FalconForCausalLM", {}),
+        ("GemmaForCausalLM", {})]
+
+
 @pytest.mark.parametrize("arch, overrides", ALL, ids=[f"{a}-{i}" for i, (a, _) in enumerate(ALL)])
 def test_byte_path_writes_the_tensor_paths_bytes_for_every_family(tmp_path, store, arch, overrides):
     base = tiny_base(store, arch, **overrides)
     heads = _heads(base, tmp_path / "h")
     same = _both(tmp_path / "same", base, heads, tp_size=2)  # float32 -> float32: bytes only
     assert "byte-copy" in same.moves.values() and "convert" not in same.moves.values()
-    cast = _both(tmp_path / "cast", base, heads, tp_size=2, dtype="bfloat16")
+
+
+@pytest.mark.parametrize("arch, overrides", CAST, ids=[a for a, _ in CAST])
+def test_converting_path_writes_the_tensor_paths_bytes(tmp_path, store, arch, overrides):
+    base = tiny_base(store, arch, **overrides)
+    cast = _both(tmp_path, base, _heads(base, tmp_path / "h"), tp_size=2, dtype="bfloat16")
     assert "convert" in cast.moves.values() and "byte-copy" not in cast.moves.values()
 
 
