@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -18,7 +20,9 @@ from trtllm_medusa_ports.fixtures.synthetic import (
     train_heads,
 )
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)  # tiny models: a second thread only waits (and, on a busy machine, stalls every op)
+# shapes built by transformers are cached per config (files/hf_model.py): one cache per test session
+os.environ["TRTLLM_MEDUSA_CACHE"] = tempfile.mkdtemp(prefix="trtllm-medusa-test-cache-")
 
 
 @pytest.fixture(scope="session")

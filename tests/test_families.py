@@ -234,7 +234,7 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
          else cfg)[k] = v
     (base / "config.json").write_text(json.dumps(cfg))
     ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), allow_unsupported=arch == "Gemma2ForCausalLM")
-    sem = ReferenceModel(ckpt).sem
+    sem = ReferenceModel(ckpt).semantics
     want = ROUND_TRIP[arch]
     if "rope_theta" in want:
         assert sem.rotary_base == want["rope_theta"]
@@ -250,7 +250,7 @@ def test_granite_multipliers_reach_the_reference_semantics(store, tmp_path):
     hf = json.loads((base / "config.json").read_text())
     ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path))
     cfg = json.loads((ckpt / "config.json").read_text())
-    sem = ReferenceModel(ckpt).sem
+    sem = ReferenceModel(ckpt).semantics
     head = cfg["head_size"]
     # LLaMAConfig stores the softmax scale times sqrt(head_size) and 1 / logits_scaling
     assert cfg["attention_multiplier"] == pytest.approx(hf["attention_multiplier"] * head**0.5)

@@ -89,7 +89,7 @@ def test_float16_is_refused_when_activations_exceed_its_range(store, tmp_path):
 def test_qk_norms_use_the_engines_epsilon(store, tmp_path, arch):
     base, ckpt = _ckpt(store, tmp_path, arch, "float32", rms_norm_eps=1e-6)
     ref = ReferenceModel(read_checkpoint(ckpt))
-    assert ref.sem.qk_norm and ref.sem.qk_norm_epsilon == 1e-5 and ref.sem.norm_epsilon == 1e-6
+    assert ref.semantics.qk_norm and ref.semantics.qk_norm_epsilon == 1e-5 and ref.semantics.norm_epsilon == 1e-6
     rep = verify(base, ckpt, medusa_choices=TREE, prompts=PROMPTS, max_new_tokens=4, quiet=True)
     assert rep.ok, rep.render()
     assert any("q/k norm(s) with the engine's epsilon 1e-05 (transformers: 1e-06)" in a for a in rep.adjustments)

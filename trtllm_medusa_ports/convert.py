@@ -14,6 +14,7 @@ import dataclasses
 import json
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,14 @@ from trtllm_medusa_ports.archs.base import (
 )
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
 from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
+from trtllm_medusa_ports.files.byte_moves import (
+    ByteMover,
+    MoveKind,
+    MovePlan,
+    NonFinite,
+    Source,
+    trace,
+)
 from trtllm_medusa_ports.files.checkpoint import (
     DTYPES,
     StreamingSafetensorsFile,
@@ -75,6 +84,9 @@ class ConvertOptions:
     quiet: bool = False
     allow_unsupported: bool = False
     medusa_choices: str | None = None
+    #: move bytes where no value changes (files/byte_moves.py); False: every tensor through torch
+    #: (the reference the fast path is tested against)
+    fast_path: bool = True
 
 
 @dataclass
@@ -88,6 +100,8 @@ class ConvertResult:
     seconds: float
     shared_lm_head_bytes_saved: int
     warnings: list[str] = field(default_factory=list)
+    #: job label -> how its bytes reached the rank files (a MoveKind value)
+    moves: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         s = (
@@ -121,6 +135,7 @@ class _Job:
     split: Split
     targets: list[tuple[int, str]]  # (rank, checkpoint name)
     sources: tuple[str, ...] = ()  # "file [tensor]" of each source, for messages
+    lazy: tuple[LazyTensor, ...] = ()  # the source tensors, when ``load`` reads exactly these
 
 
 def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:
@@ -283,6 +298,7 @@ def plan(
                 split=rule.split,
                 targets=targets,
                 sources=tuple(s.where() for s in srcs),
+                lazy=tuple(srcs),
             )
         )
 
@@ -308,17 +324,18 @@ def plan(
             base = f"medusa_heads.{h}.medusa_layers.{layer}.linear"
             for part, ref in (("weight", block.weight), ("bias", block.bias)):
                 if ref is None:  # missing bias: zeros (the loader warned)
-                    loader, shape = (lambda: [torch.zeros(hidden)]), (hidden,)
+                    loader, shape, lazy = (lambda: [torch.zeros(hidden)]), (hidden,), ()
                 else:
-                    loader, shape = (lambda ref=ref: [ref.load()]), ref.shape
+                    loader, shape, lazy = (lambda ref=ref: [ref.load()]), ref.shape, (ref,)
                 jobs.append(
                     _Job(
                         f"{base}.{part}",
                         loader,
                         [torch.empty(shape, dtype=dtype, device="meta")],
-                        lambda ts: ts[0],
+                        _first_input,
                         Split.COLUMN,
                         [(r, f"{base}.{part}") for r in last],
+                        lazy=lazy,
                     )
                 )
         if not share_lm_head:
@@ -331,17 +348,18 @@ def plan(
                 def load_proj(ref=ref, tm=tm, vocab=vocab):
                     return [expand_truncated(ref.load(), tm.load(), vocab)]
 
-                meta_shape = (vocab, ref.shape[1])
+                meta_shape, lazy = (vocab, ref.shape[1]), ()
             else:
-                load_proj, meta_shape = (lambda ref=ref: [ref.load()]), ref.shape
+                load_proj, meta_shape, lazy = (lambda ref=ref: [ref.load()]), ref.shape, (ref,)
             jobs.append(
                 _Job(
                     f"medusa_heads.{h}.lm_head.weight",
                     load_proj,
                     [torch.empty(meta_shape, dtype=dtype, device="meta")],
-                    lambda ts: ts[0],
+                    _first_input,
                     Split.VOCAB,
                     [(r, f"medusa_heads.{h}.lm_head.weight") for r in last],
+                    lazy=lazy,
                 )
             )
 
@@ -369,6 +387,63 @@ def _shard_for(job: _Job, inputs: list[torch.Tensor], cfg: dict, rank: int) -> t
         use_parallel_embedding=cfg["use_parallel_embedding"],
         embedding_sharding_dim=cfg["embedding_sharding_dim"],
     ).contiguous()
+
+
+def planned_shape(job: _Job, cfg: dict, rank: int) -> tuple[int, ...]:
+    """The shape of ``job``'s tensor on ``rank``, from its source shapes alone (nothing is read).
+
+    The job's own combine and split run on one small integer per source row and column chunk
+    (a value transform keeps shapes, so the layout alone is traced); other jobs, and dim-1 splits
+    of widths that do not divide, run on the ``meta`` device, which raises the split's own error.
+    """
+    shapes = [tuple(m.shape) for m in job.meta]
+    tp = Mapping.from_config(cfg).tp_size
+    traceable = isinstance(job.combine, ValueTransform) or _layout_only(job.combine)
+    if traceable and len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2):
+        from trtllm_medusa_ports.files.byte_moves import standin
+
+        traced = job if not isinstance(job.combine, ValueTransform) else dataclasses.replace(job, combine=_first_input)
+        out = _shard_for(traced, [standin(i, s, tp) for i, s in enumerate(shapes)], cfg, rank)
+        if out.dim() == 1:
+            return (out.shape[0],)
+        width = shapes[0][1]
+        if out.dim() == 2 and all(len(s) == 2 and s[1] == width for s in shapes):
+            if out.shape[1] == tp:
+                return (out.shape[0], width)
+            if width % tp == 0:
+                return (out.shape[0], out.shape[1] * (width // tp))
+    return tuple(_shard_for(job, job.meta, cfg, rank).shape)
+
+
+#: combines that only rearrange rows (archs/base.py); any other combine may compute, so its job
+#: goes through the tensor path
+_LAYOUT_COMBINES = frozenset({"_first", "_as_qkv", "_first_input", "fused_qkv.<locals>.combine",
+                              "per_head_interleaved_qkv.<locals>.combine", "grouped_qkv.<locals>.combine"})
+
+
+def _layout_only(combine: Callable) -> bool:
+    return (not isinstance(combine, ValueTransform)
+            and getattr(combine, "__module__", None) in ("trtllm_medusa_ports.archs.base", __name__)
+            and getattr(combine, "__qualname__", None) in _LAYOUT_COMBINES)
+
+
+def move_plan(job: _Job, cfg: dict, dtype: torch.dtype,
+              planned: dict[tuple[int, str], tuple[int, ...]]) -> MovePlan:
+    """How ``job`` reaches the rank files: byte copies, strided or converting chunks, or tensors."""
+    def tensor(why: str) -> MovePlan:
+        return MovePlan(MoveKind.TENSOR, targets=list(job.targets), dtype=dtype, why=why)
+
+    if not job.lazy:
+        return tensor("made in memory (zeros, an expanded vocabulary)")
+    if any(t.offset is None for t in job.lazy):
+        return tensor("a source is not a byte range of a file (a pickle)")
+    if not _layout_only(job.combine):
+        return tensor("the combine changes values or is not known to be a pure layout")
+    if any(t.dtype not in DTYPES.values() for t in job.lazy):
+        return tensor("a source dtype the checkpoint does not use")
+    sources = [Source(t.file, t.offset, tuple(t.shape), t.dtype) for t in job.lazy]
+    return trace(sources, job.targets, lambda standins, rank: _shard_for(job, standins, cfg, rank),
+                 lambda rank, name: planned[(rank, name)], dtype, Mapping.from_config(cfg).tp_size)
 
 
 def job_inputs(job: _Job, dtype: torch.dtype) -> tuple[_Job, list[torch.Tensor]]:
@@ -467,14 +542,17 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     entries: dict[int, list[tuple[str, torch.dtype, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
     for job in jobs:
         for rank, name in job.targets:
-            shape = tuple(_shard_for(job, job.meta, cfg, rank).shape)
-            entries[rank].append((name, dtype, shape))
+            entries[rank].append((name, dtype, planned_shape(job, cfg, rank)))
+
+    planned = {(rank, name): shape for rank, rows in entries.items() for name, _, shape in rows}
+    moves = [move_plan(job, cfg, dtype, planned) if opts.fast_path else
+             MovePlan(MoveKind.TENSOR, why="fast path off") for job in jobs]
 
     padded_vocab = mapping.padded_vocab(cfg["vocab_size"])
     saved = heads.num_heads * padded_vocab * heads.hidden_size * torch.empty((), dtype=dtype).element_size() if share else 0
 
     try:
-        total_bytes = _write(opts, jobs, entries, cfg, dtype, warnings, inputs)
+        total_bytes = _write(opts, jobs, moves, entries, cfg, dtype, warnings, inputs)
     except OSError as exc:  # the disk, not the inputs: full, read-only, no permission, busy
         raise ConversionError(f"could not write the checkpoint: {exc.strerror or exc}",
                               where=str(opts.output_dir),
@@ -489,38 +567,64 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         seconds=time.time() - start,
         shared_lm_head_bytes_saved=saved,
         warnings=warnings,
+        moves={job.label: m.kind.value for job, m in zip(jobs, moves, strict=True)},
     )
 
 
-def _write(opts: ConvertOptions, jobs: list[_Job], entries: dict, cfg: dict, dtype: torch.dtype,
-           warnings: list[str], inputs: dict[str, Path]) -> int:
+def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict,
+           dtype: torch.dtype, warnings: list[str], inputs: dict[str, Path]) -> int:
     """Stream every job into the rank files of a new output directory; the bytes written."""
     with atomic_output_dir(Path(opts.output_dir), overwrite=opts.overwrite, inputs=inputs) as tmp:
         files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r]) for r in entries}
+        mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd)
         try:
             bar = tqdm(total=len(jobs), desc="convert", unit="tensor", disable=opts.quiet, file=sys.stderr)
 
-            def run(job: _Job) -> None:
-                job, inputs = job_inputs(job, dtype)
-                for t in inputs:
-                    if not all_finite(t):
-                        err = HeadsError if job.label.startswith("medusa_heads") else ModelError
-                        raise err(
-                            f"tensor for {job.label} holds NaN/Inf after casting to {dtype_name(dtype)}"
-                            + (f" (from {', '.join(job.sources)})" if job.sources else ""),
-                            fix="the weights are damaged, or overflow this dtype: try --dtype float32/bfloat16",
-                        )
-                for rank, name in job.targets:
-                    files[rank].write(name, _shard_for(job, inputs, cfg, rank))
+            def non_finite(job: _Job) -> Exception:
+                err = HeadsError if job.label.startswith("medusa_heads") else ModelError
+                return err(
+                    f"tensor for {job.label} holds NaN/Inf after casting to {dtype_name(dtype)}"
+                    + (f" (from {', '.join(job.sources)})" if job.sources else ""),
+                    fix="the weights are damaged, or overflow this dtype: try --dtype float32/bfloat16",
+                )
+
+            whole_tensors = threading.Semaphore(opts.workers)
+
+            def run(job: _Job, move: MovePlan) -> None:
+                if move.kind is not MoveKind.TENSOR:
+                    try:
+                        mover.run(move)
+                    except NonFinite:
+                        raise non_finite(job) from None
+                    for rank, name in job.targets:
+                        files[rank].written(name)
+                    bar.update(1)
+                    return
+                with whole_tensors:  # at most --workers whole tensors in memory
+                    job, inputs = job_inputs(job, dtype)
+                    for t in inputs:
+                        if not all_finite(t):
+                            raise non_finite(job)
+                    for rank, name in job.targets:
+                        files[rank].write(name, _shard_for(job, inputs, cfg, rank))
                 bar.update(1)
 
-            if opts.workers > 1:
-                with ThreadPoolExecutor(max_workers=opts.workers) as pool:
-                    for f in [pool.submit(run, j) for j in jobs]:
-                        f.result()
+            # Byte moves spend their time in the kernel (the GIL released): two threads overlap one
+            # job's reads with another's writes even where --workers is 1.
+            threads = max(opts.workers, 2 if any(m.kind is not MoveKind.TENSOR for m in moves) else 1)
+            if threads > 1:
+                with ThreadPoolExecutor(max_workers=threads) as pool:
+                    futures = [pool.submit(run, j, m) for j, m in zip(jobs, moves, strict=True)]
+                    try:
+                        for f in futures:
+                            f.result()
+                    except BaseException:
+                        for f in futures:
+                            f.cancel()
+                        raise
             else:
-                for j in jobs:
-                    run(j)
+                for j, m in zip(jobs, moves, strict=True):
+                    run(j, m)
             bar.close()
             for f in files.values():
                 f.close()
@@ -528,6 +632,8 @@ def _write(opts: ConvertOptions, jobs: list[_Job], entries: dict, cfg: dict, dty
             for f in files.values():
                 f.abort()
             raise
+        finally:
+            mover.close()
         cfg["medusa_ports"]["warnings"] = warnings
         (tmp / "config.json").write_text(json.dumps(cfg, indent=4) + "\n")
 

@@ -12,7 +12,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -315,6 +318,32 @@ def measure_activation_range(model_dir: str | Path, prompts: list[list[int]]) ->
     return rng.max, rng.where
 
 
+def default_threads() -> int:
+    """torch threads for ``verify``: the cores nobody else is using, at least one.
+
+    Verification runs thousands of small operations; when torch's threads outnumber the idle cores,
+    every operation waits for a descheduled thread, and a run that takes 13 s on one thread took
+    290 s on two (SmolLM2-135M on 2 cores busy with other work). On an idle machine this is torch's
+    own default.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+        idle = round(cores - os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return torch.get_num_threads()
+    return max(1, min(torch.get_num_threads(), idle))
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def verify(
     model_dir: str | Path,
     checkpoint_dir: str | Path,
@@ -324,6 +353,26 @@ def verify(
     max_new_tokens: int = 32,
     quiet: bool = False,
     medusa_model_dir: str | Path | None = None,
+    threads: int | None = None,
+) -> VerifyReport:
+    """Logits parity, heads parity and greedy equivalence of a checkpoint (see the module doc).
+
+    ``threads``: torch threads to compute with (default :func:`default_threads`).
+    """
+    with torch_threads(threads or default_threads()):
+        return _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
+                       max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir)
+
+
+def _verify(
+    model_dir: str | Path,
+    checkpoint_dir: str | Path,
+    *,
+    medusa_choices: str | None,
+    prompts: list[list[int]] | None,
+    max_new_tokens: int,
+    quiet: bool,
+    medusa_model_dir: str | Path | None,
 ) -> VerifyReport:
     if quiet:
         from transformers.utils import logging as hf_logging
@@ -335,7 +384,7 @@ def verify(
     ref = ReferenceModel(ckpt)
     dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
     hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")))
-    arithmetic = engine_arithmetic(hf, ref.sem)
+    arithmetic = engine_arithmetic(hf, ref.semantics)
     adjustments = [a.description for a in arithmetic]
     if hf.config.vocab_size != ref.vocab:
         raise ModelError(
@@ -356,20 +405,46 @@ def verify(
     tree, pruned = _tree_for(medusa_choices, ref.num_medusa_heads)
     notes = [pruned] if pruned else []
 
-    # 1. parity
+    # Phase 1, transformers alone: its logits, hidden states, activation range, greedy continuations
+    # and the heads' logits from their source. Its model is then freed, so that it and the executor's
+    # weights are never in memory together (peak: one float32 model, not two).
+    hf_runs = []
+    activations = ActivationRange(hf)
+    for p in prompts:
+        hf_runs.append(_hf_hidden_states(hf, p))
+    activations.close()
+    effect = None
+    if arithmetic:  # the same model with transformers' own arithmetic, against the engine's logits
+        for a in arithmetic:
+            a.undo()
+        with torch.no_grad():
+            effect = max(float((hf(input_ids=torch.tensor([p])).logits[0] - hl).abs().max())
+                         for p, (hl, _) in zip(prompts, hf_runs, strict=True))
+        for a in arithmetic:
+            a.redo()
+    from tqdm import tqdm
+
+    expected_tokens = [hf_greedy(hf, p, max_new_tokens)
+                       for p in tqdm(prompts, desc="transformers greedy", unit="prompt", disable=quiet,
+                                     file=sys.stderr)]
+    source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
+    heads_source = None
+    if source and Path(source).exists():
+        heads_source = source_heads_for(Path(source), hf, ref, [hs[-1] for _, hs in hf_runs], dtype)
+    del hf, arithmetic
+    gc.collect()
+
+    # Phase 2, the checkpoint on the reference executor. 1. parity
     max_diff = 0.0
     scale = 1.0
     divergence = None
     runs = []
-    activations = ActivationRange(hf)
-    for p in prompts:
-        hl, hs = _hf_hidden_states(hf, p)
+    for p, (hl, hs) in zip(prompts, hf_runs, strict=True):
         record: list[torch.Tensor] = []
         rl, _ = ref.forward(p, ref.new_cache(), record=record)
         max_diff = max(max_diff, float((hl - rl).abs().max()))
         scale = max(scale, float(hl.abs().max()))
         runs.append((hl, hs, rl, record))
-    activations.close()
     tolerance = PARITY_RTOL * scale
     for hl, hs, rl, record in runs:
         if float((hl - rl).abs().max()) > tolerance:
@@ -377,21 +452,12 @@ def verify(
             divergence["first_differing_tensor"] = first_differing_tensor(model_dir, ckpt)
             break
     parity = max_diff <= tolerance
-    effect = None
-    if arithmetic:  # the same model with transformers' own arithmetic, against the engine's logits
-        for a in arithmetic:
-            a.undo()
-        with torch.no_grad():
-            effect = max(float((hf(input_ids=torch.tensor([p])).logits[0] - hl).abs().max())
-                         for p, (hl, _, _, _) in zip(prompts, runs, strict=True))
-        for a in arithmetic:
-            a.redo()
+    del runs
 
     # 1b. the heads, against their source (recorded at conversion unless given)
-    source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
     heads = {"ok": None, "max_abs_diff": None, "tolerance": None, "why": None}
-    if source and Path(source).exists():
-        heads = heads_parity(Path(source), hf, ref, [hs[-1] for _, hs, _, _ in runs], dtype)
+    if heads_source is not None:
+        heads = heads_parity_of(heads_source, ref, [hs[-1] for _, hs in hf_runs])
         if heads["worst_head"] is not None:
             heads["why"] = f"head {heads['worst_head']} differs most"
     else:
@@ -406,10 +472,8 @@ def verify(
     generated = 0
     per_prompt = []
     seqs = []
-    from tqdm import tqdm
-
-    for i, p in enumerate(tqdm(prompts, desc="greedy equivalence", unit="prompt", disable=quiet, file=sys.stderr)):
-        expected = hf_greedy(hf, p, max_new_tokens)
+    for i, (p, expected) in enumerate(zip(tqdm(prompts, desc="greedy equivalence", unit="prompt", disable=quiet,
+                                               file=sys.stderr), expected_tokens, strict=True)):
         run = medusa_generate(ref, p, tree, max_new_tokens)
         same = run.tokens == expected
         if not same and first is None:
@@ -521,20 +585,37 @@ def source_heads_logits(heads, hidden: torch.Tensor, dtype: torch.dtype, base_lm
     return torch.stack(outs)
 
 
-def heads_parity(heads_dir: Path, hf, ref: ReferenceModel, hidden_states: list[torch.Tensor],
-                 dtype: torch.dtype) -> dict:
-    """The checkpoint's Medusa heads against the heads read from ``heads_dir``, on the same hidden states."""
+@dataclass
+class SourceHeads:
+    """The heads read from their source and their logits on the prompts' hidden states (or why not)."""
+
+    directory: Path
+    logits: list[torch.Tensor]  # per prompt: [heads, tokens, vocab]
+    mismatch: str | None = None  # the source's heads do not have the checkpoint's shape
+
+
+def source_heads_for(heads_dir: Path, hf, ref: ReferenceModel, hidden_states: list[torch.Tensor],
+                     dtype: torch.dtype) -> SourceHeads:
+    """What the checkpoint's heads must reproduce, computed with the transformers model's lm_head where
+    the heads share it (so that the transformers model can be freed before the executor runs)."""
     from trtllm_medusa_ports.heads import load_heads
 
     heads = load_heads(heads_dir)
     if heads.num_heads != ref.num_medusa_heads or heads.num_layers != ref.num_medusa_layers:
-        return {"ok": False, "max_abs_diff": float("inf"), "tolerance": 0.0, "worst_head": None,
-                "why": f"{heads_dir} holds {heads.num_heads} heads x {heads.num_layers} layers, the checkpoint "
-                       f"{ref.num_medusa_heads} x {ref.num_medusa_layers}"}
+        return SourceHeads(heads_dir, [], f"{heads_dir} holds {heads.num_heads} heads x {heads.num_layers} layers, "
+                                          f"the checkpoint {ref.num_medusa_heads} x {ref.num_medusa_layers}")
     shared = bool(ref.config.get("medusa_shared_lm_head"))
+    return SourceHeads(heads_dir, [source_heads_logits(heads, hidden, dtype, hf.get_output_embeddings(), shared,
+                                                       ref.vocab) for hidden in hidden_states])
+
+
+def heads_parity_of(source: SourceHeads, ref: ReferenceModel, hidden_states: list[torch.Tensor]) -> dict:
+    """The checkpoint's Medusa heads against the source's logits, on the same hidden states."""
+    if source.mismatch:
+        return {"ok": False, "max_abs_diff": float("inf"), "tolerance": 0.0, "worst_head": None,
+                "why": source.mismatch}
     worst, worst_head, scale = 0.0, None, 1.0
-    for hidden in hidden_states:
-        want = source_heads_logits(heads, hidden, dtype, hf.get_output_embeddings(), shared, ref.vocab)
+    for want, hidden in zip(source.logits, hidden_states, strict=True):
         got = ref.medusa_logits(hidden)
         diff = (want - got).abs().amax(dim=tuple(range(1, want.dim())))
         scale = max(scale, float(want.abs().max()))
@@ -543,6 +624,12 @@ def heads_parity(heads_dir: Path, hf, ref: ReferenceModel, hidden_states: list[t
     tol = PARITY_RTOL * scale
     return {"ok": worst <= tol, "max_abs_diff": worst, "tolerance": tol,
             "worst_head": worst_head if worst > tol else None, "why": None}
+
+
+def heads_parity(heads_dir: Path, hf, ref: ReferenceModel, hidden_states: list[torch.Tensor],
+                 dtype: torch.dtype) -> dict:
+    """The checkpoint's Medusa heads against the heads read from ``heads_dir``, on the same hidden states."""
+    return heads_parity_of(source_heads_for(heads_dir, hf, ref, hidden_states, dtype), ref, hidden_states)
 
 
 def _differs(a: torch.Tensor, b: torch.Tensor) -> float | None:

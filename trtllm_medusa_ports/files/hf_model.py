@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -215,7 +220,18 @@ class HFModel:
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """Parameter shapes of the transformers model of this config, built on the meta device;
-        empty when transformers cannot build it (custom code, a config it rejects)."""
+        empty when transformers cannot build it (custom code, a config it rejects).
+
+        Building the model means importing its modelling code (seconds); the shapes depend only on
+        config.json and the transformers version, so they are kept in :func:`shape_cache_dir` and a
+        later conversion of the same config reads them back.
+        """
+        cache = _shape_cache_file(self.path / "config.json")
+        if cache is not None:
+            try:
+                return {k: tuple(v) for k, v in json.loads(cache.read_text()).items()}
+            except (OSError, ValueError, AttributeError, TypeError):
+                pass
         try:
             import warnings
 
@@ -234,4 +250,45 @@ class HFModel:
                 hf_logging.set_verbosity(level)
         except Exception:  # noqa: BLE001 - any failure means "no shapes to compare", not an error
             return {}
-        return {n: tuple(p.shape) for n, p in model.state_dict().items()}
+        shapes = {n: tuple(p.shape) for n, p in model.state_dict().items()}
+        if cache is not None and shapes:
+            _write_quietly(cache, json.dumps({k: list(v) for k, v in shapes.items()}))
+        return shapes
+
+
+def shape_cache_dir() -> Path:
+    """Where parameter shapes built by transformers are kept: ``$TRTLLM_MEDUSA_CACHE`` or
+    ``$XDG_CACHE_HOME/trtllm-medusa-ports`` (``~/.cache/trtllm-medusa-ports``), ``/shapes``."""
+    root = os.environ.get("TRTLLM_MEDUSA_CACHE")
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trtllm-medusa-ports")
+    return Path(root) / "shapes"
+
+
+def _shape_cache_file(config: Path) -> Path | None:
+    """The cache entry of this config.json's exact bytes under the installed transformers; None
+    where transformers is not installed or the config cannot be read."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            tf = version("transformers")
+        except PackageNotFoundError:
+            return None
+        digest = hashlib.sha256(config.read_bytes() + b"\0transformers " + tf.encode()).hexdigest()
+    except OSError:
+        return None
+    return shape_cache_dir() / f"{digest}.json"
+
+
+def _write_quietly(path: Path, text: str) -> None:
+    """Write a cache entry atomically; a cache that cannot be written is no error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)

@@ -43,6 +43,9 @@ class LazyTensor:
     shape: tuple[int, ...]
     dtype: torch.dtype
     _loader: Callable[[], torch.Tensor] = field(repr=False)
+    #: where the raw little-endian data starts in ``file`` (safetensors only; None: not a byte range,
+    #: e.g. a pickle), so that a conversion can move the bytes without making a tensor
+    offset: int | None = field(default=None, repr=False)
 
     def load(self) -> torch.Tensor:
         return self._loader()
@@ -129,7 +132,7 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
                     got += chunk
             return torch.frombuffer(buf, dtype=dtype).reshape(shape)
 
-        out[name] = LazyTensor(name, path, shape, dtype, loader)
+        out[name] = LazyTensor(name, path, shape, dtype, loader, offset=data_start + begin)
     spans.sort()
     for (_b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:], strict=False):
         if b1 < e0 and e1 > b1:  # two tensors share bytes: one would silently read the other's data

@@ -118,7 +118,13 @@ class KVCache:
 
 
 class ReferenceModel:
-    """Run a TensorRT-LLM checkpoint with torch. ``forward`` appends to a :class:`KVCache`."""
+    """Run a TensorRT-LLM checkpoint with torch. ``forward`` appends to a :class:`KVCache`.
+
+    Memory: each rank's weights are held once, in float32 (the embedding table in the checkpoint's
+    dtype: it is only indexed). Column-parallel outputs are gathered as the engine gathers them - each
+    rank multiplies by its own shard and the outputs are concatenated - so no gathered copy of a weight
+    is ever made.
+    """
 
     def __init__(self, checkpoint: Checkpoint | str | Path):
         ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else read_checkpoint(checkpoint)
@@ -134,33 +140,36 @@ class ReferenceModel:
                 fix="only checkpoints written by trtllm-medusa convert can be executed",
             )
         self.adapter: ArchAdapter = adapter
-        self.sem: Semantics = adapter.semantics(cfg)
+        self.semantics: Semantics = adapter.semantics(cfg)
         self.mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
         self.tp = ckpt.tp_size
         self.pp = ckpt.pp_size
         self.num_layers = int(cfg["num_hidden_layers"])
-        self.num_heads = int(cfg["num_attention_heads"])
-        self.num_kv = int(cfg.get("num_key_value_heads") or self.num_heads)
-        self.hidden = int(cfg["hidden_size"])
-        self.head_size = int(cfg.get("head_size") or self.hidden // self.num_heads)
+        self.num_attention_heads = int(cfg["num_attention_heads"])
+        self.num_kv_heads = int(cfg.get("num_key_value_heads") or self.num_attention_heads)
+        self.hidden_size = int(cfg["hidden_size"])
+        self.head_size = int(cfg.get("head_size") or self.hidden_size // self.num_attention_heads)
         self.vocab = int(cfg["vocab_size"])
-        self.heads_local = self.num_heads // self.tp
-        self.kv_local = kv_heads_per_rank(self.num_kv, self.tp)
-        self._cache: dict[tuple[int, str], torch.Tensor] = {}
-        if self.sem.position_embedding not in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ, PositionEmbedding.ALIBI):
+        self.local_attention_heads = self.num_attention_heads // self.tp
+        self.local_kv_heads = kv_heads_per_rank(self.num_kv_heads, self.tp)
+        self._weights: dict[tuple[int, str], torch.Tensor] = {}
+        self._stored: dict[tuple[int, str], torch.Tensor] = {}
+        semantics = self.semantics
+        if semantics.position_embedding not in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ,
+                                                PositionEmbedding.ALIBI):
             raise CheckpointError(
-                f"position_embedding_type {self.sem.position_embedding.value!r} is not implemented by the "
+                f"position_embedding_type {semantics.position_embedding.value!r} is not implemented by the "
                 "reference executor (it runs rope_gpt_neox, rope_gptj and alibi)",
                 where=str(ckpt.path / "config.json"),
                 fix="verification of this variant needs a GPU run (scripts/validate_on_gpu.sh)",
             )
-        rot = self.sem.rotary_dim or self.head_size
-        self.rotary_dim = rot
-        if self.sem.position_embedding.is_rope:
-            self.inv_freq = rope_inv_freq(rot, self.sem.rotary_base, self.sem.rotary_scaling)
-            if self.sem.local_rotary_base is not None:
-                self.local_inv_freq = rope_inv_freq(rot, self.sem.local_rotary_base, None)
-        self.act = activation(self.sem.hidden_act)
+        self.rotary_dim = semantics.rotary_dim or self.head_size
+        if semantics.position_embedding.is_rope:
+            self.inv_freq = rope_inv_freq(self.rotary_dim, semantics.rotary_base, semantics.rotary_scaling)
+            if semantics.local_rotary_base is not None:
+                self.local_inv_freq = rope_inv_freq(self.rotary_dim, semantics.local_rotary_base, None)
+        self._slopes = self.alibi_slopes() if semantics.position_embedding is PositionEmbedding.ALIBI else None
+        self.act = activation(semantics.hidden_act)
         self.medusa_act = activation(cfg.get("medusa_hidden_act", "silu"))
         self.num_medusa_heads = int(cfg.get("num_medusa_heads", 0))
         self.num_medusa_layers = int(cfg.get("num_medusa_layers", 0))
@@ -170,11 +179,20 @@ class ReferenceModel:
     def stage_ranks(self, pp_rank: int) -> list[int]:
         return self.mapping.stage_ranks(pp_rank)
 
-    def t(self, rank: int, name: str) -> torch.Tensor:
+    def weight(self, rank: int, name: str) -> torch.Tensor:
+        """Tensor ``name`` of ``rank`` in float32, read once and kept."""
         key = (rank, name)
-        if key not in self._cache:
-            self._cache[key] = self.ckpt.tensor(rank, name).float()
-        return self._cache[key]
+        if key not in self._weights:
+            self._weights[key] = self.ckpt.tensor(rank, name).float()
+        return self._weights[key]
+
+    def stored(self, rank: int, name: str) -> torch.Tensor:
+        """Tensor ``name`` of ``rank`` as the checkpoint stores it (half the memory of float32 for
+        float16 / bfloat16), read once and kept: for tables that are indexed, not multiplied."""
+        key = (rank, name)
+        if key not in self._stored:
+            self._stored[key] = self.ckpt.tensor(rank, name)
+        return self._stored[key]
 
     def has(self, rank: int, name: str) -> bool:
         return self.ckpt.has(rank, name)
@@ -185,7 +203,8 @@ class ReferenceModel:
 
         The executor computes those once, with rank 0's copy; the engine computes them on
         every rank with that rank's own copy, so a replica that differs would make the
-        engine's ranks disagree. It is refused here instead.
+        engine's ranks disagree. It is refused here instead. Copies are compared as stored
+        (bit for bit), one at a time.
         """
         replicated = _REPLICATED
         if not (self.config.get("use_parallel_embedding") and self.tp > 1):
@@ -201,24 +220,34 @@ class ReferenceModel:
                         fix="the checkpoint's tensor-parallel split is inconsistent; convert again",
                     )
                 if len(ranks) > 1 and any(p.fullmatch(name) for p in replicated):
-                    first = self.t(ranks[0], name)  # cached: the forward pass reuses it
+                    first = self.ckpt.tensor(ranks[0], name)
                     for r in ranks[1:]:
-                        if not torch.equal(first, self.ckpt.tensor(r, name).float()):
+                        other = self.ckpt.tensor(r, name)
+                        if first.dtype != other.dtype or not torch.equal(first.view(-1).view(torch.uint8),
+                                                                        other.view(-1).view(torch.uint8)):
                             raise CheckpointError(
                                 f"replicated tensor {name!r} differs between rank {ranks[0]} and rank {r}",
                                 where=str(self.ckpt.path),
                                 fix="every tensor-parallel rank must hold the same copy; convert again",
                             )
+                        del other
 
-    def _gather(self, stage: int, name: str) -> torch.Tensor:
-        return torch.cat([self.t(r, name) for r in self.stage_ranks(stage)], dim=0)
+    def _column_parallel(self, x: torch.Tensor, stage: int, weight: str, bias: str | None = None) -> torch.Tensor:
+        """``x W^T (+ b)`` of a column-parallel layer: each rank's output, gathered (concatenated)."""
+        outs = []
+        for r in self.stage_ranks(stage):
+            y = x @ self.weight(r, weight).T
+            if bias is not None:
+                y = y + self.weight(r, bias)
+            outs.append(y)
+        return torch.cat(outs, dim=-1)
 
     # -- building blocks -------------------------------------------------------------
     def norm(self, x: torch.Tensor, rank: int, prefix: str, eps: float | None = None) -> torch.Tensor:
-        w = self.t(rank, prefix + ".weight")
-        b = self.t(rank, prefix + ".bias") if self.has(rank, prefix + ".bias") else None
-        eps = self.sem.norm_epsilon if eps is None else eps
-        if self.sem.norm is NormKind.LAYER:
+        w = self.weight(rank, prefix + ".weight")
+        b = self.weight(rank, prefix + ".bias") if self.has(rank, prefix + ".bias") else None
+        eps = self.semantics.norm_epsilon if eps is None else eps
+        if self.semantics.norm is NormKind.LAYER:
             return F.layer_norm(x, (x.shape[-1],), w, b, eps)
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
         return y + b if b is not None else y
@@ -228,49 +257,64 @@ class ReferenceModel:
         name = "transformer.vocab_embedding.weight"
         if self.config.get("use_parallel_embedding") and self.tp > 1:
             if int(self.config.get("embedding_sharding_dim", 0)) == 0:
-                out = torch.zeros(tokens.shape[0], self.hidden)
+                out = torch.zeros(tokens.shape[0], self.hidden_size)
                 for r in ranks:
-                    table = self.t(r, name)
+                    table = self.stored(r, name)
                     lo = self.mapping.tp_rank(r) * table.shape[0]
                     local = tokens - lo
                     ok = (local >= 0) & (local < table.shape[0])
-                    out[ok] += table[local[ok]]
+                    out[ok] += table[local[ok]].float()
                 x = out
             else:
-                x = torch.cat([self.t(r, name)[tokens] for r in ranks], dim=-1)
+                x = torch.cat([self.stored(r, name)[tokens].float() for r in ranks], dim=-1)
         else:
-            x = self.t(ranks[0], name)[tokens]
-        x = x * self.sem.embedding_scale
-        if self.sem.has_embedding_norm:
+            x = self.stored(ranks[0], name)[tokens].float()
+        x = x * self.semantics.embedding_scale
+        if self.semantics.has_embedding_norm:
             x = self.norm(x, ranks[0], "transformer.ln_embed")
         return x
 
     def is_local_layer(self, layer: int) -> bool:
-        p = self.sem.sliding_window_pattern
-        return bool(p) and bool((layer + 1) % p)
+        pattern = self.semantics.sliding_window_pattern
+        return bool(pattern) and bool((layer + 1) % pattern)
 
-    def rope(self, x: torch.Tensor, positions: torch.Tensor, layer: int = 0) -> torch.Tensor:
+    def rotary_tables(self, positions: torch.Tensor) -> dict[bool, tuple[torch.Tensor, torch.Tensor]]:
+        """``cos, sin`` ``[T, rotary_dim / 2]`` at ``positions``, for global (False) and local (True)
+        layers: computed once per forward pass, used by every layer."""
+        if not self.semantics.position_embedding.is_rope:
+            return {}
+        tables = {}
+        for local in (False, True):
+            if local and self.semantics.local_rotary_base is None:
+                continue
+            inv = self.local_inv_freq if local else self.inv_freq
+            angles = positions.double()[:, None] * inv[None, :]  # [T, rot/2]
+            tables[local] = (angles.cos().float(), angles.sin().float())
+        return tables
+
+    def rope(self, x: torch.Tensor, positions: torch.Tensor, layer: int = 0,
+             tables: dict[bool, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
         """Rotate the first ``rotary_dim`` features of ``x`` ``[heads, T, D]`` at ``positions``."""
         rot = self.rotary_dim
-        inv = self.local_inv_freq if self.sem.local_rotary_base is not None and self.is_local_layer(layer) else self.inv_freq
-        ang = positions.double()[:, None] * inv[None, :]  # [T, rot/2]
-        cos, sin = ang.cos().float(), ang.sin().float()
-        xr, xp = x[..., :rot], x[..., rot:]
-        if self.sem.position_embedding is PositionEmbedding.ROPE_GPTJ:
-            x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        tables = tables if tables is not None else self.rotary_tables(positions)
+        local = self.semantics.local_rotary_base is not None and self.is_local_layer(layer)
+        cos, sin = tables[local]
+        rotated, passed = x[..., :rot], x[..., rot:]
+        if self.semantics.position_embedding is PositionEmbedding.ROPE_GPTJ:
+            x1, x2 = rotated[..., 0::2], rotated[..., 1::2]
             out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
         else:  # rope_gpt_neox: halves
             half = rot // 2
-            x1, x2 = xr[..., :half], xr[..., half:]
+            x1, x2 = rotated[..., :half], rotated[..., half:]
             out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-        return torch.cat([out, xp], dim=-1)
+        return torch.cat([out, passed], dim=-1) if passed.shape[-1] else out
 
     def alibi_slopes(self) -> torch.Tensor:
         """Per-head ALiBi slopes (HF BloomModel ``build_alibi_tensor`` / MPT ``gen_slopes``)."""
-        n, bmax = self.num_heads, self.sem.alibi_bias_max
-        if self.sem.alibi_style is AlibiStyle.MPT:
+        n, bias_max = self.num_attention_heads, self.semantics.alibi_bias_max
+        if self.semantics.alibi_style is AlibiStyle.MPT:
             padded = 2 ** math.ceil(math.log2(n))
-            m = torch.arange(1, padded + 1, dtype=torch.float64) * (bmax / padded)
+            m = torch.arange(1, padded + 1, dtype=torch.float64) * (bias_max / padded)
             slopes = 1.0 / torch.pow(2.0, m)
             if padded != n:
                 slopes = torch.cat([slopes[1::2], slopes[::2]])[:n]
@@ -284,47 +328,54 @@ class ReferenceModel:
         return torch.tensor(slopes)
 
     def attention(self, x: torch.Tensor, stage: int, local: int, layer: LayerCache, positions: torch.Tensor,
-                  all_positions: torch.Tensor, visible: torch.Tensor, global_layer: int = 0) -> torch.Tensor:
+                  all_positions: torch.Tensor, visible: torch.Tensor, global_layer: int = 0,
+                  rotary: dict[bool, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
         """One layer's attention over the ranks of ``stage``; ``visible`` is ``[T, S]`` bool."""
-        hs, hl, kl = self.head_size, self.heads_local, self.kv_local
+        head_size, q_heads, kv_heads = self.head_size, self.local_attention_heads, self.local_kv_heads
+        group = q_heads // kv_heads
+        semantics = self.semantics
         prefix = f"transformer.layers.{local}.attention."
         out = None
-        scale = self.sem.attention_scale if self.sem.attention_scale is not None else 1.0 / math.sqrt(hs)
+        scale = semantics.attention_scale if semantics.attention_scale is not None else 1.0 / math.sqrt(head_size)
+        if semantics.position_embedding.is_rope and rotary is None:
+            rotary = self.rotary_tables(positions)
+        hidden_mask = ~visible[None, None]  # [1, 1, T, S]
+        num_tokens = x.shape[0]
         for tp_rank, r in enumerate(self.stage_ranks(stage)):
-            qkv = x @ self.t(r, prefix + "qkv.weight").T
+            qkv = x @ self.weight(r, prefix + "qkv.weight").T
             if self.has(r, prefix + "qkv.bias"):
-                qkv = qkv + self.t(r, prefix + "qkv.bias")
-            T = x.shape[0]
-            if self.sem.clip_qkv:
-                qkv = qkv.clamp(-self.sem.clip_qkv, self.sem.clip_qkv)
-            q = qkv[:, : hl * hs].reshape(T, hl, hs).transpose(0, 1)
-            k = qkv[:, hl * hs : (hl + kl) * hs].reshape(T, kl, hs).transpose(0, 1)
-            v = qkv[:, (hl + kl) * hs :].reshape(T, kl, hs).transpose(0, 1)
-            if self.sem.qk_norm:
-                q = self.norm(q, r, prefix + "q_layernorm", self.sem.qk_norm_epsilon)
-                k = self.norm(k, r, prefix + "k_layernorm", self.sem.qk_norm_epsilon)
-            if self.sem.position_embedding.is_rope:
-                q = self.rope(q, positions, global_layer)
-                k = self.rope(k, positions, global_layer)
+                qkv = qkv + self.weight(r, prefix + "qkv.bias")
+            if semantics.clip_qkv:
+                qkv = qkv.clamp(-semantics.clip_qkv, semantics.clip_qkv)
+            q = qkv[:, : q_heads * head_size].reshape(num_tokens, q_heads, head_size).transpose(0, 1)
+            k = qkv[:, q_heads * head_size : (q_heads + kv_heads) * head_size]
+            k = k.reshape(num_tokens, kv_heads, head_size).transpose(0, 1)
+            v = qkv[:, (q_heads + kv_heads) * head_size :].reshape(num_tokens, kv_heads, head_size).transpose(0, 1)
+            if semantics.qk_norm:
+                q = self.norm(q, r, prefix + "q_layernorm", semantics.qk_norm_epsilon)
+                k = self.norm(k, r, prefix + "k_layernorm", semantics.qk_norm_epsilon)
+            if semantics.position_embedding.is_rope:
+                q = self.rope(q, positions, global_layer, rotary)
+                k = self.rope(k, positions, global_layer, rotary)
             layer.k[tp_rank] = torch.cat([layer.k[tp_rank], k], dim=1)
             layer.v[tp_rank] = torch.cat([layer.v[tp_rank], v], dim=1)
-            kk = layer.k[tp_rank].repeat_interleave(hl // kl, dim=0)
-            vv = layer.v[tp_rank].repeat_interleave(hl // kl, dim=0)
-            scores = (q @ kk.transpose(1, 2)) * scale  # [hl, T, S]
-            if self.sem.attn_logit_softcapping:
-                cap = self.sem.attn_logit_softcapping
+            # each KV head serves ``group`` query heads: [kv, group, T, D] against [kv, 1, S, D], no copies
+            grouped_q = q.reshape(kv_heads, group, num_tokens, head_size)
+            scores = (grouped_q @ layer.k[tp_rank].transpose(1, 2)[:, None]) * scale  # [kv, group, T, S]
+            if semantics.attn_logit_softcapping:
+                cap = semantics.attn_logit_softcapping
                 scores = torch.tanh(scores / cap) * cap
-            if self.sem.position_embedding is PositionEmbedding.ALIBI:
-                slopes = self.alibi_slopes()[tp_rank * hl : (tp_rank + 1) * hl]
-                rel = (all_positions[None, :] - positions[:, None]).float()  # [T, S], <= 0 where visible
-                scores = scores + slopes[:, None, None] * rel[None]
-            scores = scores.masked_fill(~visible[None], float("-inf"))
-            ctx = torch.softmax(scores, dim=-1) @ vv  # [hl, T, hs]
-            ctx = ctx.transpose(0, 1).reshape(T, hl * hs)
-            part = ctx @ self.t(r, prefix + "dense.weight").T
+            if self._slopes is not None:
+                slopes = self._slopes[tp_rank * q_heads : (tp_rank + 1) * q_heads].reshape(kv_heads, group)
+                distance = (all_positions[None, :] - positions[:, None]).float()  # [T, S], <= 0 where visible
+                scores = scores + slopes[:, :, None, None] * distance[None, None]
+            scores = scores.masked_fill(hidden_mask, float("-inf"))
+            context = torch.softmax(scores, dim=-1) @ layer.v[tp_rank][:, None]  # [kv, group, T, D]
+            context = context.reshape(q_heads, num_tokens, head_size).transpose(0, 1)
+            part = context.reshape(num_tokens, q_heads * head_size) @ self.weight(r, prefix + "dense.weight").T
             out = part if out is None else out + part  # all-reduce
         if self.has(self.stage_ranks(stage)[0], prefix + "dense.bias"):
-            out = out + self.t(self.stage_ranks(stage)[0], prefix + "dense.bias")
+            out = out + self.weight(self.stage_ranks(stage)[0], prefix + "dense.bias")
         return out
 
     def mlp(self, x: torch.Tensor, stage: int, local: int) -> torch.Tensor:
@@ -332,47 +383,50 @@ class ReferenceModel:
         out = None
         ranks = self.stage_ranks(stage)
         for r in ranks:
-            h = x @ self.t(r, prefix + "fc.weight").T
+            h = x @ self.weight(r, prefix + "fc.weight").T
             if self.has(r, prefix + "fc.bias"):
-                h = h + self.t(r, prefix + "fc.bias")
-            if self.sem.mlp is MlpKind.GATED:
-                g = x @ self.t(r, prefix + "gate.weight").T
+                h = h + self.weight(r, prefix + "fc.bias")
+            if self.semantics.mlp is MlpKind.GATED:
+                gate = x @ self.weight(r, prefix + "gate.weight").T
                 if self.has(r, prefix + "gate.bias"):
-                    g = g + self.t(r, prefix + "gate.bias")
-                h = self.act(h) * g
-            elif self.sem.mlp is MlpKind.SWIGLU:  # fused [up ; gate]: act on the second half
+                    gate = gate + self.weight(r, prefix + "gate.bias")
+                h = self.act(h) * gate
+            elif self.semantics.mlp is MlpKind.SWIGLU:  # fused [up ; gate]: act on the second half
                 up, gate = h.chunk(2, dim=-1)
                 h = self.act(gate) * up
             else:
                 h = self.act(h)
-            part = h @ self.t(r, prefix + "proj.weight").T
+            part = h @ self.weight(r, prefix + "proj.weight").T
             out = part if out is None else out + part
         if self.has(ranks[0], prefix + "proj.bias"):
-            out = out + self.t(ranks[0], prefix + "proj.bias")
+            out = out + self.weight(ranks[0], prefix + "proj.bias")
         return out
 
-    def decoder_layer(self, x, stage, local, layer_cache, positions, all_positions, visible, global_layer):
-        r0 = self.stage_ranks(stage)[0]
-        p = f"transformer.layers.{local}."
-        sem = self.sem
-        h = self.norm(x, r0, p + "input_layernorm")
-        attn = self.attention(h, stage, local, layer_cache, positions, all_positions, visible, global_layer)
-        if sem.parallel_residual:
-            m_in = h if sem.shared_input_norm else self.norm(x, r0, p + sem.mlp_norm)
-            return x + attn + self.mlp(m_in, stage, local)
-        if sem.post_attention_norm_after:  # Gemma2/3 sandwich norms
-            attn = self.norm(attn, r0, p + "post_layernorm")
+    def decoder_layer(self, x, stage, local, layer_cache, positions, all_positions, visible, global_layer,
+                      rotary=None):
+        first_rank = self.stage_ranks(stage)[0]
+        prefix = f"transformer.layers.{local}."
+        semantics = self.semantics
+        normed = self.norm(x, first_rank, prefix + "input_layernorm")
+        attn = self.attention(normed, stage, local, layer_cache, positions, all_positions, visible, global_layer,
+                              rotary)
+        if semantics.parallel_residual:
+            mlp_in = normed if semantics.shared_input_norm else self.norm(x, first_rank, prefix + semantics.mlp_norm)
+            return x + attn + self.mlp(mlp_in, stage, local)
+        if semantics.post_attention_norm_after:  # Gemma2/3 sandwich norms
+            attn = self.norm(attn, first_rank, prefix + "post_layernorm")
             x = x + attn
-            m = self.mlp(self.norm(x, r0, p + "pre_feedforward_layernorm"), stage, local)
-            return x + self.norm(m, r0, p + "post_feedforward_layernorm")
-        x = x + attn * sem.residual_scale
-        return x + self.mlp(self.norm(x, r0, p + sem.mlp_norm), stage, local) * sem.residual_scale
+            mlp_out = self.mlp(self.norm(x, first_rank, prefix + "pre_feedforward_layernorm"), stage, local)
+            return x + self.norm(mlp_out, first_rank, prefix + "post_feedforward_layernorm")
+        x = x + attn * semantics.residual_scale
+        mlp_out = self.mlp(self.norm(x, first_rank, prefix + semantics.mlp_norm), stage, local)
+        return x + mlp_out * semantics.residual_scale  # Granite's residual_multiplier (1 elsewhere)
 
     # -- model -------------------------------------------------------------------------
     def new_cache(self) -> KVCache:
         cache = KVCache()
         for _ in range(self.num_layers):
-            empty = [torch.zeros(self.kv_local, 0, self.head_size) for _ in range(self.tp)]
+            empty = [torch.zeros(self.local_kv_heads, 0, self.head_size) for _ in range(self.tp)]
             cache.layers.append(LayerCache(list(empty), [e.clone() for e in empty]))
         return cache
 
@@ -395,19 +449,19 @@ class ReferenceModel:
         after the embedding, after each layer, and after the final norm (for locating divergences).
         """
         tokens = torch.as_tensor(tokens, dtype=torch.long)
-        T = tokens.shape[0]
+        num_tokens = tokens.shape[0]
         past = cache.length
         if spec_decoding_position_offsets is None:
-            positions = past + torch.arange(T)
-            tree_visible = torch.tril(torch.ones(T, T, dtype=torch.bool))
+            positions = past + torch.arange(num_tokens)
+            tree_visible = torch.tril(torch.ones(num_tokens, num_tokens, dtype=torch.bool))
         else:
             offsets = torch.as_tensor(spec_decoding_position_offsets, dtype=torch.long)
-            if spec_decoding_packed_mask is None or offsets.shape[0] != T:
+            if spec_decoding_packed_mask is None or offsets.shape[0] != num_tokens:
                 raise ValueError("spec decoding needs position offsets and a packed mask, one row per token")
             positions = past + offsets
-            tree_visible = unpack_mask(spec_decoding_packed_mask, T)
+            tree_visible = unpack_mask(spec_decoding_packed_mask, num_tokens)
         all_positions = torch.cat([cache.positions, positions])
-        window = self.sem.sliding_window
+        window = self.semantics.sliding_window
         if window and int(all_positions.max()) + 1 > window:
             raise CheckpointError(
                 f"the sequence reaches {int(all_positions.max()) + 1} tokens, beyond the sliding window "
@@ -415,7 +469,8 @@ class ReferenceModel:
                 where=str(self.ckpt.path),
                 fix=f"verify with prompts + new tokens <= {window}",
             )
-        visible = torch.cat([torch.ones(T, past, dtype=torch.bool), tree_visible], dim=1)
+        visible = torch.cat([torch.ones(num_tokens, past, dtype=torch.bool), tree_visible], dim=1)
+        rotary = self.rotary_tables(positions)
         x = self.embed(tokens)
         if record is not None:
             record.append(x.clone())
@@ -423,7 +478,7 @@ class ReferenceModel:
         for stage in range(self.pp):
             for local, _ in enumerate(self.mapping.layers_of_stage(self.num_layers, stage)):
                 x = self.decoder_layer(x, stage, local, cache.layers[global_layer], positions, all_positions,
-                                       visible, global_layer)
+                                       visible, global_layer, rotary)
                 global_layer += 1
                 if record is not None:
                     record.append(x.clone())
@@ -436,13 +491,10 @@ class ReferenceModel:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         stage = self.pp - 1
-        w = self._gather(stage, "lm_head.weight")
-        out = hidden @ w.T
-        if self.has(self.stage_ranks(stage)[0], "lm_head.bias"):  # Phi-2
-            out = out + self._gather(stage, "lm_head.bias")
-        out = out[..., : self.vocab] * self.sem.logits_scale
-        if self.sem.final_logit_softcapping:
-            cap = self.sem.final_logit_softcapping
+        bias = "lm_head.bias" if self.has(self.stage_ranks(stage)[0], "lm_head.bias") else None  # Phi-2
+        out = self._column_parallel(hidden, stage, "lm_head.weight", bias)[..., : self.vocab] * self.semantics.logits_scale
+        if self.semantics.final_logit_softcapping:
+            cap = self.semantics.final_logit_softcapping
             out = torch.tanh(out / cap) * cap
         return out
 
@@ -451,15 +503,14 @@ class ReferenceModel:
         """``[num_medusa_heads, ..., vocab]`` for final-norm hidden states (the engine's ``medusa_logits``)."""
         stage = self.pp - 1
         shared = bool(self.config.get("medusa_shared_lm_head"))
+        base_bias = "lm_head.bias" if shared and self.has(self.stage_ranks(stage)[0], "lm_head.bias") else None
         outs = []
         for h in range(self.num_medusa_heads):
             x = hidden
             for layer in range(self.num_medusa_layers):
                 p = f"medusa_heads.{h}.medusa_layers.{layer}.linear."
-                x = x + self.medusa_act(x @ self._gather(stage, p + "weight").T + self._gather(stage, p + "bias"))
-            proj = self._gather(stage, "lm_head.weight" if shared else f"medusa_heads.{h}.lm_head.weight")
-            y = x @ proj.T
-            if shared and self.has(self.stage_ranks(stage)[0], "lm_head.bias"):  # the base lm_head, bias and all
-                y = y + self._gather(stage, "lm_head.bias")
-            outs.append(y[..., : self.vocab])
+                x = x + self.medusa_act(self._column_parallel(x, stage, p + "weight", p + "bias"))
+            proj = "lm_head.weight" if shared else f"medusa_heads.{h}.lm_head.weight"
+            # the base lm_head, bias and all, when shared
+            outs.append(self._column_parallel(x, stage, proj, base_bias)[..., : self.vocab])
         return torch.stack(outs) if outs else torch.zeros((0,) + tuple(hidden.shape[:-1]) + (self.vocab,))

@@ -1,0 +1,196 @@
+"""The conversion's fast path (files/byte_moves.py): the bytes it writes, and where it is taken."""
+
+import pytest
+import torch
+from conftest import tiny_base
+from safetensors.torch import load_file, save_file
+from test_families import VARIANTS
+
+from trtllm_medusa_ports.archs import adapter_for
+from trtllm_medusa_ports.convert import ConvertOptions, convert
+from trtllm_medusa_ports.errors import HeadsError, ModelError
+from trtllm_medusa_ports.files import byte_moves
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
+
+ALL = [("LlamaForCausalLM", {}), ("MistralForCausalLM", {}), ("Qwen2ForCausalLM", {}),
+       ("BloomForCausalLM", {}), ("MptForCausalLM", {})] + VARIANTS
+
+
+def _heads(base, path, layout="fasterdecoding-safetensors"):
+    hf = HFConfig.read(base)
+    hidden = adapter_for(hf.architecture).hidden_size(hf)
+    return save_heads(random_heads(hidden, hf.get("vocab_size"), num_heads=2, seed=3), path, layout)
+
+
+def _both(tmp_path, base, heads, **kw):
+    """Rank files written with the fast path and with every tensor through torch; the fast run's result."""
+    kw.setdefault("allow_unsupported", True)
+    out = {}
+    for fast in (True, False):
+        res = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / f"fast{fast}",
+                                     quiet=True, fast_path=fast, **kw))
+        out[fast] = res
+    world = out[True].num_ranks
+    for r in range(world):
+        a = (tmp_path / "fastTrue" / f"rank{r}.safetensors").read_bytes()
+        b = (tmp_path / "fastFalse" / f"rank{r}.safetensors").read_bytes()
+        assert a == b, f"rank {r} differs between the byte path and the tensor path"
+    assert set(out[False].moves.values()) == {"tensor"}
+    return out[True]
+
+
+#: one base per q/k/v layout (separate, [q;k;v] fused, per-head interleaved, grouped) and the value transform
+CAST = [("LlamaForCausalLM", {}), ("Phi3ForCausalLM", {}), ("GPTNeoXForCausalLM", {}), ("FalconForCausalLM", {}),
+        ("GemmaForCausalLM", {})]
+
+
+@pytest.mark.parametrize("arch, overrides", ALL, ids=[f"{a}-{i}" for i, (a, _) in enumerate(ALL)])
+def test_byte_path_writes_the_tensor_paths_bytes_for_every_family(tmp_path, store, arch, overrides):
+    base = tiny_base(store, arch, **overrides)
+    heads = _heads(base, tmp_path / "h")
+    same = _both(tmp_path / "same", base, heads, tp_size=2)  # float32 -> float32: bytes only
+    assert "byte-copy" in same.moves.values() and "convert" not in same.moves.values()
+
+
+@pytest.mark.parametrize("arch, overrides", CAST, ids=[a for a, _ in CAST])
+def test_converting_path_writes_the_tensor_paths_bytes(tmp_path, store, arch, overrides):
+    base = tiny_base(store, arch, **overrides)
+    cast = _both(tmp_path, base, _heads(base, tmp_path / "h"), tp_size=2, dtype="bfloat16")
+    assert "convert" in cast.moves.values() and "byte-copy" not in cast.moves.values()
+
+
+@pytest.mark.parametrize("tp, pp, dtype, kw", [
+    (4, 1, "float16", {}),  # 1 KV head over 4 ranks: duplicated KV rows
+    (2, 2, "auto", {"use_parallel_embedding": True}),  # vocab-padded embedding rows
+    (2, 1, "auto", {"use_parallel_embedding": True, "embedding_sharding_dim": 1}),  # embedding split on dim 1
+    (3, 1, "auto", {}),  # vocab 251 padded to 252 rows
+])
+def test_byte_path_matches_on_parallel_layouts(tmp_path, store, tp, pp, dtype, kw):
+    arch = "MistralForCausalLM" if tp == 4 else "LlamaForCausalLM"
+    overrides = {"num_hidden_layers": 2} if pp > 1 else {}
+    if tp == 3:
+        arch, overrides = "LlamaForCausalLM", {"num_attention_heads": 6, "num_key_value_heads": 3,
+                                                "hidden_size": 96, "intermediate_size": 96}
+    base = tiny_base(store, arch, **overrides)
+    heads = _heads(base, tmp_path / "h")
+    _both(tmp_path, base, heads, tp_size=tp, pp_size=pp, dtype=dtype, **kw)
+
+
+def test_plan_marks_each_job_with_its_path(tmp_path, store):
+    base = tiny_base(store, "Qwen2ForCausalLM", tie_word_embeddings=False)
+    st = _heads(base, tmp_path / "st")
+    res = _both(tmp_path / "a", base, st, tp_size=2)
+    moves = res.moves
+    # dim-0 splits, the q/k/v concatenation, replicas and the vocab pad are byte ranges
+    for label in ("layers.0.attention.qkv.weight", "layers.0.attention.qkv.bias", "layers.0.mlp.fc.weight",
+                  "layers.0.input_layernorm.weight", "lm_head.weight", "transformer.vocab_embedding.weight",
+                  "medusa_heads.0.medusa_layers.0.linear.weight", "medusa_heads.1.lm_head.weight"):
+        assert moves[label] == "byte-copy", label
+    # dim-1 splits take a column range of every row
+    for label in ("layers.0.attention.dense.weight", "layers.1.mlp.proj.weight"):
+        assert moves[label] == "strided", label
+    # a dtype change goes through torch's cast, chunk by chunk
+    cast = _both(tmp_path / "b", base, st, tp_size=2, dtype="float16")
+    assert {cast.moves[k] for k in moves} == {"convert"}
+    # pickled heads are no byte range: the tensor path
+    pt = _both(tmp_path / "c", base, _heads(base, tmp_path / "pt", "fasterdecoding-pt"), tp_size=2)
+    assert pt.moves["medusa_heads.0.lm_head.weight"] == "tensor"
+    assert pt.moves["layers.0.attention.qkv.weight"] == "byte-copy"
+
+
+def test_value_transforms_and_fused_layouts_take_their_paths(tmp_path, store):
+    gemma = tiny_base(store, "GemmaForCausalLM")
+    res = _both(tmp_path / "g", gemma, _heads(gemma, tmp_path / "gh"), tp_size=2)
+    assert res.moves["layers.0.input_layernorm.weight"] == "tensor"  # w + 1 in float32, then the cast
+    assert res.moves["layers.0.attention.qkv.weight"] == "byte-copy"
+    bloom = tiny_base(store, "BloomForCausalLM")
+    res = _both(tmp_path / "b", bloom, _heads(bloom, tmp_path / "bh"), tp_size=2)
+    assert res.moves["layers.0.attention.qkv.weight"] == "byte-copy"  # per-head interleaved rows, reordered
+
+
+def test_trace_follows_the_rules_own_split():
+    src = byte_moves.Source(path=None, offset=0, shape=(8, 4), dtype=torch.float16)
+    from trtllm_medusa_ports.sharding import Split, shard
+
+    def run(rule, rank):
+        return byte_moves.trace([src], [(rank, "w")], lambda ins, r: shard(rule, ins[0], tp_size=2, tp_rank=r),
+                                lambda r, n: shard(rule, torch.empty(8, 4, device="meta"), tp_size=2, tp_rank=r).shape,
+                                torch.float16, 2)
+
+    col = run(Split.COLUMN, 1)
+    assert col.kind is byte_moves.MoveKind.BYTE_COPY
+    assert [(p.row_start, p.row_end, p.col_start, p.col_end, p.dest_offset) for p in col.pieces] == [(4, 8, 0, 4, 0)]
+    row = run(Split.ROW, 1)
+    assert row.kind is byte_moves.MoveKind.STRIDED
+    assert [(p.row_start, p.row_end, p.col_start, p.col_end) for p in row.pieces] == [(0, 8, 2, 4)]
+
+
+@pytest.mark.parametrize("tensor, value, dtype, label", [
+    ("model.layers.0.mlp.up_proj.weight", float("inf"), "auto", "layers.0.mlp.gate.weight"),  # byte copy
+    ("model.layers.0.self_attn.o_proj.weight", float("nan"), "auto", "layers.0.attention.dense.weight"),  # strided
+    ("model.layers.0.mlp.down_proj.weight", 1e6, "float16", "layers.0.mlp.proj.weight"),  # overflows the cast
+])
+def test_non_finite_values_are_refused_on_every_path(tmp_path, store, tensor, value, dtype, label):
+    base = tiny_base(store, "LlamaForCausalLM", num_hidden_layers=1)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    sd = {}
+    for f in sorted(base.glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    sd[tensor][1, 1] = value
+    save_file(sd, str(bad / "model.safetensors"))
+    (bad / "config.json").write_text((base / "config.json").read_text())
+    c = tiny_config("LlamaForCausalLM")
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size), tmp_path / "h", "fasterdecoding-safetensors")
+    with pytest.raises(ModelError, match=f"{label} holds NaN/Inf"):
+        convert(ConvertOptions(model_dir=bad, medusa_model_dir=heads, output_dir=tmp_path / "out", dtype=dtype,
+                               tp_size=2, quiet=True))
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_non_finite_heads_on_the_byte_path_blame_the_heads(tmp_path, store):
+    base = tiny_base(store, "LlamaForCausalLM")
+    c = tiny_config("LlamaForCausalLM")
+    heads = random_heads(c.hidden_size, c.vocab_size, num_heads=2)
+    heads.lm_heads[1][3, 3] = float("nan")
+    hdir = save_heads(heads, tmp_path / "h", "fasterdecoding-safetensors")
+    with pytest.raises(HeadsError, match="medusa_heads.1.lm_head.weight holds NaN/Inf"):
+        convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=tmp_path / "o", quiet=True))
+
+
+def test_without_copy_file_range_bytes_are_moved_by_hand(tmp_path, store, monkeypatch):
+    import errno
+    import os
+
+    def unsupported(*a, **k):
+        raise OSError(errno.EXDEV, "cross-device")
+
+    base = tiny_base(store, "Qwen2ForCausalLM")
+    heads = _heads(base, tmp_path / "h")
+    monkeypatch.setattr(os, "copy_file_range", unsupported)
+    _both(tmp_path, base, heads, tp_size=2)
+
+
+def test_transformers_shapes_are_cached_per_config_and_still_checked(tmp_path, store):
+    import json
+    import shutil
+
+    from trtllm_medusa_ports.files.hf_model import HFModel, shape_cache_dir
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base(store, "LlamaForCausalLM", num_hidden_layers=1), base)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["_note"] = "a config no other test has"  # its own cache entry
+    (base / "config.json").write_text(json.dumps(cfg))
+    before = set(shape_cache_dir().glob("*.json")) if shape_cache_dir().exists() else set()
+    fresh = HFModel(base).expected_shapes()
+    added = set(shape_cache_dir().glob("*.json")) - before
+    assert len(added) == 1 and fresh["model.embed_tokens.weight"] == (cfg["vocab_size"], cfg["hidden_size"])
+    assert HFModel(base).expected_shapes() == fresh  # read back
+    # the weights are still compared with the (cached) shapes: a config that no longer fits them is refused
+    cfg["vocab_size"] += 1
+    (base / "config.json").write_text(json.dumps(cfg))
+    problems = HFModel(base).weight_problems()
+    assert any("model.embed_tokens.weight" in p and "config.json implies" in p for p in problems)

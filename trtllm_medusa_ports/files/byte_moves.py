@@ -1,0 +1,361 @@
+"""The conversion's fast path: move bytes, not tensors.
+
+A tensor-parallel split along dim 0, a vocabulary pad and the q/k/v concatenation
+take contiguous byte ranges of the source file to contiguous byte ranges of a rank
+file. Where the checkpoint dtype is the source's, those ranges are copied by the
+kernel (``os.copy_file_range``, falling back to ``pread``/``pwrite``) straight to their
+planned offsets in the rank files; no tensor is made. A split along dim 1 (row-parallel
+weights) takes a column slice of every row: it is read once in bounded row chunks and
+cut with numpy. A dtype change is cast chunk by chunk with torch's own cast, the same
+arithmetic the tensor path applies to the whole tensor.
+
+Which bytes go where is not worked out a second time here: the job's own combine and
+split rule run on small integer *stand-ins* (one value per source row and column
+chunk, naming the source, the row and the chunk), so the layout is the one the tensor
+path computes by construction. Jobs that change values (Gemma's ``w + 1``), pickled
+sources and layouts the stand-ins cannot follow keep going through the tensor path.
+
+Every job is classified before anything is written (:class:`MoveKind`), so a test can
+assert which path a tensor takes.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import mmap
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+#: bytes of source read per chunk on the strided and converting paths (per thread)
+CHUNK_BYTES = 2 << 20
+#: bytes of a source mapped at a time for the NaN/Inf check of a byte copy
+CHECK_WINDOW = 4 << 20
+
+_SRC_BITS, _ROW_BITS, _COL_BITS = 40, 32, 8
+_ROW_MASK = (1 << _ROW_BITS) - 1
+_COL_MASK = (1 << _COL_BITS) - 1
+
+#: integer view and exponent mask of each float dtype: a value is NaN/Inf exactly when every
+#: exponent bit is set (files/finite.py checks tensors the same way)
+_EXPONENT = {
+    torch.float16: (np.uint16, 0x7C00),
+    torch.bfloat16: (np.uint16, 0x7F80),
+    torch.float32: (np.uint32, 0x7F800000),
+    torch.float64: (np.uint64, 0x7FF0000000000000),
+}
+
+
+class MoveKind(str, enum.Enum):
+    """How one conversion job reaches the rank files."""
+
+    BYTE_COPY = "byte-copy"  # same dtype, whole rows: the kernel copies byte ranges
+    STRIDED = "strided"  # same dtype, column slices (dim-1 splits): chunked reads, numpy slicing
+    CONVERT = "convert"  # dtype change of a pure layout: chunked reads, torch's cast per chunk
+    TENSOR = "tensor"  # value transforms, pickles, generated tensors: the whole-tensor path
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source tensor as a byte range of a file."""
+
+    path: Path
+    offset: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def rows(self) -> int:
+        return self.shape[0]
+
+    @property
+    def width(self) -> int:
+        """Elements per row (1 for a vector)."""
+        return self.shape[1] if len(self.shape) == 2 else 1
+
+    @property
+    def itemsize(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def row_bytes(self) -> int:
+        return self.width * self.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.row_bytes
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Rows ``[row_start, row_end)``, columns ``[col_start, col_end)`` of one source, landing
+    contiguously at ``dest_offset`` bytes into tensor ``name`` of rank ``rank``."""
+
+    source: int
+    row_start: int
+    row_end: int
+    col_start: int
+    col_end: int
+    rank: int
+    name: str
+    dest_offset: int
+
+    def whole_rows(self, width: int) -> bool:
+        return self.col_start == 0 and self.col_end == width
+
+
+@dataclass
+class MovePlan:
+    kind: MoveKind
+    sources: list[Source] = field(default_factory=list)
+    pieces: list[Piece] = field(default_factory=list)
+    targets: list[tuple[int, str]] = field(default_factory=list)
+    dtype: torch.dtype = torch.float32  # the checkpoint dtype
+    why: str = ""  # for TENSOR: why the fast path does not apply
+
+
+def standin(index: int, shape: tuple[int, ...], tp_size: int) -> torch.Tensor:
+    """One int64 per row (vector) or per row and column chunk (matrix): source, row + 1, chunk."""
+    rows = ((torch.arange(shape[0], dtype=torch.int64) + 1) << _COL_BITS) | (index << _SRC_BITS)
+    if len(shape) == 1:
+        return rows
+    return rows[:, None] | torch.arange(tp_size, dtype=torch.int64)[None, :]
+
+
+def trace(
+    sources: Sequence[Source],
+    targets: Sequence[tuple[int, str]],
+    shard: Callable[[list[torch.Tensor], int], torch.Tensor],
+    planned_shape: Callable[[int, str], tuple[int, ...]],
+    dtype: torch.dtype,
+    tp_size: int,
+) -> MovePlan:
+    """The byte moves that make every target of one job, found by sharding stand-ins.
+
+    ``shard(inputs, rank)`` is the job's own combine + split; ``planned_shape`` the shape in the
+    rank file's header. Returns a TENSOR plan (with the reason) where the layout is not a set of
+    row ranges with one column range per rank.
+    """
+    def tensor(why: str) -> MovePlan:
+        return MovePlan(MoveKind.TENSOR, list(sources), [], list(targets), dtype, why)
+
+    ndims = {len(s.shape) for s in sources}
+    if len(ndims) != 1 or ndims.pop() not in (1, 2):
+        return tensor("only vectors and matrices move as bytes")
+    widths = {s.width for s in sources}
+    if len(widths) != 1:
+        return tensor("sources of different widths")
+    width = widths.pop()
+    if len(sources) >= 1 << (63 - _SRC_BITS) or tp_size > _COL_MASK or max(s.rows for s in sources) >= _ROW_MASK:
+        return tensor("too large to trace")
+    chunk = width // tp_size if len(sources[0].shape) == 2 and width % tp_size == 0 else width
+    standins = [standin(i, s.shape, tp_size) for i, s in enumerate(sources)]
+    out_itemsize = torch.empty((), dtype=dtype).element_size()
+    pieces: list[Piece] = []
+    for rank, name in targets:
+        got = shard(standins, rank)
+        shape = tuple(planned_shape(rank, name))
+        v = got.numpy()
+        if v.ndim == 1:
+            v = v[:, None]
+            if len(shape) != 1 or v.shape[0] != shape[0]:
+                return tensor("traced shape differs from the plan")
+            dest_width = 1
+        else:
+            if len(shape) != 2 or v.shape[0] != shape[0] or v.shape[1] * chunk != shape[1]:
+                return tensor("traced shape differs from the plan")
+            dest_width = shape[1]
+        pad = (v == 0).all(axis=1)
+        real = v[~pad]
+        if (real == 0).any():
+            return tensor("padding inside a row")
+        src = real >> _SRC_BITS
+        row = ((real >> _COL_BITS) & _ROW_MASK) - 1
+        col = real & _COL_MASK
+        if real.shape[0]:
+            if not ((src == src[:, :1]).all() and (row == row[:, :1]).all()):
+                return tensor("a row mixes sources or rows")
+            pattern = col[0]
+            if not ((col == pattern).all() and (np.diff(pattern) == 1).all()):
+                return tensor("columns are not one contiguous range")
+            if v.shape[1] > 1 and len(sources[0].shape) == 1:
+                return tensor("vector traced as a matrix")
+            col_start = int(pattern[0]) * chunk if len(sources[0].shape) == 2 else 0
+            col_end = col_start + dest_width
+            s_all, r_all = src[:, 0], row[:, 0]
+            if (s_all >= len(sources)).any() or (r_all < 0).any() or \
+                    (r_all >= np.array([s.rows for s in sources])[s_all]).any():
+                return tensor("stand-in values out of range")
+        # runs of consecutive source rows in consecutive destination rows
+        s_full = np.full(v.shape[0], -1, dtype=np.int64)
+        r_full = np.full(v.shape[0], -2, dtype=np.int64)
+        if real.shape[0]:
+            s_full[~pad], r_full[~pad] = s_all, r_all
+        brk = np.ones(v.shape[0], dtype=bool)
+        if v.shape[0] > 1:
+            brk[1:] = (s_full[1:] != s_full[:-1]) | (r_full[1:] != r_full[:-1] + 1) | pad[1:] | pad[:-1]
+        starts = np.flatnonzero(brk).tolist() + [v.shape[0]]
+        for a, b in zip(starts[:-1], starts[1:], strict=True):
+            if pad[a]:
+                continue  # zeros: the rank file is created zero-filled
+            r0 = int(r_full[a])
+            pieces.append(Piece(int(s_full[a]), r0, r0 + (b - a), col_start, col_end, rank, name,
+                                a * dest_width * out_itemsize))
+    if any(s.dtype != dtype for s in sources):
+        kind = MoveKind.CONVERT
+    elif all(p.whole_rows(sources[p.source].width) for p in pieces):
+        kind = MoveKind.BYTE_COPY
+    else:
+        kind = MoveKind.STRIDED
+    return MovePlan(kind, list(sources), pieces, list(targets), dtype)
+
+
+# -- execution ----------------------------------------------------------------------------
+def _non_finite(bits: np.ndarray, mask: int) -> bool:
+    """Whether any value has every exponent bit set (NaN or Inf), with one temporary."""
+    if bits.size == 0:
+        return False
+    masked = np.bitwise_and(bits, bits.dtype.type(mask))
+    return int(masked.max()) == mask
+
+
+class NonFinite(Exception):
+    """A source holds NaN/Inf (after the cast, for CONVERT)."""
+
+
+def _pread_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n <= 0:
+            raise OSError(errno.EIO, f"unexpected end of file at byte {offset + got}", str(path))
+        got += n
+
+
+def _pwrite_all(fd: int, data, offset: int) -> None:
+    view = memoryview(data).cast("B")
+    while len(view):
+        n = os.pwrite(fd, view, offset)
+        view = view[n:]
+        offset += n
+
+
+_NO_COPY_FILE_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY}
+
+
+class ByteMover:
+    """Runs :class:`MovePlan` s into open rank files; source files are opened once each."""
+
+    def __init__(self, slot_offset: Callable[[int, str], int], rank_fd: Callable[[int], int]):
+        self.slot_offset = slot_offset
+        self.rank_fd = rank_fd
+        self._fds: dict[Path, int] = {}
+        self._lock = threading.Lock()
+        self.kernel_copy = hasattr(os, "copy_file_range")
+
+    def _fd(self, path: Path) -> int:
+        with self._lock:
+            if path not in self._fds:
+                self._fds[path] = os.open(path, os.O_RDONLY)
+            return self._fds[path]
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def run(self, plan: MovePlan) -> None:
+        if plan.kind is MoveKind.BYTE_COPY:
+            for s in plan.sources:
+                self._check_bytes(s)
+            for p in plan.pieces:
+                s = plan.sources[p.source]
+                self._copy(s, self._fd(s.path), p.row_start * s.row_bytes, self.rank_fd(p.rank),
+                           self.slot_offset(p.rank, p.name) + p.dest_offset, (p.row_end - p.row_start) * s.row_bytes)
+        elif plan.kind in (MoveKind.STRIDED, MoveKind.CONVERT):
+            for i, s in enumerate(plan.sources):
+                self._chunked(plan, i, s)
+        else:
+            raise AssertionError(plan.kind)
+
+    def _check_bytes(self, s: Source) -> None:
+        """NaN/Inf anywhere in the source, read through bounded memory-mapped windows (no copy)."""
+        spec = _EXPONENT.get(s.dtype)
+        if spec is None or s.nbytes == 0:
+            return
+        np_dtype, mask = spec
+        item = np.dtype(np_dtype).itemsize
+        fd = self._fd(s.path)
+        rel = 0
+        while rel < s.nbytes:
+            length = min(CHECK_WINDOW, s.nbytes - rel)
+            absolute = s.offset + rel
+            start = absolute - absolute % mmap.ALLOCATIONGRANULARITY
+            lo = absolute - start
+            with mmap.mmap(fd, lo + length, offset=start, access=mmap.ACCESS_READ) as m:
+                bits = np.frombuffer(m, dtype=np_dtype, count=length // item, offset=lo)
+                bad = _non_finite(bits, mask)
+                del bits
+            if bad:
+                raise NonFinite(s.path)
+            rel += length
+
+    def _copy(self, s: Source, src_fd: int, rel: int, dst_fd: int, dst: int, n: int) -> None:
+        src = s.offset + rel
+        while n > 0 and self.kernel_copy:
+            try:
+                k = os.copy_file_range(src_fd, dst_fd, n, src, dst)
+            except OSError as exc:
+                if exc.errno not in _NO_COPY_FILE_RANGE:
+                    raise
+                self.kernel_copy = False  # e.g. across file systems on old kernels: copy by hand
+                break
+            if k <= 0:
+                raise OSError(errno.EIO, f"unexpected end of file at byte {src}", str(s.path))
+            src, dst, n = src + k, dst + k, n - k
+        if n > 0:
+            buf = bytearray(min(n, CHUNK_BYTES))
+            while n > 0:
+                k = min(n, len(buf))
+                view = memoryview(buf)[:k]
+                _pread_into(src_fd, view, src, s.path)
+                _pwrite_all(dst_fd, view, dst)
+                src, dst, n = src + k, dst + k, n - k
+
+    def _chunked(self, plan: MovePlan, index: int, s: Source) -> None:
+        """Read source ``index`` once in row chunks; cut (and cast) each chunk for its pieces."""
+        pieces = [p for p in plan.pieces if p.source == index]
+        fd = self._fd(s.path)
+        rows_per = max(1, CHUNK_BYTES // max(1, s.row_bytes))
+        buf = bytearray(min(s.rows, rows_per) * s.row_bytes)
+        out_item = torch.empty((), dtype=plan.dtype).element_size()
+        convert = s.dtype != plan.dtype
+        spec = _EXPONENT.get(s.dtype)
+        for a in range(0, s.rows, rows_per):
+            b = min(s.rows, a + rows_per)
+            view = memoryview(buf)[: (b - a) * s.row_bytes]
+            _pread_into(fd, view, s.offset + a * s.row_bytes, s.path)
+            if convert:  # torch's cast, element by element as the tensor path's t.to(dtype)
+                cast = torch.frombuffer(view, dtype=s.dtype).to(plan.dtype)
+                out_spec = _EXPONENT[plan.dtype]
+                if _non_finite(cast.view(torch.uint8).numpy().view(out_spec[0]), out_spec[1]):
+                    raise NonFinite(s.path)
+                rows = cast.view(torch.uint8).numpy().reshape(b - a, s.width * out_item)
+            else:
+                rows = np.frombuffer(view, dtype=np.uint8).reshape(b - a, s.row_bytes)
+                if spec is not None and _non_finite(np.frombuffer(view, dtype=spec[0]), spec[1]):
+                    raise NonFinite(s.path)
+            for p in pieces:
+                r0, r1 = max(a, p.row_start), min(b, p.row_end)
+                if r0 >= r1:
+                    continue
+                part = np.ascontiguousarray(rows[r0 - a : r1 - a, p.col_start * out_item : p.col_end * out_item])
+                dest_row = (p.col_end - p.col_start) * out_item
+                _pwrite_all(self.rank_fd(p.rank), part,
+                            self.slot_offset(p.rank, p.name) + p.dest_offset + (r0 - p.row_start) * dest_row)
