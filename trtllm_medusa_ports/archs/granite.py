@@ -51,7 +51,6 @@ class GraniteAdapter(LlamaAdapter):
         num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=True,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0625, logits_scaling=8.0,
-        initializer_range=0.2,  # weights large enough that the attention scale shows in the logits
     )
 
     def trtllm_config(self, hf: HFConfig) -> dict:
