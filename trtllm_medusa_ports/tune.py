@@ -170,6 +170,26 @@ def measure_ranks(model, heads, seqs: list[list[int]], starts: list[int], top_k:
     return torch.cat(rows)
 
 
+@torch.no_grad()
+def reference_ranks(ref, seqs: list[list[int]], prompt_lens: list[int], top_k: int = DEFAULT_TOP_K) -> torch.Tensor:
+    """:func:`measure_ranks` on a converted checkpoint (the reference executor's heads), from each
+    prompt's last token on."""
+    rows = []
+    for seq, plen in zip(seqs, prompt_lens, strict=True):
+        start = plen - 1
+        if len(seq) - start < 2:
+            continue
+        _, hidden = ref.forward(seq, ref.new_cache())
+        logits = ref.medusa_logits(hidden[start:])
+        ranks = torch.full((hidden.shape[0] - start, ref.num_medusa_heads), -1, dtype=torch.long)
+        for d in range(ref.num_medusa_heads):
+            n = len(seq) - start - d - 2
+            if n > 0:
+                ranks[:n, d] = rank_of_targets(logits[d, :n], torch.tensor(seq[start + d + 2:]), top_k)
+        rows.append(ranks)
+    return torch.cat(rows) if rows else torch.zeros((0, ref.num_medusa_heads), dtype=torch.long)
+
+
 @dataclass
 class TuneResult:
     paths: list[list[int]]

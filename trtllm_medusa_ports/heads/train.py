@@ -319,6 +319,7 @@ class FitOptions:
     warmup: float = 0.05  # fraction of the steps
     weight_decay: float = 0.0
     full_vocab: bool = False  # False: the softmax runs over the tokens the corpus holds (much faster)
+    negatives: int = 2048  # without full_vocab: other tokens drawn afresh each step, pushed down too
     save_every: int = 100
     quiet: bool = True
 
@@ -371,8 +372,12 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
         vocab = torch.unique(targets[targets >= 0])
     remap = torch.full((V,), -1, dtype=torch.long)
     remap[vocab] = torch.arange(vocab.numel())
-    proj_base = lm_head[vocab].to(device)
-    bias_base = lm_bias[vocab].to(device) if lm_bias is not None else None
+    # tokens the corpus never asks for still compete at run time (the heads' argmax is over the
+    # whole vocabulary): a fresh sample of them joins every step's softmax
+    others = torch.nonzero(remap < 0).squeeze(1)
+    n_neg = min(others.numel(), opts.negatives)
+    lm_head_d = lm_head.to(device)
+    lm_bias_d = lm_bias.to(device) if lm_bias is not None else None
     rows = [torch.nonzero(u).squeeze(1) for u in usable]
 
     state = None
@@ -415,6 +420,11 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
             opt.zero_grad(set_to_none=True)
             total = 0.0
             top1 = []
+            cols = vocab if not n_neg else torch.cat([vocab, others[torch.randperm(others.numel(), generator=g)[:n_neg]]])
+            cols = cols.to(device)
+            whole = cols.numel() == V and opts.full_vocab  # no copy of the whole projection
+            proj_base = (lm_head_d if whole else lm_head_d[cols]) if lms is None else None
+            bias_base = (lm_bias_d if whole else lm_bias_d[cols]) if lm_bias_d is not None else None
             for k in range(opts.num_heads):
                 r = rows[k]
                 if opts.batch_size and opts.batch_size < r.numel():
@@ -429,10 +439,10 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
                     if bias_base is not None:
                         logits = logits + bias_base
                 else:
-                    logits = x @ lms[k][vocab.to(device)].T
+                    logits = x @ (lms[k] if whole else lms[k][cols]).T
                 loss = torch.nn.functional.cross_entropy(logits, y)
                 loss.backward()
-                total += float(loss)
+                total += float(loss.detach())
                 top1.append(float((logits.detach().argmax(-1) == y).float().mean()))
             opt.step()
             if step % 10 == 0 or step == end - 1:
