@@ -36,6 +36,7 @@ import hashlib
 import json
 import math
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -195,7 +196,7 @@ def _eos_ids(model) -> set[int]:
 
 
 @torch.no_grad()
-def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch: int = 16,
+def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch: int = 32,
                       quiet: bool = True) -> list[list[int]]:
     """The base's greedy continuation of each prompt (cut after an end token), prompts left-padded."""
     from tqdm import tqdm
@@ -264,7 +265,7 @@ def corpus_key(model_dir: Path, items: list[Item], new_tokens: int) -> str:
 
 @torch.no_grad()
 def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, quiet: bool = True,
-                 batch: int = 16) -> Corpus:
+                 batch: int = 32) -> Corpus:
     to_continue = [i for i, it in enumerate(items) if it.continue_it]
     conts = continue_greedily(model, [items[i].ids for i in to_continue], new_tokens, quiet=quiet, batch=batch)
     seqs = [list(it.ids) for it in items]
@@ -274,12 +275,20 @@ def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, qu
         seqs[i] = seqs[i] + c
     device = next(model.parameters()).device
     hidden, index = [], []
-    for i, s in enumerate(seqs):
-        if len(s) - starts[i] < 3:  # nothing for a head to predict
-            continue
-        h = final_hidden(model, torch.tensor([s], device=device))[0, starts[i]:].float().cpu()
-        hidden.append(h)
-        index.append(torch.stack([torch.full((h.shape[0],), i), torch.arange(starts[i], len(s))], 1))
+    keep = [i for i, s in enumerate(seqs) if len(s) - starts[i] >= 3]  # else nothing for a head to predict
+    keep.sort(key=lambda i: len(seqs[i]))
+    for b in range(0, len(keep), batch):  # right-padded batches: causal attention never sees the padding
+        idx = keep[b:b + batch]
+        width = max(len(seqs[i]) for i in idx)
+        ids = torch.zeros((len(idx), width), dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for r, i in enumerate(idx):
+            ids[r, :len(seqs[i])] = torch.tensor(seqs[i])
+            mask[r, :len(seqs[i])] = 1
+        hs = final_hidden(model, ids.to(device), mask.to(device)).float().cpu()
+        for r, i in enumerate(idx):
+            hidden.append(hs[r, starts[i]:len(seqs[i])])
+            index.append(torch.stack([torch.full((len(seqs[i]) - starts[i],), i), torch.arange(starts[i], len(seqs[i]))], 1))
     if not hidden:
         raise ModelError("the prompts gave no text to learn from (every sequence is shorter than 3 tokens)",
                          fix="pass longer prompts or raise --new_tokens")
@@ -544,6 +553,8 @@ class TrainResult:
     sequences: int
     history: list[dict]
     heads: HeadWeights | None = None
+    corpus_seconds: float = 0.0  # 0 when the cached corpus was used
+    fit_seconds: float = 0.0
 
     def summary(self) -> str:
         last = self.history[-1] if self.history else {}
@@ -601,17 +612,20 @@ def train(opts: TrainOptions) -> TrainResult:
                             fix="use the base's own tokenizer (--tokenizer_dir) or valid ids")
     key = corpus_key(Path(opts.model_dir), items, opts.new_tokens)
     corpus = load_corpus(work / "corpus.pt", key)
+    t0 = time.monotonic()
     if corpus is None:
         corpus = build_corpus(model, items, opts.new_tokens, key, quiet=f.quiet)
         save_corpus(corpus, work / "corpus.pt")
+    corpus_s = time.monotonic() - t0
     lm_head, lm_bias = lm_head_of(model)
     del model
     heads, history = fit_heads(corpus.hidden, corpus.targets(f.num_heads), lm_head, lm_bias, f,
                                state_path=work / "state.pt", resume=opts.resume, stop_after=opts.stop_after,
                                device=device)
+    fit_s = time.monotonic() - t0 - corpus_s
     done = history and history[-1]["step"] >= f.steps
     result = TrainResult(None, history[-1]["step"] if history else 0, corpus.hidden.shape[0], len(corpus.seqs),
-                         history, heads)
+                         history, heads, round(corpus_s, 1), round(fit_s, 1))
     if done:
         extra = {"medusa_ports_training": {"steps": f.steps, "lr": f.lr, "batch_size": f.batch_size,
                                            "positions": corpus.hidden.shape[0], "sequences": len(corpus.seqs),
