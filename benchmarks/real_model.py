@@ -76,6 +76,9 @@ def main() -> int:
     ap.add_argument("--new_tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (on a CPU shared with other jobs one thread is several times faster)")
+    ap.add_argument("--verify_prompts", type=int, default=len(EVAL), help="EVAL prompts verify runs on")
+    ap.add_argument("--reuse_heads", action="store_true",
+                    help="keep WORKDIR/heads and its train_record.json from an earlier run (no training)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -91,25 +94,35 @@ def main() -> int:
     work = Path(args.workdir)
     base = hf_dir(work)
     tok = AutoTokenizer.from_pretrained(base)
-    t0 = time.time()
-    tr = train(TrainOptions(model_dir=base, output_dir=work / "heads", new_tokens=args.train_tokens, overwrite=True,
-                            fit=FitOptions(num_heads=args.heads, steps=args.steps, lr=args.lr, batch_size=args.batch,
-                                           share_lm_head=True, quiet=False)))
-    train_s = time.time() - t0
-    print(tr.summary())
-    hdir = tr.output_dir
+    record_file = work / "train_record.json"
+    if args.reuse_heads and record_file.is_file():
+        train_record = json.loads(record_file.read_text())
+        hdir = work / "heads"
+    else:
+        t0 = time.time()
+        tr = train(TrainOptions(model_dir=base, output_dir=work / "heads", new_tokens=args.train_tokens,
+                                overwrite=True, fit=FitOptions(num_heads=args.heads, steps=args.steps, lr=args.lr,
+                                                               batch_size=args.batch, share_lm_head=True, quiet=False)))
+        print(tr.summary())
+        hdir = tr.output_dir
+        train_record = {"heads": args.heads, "layers": 1, "share_lm_head": True, "steps": tr.steps,
+                        "batch": args.batch, "lr": args.lr, "sequences": tr.sequences, "positions": tr.positions,
+                        "corpus_seconds": tr.corpus_seconds, "fit_seconds": tr.fit_seconds,
+                        "total_seconds": round(time.time() - t0, 1), "last_batch": tr.history[-1]}
+        record_file.write_text(json.dumps(train_record, indent=2))
     mc, pruned = resolve_choices("mc_sim_7b_63", args.heads)
     t0 = time.time()
     tuned = tune(base, hdir, max_nodes=len(mc), new_tokens=args.new_tokens, quiet=False)
     tune_s = time.time() - t0
     tree_file = write_choices(tuned.paths, work / "tuned_tree.json", overwrite=True)
     held = [tok(p)["input_ids"] for p in EVAL]
+    to_verify = held[: args.verify_prompts]
     per_dtype, reports, summaries = {}, {}, {}
     for dtype in args.dtypes.split(","):
         ckpt = work / f"ckpt-{dtype}"
         res = convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=ckpt, tp_size=args.tp,
                                      dtype=dtype, overwrite=True, quiet=True))
-        r = verify(base, ckpt, medusa_choices=f"@{tree_file}", prompts=held, max_new_tokens=args.new_tokens)
+        r = verify(base, ckpt, medusa_choices=f"@{tree_file}", prompts=to_verify, max_new_tokens=args.new_tokens)
         reports[dtype], summaries[dtype] = r, res.summary()
         per_dtype[dtype] = {"ok": r.ok, "parity": r.parity, "logits_max_abs_diff": r.logits_max_abs_diff,
                             "tolerance": r.tolerance, "greedy_equal": r.greedy_equal,
@@ -138,20 +151,16 @@ def main() -> int:
                           "forward_passes_per_token": round(steps / (len(held) * args.new_tokens), 3),
                           "same_tokens_as_plain": all(r.tokens == p for r, p in zip(runs, plain, strict=True)),
                           "reference_wall_s": round(wall, 2)}
-    last = tr.history[-1]
     result = {
         "model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantised)", "tp": args.tp, "dtype": first,
         "torch_threads": args.threads,
-        "train": {"heads": args.heads, "layers": 1, "share_lm_head": True, "steps": tr.steps, "batch": args.batch,
-                  "lr": args.lr, "sequences": tr.sequences, "positions": tr.positions,
-                  "corpus_seconds": tr.corpus_seconds, "fit_seconds": tr.fit_seconds,
-                  "total_seconds": round(train_s, 1), "last_batch": last},
+        "train": train_record,
         "tune": {"seconds": round(tune_s, 1), "positions": tuned.positions, "max_nodes": len(mc),
                  "mc_sim_7b_63_note": pruned, "head_topk_accuracy": [[round(a, 3) for a in row[:5]]
                                                                       for row in tuned.accuracy],
                  "predicted_tokens_per_step": round(tuned.predicted_tokens_per_step, 3),
                  "baseline": tuned.baseline, "paths": tuned.paths},
-        "eval_prompts": len(EVAL), "new_tokens": args.new_tokens,
+        "eval_prompts": len(EVAL), "verify_prompts": len(to_verify), "new_tokens": args.new_tokens,
         "measured": measured, "convert": summaries[first], "per_dtype": per_dtype,
         "parity": rep.parity, "logits_max_abs_diff": rep.logits_max_abs_diff, "greedy_equal": rep.greedy_equal,
         "head_top1": rep.head_top1, "forward_passes_per_token_plain": 1.0, "reference_wall_s_plain": round(plain_s, 2),
@@ -162,7 +171,8 @@ def main() -> int:
         print(f"{name:14s} {m['nodes']:3d} nodes: {m['tokens_per_step']:.2f} tokens/step, "
               f"{m['forward_passes_per_token']:.3f} forward passes per token, same tokens as plain: "
               f"{m['same_tokens_as_plain']}")
-    print(f"train: {tr.steps} steps, corpus {tr.corpus_seconds} s, fit {tr.fit_seconds} s; tune-tree {tune_s:.0f} s")
+    print(f"train: {train_record['steps']} steps, corpus {train_record['corpus_seconds']} s, fit "
+          f"{train_record['fit_seconds']} s; tune-tree {tune_s:.0f} s")
     print("(wall times are the CPU reference executor's, which runs the whole tree in float32; on a GPU the "
           "tree step costs about one decoding step, so tokens per step is the figure that carries over)")
     if args.out:
