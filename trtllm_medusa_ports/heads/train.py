@@ -429,6 +429,7 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
             opt.zero_grad(set_to_none=True)
             total = 0.0
             top1 = []
+            report = not opts.quiet or step % 10 == 0 or step == end - 1
             cols = vocab if not n_neg else torch.cat([vocab, others[torch.randperm(others.numel(), generator=g)[:n_neg]]])
             cols = cols.to(device)
             whole = cols.numel() == V and opts.full_vocab  # no copy of the whole projection
@@ -450,14 +451,16 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
                 else:
                     logits = x @ (lms[k] if whole else lms[k][cols]).T
                 loss = torch.nn.functional.cross_entropy(logits, y)
-                loss.backward()
-                total += float(loss.detach())
-                top1.append(float((logits.detach().argmax(-1) == y).float().mean()))
+                total = total + loss
+                if report:
+                    top1.append(float((logits.detach().argmax(-1) == y).float().mean()))
+            total.backward()  # one backward for all heads
             opt.step()
-            if step % 10 == 0 or step == end - 1:
-                history.append({"step": step + 1, "loss": round(total / opts.num_heads, 4),
-                                "top1": [round(t, 3) for t in top1]})
-            bar.set_postfix_str(f"loss {total / opts.num_heads:.3f} top1 " + " ".join(f"{t:.2f}" for t in top1))
+            if report:
+                mean = float(total.detach()) / opts.num_heads
+                if step % 10 == 0 or step == end - 1:
+                    history.append({"step": step + 1, "loss": round(mean, 4), "top1": [round(t, 3) for t in top1]})
+                bar.set_postfix_str(f"loss {mean:.3f} top1 " + " ".join(f"{t:.2f}" for t in top1), refresh=False)
             bar.update(1)
             if opts.save_every and (step + 1) % opts.save_every == 0 and step + 1 < end:
                 save(step + 1)
