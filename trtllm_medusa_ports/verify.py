@@ -73,6 +73,11 @@ class VerifyReport:
     heads_tolerance: float | None = None
     heads_source: str | None = None
     heads_detail: str | None = None
+    #: tokens per step the tree should give, from the heads' top-k accuracy on these prompts'
+    #: greedy text (Medusa paper's product estimate, tune.py) and from joint counts (no independence)
+    predicted_tokens_per_step: float | None = None
+    predicted_tokens_per_step_joint: float | None = None
+    tree_nodes: int = 0
 
     @property
     def float16_overflow(self) -> bool:
@@ -131,6 +136,10 @@ class VerifyReport:
             lines.append(f"  first divergence: prompt {d['prompt']}, position {d['position']}: "
                          f"base model {d['expected']}, Medusa {d['got']}")
         lines.append(f"speculation       : {self.mean_accepted_tokens_per_step:.2f} tokens/step over {self.steps} steps")
+        if self.predicted_tokens_per_step is not None:
+            lines.append(f"  predicted       : {self.predicted_tokens_per_step:.2f} tokens/step for this {self.tree_nodes}-node "
+                         f"tree from the heads' top-k accuracy (joint counts: "
+                         f"{self.predicted_tokens_per_step_joint:.2f}); measured {self.mean_accepted_tokens_per_step:.2f}")
         lines.append("head top-1 hits   : " + ", ".join(f"{x:.2f}" for x in self.head_top1))
         lines.append(f"head top-{HIT_TOP_K} hits   : " + ", ".join(f"{x:.2f}" for x in self.head_topk))
         lines.append("RESULT: " + ("OK" if self.ok else "FAILED"))
@@ -487,6 +496,7 @@ def _verify(
         per_prompt.append({"prompt": p, "greedy_equal": same, "steps": run.steps,
                            "mean_accepted_tokens_per_step": run.mean_accepted_tokens_per_step})
     top1, topk = head_hit_rates(ref, seqs, [len(p) for p in prompts])
+    predicted = predicted_tokens_per_step(ref, tree, seqs, [len(p) for p in prompts])
     return VerifyReport(
         parity=parity,
         logits_max_abs_diff=max_diff,
@@ -512,6 +522,9 @@ def _verify(
         heads_tolerance=heads["tolerance"],
         heads_source=str(source) if heads["ok"] is not None else None,
         heads_detail=heads["why"],
+        predicted_tokens_per_step=predicted[0],
+        predicted_tokens_per_step_joint=predicted[1],
+        tree_nodes=tree.num_nodes,
     )
 
 
@@ -676,6 +689,25 @@ def head_hit_rates(ref: ReferenceModel, seqs: list[list[int]], prompt_lens: list
                 hitsk[k] += int((top[k, t] == target).any())
     return ([h / c if c else 0.0 for h, c in zip(hits1, counts, strict=True)],
             [h / c if c else 0.0 for h, c in zip(hitsk, counts, strict=True)])
+
+
+def predicted_tokens_per_step(ref: ReferenceModel, tree: MedusaTree, seqs: list[list[int]],
+                              prompt_lens: list[int]) -> tuple[float | None, float | None]:
+    """What the tree should give on these sequences, from the checkpoint heads' ranks (tune.py)."""
+    from trtllm_medusa_ports.tune import (
+        accuracy_table,
+        expected_tokens_per_step,
+        joint_values,
+        reference_ranks,
+    )
+
+    if not ref.num_medusa_heads:
+        return None, None
+    ranks = reference_ranks(ref, seqs, prompt_lens, tree.top_k)
+    if ranks.shape[0] == 0:
+        return None, None
+    return (expected_tokens_per_step(tree.paths, accuracy_table(ranks, tree.top_k)),
+            expected_tokens_per_step(tree.paths, joint=joint_values(ranks, tree.top_k)))
 
 
 def report_json(report: VerifyReport) -> str:

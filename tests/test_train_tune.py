@@ -1,0 +1,276 @@
+"""train-heads, tune-tree, tree --draw, --medusa_choices @FILE, verify's predicted tokens per step."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+import torch
+
+from tests.conftest import tiny_base
+from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.heads import load_heads
+from trtllm_medusa_ports.heads.train import (
+    FitOptions,
+    final_hidden,
+    fit_heads,
+    lm_head_of,
+    load_base,
+    packaged_prompts,
+)
+from trtllm_medusa_ports.tree import MedusaTree, validate_choices
+from trtllm_medusa_ports.tune import (
+    accuracy_table,
+    build_tree,
+    draw,
+    expected_tokens_per_step,
+    heldout_prompts,
+    joint_values,
+    measured_acceptance,
+    rank_of_targets,
+)
+
+
+# -- the hidden state and logits the heads train on -------------------------------------------
+@pytest.mark.parametrize("arch", ["Gemma2ForCausalLM", "PhiForCausalLM", "GPTNeoXForCausalLM", "BloomForCausalLM"])
+def test_final_hidden_is_what_the_lm_head_sees(store, arch):
+    """After the final norm: the base's logits are lm_head(hidden) (+ bias, Phi-2), then Gemma 2's
+    final soft-capping - which the heads' logits never get (the engine applies it to the base only)."""
+    model = load_base(tiny_base(store, arch))
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    h = final_hidden(model, ids)
+    w, b = lm_head_of(model)
+    logits = h @ w.T + (b if b is not None else 0)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap:
+        assert not torch.allclose(logits, model(input_ids=ids).logits)  # capping matters here
+        logits = torch.tanh(logits / cap) * cap
+    assert torch.allclose(logits, model(input_ids=ids).logits, atol=1e-5)
+    assert (b is not None) == (arch == "PhiForCausalLM")
+
+
+def test_packaged_prompts_are_many_varied_and_disjoint_from_the_heldout_ones():
+    train, held = packaged_prompts(), heldout_prompts()
+    assert len(train) >= 250 and len(set(train)) == len(train) and len(held) >= 20
+    assert not set(train) & set(held)
+    assert any(p.startswith("def ") for p in train) and any("\n" in p for p in train)
+
+
+# -- training -----------------------------------------------------------------------------------
+def _toy(n=300, H=16, V=40, heads=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, H, generator=g)
+    lm = torch.randn(V, H, generator=g)
+    targets = torch.randint(0, V, (n, heads), generator=g)
+    targets[-3:, 1] = -1
+    return hidden, targets, lm
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_resume_ends_with_the_weights_of_an_uninterrupted_run(tmp_path, share):
+    hidden, targets, lm = _toy()
+    opts = FitOptions(num_heads=2, steps=12, lr=1e-2, batch_size=32, share_lm_head=share, save_every=5)
+    straight, _ = fit_heads(hidden, targets, lm, None, opts)
+    state = tmp_path / "state.pt"
+    first, hist = fit_heads(hidden, targets, lm, None, opts, state_path=state, stop_after=7)
+    assert hist[-1]["step"] == 7 and torch.load(state, weights_only=True)["step"] == 7
+    assert not torch.equal(first.blocks[0][0][0], straight.blocks[0][0][0])
+    resumed, hist = fit_heads(hidden, targets, lm, None, opts, state_path=state, resume=True)
+    assert hist[-1]["step"] == 12
+    for a, b in zip(resumed.blocks, straight.blocks, strict=True):
+        for (wa, ba), (wb, bb) in zip(a, b, strict=True):
+            assert torch.equal(wa, wb) and torch.equal(ba, bb)
+    if not share:
+        assert all(torch.equal(a, b) for a, b in zip(resumed.lm_heads, straight.lm_heads, strict=True))
+    # other settings: refused, with the setting named
+    with pytest.raises(Exception, match="other settings \\(lr\\)"):
+        fit_heads(hidden, targets, lm, None, FitOptions(**{**opts.__dict__, "lr": 1e-3}), state_path=state,
+                  resume=True)
+
+
+def test_training_lowers_the_loss_on_learnable_targets():
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(400, 16, generator=g)
+    lm = torch.randn(30, 16, generator=g)
+    targets = torch.stack([(hidden[:, 0] > 0).long() * 3, (hidden[:, 1] > 0).long() + 7], 1)  # learnable
+    heads, hist = fit_heads(hidden, targets, lm, None, FitOptions(num_heads=2, steps=150, lr=3e-2, batch_size=128,
+                                                                  share_lm_head=True))
+    assert hist[-1]["loss"] < hist[0]["loss"] / 3
+    logits = heads.apply(hidden, lm)
+    assert float((logits[0].argmax(-1) == targets[:, 0]).float().mean()) > 0.9
+
+
+def _data(tmp_path, vocab, n=12, length=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    path = tmp_path / "data.jsonl"
+    rows = [{"prompt_ids": torch.randint(1, vocab, (length,), generator=g).tolist()} for _ in range(n)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("arch,share", [("GemmaForCausalLM", True), ("PhiForCausalLM", False),
+                                        ("Qwen2ForCausalLM", True)])
+def test_train_heads_cli_writes_heads_that_load_convert_and_verify(tmp_path, store, arch, share, capsys):
+    base = tiny_base(store, arch)
+    vocab = json.loads((base / "config.json").read_text())["vocab_size"]
+    out = tmp_path / "heads"
+    args = ["train-heads", "--model_dir", str(base), "--output_dir", str(out), "--num_heads", "2", "--num_layers",
+            "1", "--data", str(_data(tmp_path, vocab)), "--new_tokens", "10", "--steps", "6", "--batch_size", "32",
+            "--quiet"] + (["--share_lm_head"] if share else [])
+    assert main(args) == 0
+    assert "6 steps" in capsys.readouterr().out
+    heads = load_heads(out)
+    layout = "fasterdecoding-v2" if share else "fasterdecoding"
+    assert (heads.layout, heads.num_heads, heads.num_layers, heads.shares_base_lm_head) == (layout, 2, 1, share)
+    assert not heads.warnings
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["medusa_num_heads"] == 2 and cfg.get("version") == ("2" if share else None)
+    assert cfg["medusa_ports_training"]["steps"] == 6
+    assert (tmp_path / "heads.train" / "corpus.pt").is_file()
+    # a second run reuses the cached corpus and refuses a non-empty output without --overwrite
+    assert main(args) == 1
+    assert "not empty" in capsys.readouterr().err
+    ckpt = tmp_path / "ckpt"
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(out), "--output_dir", str(ckpt),
+                 "--dtype", "float32", "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--prompt_ids", "1,2,3",
+                 "--max_new_tokens", "6", "--quiet", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["ok"] and rep["heads_parity"] is True
+
+
+def test_train_heads_refuses_bad_input(tmp_path, store, capsys):
+    base = tiny_base(store, "Qwen2ForCausalLM")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt_ids": [1, 2]}\n{"nothing": 1}\n')
+    assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--data", str(bad),
+                 "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "line 2 has none of prompt, text, prompt_ids, input_ids" in err and str(bad) in err
+    assert not (tmp_path / "h").exists()
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"prompt_ids": [1, 99999]}\n')
+    assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--data", str(big),
+                 "--quiet"]) == 1
+    assert "outside the vocabulary" in capsys.readouterr().err
+
+
+# -- tree construction --------------------------------------------------------------------------
+def _brute_force_best(acc, size, depth, top_k):
+    universe = [p for d in range(1, depth + 1) for p in itertools.product(range(top_k), repeat=d)]
+    best = 0.0
+    for subset in itertools.combinations(universe, size):
+        s = set(subset)
+        if all(p[:-1] in s or len(p) == 1 for p in s):
+            best = max(best, expected_tokens_per_step(subset, acc))
+    return best
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_tree_is_the_best_tree_of_its_size(seed):
+    g = torch.Generator().manual_seed(seed)
+    acc = []
+    for _ in range(2):  # two heads, top-3, accuracies falling with the rank
+        row = torch.rand(3, generator=g).sort(descending=True).values
+        acc.append((row / row.sum() * 0.8).tolist())
+    for size in (1, 3, 5, 6):
+        tree = build_tree(acc, size, top_k=3)
+        assert len(tree) == size and not validate_choices(tree, top_k=3, num_heads=2)
+        assert expected_tokens_per_step(tree, acc) == pytest.approx(_brute_force_best(acc, size, 2, 3))
+
+
+def test_expected_tokens_is_one_plus_the_sum_of_path_products():
+    acc = [[0.5, 0.2, 0.1], [0.4, 0.1, 0.0]]
+    paths = [[0], [1], [0, 0], [0, 1], [1, 0]]
+    want = 1 + 0.5 + 0.2 + 0.5 * 0.4 + 0.5 * 0.1 + 0.2 * 0.4
+    assert expected_tokens_per_step(paths, acc) == pytest.approx(want)
+    # the greedy order on this table: [0] .5, [1] .2, [0,0] .2 (shorter first on ties), [2] .1, [1,0] .08 ...
+    assert build_tree(acc, 4, top_k=3) == [[0], [1], [2], [0, 0]]
+    # zero-valued nodes are never added: the tree stops short of the budget
+    assert len(build_tree([[1.0, 0.0], [0.0, 0.0]], 10, top_k=2)) == 1
+
+
+def test_joint_counts_and_measured_acceptance():
+    ranks = torch.tensor([[0, 0], [0, 1], [1, 0], [5, 0], [0, -1]])
+    joint = joint_values(ranks, top_k=3)
+    assert joint[(0,)] == pytest.approx(3 / 5) and joint[(0, 0)] == pytest.approx(1 / 5)
+    assert (5,) not in joint and (0, 1) in joint
+    acc = accuracy_table(ranks, 3)
+    assert acc[0] == pytest.approx([3 / 5, 1 / 5, 0.0]) and acc[1] == pytest.approx([3 / 4, 1 / 4, 0.0])
+    paths = [[0], [1], [0, 0]]
+    # per position: 3, 2, 2, 1, 2 tokens
+    assert measured_acceptance(paths, ranks) == pytest.approx(10 / 5)
+    assert expected_tokens_per_step(paths, joint=joint) == pytest.approx(measured_acceptance(paths, ranks))
+    tree = build_tree(None, 2, top_k=3, joint=joint, max_depth=2)
+    assert tree == [[0], [1]]
+
+
+def test_rank_of_targets():
+    logits = torch.tensor([[0.1, 0.9, 0.5, 0.0], [1.0, 0.0, 0.0, 0.5]])
+    assert rank_of_targets(logits, torch.tensor([2, 1]), 2).tolist() == [1, 2]
+
+
+# -- the CLI: tune-tree, @FILE everywhere, tree --draw, verify's prediction -----------------------
+def test_tune_tree_file_works_in_check_convert_verify_and_tree(tmp_path, llama_trained, capsys):
+    base, heads = llama_trained
+    out = tmp_path / "tree.json"
+    assert main(["tune-tree", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--prompt_ids",
+                 "5,6,7;9,3;11,2,8;4", "--new_tokens", "24", "--max_nodes", "12", "--output", str(out),
+                 "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "predicted tokens per step" in text and "mc_sim_7b_63" in text
+    paths = json.loads(out.read_text())
+    assert 1 <= len(paths) <= 12 and not validate_choices(paths, num_heads=3)
+    import ast
+
+    assert ast.literal_eval(out.read_text()) == paths  # what TensorRT-LLM's run.py does with the text
+    spec = f"@{out}"
+    assert main(["tree", "--choices", spec, "--draw"]) == 0
+    drawn = capsys.readouterr().out
+    assert drawn.startswith(f"root (the base's token; {len(paths)} nodes") and drawn.count("(head 0, top-") == sum(
+        1 for p in paths if len(p) == 1)
+    assert main(["check", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--medusa_choices", spec]) == 0
+    capsys.readouterr()
+    ckpt = tmp_path / "ckpt"
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir", str(ckpt),
+                 "--dtype", "float32", "--medusa_choices", spec, "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--medusa_choices", spec,
+                 "--prompt_ids", "5,6,7;9,3", "--max_new_tokens", "16", "--quiet"]) == 0
+    rendered = capsys.readouterr().out
+    assert f"for this {len(paths)}-node tree" in rendered
+    # an existing output is not replaced without --overwrite
+    assert main(["tune-tree", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--prompt_ids", "5,6,7",
+                 "--output", str(out), "--quiet"]) == 1
+    assert "the output file exists" in capsys.readouterr().err
+
+
+def test_verify_reports_predicted_against_measured(tmp_path, llama_trained, capsys):
+    from tests.conftest import convert_to
+    from trtllm_medusa_ports.verify import verify
+
+    base, heads = llama_trained
+    ckpt = convert_to(tmp_path / "ckpt", base, heads, dtype="float32")
+    rep = verify(base, ckpt, medusa_choices="[[0], [1], [0, 0], [0, 0, 0]]", prompts=[[5, 6, 7], [9, 3], [4, 4]],
+                 max_new_tokens=24, quiet=True)
+    assert rep.ok and rep.tree_nodes == 4
+    assert 1.0 <= rep.predicted_tokens_per_step <= 5.0 and 1.0 <= rep.predicted_tokens_per_step_joint <= 5.0
+    assert rep.mean_accepted_tokens_per_step > 1.2  # trained heads: multi-token acceptance
+    # the joint estimate counts the same events the run accepts: it lands close to the measurement
+    assert abs(rep.predicted_tokens_per_step_joint - rep.mean_accepted_tokens_per_step) < 0.5
+    d = rep.to_dict()
+    assert d["predicted_tokens_per_step"] == rep.predicted_tokens_per_step
+
+
+def test_draw_marks_every_node():
+    tree = MedusaTree.from_spec([[0], [1], [0, 0], [0, 1], [0, 0, 0]])
+    text = draw(tree)
+    assert text.splitlines()[1:] == [
+        "├── 0  (head 0, top-1)",
+        "│   ├── 0  (head 1, top-1)",
+        "│   │   └── 0  (head 2, top-1)",
+        "│   └── 1  (head 1, top-2)",
+        "└── 1  (head 0, top-2)",
+    ]

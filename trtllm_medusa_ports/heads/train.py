@@ -1,0 +1,638 @@
+"""Train Medusa heads for any supported base by self-distillation (``trtllm-medusa train-heads``).
+
+The recipe is FasterDecoding's (medusa/train/train_legacy.py with self-distilled data), sized
+for small machines:
+
+1. the base continues every prompt greedily, once; the token sequences and the base's
+   final hidden states are cached in the work directory (``<output_dir>.train/corpus.pt``);
+2. head ``k`` learns to predict, from the hidden state at position ``t``, the token at
+   ``t + k + 2`` - the base's *own* greedy token, which is what the runtime accepts;
+3. ResBlocks start at zero (a head starts as "the base's next-token guess"), the projection is
+   the base lm_head (``--share_lm_head``, FasterDecoding "version 2") or a trainable copy of it
+   per head; AdamW with a warm-up and a cosine decay, batches of ``--batch_size`` positions;
+4. the heads are written in FasterDecoding's layout (``medusa_lm_head.safetensors`` +
+   ``config.json``) atomically, and read back by the project's own head loader.
+
+The hidden state is the one the engine's heads see: the output of the base's final norm
+(``last_hidden_state`` of the family's decoder; TensorRT-LLM's ``DecoderModelForCausalLM``
+hands that tensor to the heads). The heads' logits are ``ResBlocks(h) @ proj.T`` and nothing
+more: TensorRT-LLM's ``MedusaHead.forward`` (tensorrt_llm/models/medusa/model.py in
+NVIDIA/TensorRT-LLM) applies its lm_head to the ResBlock output and returns; the final logit
+soft-capping of Gemma 2 / Gemma 3 (``final_logit_softcapping``) is applied by the base's own
+``forward`` to the base logits only, and this project's engine class (engine/medusa.py) and CPU
+reference (reference/executor.py ``medusa_logits``) do the same. So training uses uncapped logits
+(capping is monotone: it would not change which token is ranked first, only the loss). When the
+heads share the base lm_head and it has a bias (Phi-2), the bias is part of the heads' logits, as
+in the reference executor.
+
+Training is resumable: the state (step, weights, optimizer, options) is saved every
+``save_every`` steps and on Ctrl-C; ``--resume`` continues from it and ends with the same weights
+as an uninterrupted run (batches are drawn from a generator seeded by ``(seed, step)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from trtllm_medusa_ports.errors import HeadsError, ModelError, PortError
+
+CORPUS_VERSION = 1
+
+
+# -- heads in memory ------------------------------------------------------------------------
+@dataclass
+class HeadWeights:
+    """Heads in memory: ``blocks[h][l] = (weight [H,H], bias [H])``, own ``lm_heads[h]`` or None."""
+
+    blocks: list[list[tuple[torch.Tensor, torch.Tensor]]]
+    lm_heads: list[torch.Tensor] | None
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.blocks[0])
+
+    def apply(self, hidden: torch.Tensor, base_lm_head: torch.Tensor,
+              base_lm_bias: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits ``[heads, ..., vocab]`` of every head for final-norm hidden states."""
+        outs = []
+        for h, blocks in enumerate(self.blocks):
+            x = hidden
+            for w, b in blocks:
+                x = x + torch.nn.functional.silu(x @ w.T + b)
+            if self.lm_heads is not None:
+                outs.append(x @ self.lm_heads[h].T)
+            else:
+                y = x @ base_lm_head.T
+                outs.append(y if base_lm_bias is None else y + base_lm_bias)
+        return torch.stack(outs)
+
+
+# -- prompts --------------------------------------------------------------------------------
+@dataclass
+class Item:
+    """One training item: ``ids`` to continue greedily, or a ``text`` sequence used as it is."""
+
+    ids: list[int]
+    continue_it: bool = True
+
+
+def packaged_prompts() -> list[str]:
+    """The prompts shipped with the package (varied topics, code, lists, Q&A; offline use)."""
+    text = resources.files("trtllm_medusa_ports").joinpath("data/prompts.txt").read_text(encoding="utf-8")
+    return _prompt_lines(text)
+
+
+def _prompt_lines(text: str) -> list[str]:
+    # one prompt per line; a literal backslash-n stands for a line break inside a prompt
+    return [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
+
+
+def read_prompts_file(path: str | Path) -> list[str]:
+    path = Path(path)
+    try:
+        lines = _prompt_lines(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PortError(f"cannot read the prompts ({exc})", where=str(path),
+                        fix="pass a UTF-8 text file with one prompt per line") from None
+    if not lines:
+        raise PortError("no prompts in the file", where=str(path), fix="write one prompt per line")
+    return lines
+
+
+def read_data_file(path: str | Path, tokenize) -> list[Item]:
+    """JSON lines: ``{"prompt": str}`` or ``{"prompt_ids": [int]}`` (continued by the base) or
+    ``{"text": str}`` / ``{"input_ids": [int]}`` (used as they are, not continued)."""
+    path = Path(path)
+    fix = 'one JSON object per line: {"prompt": "..."}, {"text": "..."}, {"prompt_ids": [..]} or {"input_ids": [..]}'
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PortError(f"cannot read the data ({exc})", where=str(path), fix=fix) from None
+    items = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PortError(f"line {n} is not JSON ({exc.msg})", where=str(path), fix=fix) from None
+        if not isinstance(obj, dict):
+            raise PortError(f"line {n} is not a JSON object", where=str(path), fix=fix)
+        if isinstance(obj.get("prompt"), str):
+            items.append(Item(tokenize(obj["prompt"]), True))
+        elif isinstance(obj.get("text"), str):
+            items.append(Item(tokenize(obj["text"]), False))
+        elif _int_list(obj.get("prompt_ids")):
+            items.append(Item(list(obj["prompt_ids"]), True))
+        elif _int_list(obj.get("input_ids")):
+            items.append(Item(list(obj["input_ids"]), False))
+        else:
+            raise PortError(f"line {n} has none of prompt, text, prompt_ids, input_ids", where=str(path), fix=fix)
+    if not items:
+        raise PortError("no items in the data file", where=str(path), fix=fix)
+    return items
+
+
+def _int_list(v) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+
+
+# -- the base -------------------------------------------------------------------------------
+def load_base(model_dir: str | Path, device: str = "cpu"):
+    """The base model in float32, checked against the supported families."""
+    from transformers import AutoModelForCausalLM
+
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.files.jsonfile import read_json
+
+    model_dir = Path(model_dir)
+    cfg = read_json(model_dir / "config.json", ModelError, fix="pass the Hugging Face model directory as --model_dir")
+    arch = (cfg.get("architectures") or [None])[0]
+    if arch is None or adapter_for(arch) is None:
+        from trtllm_medusa_ports.archs import supported_architectures
+
+        raise ModelError(f"architecture {arch!r} is not a supported base family", where=str(model_dir / "config.json"),
+                         fix="supported: " + ", ".join(supported_architectures()))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    except Exception as exc:  # a damaged or incomplete model directory
+        raise ModelError(f"transformers cannot load the base ({type(exc).__name__}: {str(exc)[:200]})",
+                         where=str(model_dir), fix="pass a complete Hugging Face model directory") from None
+    return model.to(device).eval()
+
+
+def lm_head_of(model) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The base's vocabulary projection (weight ``[V, H]``, bias or None), as the engine's heads use it."""
+    out = model.get_output_embeddings()
+    bias = getattr(out, "bias", None)
+    return out.weight.detach().float(), (bias.detach().float() if bias is not None else None)
+
+
+@torch.no_grad()
+def final_hidden(model, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Hidden states after the final norm ``[B, S, H]`` (what the lm_head and the engine's heads see)."""
+    out = model.base_model(input_ids=ids, attention_mask=attention_mask)
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def _eos_ids(model) -> set[int]:
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        return set()
+    return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
+
+
+@torch.no_grad()
+def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch: int = 32,
+                      quiet: bool = True) -> list[list[int]]:
+    """The base's greedy continuation of each prompt (cut after an end token), prompts left-padded."""
+    from tqdm import tqdm
+
+    device = next(model.parameters()).device
+    eos = _eos_ids(model)
+    pad = min(eos) if eos else 0
+    out: list[list[int]] = [[] for _ in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
+    bar = tqdm(total=len(prompts), desc="greedy continuations", unit="prompt", disable=quiet, file=sys.stderr)
+    for s in range(0, len(order), batch):
+        idx = order[s:s + batch]
+        width = max(len(prompts[i]) for i in idx)
+        ids = torch.full((len(idx), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for r, i in enumerate(idx):
+            ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i])
+            mask[r, width - len(prompts[i]):] = 1
+        gen = model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
+                             do_sample=False, pad_token_id=pad, top_p=None, top_k=None, temperature=None)
+        for r, i in enumerate(idx):
+            cont = gen[r, width:].tolist()
+            for j, t in enumerate(cont):
+                if t in eos:
+                    cont = cont[: j + 1]
+                    break
+            out[i] = cont
+        bar.update(len(idx))
+    bar.close()
+    return out
+
+
+@dataclass
+class Corpus:
+    """Cached self-distillation data: token sequences, where each continuation starts, and the
+    final-norm hidden states of the positions the heads learn from (flattened)."""
+
+    seqs: list[list[int]]
+    starts: list[int]  # first position whose hidden state is used (prompt length - 1; 0 for text)
+    hidden: torch.Tensor  # [N, H] float32, positions of every sequence from its start to its end
+    index: torch.Tensor  # [N, 2] (sequence, position) of each row of hidden
+    key: str
+
+    def targets(self, num_heads: int) -> torch.Tensor:
+        """``[N, num_heads]``: the token at ``t + k + 2`` for head k, -1 past a sequence's end."""
+        lengths = torch.tensor([len(s) for s in self.seqs])
+        flat = torch.tensor([t for s in self.seqs for t in s], dtype=torch.long)
+        offsets = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.long), lengths[:-1]]), 0)
+        seq, pos = self.index[:, 0], self.index[:, 1]
+        out = torch.full((self.index.shape[0], num_heads), -1, dtype=torch.long)
+        for k in range(num_heads):
+            at = pos + k + 2
+            ok = at < lengths[seq]
+            out[ok, k] = flat[offsets[seq[ok]] + at[ok]]
+        return out
+
+
+def corpus_key(model_dir: Path, items: list[Item], new_tokens: int) -> str:
+    h = hashlib.sha256()
+    cfg = (Path(model_dir) / "config.json").read_bytes()
+    h.update(cfg)
+    h.update(json.dumps([[it.ids, it.continue_it] for it in items]).encode())
+    h.update(str(new_tokens).encode())
+    return h.hexdigest()[:16]
+
+
+@torch.no_grad()
+def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, quiet: bool = True,
+                 batch: int = 32) -> Corpus:
+    to_continue = [i for i, it in enumerate(items) if it.continue_it]
+    conts = continue_greedily(model, [items[i].ids for i in to_continue], new_tokens, quiet=quiet, batch=batch)
+    seqs = [list(it.ids) for it in items]
+    starts = [0] * len(items)
+    for i, c in zip(to_continue, conts, strict=True):
+        starts[i] = len(seqs[i]) - 1
+        seqs[i] = seqs[i] + c
+    device = next(model.parameters()).device
+    hidden, index = [], []
+    keep = [i for i, s in enumerate(seqs) if len(s) - starts[i] >= 3]  # else nothing for a head to predict
+    keep.sort(key=lambda i: len(seqs[i]))
+    for b in range(0, len(keep), batch):  # right-padded batches: causal attention never sees the padding
+        idx = keep[b:b + batch]
+        width = max(len(seqs[i]) for i in idx)
+        ids = torch.zeros((len(idx), width), dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for r, i in enumerate(idx):
+            ids[r, :len(seqs[i])] = torch.tensor(seqs[i])
+            mask[r, :len(seqs[i])] = 1
+        hs = final_hidden(model, ids.to(device), mask.to(device)).float().cpu()
+        for r, i in enumerate(idx):
+            hidden.append(hs[r, starts[i]:len(seqs[i])])
+            index.append(torch.stack([torch.full((len(seqs[i]) - starts[i],), i), torch.arange(starts[i], len(seqs[i]))], 1))
+    if not hidden:
+        raise ModelError("the prompts gave no text to learn from (every sequence is shorter than 3 tokens)",
+                         fix="pass longer prompts or raise --new_tokens")
+    return Corpus(seqs, starts, torch.cat(hidden), torch.cat(index), key)
+
+
+def save_corpus(corpus: Corpus, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"version": CORPUS_VERSION, **asdict(corpus)}, tmp)
+    tmp.replace(path)
+
+
+def load_corpus(path: Path, key: str) -> Corpus | None:
+    if not path.is_file():
+        return None
+    try:
+        d = torch.load(path, weights_only=True)
+    except Exception:  # a damaged cache is rebuilt, never trusted
+        return None
+    if d.get("version") != CORPUS_VERSION or d.get("key") != key:
+        return None
+    d.pop("version")
+    return Corpus(**d)
+
+
+# -- training -------------------------------------------------------------------------------
+@dataclass
+class FitOptions:
+    num_heads: int = 3
+    num_layers: int = 1
+    steps: int = 1000
+    lr: float = 3e-3
+    batch_size: int | None = 256  # None: every position at every step
+    share_lm_head: bool = False
+    seed: int = 0
+    schedule: str = "cosine"  # or "constant"
+    warmup: float = 0.05  # fraction of the steps
+    weight_decay: float = 0.0
+    full_vocab: bool = False  # False: the softmax runs over the tokens the corpus holds (much faster)
+    negatives: int = 2048  # without full_vocab: other tokens drawn afresh each step, pushed down too
+    save_every: int = 100
+    quiet: bool = True
+
+    def signature(self) -> dict:
+        d = asdict(self)
+        for k in ("save_every", "quiet"):
+            d.pop(k)
+        return d
+
+
+@dataclass
+class FitState:
+    step: int
+    blocks: list[list[tuple[torch.Tensor, torch.Tensor]]]
+    lm_heads: list[torch.Tensor] | None
+    optimizer: dict
+    history: list[dict] = field(default_factory=list)
+
+
+def lr_at(step: int, opts: FitOptions) -> float:
+    if opts.schedule == "constant":
+        return opts.lr
+    warm = max(1, int(opts.warmup * opts.steps))
+    if step < warm:
+        return opts.lr * (step + 1) / warm
+    progress = (step - warm) / max(1, opts.steps - warm)
+    return opts.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor, lm_bias: torch.Tensor | None,
+              opts: FitOptions, *, state_path: Path | None = None, resume: bool = False,
+              stop_after: int | None = None, device: str = "cpu") -> tuple[HeadWeights, list[dict]]:
+    """Fit heads: ``hidden [N, H]`` final-norm states, ``targets [N, heads]`` (-1: none).
+
+    ``stop_after`` ends the run after that many steps of this call, with the state saved, as an
+    interrupted run would end (tests use it; a resumed run then continues from the saved step).
+    """
+    from tqdm import tqdm
+
+    H = hidden.shape[1]
+    V = lm_head.shape[0]
+    usable = [targets[:, k] >= 0 for k in range(opts.num_heads)]
+    if any(int(u.sum()) == 0 for u in usable):
+        raise ModelError(f"the corpus is too short for {opts.num_heads} heads (no token {opts.num_heads + 1} ahead)",
+                         fix="use longer continuations (--new_tokens) or fewer heads")
+    # the softmax's vocabulary: every token a head must predict (all of them with full_vocab)
+    if opts.full_vocab:
+        vocab = torch.arange(V)
+    else:
+        vocab = torch.unique(targets[targets >= 0])
+    remap = torch.full((V,), -1, dtype=torch.long)
+    remap[vocab] = torch.arange(vocab.numel())
+    # tokens the corpus never asks for still compete at run time (the heads' argmax is over the
+    # whole vocabulary): a fresh sample of them joins every step's softmax
+    others = torch.nonzero(remap < 0).squeeze(1)
+    n_neg = min(others.numel(), opts.negatives)
+    lm_head_d = lm_head.to(device)
+    lm_bias_d = lm_bias.to(device) if lm_bias is not None else None
+    rows = [torch.nonzero(u).squeeze(1) for u in usable]
+
+    state = None
+    if resume and state_path is not None and state_path.is_file():
+        state = load_state(state_path, opts)
+    torch.manual_seed(opts.seed)
+    if state is None:
+        blocks = [[(torch.zeros(H, H, device=device), torch.zeros(H, device=device)) for _ in range(opts.num_layers)]
+                  for _ in range(opts.num_heads)]
+        lms = None if opts.share_lm_head else [lm_head.clone().to(device) for _ in range(opts.num_heads)]
+        start, history = 0, []
+    else:
+        blocks = [[(w.to(device), b.to(device)) for w, b in row] for row in state.blocks]
+        lms = None if state.lm_heads is None else [t.to(device) for t in state.lm_heads]
+        start, history = state.step, state.history
+    params = [t.requires_grad_(True) for row in blocks for wb in row for t in wb]
+    if lms is not None:
+        params += [t.requires_grad_(True) for t in lms]
+    opt = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay)
+    if state is not None:
+        opt.load_state_dict(state.optimizer)
+    hidden_d = hidden.to(device)
+    targets_d = remap[targets.clamp(min=0)].to(device)
+
+    def save(step: int) -> None:
+        if state_path is not None:
+            save_state(state_path, opts, FitState(step, blocks, lms, opt.state_dict(), history))
+
+    # As the heads grow confident most softmax probabilities fall into float32's subnormal range,
+    # which x86 CPUs compute many times slower: flush them to zero while training.
+    flushed = torch.set_flush_denormal(True)
+    end = opts.steps if stop_after is None else min(opts.steps, start + stop_after)
+    bar = tqdm(total=opts.steps, initial=start, desc="train heads", unit="step", disable=opts.quiet, file=sys.stderr)
+    step = start
+    try:
+        for step in range(start, end):
+            g = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, opts)
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            top1 = []
+            report = not opts.quiet or step % 10 == 0 or step == end - 1
+            cols = vocab if not n_neg else torch.cat([vocab, others[torch.randperm(others.numel(), generator=g)[:n_neg]]])
+            cols = cols.to(device)
+            whole = cols.numel() == V and opts.full_vocab  # no copy of the whole projection
+            proj_base = (lm_head_d if whole else lm_head_d[cols]) if lms is None else None
+            bias_base = (lm_bias_d if whole else lm_bias_d[cols]) if lm_bias_d is not None else None
+            for k in range(opts.num_heads):
+                r = rows[k]
+                if opts.batch_size and opts.batch_size < r.numel():
+                    r = r[torch.randint(0, r.numel(), (opts.batch_size,), generator=g)]
+                r = r.to(device)
+                x = hidden_d[r]
+                y = targets_d[r, k]
+                for w, b in blocks[k]:
+                    x = x + torch.nn.functional.silu(x @ w.T + b)
+                if lms is None:
+                    logits = x @ proj_base.T
+                    if bias_base is not None:
+                        logits = logits + bias_base
+                else:
+                    logits = x @ (lms[k] if whole else lms[k][cols]).T
+                loss = torch.nn.functional.cross_entropy(logits, y)
+                total = total + loss
+                if report:
+                    top1.append(float((logits.detach().argmax(-1) == y).float().mean()))
+            total.backward()  # one backward for all heads
+            opt.step()
+            if report:
+                mean = float(total.detach()) / opts.num_heads
+                if step % 10 == 0 or step == end - 1:
+                    history.append({"step": step + 1, "loss": round(mean, 4), "top1": [round(t, 3) for t in top1]})
+                bar.set_postfix_str(f"loss {mean:.3f} top1 " + " ".join(f"{t:.2f}" for t in top1), refresh=False)
+            bar.update(1)
+            if opts.save_every and (step + 1) % opts.save_every == 0 and step + 1 < end:
+                save(step + 1)
+        step = end
+    except KeyboardInterrupt:
+        save(step)
+        bar.close()
+        raise
+    finally:
+        if flushed:
+            torch.set_flush_denormal(False)
+    bar.close()
+    save(step)
+    heads = HeadWeights([[(w.detach().cpu().clone(), b.detach().cpu().clone()) for w, b in row] for row in blocks],
+                        None if lms is None else [t.detach().cpu().clone() for t in lms])
+    return heads, history
+
+
+def save_state(path: Path, opts: FitOptions, state: FitState) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"options": opts.signature(), "step": state.step,
+                "blocks": [[(w.detach().cpu(), b.detach().cpu()) for w, b in row] for row in state.blocks],
+                "lm_heads": None if state.lm_heads is None else [t.detach().cpu() for t in state.lm_heads],
+                "optimizer": state.optimizer, "history": state.history}, tmp)
+    tmp.replace(path)
+
+
+def load_state(path: Path, opts: FitOptions) -> FitState:
+    try:
+        d = torch.load(path, weights_only=True)
+    except Exception as exc:
+        raise HeadsError(f"cannot read the saved training state ({type(exc).__name__})", where=str(path),
+                         fix="remove the file and train without --resume") from None
+    if d.get("options") != opts.signature():
+        diff = sorted(k for k in opts.signature() if d.get("options", {}).get(k) != opts.signature()[k])
+        raise HeadsError(f"the saved run used other settings ({', '.join(diff)})", where=str(path),
+                         fix="resume with the same flags, or train without --resume to start over")
+    return FitState(d["step"], [[tuple(wb) for wb in row] for row in d["blocks"]], d["lm_heads"], d["optimizer"],
+                    d.get("history", []))
+
+
+# -- writing --------------------------------------------------------------------------------
+def write_heads(heads: HeadWeights, output_dir: Path, *, overwrite: bool, base_dir: Path,
+                extra: dict | None = None, inputs: dict[str, Path] | None = None) -> Path:
+    """FasterDecoding's layout, written atomically: ``medusa_lm_head.safetensors`` + ``config.json``
+    (``version: "2"`` when the heads share the base lm_head, as FasterDecoding marks it)."""
+    from safetensors.torch import save_file
+
+    from trtllm_medusa_ports.files.checkpoint import atomic_output_dir
+
+    sd = {}
+    L = heads.num_layers
+    for h, row in enumerate(heads.blocks):
+        for layer, (w, b) in enumerate(row):
+            sd[f"{h}.{layer}.linear.weight"] = w.contiguous()
+            sd[f"{h}.{layer}.linear.bias"] = b.contiguous()
+        if heads.lm_heads is not None:
+            sd[f"{h}.{L}.weight"] = heads.lm_heads[h].contiguous()
+    cfg = {"medusa_num_heads": heads.num_heads, "medusa_num_layers": L,
+           "base_model_name_or_path": str(base_dir)}
+    if heads.lm_heads is None:
+        cfg["version"] = "2"
+    if extra:
+        cfg.update(extra)
+    with atomic_output_dir(output_dir, overwrite=overwrite, inputs=inputs or {"--model_dir": base_dir}) as tmp:
+        save_file(sd, str(tmp / "medusa_lm_head.safetensors"))
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return output_dir
+
+
+# -- the command ----------------------------------------------------------------------------
+@dataclass
+class TrainOptions:
+    model_dir: Path
+    output_dir: Path
+    prompts_file: Path | None = None
+    data_file: Path | None = None
+    tokenizer_dir: Path | None = None
+    new_tokens: int = 128
+    work_dir: Path | None = None  # default: <output_dir>.train
+    resume: bool = False
+    overwrite: bool = False
+    device: str | None = None
+    fit: FitOptions = field(default_factory=FitOptions)
+    stop_after: int | None = None
+
+
+@dataclass
+class TrainResult:
+    output_dir: Path | None
+    steps: int
+    positions: int
+    sequences: int
+    history: list[dict]
+    heads: HeadWeights | None = None
+    corpus_seconds: float = 0.0  # 0 when the cached corpus was used
+    fit_seconds: float = 0.0
+
+    def summary(self) -> str:
+        last = self.history[-1] if self.history else {}
+        where = f"wrote {self.output_dir}" if self.output_dir else "stopped (state saved; continue with --resume)"
+        return (f"{where}: {self.steps} steps on {self.positions} positions of {self.sequences} sequences; "
+                f"last batch loss {last.get('loss')}, top-1 per head {last.get('top1')}")
+
+
+def _tokenizer(tok_dir: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(tok_dir))
+    except Exception as exc:
+        raise ModelError(f"no usable tokenizer in {tok_dir} ({type(exc).__name__})",
+                         fix="pass --tokenizer_dir, or --data with prompt_ids / input_ids") from None
+
+
+def train(opts: TrainOptions) -> TrainResult:
+    """``trtllm-medusa train-heads``: corpus (cached) -> fit (resumable) -> FasterDecoding layout."""
+    from trtllm_medusa_ports.files.checkpoint import guard_output_dir
+
+    f = opts.fit
+    for name, v, lo in (("--num_heads", f.num_heads, 1), ("--num_layers", f.num_layers, 1), ("--steps", f.steps, 1),
+                        ("--new_tokens", opts.new_tokens, 1)):
+        if v < lo:
+            raise PortError(f"{name} {v} must be at least {lo}", fix=f"pass {name} {lo} or more")
+    if not f.lr > 0:
+        raise PortError(f"--lr {f.lr} must be positive", fix="e.g. --lr 3e-3")
+    out = guard_output_dir(Path(opts.output_dir), {"--model_dir": Path(opts.model_dir)})
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not opts.overwrite:
+        raise PortError("output directory is not empty", where=str(out),
+                        fix="pass --overwrite to replace it, or choose another --output_dir")
+    device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    work = Path(opts.work_dir) if opts.work_dir else out.parent / f"{out.name}.train"
+    work.mkdir(parents=True, exist_ok=True)
+    model = load_base(opts.model_dir, device)
+    tok_cache: list = []
+
+    def tokenize(text: str) -> list[int]:  # the tokenizer is loaded only when text needs it
+        if not tok_cache:
+            tok_cache.append(_tokenizer(Path(opts.tokenizer_dir or opts.model_dir)))
+        return tok_cache[0](text)["input_ids"]
+
+    if opts.data_file:
+        items = read_data_file(opts.data_file, tokenize)
+    else:
+        texts = read_prompts_file(opts.prompts_file) if opts.prompts_file else packaged_prompts()
+        items = [Item(tokenize(t)) for t in texts]
+    vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else lm_head_of(model)[0].shape[0]
+    for it in items:
+        bad = [t for t in it.ids if not 0 <= t < vocab]
+        if bad or not it.ids:
+            raise PortError(f"token ids {bad[:3] or '(empty)'} are outside the vocabulary 0..{vocab - 1}",
+                            fix="use the base's own tokenizer (--tokenizer_dir) or valid ids")
+    key = corpus_key(Path(opts.model_dir), items, opts.new_tokens)
+    corpus = load_corpus(work / "corpus.pt", key)
+    t0 = time.monotonic()
+    if corpus is None:
+        corpus = build_corpus(model, items, opts.new_tokens, key, quiet=f.quiet)
+        save_corpus(corpus, work / "corpus.pt")
+    corpus_s = time.monotonic() - t0
+    lm_head, lm_bias = lm_head_of(model)
+    del model
+    heads, history = fit_heads(corpus.hidden, corpus.targets(f.num_heads), lm_head, lm_bias, f,
+                               state_path=work / "state.pt", resume=opts.resume, stop_after=opts.stop_after,
+                               device=device)
+    fit_s = time.monotonic() - t0 - corpus_s
+    done = history and history[-1]["step"] >= f.steps
+    result = TrainResult(None, history[-1]["step"] if history else 0, corpus.hidden.shape[0], len(corpus.seqs),
+                         history, heads, round(corpus_s, 1), round(fit_s, 1))
+    if done:
+        extra = {"medusa_ports_training": {"steps": f.steps, "lr": f.lr, "batch_size": f.batch_size,
+                                           "positions": corpus.hidden.shape[0], "sequences": len(corpus.seqs),
+                                           "new_tokens": opts.new_tokens, "final": history[-1]}}
+        result.output_dir = write_heads(heads, out, overwrite=opts.overwrite, base_dir=Path(opts.model_dir),
+                                        extra=extra)
+    return result

@@ -1,0 +1,313 @@
+"""Pick a ``medusa_choices`` tree from the heads' measured accuracy (``trtllm-medusa tune-tree``).
+
+The Medusa paper (Cai et al. 2024, section 3.3.1 "Optimized tree construction") estimates a tree's
+expected acceptance length from each head's top-k accuracy: if ``acc[d][k]`` is how often the k-th
+candidate of head d is the token the base goes on to emit, a node whose path picks candidates
+``(k_0, ..., k_d)`` is accepted with probability ``prod acc[i][k_i]`` (heads treated as
+independent), and one generation step emits ``1 + sum over nodes of that product`` tokens on
+average (the 1 is the base's own token at the root). The tree is grown greedily, adding the node
+with the largest product until the node budget is spent.
+
+Two details matter for a tree TensorRT-LLM accepts:
+* every node's prefix must be in the tree (tree.py ``validate_choices``): a child's product never
+  exceeds its parent's, so the greedy choice keeps prefixes;
+* depth-1 indices must run 0..k-1 without gaps (tree.py ``upstream_quirks``): candidates of one
+  parent are added in rank order, so a node's next sibling only becomes a candidate once it is in.
+With accuracies that fall with the rank (``acc[d][k] >= acc[d][k+1]``, as measured accuracies do),
+the greedy tree is the best tree of its size; the tests check that against brute force.
+
+``estimate="joint"`` replaces the independence assumption by counts: a node's value is the
+fraction of measured positions at which every head on its path had the true token at exactly the
+path's rank. That is the exact mean acceptance on the measured text, so it also gives the tree's
+predicted tokens per step without the independence assumption.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trtllm_medusa_ports.errors import PortError, TreeError
+from trtllm_medusa_ports.tree import DEFAULT_TOP_K, MedusaTree, upstream_quirks, validate_choices
+
+Path_ = tuple[int, ...]
+
+
+# -- accuracy -------------------------------------------------------------------------------
+def rank_of_targets(head_logits: torch.Tensor, targets: torch.Tensor, top_k: int) -> torch.Tensor:
+    """``[N]`` rank (0-based) of each target among a head's top-k logits ``[N, V]``; ``top_k`` if absent."""
+    top = head_logits.topk(top_k, dim=-1).indices
+    hit = top == targets.unsqueeze(-1)
+    return torch.where(hit.any(-1), hit.float().argmax(-1), torch.full_like(targets, top_k))
+
+
+def accuracy_table(ranks: torch.Tensor, top_k: int) -> list[list[float]]:
+    """``acc[d][k]``: how often head d's k-th candidate is right (``ranks [N, heads]``, -1 = no target)."""
+    out = []
+    for d in range(ranks.shape[1]):
+        r = ranks[:, d]
+        r = r[r >= 0]
+        n = max(1, r.numel())
+        out.append([float((r == k).sum()) / n for k in range(top_k)])
+    return out
+
+
+def joint_values(ranks: torch.Tensor, top_k: int) -> dict[Path_, float]:
+    """Fraction of positions at which the heads' ranks start with each path (paths of ranks < top_k).
+
+    Positions where a head has no target (the text ended) are counted only up to that head."""
+    counts: Counter = Counter()
+    n = ranks.shape[0]
+    for row in ranks.tolist():
+        prefix: list[int] = []
+        for r in row:
+            if r < 0 or r >= top_k:
+                break
+            prefix.append(r)
+            counts[tuple(prefix)] += 1
+    return {p: c / max(1, n) for p, c in counts.items()}
+
+
+# -- expected acceptance --------------------------------------------------------------------
+def path_value(path: Path_, acc: list[list[float]]) -> float:
+    v = 1.0
+    for d, k in enumerate(path):
+        v *= acc[d][k] if d < len(acc) and k < len(acc[d]) else 0.0
+    return v
+
+
+def expected_tokens_per_step(paths, acc: list[list[float]] | None = None,
+                             joint: dict[Path_, float] | None = None) -> float:
+    """Tokens one step emits on average: 1 (the base's token) + the sum of the nodes' acceptance."""
+    if joint is not None:
+        return 1.0 + sum(joint.get(tuple(p), 0.0) for p in paths)
+    return 1.0 + sum(path_value(tuple(p), acc) for p in paths)
+
+
+def measured_acceptance(paths, ranks: torch.Tensor) -> float:
+    """Mean tokens per step the tree would emit at the measured positions (longest accepted path + 1)."""
+    tree = {tuple(p) for p in paths}
+    total = 0
+    for row in ranks.tolist():
+        n = 0
+        prefix: tuple[int, ...] = ()
+        for r in row:
+            prefix = prefix + (r,)
+            if r < 0 or prefix not in tree:
+                break
+            n += 1
+        total += n + 1
+    return total / max(1, ranks.shape[0])
+
+
+def build_tree(acc: list[list[float]] | None = None, max_nodes: int = 63, *, max_depth: int | None = None,
+               top_k: int = DEFAULT_TOP_K, joint: dict[Path_, float] | None = None) -> list[list[int]]:
+    """The greedy tree of at most ``max_nodes`` nodes (see the module docstring); fewer when every
+    further node has value 0. Values come from ``acc`` (product) or ``joint`` (counts)."""
+    if acc is None and joint is None:
+        raise ValueError("give acc or joint")
+    depth = max_depth if max_depth is not None else (len(acc) if acc is not None else max(map(len, joint), default=0))
+    if acc is not None:
+        depth = min(depth, len(acc))
+
+    def value(p: Path_) -> float:
+        return joint.get(p, 0.0) if joint is not None else path_value(p, acc)
+
+    chosen: list[Path_] = []
+    heap: list[tuple[float, int, Path_]] = []  # (-value, length, path): ties go to shorter, then smaller paths
+
+    def push(p: Path_) -> None:
+        if len(p) <= depth and p[-1] < top_k:
+            heapq.heappush(heap, (-value(p), len(p), p))
+
+    if depth >= 1:
+        push((0,))
+    while heap and len(chosen) < max_nodes:
+        neg, _, p = heapq.heappop(heap)
+        if -neg <= 0.0:
+            break
+        chosen.append(p)
+        push(p + (0,))  # its first child
+        push(p[:-1] + (p[-1] + 1,))  # its next sibling
+    return [list(p) for p in sorted(chosen, key=lambda p: (len(p), p))]
+
+
+# -- measuring on a base + heads --------------------------------------------------------------
+@torch.no_grad()
+def measure_ranks(model, heads, seqs: list[list[int]], starts: list[int], top_k: int = DEFAULT_TOP_K) -> torch.Tensor:
+    """``[N, heads]``: rank of the base's next tokens among each head's top-k at every continuation position.
+
+    ``model`` is the HF base (float32), ``heads`` a :class:`~trtllm_medusa_ports.heads.MedusaHeads`;
+    head d at position t is scored against the token at t + d + 2 (-1 where the text ends)."""
+    from trtllm_medusa_ports.heads.train import final_hidden
+    from trtllm_medusa_ports.verify import source_heads_logits
+
+    vocab = model.get_output_embeddings().weight.shape[0]
+    rows = []
+    for seq, start in zip(seqs, starts, strict=True):
+        if len(seq) - start < 2:
+            continue
+        hidden = final_hidden(model, torch.tensor([seq]))[0, start:].float()
+        logits = source_heads_logits(heads, hidden, torch.float32, model.get_output_embeddings(),
+                                     heads.shares_base_lm_head, vocab)
+        ranks = torch.full((hidden.shape[0], heads.num_heads), -1, dtype=torch.long)
+        for d in range(heads.num_heads):
+            n = len(seq) - start - d - 2  # positions with a target for this head
+            if n <= 0:
+                continue
+            targets = torch.tensor(seq[start + d + 2:])
+            ranks[:n, d] = rank_of_targets(logits[d, :n], targets, top_k)
+        rows.append(ranks)
+    if not rows:
+        raise PortError("the prompts gave no text to measure the heads on", fix="pass longer or more prompts")
+    return torch.cat(rows)
+
+
+@torch.no_grad()
+def reference_ranks(ref, seqs: list[list[int]], prompt_lens: list[int], top_k: int = DEFAULT_TOP_K) -> torch.Tensor:
+    """:func:`measure_ranks` on a converted checkpoint (the reference executor's heads), from each
+    prompt's last token on."""
+    rows = []
+    for seq, plen in zip(seqs, prompt_lens, strict=True):
+        start = plen - 1
+        if len(seq) - start < 2:
+            continue
+        _, hidden = ref.forward(seq, ref.new_cache())
+        logits = ref.medusa_logits(hidden[start:])
+        ranks = torch.full((hidden.shape[0] - start, ref.num_medusa_heads), -1, dtype=torch.long)
+        for d in range(ref.num_medusa_heads):
+            n = len(seq) - start - d - 2
+            if n > 0:
+                ranks[:n, d] = rank_of_targets(logits[d, :n], torch.tensor(seq[start + d + 2:]), top_k)
+        rows.append(ranks)
+    return torch.cat(rows) if rows else torch.zeros((0, ref.num_medusa_heads), dtype=torch.long)
+
+
+@dataclass
+class TuneResult:
+    paths: list[list[int]]
+    accuracy: list[list[float]]
+    predicted_tokens_per_step: float
+    measured_on_text: float  # the tree's mean acceptance at the measured positions (no independence assumption)
+    positions: int
+    estimate: str
+    baseline: dict | None = None
+
+    def to_dict(self) -> dict:
+        return {"paths": self.paths, "num_nodes": len(self.paths), "depth": max(map(len, self.paths), default=0),
+                "predicted_tokens_per_step": round(self.predicted_tokens_per_step, 4),
+                "acceptance_on_measured_text": round(self.measured_on_text, 4), "estimate": self.estimate,
+                "positions": self.positions, "head_topk_accuracy": [[round(a, 4) for a in row] for row in self.accuracy],
+                "baseline": self.baseline}
+
+
+def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[str] | None = None,
+         tokenizer_dir: str | Path | None = None, prompt_ids: list[list[int]] | None = None, max_nodes: int = 63,
+         max_draft_len: int | None = None, top_k: int = DEFAULT_TOP_K, new_tokens: int = 64,
+         estimate: str = "product", baseline: str | None = "mc_sim_7b_63", quiet: bool = True) -> TuneResult:
+    """Measure the heads on held-out text (the base's greedy continuations of ``prompts``) and build the tree."""
+    from trtllm_medusa_ports.heads import load_heads
+    from trtllm_medusa_ports.heads.train import continue_greedily, load_base
+    from trtllm_medusa_ports.tree import resolve_choices
+
+    if estimate not in ("product", "joint"):
+        raise PortError(f"--estimate {estimate!r} is not one of product, joint", fix="pass --estimate product")
+    if max_nodes < 1:
+        raise PortError(f"--max_nodes {max_nodes} must be at least 1", fix="e.g. --max_nodes 63")
+    if max_draft_len is not None and max_nodes > max_draft_len:
+        raise PortError(f"--max_nodes {max_nodes} is above --max_draft_len {max_draft_len}: TensorRT-LLM could not "
+                        "run the tree", fix=f"pass --max_nodes {max_draft_len} or less")
+    heads = load_heads(medusa_model_dir)
+    model = load_base(model_dir)
+    if prompt_ids is None:
+        from trtllm_medusa_ports.heads.train import _tokenizer
+
+        tok = _tokenizer(Path(tokenizer_dir or model_dir))
+        texts = prompts if prompts is not None else heldout_prompts()
+        prompt_ids = [tok(t)["input_ids"] for t in texts]
+    conts = continue_greedily(model, prompt_ids, new_tokens, quiet=quiet)
+    seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
+    ranks = measure_ranks(model, heads, seqs, [len(p) - 1 for p in prompt_ids], top_k)
+    acc = accuracy_table(ranks, top_k)
+    joint = joint_values(ranks, top_k) if estimate == "joint" else None
+    paths = build_tree(acc, max_nodes, max_depth=heads.num_heads, top_k=top_k, joint=joint)
+    if not paths:
+        raise PortError("no head ever ranked the right token in its top-k on this text: there is no useful tree",
+                        fix="train the heads longer (trtllm-medusa train-heads) or measure on more text")
+    problems = validate_choices(paths, top_k=top_k, num_heads=heads.num_heads, max_draft_len=max_draft_len)
+    problems += upstream_quirks(paths)
+    if problems:  # cannot happen by construction; refuse rather than write a tree check would reject
+        raise TreeError("the tuned tree is invalid:\n  - " + "\n  - ".join(problems))
+    base = None
+    if baseline:
+        bpaths, _ = resolve_choices(baseline, heads.num_heads)
+        base = {"name": baseline, "num_nodes": len(bpaths),
+                "predicted_tokens_per_step": round(expected_tokens_per_step(bpaths, acc, joint), 4),
+                "acceptance_on_measured_text": round(measured_acceptance(bpaths, ranks), 4)}
+    return TuneResult(paths, acc, expected_tokens_per_step(paths, acc, joint), measured_acceptance(paths, ranks),
+                      ranks.shape[0], estimate, base)
+
+
+def heldout_prompts() -> list[str]:
+    """Prompts shipped for measuring heads, none of which is among the training prompts."""
+    from importlib import resources
+
+    from trtllm_medusa_ports.heads.train import _prompt_lines
+
+    return _prompt_lines(resources.files("trtllm_medusa_ports").joinpath("data/heldout_prompts.txt")
+                         .read_text(encoding="utf-8"))
+
+
+def write_choices(paths: list[list[int]], output: str | Path, *, overwrite: bool = False) -> Path:
+    """One line of JSON (a list of paths): ``--medusa_choices @FILE`` here, and as text TensorRT-LLM's
+    ``examples/run.py --medusa_choices`` reads it (a Python literal)."""
+    out = Path(output)
+    if out.exists() and not overwrite:
+        raise PortError("the output file exists", where=str(out), fix="pass --overwrite or choose another --output")
+    if out.exists() and not out.is_file():
+        raise PortError("exists and is not a file", where=str(out), fix="choose another --output")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(paths, separators=(", ", ": ")) + "\n")
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise PortError(f"cannot write the tree ({exc.strerror})", where=str(out), fix="choose a writable --output") from None
+    return out
+
+
+# -- drawing ----------------------------------------------------------------------------------
+def draw(tree: MedusaTree) -> str:
+    """The tree as text: one line per node, ``k`` = the head's k-th candidate (0 = its top-1)."""
+    children: dict[Path_, list[Path_]] = {(): []}
+    for p in tree.paths:
+        children.setdefault(p, [])
+        children.setdefault(p[:-1], []).append(p)
+    lines = [f"root (the base's token; {tree.num_nodes} nodes, depth {tree.depth})"]
+
+    def walk(p: Path_, indent: str) -> None:
+        kids = sorted(children.get(p, []))
+        for i, c in enumerate(kids):
+            last = i == len(kids) - 1
+            lines.append(f"{indent}{'└── ' if last else '├── '}{c[-1]}  (head {len(c) - 1}, top-{c[-1] + 1})")
+            walk(c, indent + ("    " if last else "│   "))
+
+    walk((), "")
+    return "\n".join(lines)
+
+
+def print_table(acc: list[list[float]], file=sys.stdout, shown: int = 5) -> None:
+    for d, row in enumerate(acc):
+        cum = 0.0
+        cells = []
+        for k in range(min(shown, len(row))):
+            cum += row[k]
+            cells.append(f"top-{k + 1} {cum:.2f}")
+        print(f"head {d}: " + ", ".join(cells), file=file)
