@@ -52,7 +52,7 @@ def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2Fo
     say(f"[1/5] building a small random {architecture} base in {base}")
     save_tiny_base(architecture, base, seed=0, embedding_gain=16.0, tie_word_embeddings=False)
     say("[2/5] training 4 Medusa heads on the base's own greedy text (FasterDecoding medusa_lm_head.pt)")
-    heads = train_heads(base, num_heads=4, num_layers=1)
+    heads = train_heads(base, num_heads=4, num_layers=1, positions_per_step=512)
     save_heads(heads, heads_dir, "fasterdecoding-pt")
 
     say("[3/5] trtllm-medusa check")
