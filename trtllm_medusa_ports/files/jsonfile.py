@@ -22,6 +22,8 @@ def require_regular_file(path: Path, error: type[PortError], fix: str) -> None:
         mode = os.stat(path).st_mode
     except OSError as exc:
         raise error(f"cannot read ({exc.strerror})", where=str(path), fix=fix) from None
+    except ValueError:  # a NUL byte in the name: no such path can exist
+        raise error("is not a valid path (it contains a NUL byte)", where=repr(str(path)), fix=fix) from None
     if not stat.S_ISREG(mode):
         raise error("is not a regular file", where=str(path), fix=fix)
 
