@@ -18,6 +18,8 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
+    LINEARS,
+    NORMS,
     ArchAdapter,
     Deviation,
     MlpKind,
@@ -85,7 +87,7 @@ class BloomAdapter(ArchAdapter):
         return cfg
 
     def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
-        return frozenset(set(Role) - {Role.EMBEDDING, Role.LM_HEAD})
+        return NORMS | LINEARS
 
     def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
         return {Role.QKV: Deviation(combine=per_head_interleaved_qkv(self.num_attention_heads(hf), self.head_size(hf)))}

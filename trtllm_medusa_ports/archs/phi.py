@@ -13,6 +13,8 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
+    LINEARS,
+    NORMS,
     ArchAdapter,
     MlpKind,
     NormKind,
@@ -73,7 +75,7 @@ class PhiAdapter(ArchAdapter):
         return cfg
 
     def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
-        return frozenset(set(Role) - {Role.EMBEDDING})  # every linear layer, norm and lm_head
+        return NORMS | LINEARS | {Role.LM_HEAD}
 
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(
