@@ -196,6 +196,60 @@ def test_plain_and_medusa_decoding_agree_with_deep_tree(tmp_path, llama_trained)
         assert max(run.accepted_per_step) >= 3
 
 
+def test_reached_argmax_equals_full_logits_where_acceptance_reads_it(tmp_path, llama_trained):
+    """The Medusa loop projects only the rows acceptance reads; those rows give the full argmax."""
+    from trtllm_medusa_ports.reference.decoding import _tree_children, draft_tokens, reached_argmax
+
+    base, heads = llama_trained
+    ref = ReferenceModel(convert_to(tmp_path / "c", base, heads, tp_size=2))
+    tree = MedusaTree.from_spec([p for p in MedusaTree.from_spec("mc_sim_7b_63").paths if len(p) <= 3])
+    paths = tree.retrieve_paths(ref.num_medusa_heads + 1)
+    children = _tree_children(paths)
+    partly = 0  # steps where acceptance reached some nodes beyond the root, not all of them
+    for prompt in ([3, 4, 5], [100, 90, 80, 70, 60]):
+        cache = ref.new_cache()
+        _, hidden = ref.forward(prompt, cache, compute_logits=False)
+        root = int(ref.logits(hidden[-1:]).argmax())
+        head_logits = ref.medusa_logits(hidden[-1])
+        for _ in range(6):
+            tokens = draft_tokens(head_logits, root, tree)
+            past = cache.length
+            logits, hidden = ref.forward(tokens, cache, spec_decoding_position_offsets=tree.position_offsets,
+                                         spec_decoding_packed_mask=tree.packed_mask)
+            full = logits.argmax(-1)
+            lazy = reached_argmax(ref, hidden, tokens, children)
+            reached = lazy >= 0
+            assert bool(reached[0]) and torch.equal(lazy[reached], full[reached])
+            assert greedy_accept(tokens, lazy, paths) == greedy_accept(tokens, full, paths)
+            # a node is projected exactly when acceptance can reach it: its parent was, and it matches
+            for parent, kids in children.items():
+                for c in kids:
+                    assert bool(reached[c]) == (bool(reached[parent]) and int(tokens[c]) == int(full[parent]))
+            partly += 1 < int(reached.sum()) < tokens.shape[0]
+            best, n = greedy_accept(tokens, full, paths)
+            nodes = paths[best][: n + 1]
+            cache.keep(past, nodes)
+            root, head_logits = int(full[nodes[-1]]), ref.medusa_logits(hidden[nodes[-1]])
+    assert partly >= 3  # trained heads: the lazy projection was exercised beyond the root
+
+
+def test_shared_lm_head_projects_all_heads_at_once(tmp_path, qwen2_base):
+    """Heads sharing the base lm_head (FasterDecoding v2) are projected in one product: same logits."""
+    c = tiny_config("Qwen2ForCausalLM")
+    hd = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=3, seed=5, own_lm_head=False),
+                    tmp_path / "h", "fasterdecoding-v2")
+    ref = ReferenceModel(convert_to(tmp_path / "c", qwen2_base, hd, tp_size=2))
+    assert ref.config.get("medusa_shared_lm_head")
+    _, hidden = ref.forward([5, 6, 7], ref.new_cache(), compute_logits=False)
+    got = ref.medusa_logits(hidden)
+    assert got.shape == (3, 3, c.vocab_size)
+    for h in range(3):
+        x = hidden
+        p = f"medusa_heads.{h}.medusa_layers.0.linear."
+        x = x + ref.medusa_act(ref._column_parallel(x, ref.pp - 1, p + "weight", p + "bias"))
+        assert torch.allclose(got[h], ref.logits(x) / ref.semantics.logits_scale, atol=1e-5)
+
+
 def test_replicas_that_differ_between_ranks_are_refused(tmp_path, qwen2_base, good_ckpt):
     from trtllm_medusa_ports.errors import CheckpointError
 

@@ -179,7 +179,7 @@ def reference_ranks(ref, seqs: list[list[int]], prompt_lens: list[int], top_k: i
         start = plen - 1
         if len(seq) - start < 2:
             continue
-        _, hidden = ref.forward(seq, ref.new_cache())
+        _, hidden = ref.forward(seq, ref.new_cache(), compute_logits=False)
         logits = ref.medusa_logits(hidden[start:])
         ranks = torch.full((hidden.shape[0] - start, ref.num_medusa_heads), -1, dtype=torch.long)
         for d in range(ref.num_medusa_heads):

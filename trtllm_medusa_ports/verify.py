@@ -680,7 +680,7 @@ def head_hit_rates(ref: ReferenceModel, seqs: list[list[int]], prompt_lens: list
     hitsk = [0] * H
     counts = [0] * H
     for seq, plen in zip(seqs, prompt_lens, strict=True):
-        _, hidden = ref.forward(seq, ref.new_cache())
+        _, hidden = ref.forward(seq, ref.new_cache(), compute_logits=False)
         logits = ref.medusa_logits(hidden)  # [H, S, V]
         top = logits.topk(HIT_TOP_K, dim=-1).indices
         for k in range(H):

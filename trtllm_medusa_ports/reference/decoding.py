@@ -64,26 +64,55 @@ def draft_tokens(head_logits: torch.Tensor, root: int, tree: MedusaTree) -> torc
     return flat[torch.tensor(tree.candidate_indices)]
 
 
+def _tree_children(paths: list[list[int]]) -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for row in paths:
+        for parent, node in zip(row, row[1:]):
+            if node < 0:
+                break
+            if node not in children.setdefault(parent, []):
+                children[parent].append(node)
+    return children
+
+
+def reached_argmax(model: ReferenceModel, hidden: torch.Tensor, tokens: torch.Tensor,
+                   children: dict[int, list[int]]) -> torch.Tensor:
+    """The base argmax at every tree slot that acceptance can reach (-1 elsewhere).
+
+    Acceptance reads the argmax of the root and of each node whose draft equals its parent's
+    argmax, so only those rows go through the vocabulary projection, a tree level at a time:
+    the same tokens as projecting all ``T`` rows, without ``T x vocab`` logits per step.
+    """
+    predicted = torch.full((tokens.shape[0],), -1, dtype=torch.long)
+    level = [0]
+    while level:
+        predicted[level] = model.logits(hidden[level]).argmax(-1)
+        level = [c for n in level for c in children.get(n, []) if int(tokens[c]) == int(predicted[n])]
+    return predicted
+
+
 @torch.no_grad()
 def medusa_generate(model: ReferenceModel, prompt: list[int], tree: MedusaTree, max_new_tokens: int) -> MedusaRun:
     if tree.depth > model.num_medusa_heads:
         raise ValueError(f"tree depth {tree.depth} > {model.num_medusa_heads} Medusa heads")
     cache = model.new_cache()
-    logits, hidden = model.forward(prompt, cache)
-    root = int(logits[-1].argmax())
+    _, hidden = model.forward(prompt, cache, compute_logits=False)
+    root = int(model.logits(hidden[-1:]).argmax())
     out = [root]
     head_logits = model.medusa_logits(hidden[-1])
     offsets = tree.position_offsets
     packed = tree.packed_mask
     paths = tree.retrieve_paths(model.num_medusa_heads + 1)
+    children = _tree_children(paths)
     run = MedusaRun(tokens=out, steps=0)
     while len(out) < max_new_tokens:
         tokens = draft_tokens(head_logits, root, tree)
         past = cache.length
-        logits, hidden = model.forward(
-            tokens, cache, spec_decoding_position_offsets=offsets, spec_decoding_packed_mask=packed
+        _, hidden = model.forward(
+            tokens, cache, spec_decoding_position_offsets=offsets, spec_decoding_packed_mask=packed,
+            compute_logits=False,
         )
-        predicted = logits.argmax(-1)
+        predicted = reached_argmax(model, hidden, tokens, children)
         best_path, n = greedy_accept(tokens, predicted, paths)
         nodes = paths[best_path][: n + 1]
         emitted = [int(predicted[i]) for i in nodes]
@@ -101,8 +130,8 @@ def medusa_generate(model: ReferenceModel, prompt: list[int], tree: MedusaTree, 
 def plain_generate(model: ReferenceModel, prompt: list[int], max_new_tokens: int) -> list[int]:
     """Token-by-token greedy decoding on the reference executor (no speculation)."""
     cache = model.new_cache()
-    logits, _ = model.forward(prompt, cache)
-    out = [int(logits[-1].argmax())]
+    _, hidden = model.forward(prompt, cache, compute_logits=False)
+    out = [int(model.logits(hidden[-1:]).argmax())]
     while len(out) < max_new_tokens:
         logits, _ = model.forward([out[-1]], cache)
         out.append(int(logits[-1].argmax()))

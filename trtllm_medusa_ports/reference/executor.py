@@ -439,7 +439,8 @@ class ReferenceModel:
         spec_decoding_position_offsets: torch.Tensor | list[int] | None = None,
         spec_decoding_packed_mask: torch.Tensor | list[list[int]] | None = None,
         record: list | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        compute_logits: bool = True,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Run ``tokens`` after the cached ones; returns ``(logits [T, vocab], final hidden [T, H])``.
 
         Without spec-decoding inputs the tokens are causal and consecutive (context
@@ -447,6 +448,8 @@ class ReferenceModel:
         ``past + offsets[i]`` and sees the past plus the tree tokens whose bits are
         set in its packed-mask row. ``record`` (a list) receives the hidden state
         after the embedding, after each layer, and after the final norm (for locating divergences).
+        ``compute_logits=False`` returns ``(None, hidden)``: callers that need the vocabulary
+        projection of a few rows only apply :meth:`logits` to those.
         """
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         num_tokens = tokens.shape[0]
@@ -487,7 +490,7 @@ class ReferenceModel:
         hidden = self.norm(x, last[0], "transformer.ln_f")
         if record is not None:
             record.append(hidden.clone())
-        return self.logits(hidden), hidden
+        return (self.logits(hidden) if compute_logits else None), hidden
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         stage = self.pp - 1
@@ -504,13 +507,16 @@ class ReferenceModel:
         stage = self.pp - 1
         shared = bool(self.config.get("medusa_shared_lm_head"))
         base_bias = "lm_head.bias" if shared and self.has(self.stage_ranks(stage)[0], "lm_head.bias") else None
-        outs = []
+        if not self.num_medusa_heads:
+            return torch.zeros((0,) + tuple(hidden.shape[:-1]) + (self.vocab,))
+        features = []
         for h in range(self.num_medusa_heads):
             x = hidden
             for layer in range(self.num_medusa_layers):
                 p = f"medusa_heads.{h}.medusa_layers.{layer}.linear."
                 x = x + self.medusa_act(self._column_parallel(x, stage, p + "weight", p + "bias"))
-            proj = "lm_head.weight" if shared else f"medusa_heads.{h}.lm_head.weight"
-            # the base lm_head, bias and all, when shared
-            outs.append(self._column_parallel(x, stage, proj, base_bias)[..., : self.vocab])
-        return torch.stack(outs) if outs else torch.zeros((0,) + tuple(hidden.shape[:-1]) + (self.vocab,))
+            features.append(x)
+        if shared:  # one projection for every head: the base lm_head (bias and all) is read once
+            return self._column_parallel(torch.stack(features), stage, "lm_head.weight", base_bias)[..., : self.vocab]
+        return torch.stack([self._column_parallel(x, stage, f"medusa_heads.{h}.lm_head.weight")[..., : self.vocab]
+                            for h, x in enumerate(features)])
