@@ -7,12 +7,13 @@ kernel (``os.copy_file_range``, falling back to ``pread``/``pwrite``) straight t
 planned offsets in the rank files; no tensor is made. A split along dim 1 (row-parallel
 weights) takes a column slice of every row: it is read once in bounded row chunks and
 cut with numpy. A dtype change is cast chunk by chunk with torch's own cast, the same
-arithmetic the tensor path applies to the whole tensor.
+arithmetic the tensor path applies to the whole tensor; it is the only step here that
+imports torch, so a same-dtype conversion runs without it.
 
 Which bytes go where is not worked out a second time here: the job's own combine and
-split rule run on small integer *stand-ins* (one value per source row and column
-chunk, naming the source, the row and the chunk), so the layout is the one the tensor
-path computes by construction. Jobs that change values (Gemma's ``w + 1``), pickled
+split rule run on small integer *stand-ins* (numpy int64 arrays, one value per source row
+and column chunk, naming the source, the row and the chunk; see trtllm_medusa_ports/arrays.py),
+so the layout is the one the tensor path computes by construction. Jobs that change values (Gemma's ``w + 1``), pickled
 sources and layouts the stand-ins cannot follow keep going through the tensor path.
 
 Every job is classified before anything is written (:class:`MoveKind`), so a test can
