@@ -39,7 +39,7 @@ from trtllm_medusa_ports.archs.base import (
     layer_sources,
     layout_only,
 )
-from trtllm_medusa_ports.arrays import contiguous
+from trtllm_medusa_ports.arrays import Array, contiguous
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
 from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
 from trtllm_medusa_ports.files.byte_moves import (
@@ -64,7 +64,6 @@ from trtllm_medusa_ports.heads.loader import expand_truncated
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
 #: Activation of the Medusa ResBlocks. Medusa heads are trained with SiLU whatever the
@@ -131,7 +130,7 @@ class ConvertResult:
 
 
 @layout_only
-def _first_input(ts: list) -> torch.Tensor | np.ndarray:
+def _first_input(ts: list[Array]) -> Array:
     return ts[0]
 
 
@@ -267,9 +266,10 @@ def _same_values(a: LazyTensor, b: LazyTensor) -> bool:
     """Whether two tensors hold the same values: equal bytes (same dtype) settle it without a tensor
     (NaN aside, which the conversion refuses anyway); otherwise they are compared in float32
     (another dtype, +0 against -0, a pickle)."""
-    if a.offset is not None and b.offset is not None and same_bytes(
-            Source(a.file, a.offset, tuple(a.shape), a.dtype_name), Source(b.file, b.offset, tuple(b.shape), b.dtype_name)):
-        return True
+    if a.offset is not None and b.offset is not None:
+        sa = Source(a.file, a.offset, tuple(a.shape), a.dtype_name)
+        if same_bytes(sa, Source(b.file, b.offset, tuple(b.shape), b.dtype_name)):
+            return True
     import torch
 
     return bool(torch.equal(a.load().float(), b.load().float()))
@@ -409,7 +409,7 @@ def _zeros_loader(n: int) -> Callable[[], list[torch.Tensor]]:
     return load
 
 
-def _shard_for(job: _Job, inputs: list, cfg: dict, rank: int) -> torch.Tensor | np.ndarray:
+def _shard_for(job: _Job, inputs: list[Array], cfg: dict, rank: int) -> Array:
     """One rank's piece of ``job``: torch tensors give a tensor, numpy stand-ins an array."""
     mapping = Mapping.from_config(cfg)
     return contiguous(shard(
