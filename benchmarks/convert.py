@@ -16,8 +16,10 @@ fresh subprocess (peak RSS from os.wait4; anonymous RSS sampled from /proc/self/
   dict in memory, safetensors save_file per rank.
 
 ours and baseline must write the same tensors, bit for bit (checked). The inputs are read once before
-timing, so every contender finds them in the page cache. The load average before each run is
-recorded: these machines are shared, and contention shows in wall times.
+timing, so every contender finds them in the page cache. Before each measured run of every contender,
+outside the timed region, the previous output is removed, ``os.sync()`` flushes every dirty page and
+the script waits SETTLE_S seconds: no contender pays for the writeback of the one before it. The load
+average before each run is recorded: these machines are shared, and contention shows in wall times.
 Run: python benchmarks/convert.py [--sizes 0.5,1,2,4] [--dtypes float16,bfloat16] [--repeat 2] [--out F]
 """
 
@@ -40,6 +42,8 @@ SHARD_BYTES = 400 * 1024**2  # like save_pretrained(max_shard_size="400MB")
 MB = 1e6
 TARGET_DTYPE = "float16"
 CONTENDERS = ("cp", "cp_sync", "ours_cold", "ours", "baseline")  # ours reads the cache ours_cold filled
+#: seconds waited after os.sync() before each measured run (not timed)
+SETTLE_S = 1.0
 
 
 def base_tensors(n_layers: int) -> list[tuple[str, tuple[int, ...]]]:
@@ -210,6 +214,9 @@ def measure(spec: dict) -> dict:
             cmd = ["sh", "-c", '"$@" && find "$0" -type f -exec sync {} +', spec["dst"], *cmd]
     else:
         cmd = [sys.executable, __file__, "--_child", json.dumps(spec)]
+    # the previous contender's (and the removal's) dirty pages go to disk now, not during this run
+    os.sync()
+    time.sleep(SETTLE_S)
     load = os.getloadavg()[0]
     start = time.time()
     proc = subprocess.Popen(cmd, stdout=sys.stderr, env=env)

@@ -1,4 +1,11 @@
-"""The conversion's fast path (files/byte_moves.py): the bytes it writes, and where it is taken."""
+"""The conversion's fast path (files/byte_moves.py): the bytes it writes, where it is taken, and that
+it runs without torch."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -6,12 +13,18 @@ from conftest import tiny_base
 from safetensors.torch import load_file, save_file
 from test_families import VARIANTS
 
+import trtllm_medusa_ports
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.convert import ConvertOptions, convert
 from trtllm_medusa_ports.errors import HeadsError, ModelError
 from trtllm_medusa_ports.files import byte_moves
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
+from trtllm_medusa_ports.fixtures.synthetic import (
+    random_heads,
+    save_heads,
+    save_tiny_base,
+    tiny_config,
+)
 
 ALL = [("LlamaForCausalLM", {}), ("MistralForCausalLM", {}), ("Qwen2ForCausalLM", {}),
        ("BloomForCausalLM", {}), ("MptForCausalLM", {})] + VARIANTS
@@ -110,13 +123,13 @@ def test_value_transforms_and_fused_layouts_take_their_paths(tmp_path, store):
 
 
 def test_trace_follows_the_rules_own_split():
-    src = byte_moves.Source(path=None, offset=0, shape=(8, 4), dtype=torch.float16)
+    src = byte_moves.Source(path=None, offset=0, shape=(8, 4), dtype="float16")
     from trtllm_medusa_ports.sharding import Split, shard
 
     def run(rule, rank):
         return byte_moves.trace([src], [(rank, "w")], lambda ins, r: shard(rule, ins[0], tp_size=2, tp_rank=r),
                                 lambda r, n: shard(rule, torch.empty(8, 4, device="meta"), tp_size=2, tp_rank=r).shape,
-                                torch.float16, 2)
+                                "float16", 2)
 
     col = run(Split.COLUMN, 1)
     assert col.kind is byte_moves.MoveKind.BYTE_COPY
@@ -194,3 +207,95 @@ def test_transformers_shapes_are_cached_per_config_and_still_checked(tmp_path, s
     (base / "config.json").write_text(json.dumps(cfg))
     problems = HFModel(base).weight_problems()
     assert any("model.embed_tokens.weight" in p and "config.json implies" in p for p in problems)
+
+
+# -- byte moves without torch ---------------------------------------------------------------
+_PACKAGE_ROOT = Path(trtllm_medusa_ports.__file__).resolve().parent.parent
+#: runs convert/convert_checkpoint.py as a user does, then reports which heavy modules it imported
+_REPORT = """
+import json, runpy, sys
+script, *args = sys.argv[1:]
+sys.argv = [script, *args]
+try:
+    runpy.run_path(script, run_name="__main__")
+    rc = 0
+except SystemExit as exc:
+    rc = exc.code
+print(json.dumps({"rc": rc, "imported": sorted(m for m in ("torch", "transformers", "safetensors")
+                                              if m in sys.modules)}))
+"""
+
+
+def _cli_convert(base: Path, heads: Path, out: Path, *flags: str) -> tuple[int, list[str], str]:
+    """``convert_checkpoint.py`` in a fresh interpreter: exit code, heavy modules imported, stderr."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+    script = _PACKAGE_ROOT / "convert" / "convert_checkpoint.py"
+    r = subprocess.run([sys.executable, "-c", _REPORT, str(script), "--model_dir", str(base), "--medusa_model_dir",
+                        str(heads), "--output_dir", str(out), "--tp_size", "2", "--quiet", *flags],
+                       capture_output=True, text=True, env=env, timeout=300)
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    return report["rc"], report["imported"], r.stderr
+
+
+def _same_files(a: Path, b: Path) -> None:
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and "config.json" in names and "rank1.safetensors" in names
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), f"{name} differs"
+
+
+@pytest.mark.parametrize("arch, dtype", [("Qwen2ForCausalLM", "float16"), ("Phi3ForCausalLM", "float32"),
+                                         ("GPTNeoXForCausalLM", "float32"), ("FalconForCausalLM", "float32")])
+def test_a_conversion_that_only_moves_bytes_never_imports_torch(tmp_path, store, arch, dtype):
+    # separate q/k/v, [q; k; v] fused with Phi-3's [gate; up] -> [up; gate], per-head interleaved, grouped:
+    # every layout combine is traced on numpy stand-ins
+    if dtype == "float16":
+        base = save_tiny_base(arch, tmp_path / "base", seed=5, dtype=torch.float16)
+        c = tiny_config(arch)
+        heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2, seed=3), tmp_path / "h",
+                           "fasterdecoding-safetensors", dtype=torch.float16)
+    else:
+        base = tiny_base(store, arch)
+        heads = _heads(base, tmp_path / "h")
+    # the reference: every tensor through torch; it also fills the shape cache, as any first conversion does
+    ref = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "ref", dtype=dtype,
+                                 tp_size=2, quiet=True, fast_path=False))
+    fast = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "fast", dtype=dtype,
+                                  tp_size=2, quiet=True))
+    assert set(fast.moves.values()) <= {"byte-copy", "strided"} and "byte-copy" in fast.moves.values()
+    assert ref.config["dtype"] == dtype
+    rc, imported, err = _cli_convert(base, heads, tmp_path / "cli", "--dtype", dtype)
+    assert rc == 0, err
+    assert imported == [], f"a byte-move conversion imported {imported}"
+    _same_files(tmp_path / "cli", tmp_path / "ref")
+
+
+def test_a_dtype_change_imports_torch_and_converts(tmp_path, store):
+    base = tiny_base(store, "Qwen2ForCausalLM")
+    heads = _heads(base, tmp_path / "h")
+    convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "ref", dtype="bfloat16",
+                           tp_size=2, quiet=True, fast_path=False))
+    rc, imported, err = _cli_convert(base, heads, tmp_path / "cli", "--dtype", "bfloat16")
+    assert rc == 0, err
+    assert "torch" in imported and "transformers" not in imported  # the cast needs torch; the shapes are cached
+    _same_files(tmp_path / "cli", tmp_path / "ref")
+    # pickled heads need torch to be read at all, even in the checkpoint's own dtype
+    pt = _heads(base, tmp_path / "pt", "fasterdecoding-pt")
+    rc, imported, err = _cli_convert(base, pt, tmp_path / "pt-out", "--dtype", "float32")
+    assert rc == 0 and "torch" in imported, err
+
+
+@pytest.mark.parametrize("size, chunks", [(8, 2), (7, 3), (5, 4), (3, 5), (0, 2)])
+def test_array_helpers_give_torchs_pieces_on_numpy(size, chunks):
+    import numpy as np
+
+    from trtllm_medusa_ports import arrays
+
+    t = torch.arange(size * 6).reshape(size, 6)
+    for dim in (0, 1):
+        want = [c.numpy() for c in torch.chunk(t, chunks, dim=dim)]
+        got = arrays.chunk(t.numpy(), chunks, dim)
+        assert [g.shape for g in got] == [w.shape for w in want] and all(map(np.array_equal, got, want))
+        assert np.array_equal(arrays.cat(got, dim), t.numpy())
+    assert np.array_equal(arrays.cat([t.numpy(), arrays.zeros_like_rows(t.numpy(), 2)]),
+                          torch.cat([t, torch.zeros(2, 6, dtype=t.dtype)]).numpy())

@@ -442,12 +442,12 @@ def check_heads(hf: HFConfig, heads: MedusaHeads, num_medusa_heads: int | None =
                 "omit --num_medusa_heads: it is read from the heads",
             )
         )
-    if dtype and dtype != "auto" and str(heads.dtype).replace("torch.", "") != dtype:
+    if dtype and dtype != "auto" and heads.dtype_name != dtype:
         out.append(
             Finding(
                 "heads-dtype",
                 INFO,
-                f"the heads are stored as {str(heads.dtype).replace('torch.', '')} and will be cast to {dtype}",
+                f"the heads are stored as {heads.dtype_name} and will be cast to {dtype}",
                 "nothing to do",
             )
         )

@@ -3,9 +3,13 @@
 Data flows one way: lazy HF tensors -> family adapter's weight table ->
 shared split rules (sharding.py) -> streaming, atomic checkpoint writer
 (checkpoint.py). Every source tensor is read once, whatever the number of
-ranks that need a piece of it; shapes are planned on the ``meta`` device before
+ranks that need a piece of it; shapes are planned from the file headers before
 anything is read, so the rank files' headers are written first and tensors are
 streamed into place.
+
+Dtypes are handled by name (files/dtypes.py) and the plan is traced on numpy stand-ins, so a
+conversion whose every job moves bytes (same dtype, safetensors inputs) never imports torch;
+torch is imported the moment a job needs a tensor or a cast.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from tqdm import tqdm
 
 from trtllm_medusa_ports import __version__
@@ -31,8 +35,11 @@ from trtllm_medusa_ports.archs.base import (
     WeightRule,
     adapter_for,
     adapter_for_model_type,
+    is_layout_only,
     layer_sources,
+    layout_only,
 )
+from trtllm_medusa_ports.arrays import Array, contiguous
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
 from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
 from trtllm_medusa_ports.files.byte_moves import (
@@ -41,21 +48,23 @@ from trtllm_medusa_ports.files.byte_moves import (
     MovePlan,
     NonFinite,
     Source,
+    same_bytes,
     trace,
 )
 from trtllm_medusa_ports.files.checkpoint import (
-    DTYPES,
     StreamingSafetensorsFile,
     atomic_output_dir,
-    dtype_name,
     guard_output_dir,
 )
-from trtllm_medusa_ports.files.finite import all_finite
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, is_floating, itemsize, to_torch
 from trtllm_medusa_ports.files.hf_model import HFModel
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
+
+if TYPE_CHECKING:
+    import torch
 
 #: Activation of the Medusa ResBlocks. Medusa heads are trained with SiLU whatever the
 #: base's activation (FasterDecoding medusa_model.py ResBlock); upstream TensorRT-LLM
@@ -120,7 +129,8 @@ class ConvertResult:
         return s
 
 
-def _first_input(ts: list[torch.Tensor]) -> torch.Tensor:
+@layout_only
+def _first_input(ts: list[Array]) -> Array:
     return ts[0]
 
 
@@ -130,7 +140,7 @@ class _Job:
 
     label: str
     load: Callable[[], list[torch.Tensor]]
-    meta: list[torch.Tensor]
+    shapes: list[tuple[int, ...]]  # of the sources
     combine: Callable
     split: Split
     targets: list[tuple[int, str]]  # (rank, checkpoint name)
@@ -159,20 +169,21 @@ def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:
     return adapter
 
 
-def _target_dtype(opts: ConvertOptions, model: HFModel) -> torch.dtype:
+def _target_dtype(opts: ConvertOptions, model: HFModel) -> str:
+    """The checkpoint dtype, by name."""
     if opts.dtype != "auto":
-        if opts.dtype not in DTYPES:
+        if opts.dtype not in CHECKPOINT_DTYPES:
             raise ConversionError(
                 f"--dtype {opts.dtype!r} is not supported", fix="use auto, float32, float16 or bfloat16"
             )
-        return DTYPES[opts.dtype]
-    auto = model.config.torch_dtype
+        return opts.dtype
+    auto = model.config.dtype_name
     if auto is None:
-        floats = [t.dtype for t in model.tensors.values() if t.dtype.is_floating_point]
-        auto = floats[0] if floats else torch.float32
-    if auto not in DTYPES.values():
+        floats = [t.dtype_name for t in model.tensors.values() if is_floating(t.dtype_name)]
+        auto = floats[0] if floats else "float32"
+    if auto not in CHECKPOINT_DTYPES:
         raise ConversionError(
-            f"--dtype auto gives {str(auto).replace('torch.', '')}, which TensorRT-LLM checkpoints do not use",
+            f"--dtype auto gives {auto}, which TensorRT-LLM checkpoints do not use",
             where=str(model.path),
             fix="pass --dtype float16, bfloat16 or float32",
         )
@@ -184,7 +195,7 @@ def build_config(
     model: HFModel,
     heads: MedusaHeads,
     opts: ConvertOptions,
-    dtype: torch.dtype,
+    dtype: str,
     share_lm_head: bool,
 ) -> dict:
     mapping = Mapping(opts.tp_size, opts.pp_size)
@@ -196,7 +207,7 @@ def build_config(
     upstream_ok = adapter.upstream_medusa_base and not share_lm_head and silu_base and opts.pp_size == 1
     cfg: dict = {
         "architecture": "MedusaForCausalLM" if upstream_ok else adapter.ported_architecture(),
-        "dtype": dtype_name(dtype),
+        "dtype": dtype,
         "logits_dtype": "float32",
     }
     cfg.update(fam)
@@ -218,7 +229,7 @@ def build_config(
                 "family": adapter.family,
                 "heads_layout": heads.layout,
                 "heads_source": str(Path(opts.medusa_model_dir).resolve()),
-                "heads_dtype": str(heads.dtype).replace("torch.", ""),
+                "heads_dtype": heads.dtype_name,
             },
         }
     )
@@ -230,8 +241,8 @@ def _choose_sharing(heads: MedusaHeads, opts: ConvertOptions, warnings: list[str
     if heads.shared_lm_head is not None:
         # vLLM original_lm_head: one lm_head.weight for all heads, meant to be the base's.
         base = _base_lm_head(model, adapter)
-        same = base is not None and base.shape == heads.shared_lm_head.shape and torch.equal(
-            base.load().float(), heads.shared_lm_head.load().float())
+        same = base is not None and base.shape == heads.shared_lm_head.shape and _same_values(
+            base, heads.shared_lm_head)
         if not same:
             warnings.append(
                 "the heads' shared lm_head.weight differs from the base model's lm_head: every head "
@@ -251,6 +262,19 @@ def _choose_sharing(heads: MedusaHeads, opts: ConvertOptions, warnings: list[str
     return False
 
 
+def _same_values(a: LazyTensor, b: LazyTensor) -> bool:
+    """Whether two tensors hold the same values: equal bytes (same dtype) settle it without a tensor
+    (NaN aside, which the conversion refuses anyway); otherwise they are compared in float32
+    (another dtype, +0 against -0, a pickle)."""
+    if a.offset is not None and b.offset is not None:
+        sa = Source(a.file, a.offset, tuple(a.shape), a.dtype_name)
+        if same_bytes(sa, Source(b.file, b.offset, tuple(b.shape), b.dtype_name)):
+            return True
+    import torch
+
+    return bool(torch.equal(a.load().float(), b.load().float()))
+
+
 def _base_lm_head(model: HFModel, adapter: ArchAdapter) -> LazyTensor | None:
     rule = next(r for r in adapter.final_rules(model.config) if r.name == "lm_head.weight")
     for names in rule.candidates():
@@ -264,7 +288,7 @@ def plan(
     model: HFModel,
     heads: MedusaHeads,
     cfg: dict,
-    dtype: torch.dtype,
+    dtype: str,
     share_lm_head: bool,
 ) -> list[_Job]:
     """Every job, with its targets; raises before anything is written when a tensor is missing."""
@@ -293,7 +317,7 @@ def plan(
             _Job(
                 label=label,
                 load=lambda srcs=srcs: [s.load() for s in srcs],
-                meta=[torch.empty(s.shape, dtype=dtype, device="meta") for s in srcs],
+                shapes=[tuple(s.shape) for s in srcs],
                 combine=rule.combine,
                 split=rule.split,
                 targets=targets,
@@ -324,14 +348,14 @@ def plan(
             base = f"medusa_heads.{h}.medusa_layers.{layer}.linear"
             for part, ref in (("weight", block.weight), ("bias", block.bias)):
                 if ref is None:  # missing bias: zeros (the loader warned)
-                    loader, shape, lazy = (lambda: [torch.zeros(hidden)]), (hidden,), ()
+                    loader, shape, lazy = _zeros_loader(hidden), (hidden,), ()
                 else:
                     loader, shape, lazy = (lambda ref=ref: [ref.load()]), ref.shape, (ref,)
                 jobs.append(
                     _Job(
                         f"{base}.{part}",
                         loader,
-                        [torch.empty(shape, dtype=dtype, device="meta")],
+                        [tuple(shape)],
                         _first_input,
                         Split.COLUMN,
                         [(r, f"{base}.{part}") for r in last],
@@ -355,7 +379,7 @@ def plan(
                 _Job(
                     f"medusa_heads.{h}.lm_head.weight",
                     load_proj,
-                    [torch.empty(meta_shape, dtype=dtype, device="meta")],
+                    [tuple(meta_shape)],
                     _first_input,
                     Split.VOCAB,
                     [(r, f"medusa_heads.{h}.lm_head.weight") for r in last],
@@ -376,9 +400,19 @@ def plan(
     return jobs
 
 
-def _shard_for(job: _Job, inputs: list[torch.Tensor], cfg: dict, rank: int) -> torch.Tensor:
+def _zeros_loader(n: int) -> Callable[[], list[torch.Tensor]]:
+    def load() -> list[torch.Tensor]:
+        import torch
+
+        return [torch.zeros(n)]
+
+    return load
+
+
+def _shard_for(job: _Job, inputs: list[Array], cfg: dict, rank: int) -> Array:
+    """One rank's piece of ``job``: torch tensors give a tensor, numpy stand-ins an array."""
     mapping = Mapping.from_config(cfg)
-    return shard(
+    return contiguous(shard(
         job.split,
         job.combine(inputs),
         tp_size=mapping.tp_size,
@@ -386,48 +420,40 @@ def _shard_for(job: _Job, inputs: list[torch.Tensor], cfg: dict, rank: int) -> t
         num_kv_heads=cfg["num_key_value_heads"],
         use_parallel_embedding=cfg["use_parallel_embedding"],
         embedding_sharding_dim=cfg["embedding_sharding_dim"],
-    ).contiguous()
+    ))
 
 
 def planned_shape(job: _Job, cfg: dict, rank: int) -> tuple[int, ...]:
     """The shape of ``job``'s tensor on ``rank``, from its source shapes alone (nothing is read).
 
     The job's own combine and split run on one small integer per source row and column chunk
-    (a value transform keeps shapes, so the layout alone is traced); other jobs, and dim-1 splits
-    of widths that do not divide, run on the ``meta`` device, which raises the split's own error.
+    (numpy: a value transform keeps shapes, so the layout alone is traced); other jobs, and dim-1
+    splits of widths that do not divide, run on torch's ``meta`` device, which raises the split's
+    own error.
     """
-    shapes = [tuple(m.shape) for m in job.meta]
+    shapes = job.shapes
     tp = Mapping.from_config(cfg).tp_size
-    traceable = isinstance(job.combine, ValueTransform) or _layout_only(job.combine)
+    traceable = isinstance(job.combine, ValueTransform) or is_layout_only(job.combine)
     if traceable and len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2):
         from trtllm_medusa_ports.files.byte_moves import standin
 
         traced = job if not isinstance(job.combine, ValueTransform) else dataclasses.replace(job, combine=_first_input)
         out = _shard_for(traced, [standin(i, s, tp) for i, s in enumerate(shapes)], cfg, rank)
-        if out.dim() == 1:
+        if out.ndim == 1:
             return (out.shape[0],)
         width = shapes[0][1]
-        if out.dim() == 2 and all(len(s) == 2 and s[1] == width for s in shapes):
+        if out.ndim == 2 and all(len(s) == 2 and s[1] == width for s in shapes):
             if out.shape[1] == tp:
                 return (out.shape[0], width)
             if width % tp == 0:
                 return (out.shape[0], out.shape[1] * (width // tp))
-    return tuple(_shard_for(job, job.meta, cfg, rank).shape)
+    import torch
+
+    meta = [torch.empty(s, device="meta") for s in shapes]
+    return tuple(_shard_for(job, meta, cfg, rank).shape)
 
 
-#: combines that only rearrange rows (archs/base.py); any other combine may compute, so its job
-#: goes through the tensor path
-_LAYOUT_COMBINES = frozenset({"_first", "_as_qkv", "_first_input", "fused_qkv.<locals>.combine",
-                              "per_head_interleaved_qkv.<locals>.combine", "grouped_qkv.<locals>.combine"})
-
-
-def _layout_only(combine: Callable) -> bool:
-    return (not isinstance(combine, ValueTransform)
-            and getattr(combine, "__module__", None) in ("trtllm_medusa_ports.archs.base", __name__)
-            and getattr(combine, "__qualname__", None) in _LAYOUT_COMBINES)
-
-
-def move_plan(job: _Job, cfg: dict, dtype: torch.dtype,
+def move_plan(job: _Job, cfg: dict, dtype: str,
               planned: dict[tuple[int, str], tuple[int, ...]]) -> MovePlan:
     """How ``job`` reaches the rank files: byte copies, strided or converting chunks, or tensors."""
     def tensor(why: str) -> MovePlan:
@@ -437,29 +463,30 @@ def move_plan(job: _Job, cfg: dict, dtype: torch.dtype,
         return tensor("made in memory (zeros, an expanded vocabulary)")
     if any(t.offset is None for t in job.lazy):
         return tensor("a source is not a byte range of a file (a pickle)")
-    if not _layout_only(job.combine):
-        return tensor("the combine changes values or is not known to be a pure layout")
-    if any(t.dtype not in DTYPES.values() for t in job.lazy):
+    if not is_layout_only(job.combine):
+        return tensor("the combine changes values or is not marked as a pure layout (archs/base.py layout_only)")
+    if any(t.dtype_name not in CHECKPOINT_DTYPES for t in job.lazy):
         return tensor("a source dtype the checkpoint does not use")
-    sources = [Source(t.file, t.offset, tuple(t.shape), t.dtype) for t in job.lazy]
+    sources = [Source(t.file, t.offset, tuple(t.shape), t.dtype_name) for t in job.lazy]
     return trace(sources, job.targets, lambda standins, rank: _shard_for(job, standins, cfg, rank),
                  lambda rank, name: planned[(rank, name)], dtype, Mapping.from_config(cfg).tp_size)
 
 
-def job_inputs(job: _Job, dtype: torch.dtype) -> tuple[_Job, list[torch.Tensor]]:
-    """The job's source tensors in the checkpoint dtype, and the job to shard them with.
+def job_inputs(job: _Job, dtype: str) -> tuple[_Job, list[torch.Tensor]]:
+    """The job's source tensors in the checkpoint dtype (by name), and the job to shard them with.
 
     A :class:`ValueTransform` is applied in float32 before the cast, as upstream's converters do.
     """
+    target = to_torch(dtype)
     if isinstance(job.combine, ValueTransform):
-        return dataclasses.replace(job, combine=_first_input), [job.combine(job.load()).to(dtype)]
-    return job, [t.to(dtype) for t in job.load()]
+        return dataclasses.replace(job, combine=_first_input), [job.combine(job.load()).to(target)]
+    return job, [t.to(target) for t in job.load()]
 
 
-def base_jobs(model: HFModel, adapter: ArchAdapter, cfg: dict, dtype: torch.dtype) -> list[_Job]:
+def base_jobs(model: HFModel, adapter: ArchAdapter, cfg: dict, dtype: str) -> list[_Job]:
     """The jobs of the base model alone (no Medusa heads), for a checkpoint config ``cfg``."""
     none = MedusaHeads(layout="none", source=model.path, num_heads=0, num_layers=0, hidden_size=0, vocab_size=None,
-                       dtype=dtype, blocks=[], lm_heads=None)
+                       dtype_name=dtype, blocks=[], lm_heads=None)
     return plan(adapter, model, none, cfg, dtype, share_lm_head=True)
 
 
@@ -518,7 +545,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         medusa_choices=opts.medusa_choices,
         use_parallel_embedding=opts.use_parallel_embedding,
         embedding_sharding_dim=opts.embedding_sharding_dim,
-        dtype=dtype_name(dtype),
+        dtype=dtype,
     )
     errors = errors_of(findings)
     if errors and opts.allow_unsupported and all(f.overridable for f in errors):
@@ -538,8 +565,8 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     jobs = plan(adapter, model, heads, cfg, dtype, share)
     mapping = Mapping(opts.tp_size, opts.pp_size)
 
-    # Plan every rank file's layout on the meta device (no data read).
-    entries: dict[int, list[tuple[str, torch.dtype, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
+    # Plan every rank file's layout from the source shapes (no data read).
+    entries: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
     for job in jobs:
         for rank, name in job.targets:
             entries[rank].append((name, dtype, planned_shape(job, cfg, rank)))
@@ -549,7 +576,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
              MovePlan(MoveKind.TENSOR, why="fast path off") for job in jobs]
 
     padded_vocab = mapping.padded_vocab(cfg["vocab_size"])
-    saved = heads.num_heads * padded_vocab * heads.hidden_size * torch.empty((), dtype=dtype).element_size() if share else 0
+    saved = heads.num_heads * padded_vocab * heads.hidden_size * itemsize(dtype) if share else 0
 
     try:
         total_bytes = _write(opts, jobs, moves, entries, cfg, dtype, warnings, inputs)
@@ -572,7 +599,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
 
 
 def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict,
-           dtype: torch.dtype, warnings: list[str], inputs: dict[str, Path]) -> int:
+           dtype: str, warnings: list[str], inputs: dict[str, Path]) -> int:
     """Stream every job into the rank files of a new output directory; the bytes written."""
     with atomic_output_dir(Path(opts.output_dir), overwrite=opts.overwrite, inputs=inputs) as tmp:
         files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r]) for r in entries}
@@ -583,12 +610,14 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
             def non_finite(job: _Job) -> Exception:
                 err = HeadsError if job.label.startswith("medusa_heads") else ModelError
                 return err(
-                    f"tensor for {job.label} holds NaN/Inf after casting to {dtype_name(dtype)}"
+                    f"tensor for {job.label} holds NaN/Inf after casting to {dtype}"
                     + (f" (from {', '.join(job.sources)})" if job.sources else ""),
                     fix="the weights are damaged, or overflow this dtype: try --dtype float32/bfloat16",
                 )
 
             whole_tensors = threading.Semaphore(opts.workers)
+            if any(m.kind in (MoveKind.TENSOR, MoveKind.CONVERT) for m in moves):
+                import torch  # noqa: F401  (tensors or casts ahead: imported once, before the threads start)
 
             def run(job: _Job, move: MovePlan) -> None:
                 if move.kind is not MoveKind.TENSOR:
@@ -600,6 +629,8 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
                         files[rank].written(name)
                     bar.update(1)
                     return
+                from trtllm_medusa_ports.files.finite import all_finite
+
                 with whole_tensors:  # at most --workers whole tensors in memory
                     job, inputs = job_inputs(job, dtype)
                     for t in inputs:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-import torch
+from trtllm_medusa_ports.arrays import Array, cat, chunk, zeros_like_rows
 
 
 class Split(enum.Enum):
@@ -79,12 +79,12 @@ def pad_vocab_size(vocab_size: int, tp_size: int) -> int:
     return -(-vocab_size // tp_size) * tp_size
 
 
-def split(t: torch.Tensor, tp_size: int, tp_rank: int, dim: int) -> torch.Tensor:
+def split(t: Array, tp_size: int, tp_rank: int, dim: int) -> Array:
     if tp_size == 1:
         return t
     if t.shape[dim] % tp_size:
         raise ValueError(f"dimension {dim} of size {t.shape[dim]} does not divide by tp_size {tp_size}")
-    return torch.chunk(t, tp_size, dim=dim)[tp_rank]
+    return chunk(t, tp_size, dim)[tp_rank]
 
 
 def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
@@ -93,14 +93,14 @@ def kv_heads_per_rank(num_kv_heads: int, tp_size: int) -> int:
 
 
 def split_qkv(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
+    q: Array,
+    k: Array,
+    v: Array,
     *,
     num_kv_heads: int,
     tp_size: int,
     tp_rank: int,
-) -> torch.Tensor:
+) -> Array:
     """One rank's fused qkv: its query heads, then its KV heads, concatenated on dim 0.
 
     Works for weights ``[heads*head_dim, in]`` and biases ``[heads*head_dim]``.
@@ -116,40 +116,42 @@ def split_qkv(
         head = tp_rank * num_kv_heads // tp_size
         k_r = k[head * head_dim : (head + 1) * head_dim]
         v_r = v[head * head_dim : (head + 1) * head_dim]
-    return torch.cat([q_r, k_r, v_r], dim=0)
+    return cat([q_r, k_r, v_r], dim=0)
 
 
-def pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+def pad_rows(t: Array, rows: int) -> Array:
     if t.shape[0] == rows:
         return t
-    pad = torch.zeros((rows - t.shape[0],) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
-    return torch.cat([t, pad], dim=0)
+    return cat([t, zeros_like_rows(t, rows - t.shape[0])], dim=0)
 
 
 def shard(
     rule: Split,
-    tensor: torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    tensor: Array | tuple[Array, Array, Array],
     *,
     tp_size: int,
     tp_rank: int,
     num_kv_heads: int = 0,
     use_parallel_embedding: bool = False,
     embedding_sharding_dim: int = 0,
-) -> torch.Tensor:
-    """Apply one split rule for one rank. ``tensor`` is (q, k, v) for :attr:`Split.QKV`."""
+) -> Array:
+    """Apply one split rule for one rank. ``tensor`` is (q, k, v) for :attr:`Split.QKV`.
+
+    Works on torch tensors and on numpy arrays (the byte path's stand-ins; see arrays.py).
+    """
     if rule is Split.QKV:
         q, k, v = tensor  # type: ignore[misc]
         return split_qkv(q, k, v, num_kv_heads=num_kv_heads, tp_size=tp_size, tp_rank=tp_rank)
-    assert isinstance(tensor, torch.Tensor)
+    assert not isinstance(tensor, tuple), f"{rule} takes one tensor"
     if rule is Split.REPLICATE:
         return tensor
     if rule is Split.COLUMN:
         return split(tensor, tp_size, tp_rank, 0)
     if rule is Split.COLUMN_PAIR:
-        a, b = tensor.chunk(2, dim=0)
-        return torch.cat([split(a, tp_size, tp_rank, 0), split(b, tp_size, tp_rank, 0)], dim=0)
+        a, b = chunk(tensor, 2, 0)
+        return cat([split(a, tp_size, tp_rank, 0), split(b, tp_size, tp_rank, 0)], dim=0)
     if rule is Split.ROW:
-        return split(tensor, tp_size, tp_rank, tensor.dim() - 1)
+        return split(tensor, tp_size, tp_rank, tensor.ndim - 1)
     if rule is Split.VOCAB:
         padded = pad_rows(tensor, pad_vocab_size(tensor.shape[0], tp_size))
         return split(padded, tp_size, tp_rank, 0)

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import TreeError
 from trtllm_medusa_ports.files.jsonfile import require_regular_file
+
+if TYPE_CHECKING:
+    import torch
 
 #: Default bound on top-k indices: FasterDecoding's ``TOPK = 10``
 #: (medusa/model/utils.py); every published preset uses indices < 10.
@@ -258,6 +260,8 @@ class MedusaTree:
     @cached_property
     def attention_mask(self) -> torch.Tensor:
         """Bool ``[T, T]``: row i may attend to tree token j (itself, ancestors, root)."""
+        import torch
+
         n = self.num_tokens
         mask = torch.zeros(n, n, dtype=torch.bool)
         for i in range(n):
@@ -310,6 +314,8 @@ class MedusaTree:
 
     def packed_mask_words(self, max_draft_len: int | None = None) -> list[list[int]]:
         """Packed mask padded to ``ceil((max_draft_len + 1) / 32)`` words per row (engine input width)."""
+        import torch
+
         total = self.num_tokens if max_draft_len is None else max_draft_len + 1
         padded = torch.zeros(self.num_tokens, total, dtype=torch.bool)
         padded[:, : self.num_tokens] = self.attention_mask
@@ -352,6 +358,8 @@ def pack_mask(mask: torch.Tensor) -> list[list[int]]:
 
 def unpack_mask(packed: torch.Tensor | list[list[int]], num_tokens: int) -> torch.Tensor:
     """Inverse of :func:`pack_mask`: int32 words ``[T, W]`` -> bool ``[T, num_tokens]``."""
+    import torch
+
     words = torch.as_tensor(packed, dtype=torch.int64) & 0xFFFFFFFF
     bits = torch.arange(32, dtype=torch.int64)
     expanded = ((words.unsqueeze(-1) >> bits) & 1).bool()  # [T, W, 32]

@@ -26,7 +26,8 @@ import torch
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.base import Semantics, ValueTransform, layer_sources
 from trtllm_medusa_ports.errors import ModelError
-from trtllm_medusa_ports.files.checkpoint import DTYPES, read_checkpoint
+from trtllm_medusa_ports.files.checkpoint import read_checkpoint
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.reference.decoding import medusa_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
@@ -391,7 +392,7 @@ def _verify(
         raise ModelError(f"--max_new_tokens {max_new_tokens} must be at least 1", fix="e.g. --max_new_tokens 32")
     ckpt = read_checkpoint(checkpoint_dir)
     ref = ReferenceModel(ckpt)
-    dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
+    dtype = to_torch(_checkpoint_dtype(ckpt.config))
     hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")))
     arithmetic = engine_arithmetic(hf, ref.semantics)
     adjustments = [a.description for a in arithmetic]
@@ -537,6 +538,12 @@ def _tree_for(spec: str, num_heads: int) -> tuple[MedusaTree, str | None]:
     return MedusaTree.from_spec(paths, num_heads=num_heads), pruned
 
 
+def _checkpoint_dtype(cfg: dict) -> str:
+    """The checkpoint's dtype by name (float32 where config.json names none a checkpoint uses)."""
+    dtype = cfg.get("dtype")
+    return dtype if dtype in CHECKPOINT_DTYPES else "float32"
+
+
 def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
     """The first checkpoint tensor (in conversion order) that differs from what the converter
     makes of the Hugging Face weights today, or None when every base tensor matches.
@@ -550,7 +557,7 @@ def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
     adapter = adapter_for(ckpt.config.get("base_architecture") or "")
     if adapter is None:
         return None
-    dtype = DTYPES.get(ckpt.config.get("dtype"), torch.float32)
+    dtype = _checkpoint_dtype(ckpt.config)
     try:
         jobs = base_jobs(HFModel(model_dir), adapter, ckpt.config, dtype)
     except Exception as exc:  # the weights cannot even be planned: say so in the hint

@@ -17,23 +17,43 @@ import enum
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
-
+from trtllm_medusa_ports.arrays import Array
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
+if TYPE_CHECKING:
+    import torch
+
 #: Combine the loaded HF tensors of one rule into one tensor, or (q, k, v) for Split.QKV.
-Combine = Callable[[list[torch.Tensor]], "torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]"]
+Combine = Callable[[list[Array]], "Array | tuple[Array, Array, Array]"]
 
 
-def _first(ts: list[torch.Tensor]) -> torch.Tensor:
+def layout_only(combine: Callable) -> Callable:
+    """Mark a combine that only rearranges rows and columns (no value changes).
+
+    A marked combine must work on numpy arrays as well as torch tensors - slicing, ``reshape`` and
+    the helpers of trtllm_medusa_ports/arrays.py - because files/byte_moves.py runs it on integer
+    stand-ins to find which bytes go where, and then moves those bytes without making a tensor.
+    Unmarked combines take the whole-tensor path.
+    """
+    combine.layout_only = True  # type: ignore[attr-defined]
+    return combine
+
+
+def is_layout_only(combine: Callable) -> bool:
+    return getattr(combine, "layout_only", False) is True and not isinstance(combine, ValueTransform)
+
+
+@layout_only
+def _first(ts: list[Array]) -> Array:
     return ts[0]
 
 
-def _as_qkv(ts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+@layout_only
+def _as_qkv(ts: list[Array]) -> tuple[Array, Array, Array]:
     q, k, v = ts
     return q, k, v
 
@@ -65,7 +85,8 @@ _BIAS_SPLIT = {Split.ROW: Split.REPLICATE, Split.EMBEDDING: Split.REPLICATE}
 def fused_qkv(num_heads: int, num_kv: int, head_size: int) -> Combine:
     """``[q; k; v]`` stacked rows (Phi-3 ``qkv_proj``, MPT ``Wqkv``)."""
 
-    def combine(ts: list[torch.Tensor]):
+    @layout_only
+    def combine(ts: list[Array]):
         t = ts[0]
         q, k = num_heads * head_size, num_kv * head_size
         return t[:q], t[q : q + k], t[q + k : q + 2 * k]
@@ -80,7 +101,8 @@ def per_head_interleaved_qkv(num_heads: int, head_size: int) -> Combine:
     (examples/models/contrib/{gptneox,bloom}/convert_checkpoint.py).
     """
 
-    def combine(ts: list[torch.Tensor]):
+    @layout_only
+    def combine(ts: list[Array]):
         t = ts[0]
         rest = tuple(t.shape[1:])
         v = t.reshape((num_heads, 3, head_size) + rest)
@@ -97,7 +119,8 @@ def grouped_qkv(num_heads: int, num_kv: int, head_size: int) -> Combine:
     tensorrt_llm/models/falcon/convert.py reorders the same way.
     """
 
-    def combine(ts: list[torch.Tensor]):
+    @layout_only
+    def combine(ts: list[Array]):
         t = ts[0]
         rest = tuple(t.shape[1:])
         per = num_heads // num_kv
@@ -531,6 +554,8 @@ def rope_inv_freq(rotary_dim: int, base: float, scaling: dict | None) -> torch.T
     ``linear`` divides positions by ``factor`` (same as dividing inv_freq); ``llama3``
     rescales long wavelengths (tensorrt_llm/functional.py ``RopeEmbeddingUtils``).
     """
+    import torch
+
     inv = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
     if not scaling:
         return inv

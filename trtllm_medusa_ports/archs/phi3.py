@@ -13,8 +13,6 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-import torch
-
 from trtllm_medusa_ports.archs.base import (
     Deviation,
     MlpKind,
@@ -22,18 +20,21 @@ from trtllm_medusa_ports.archs.base import (
     Semantics,
     Source,
     fused_qkv,
+    layout_only,
     register,
 )
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.arrays import Array, cat, chunk
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 _L = "model.layers.{i}."
 
 
-def _up_then_gate(ts: list[torch.Tensor]) -> torch.Tensor:
-    gate, up = ts[0].chunk(2, dim=0)
-    return torch.cat([up, gate], dim=0)
+@layout_only
+def _up_then_gate(ts: list[Array]) -> Array:
+    gate, up = chunk(ts[0], 2, 0)
+    return cat([up, gate], dim=0)
 
 
 @register

@@ -7,12 +7,13 @@ kernel (``os.copy_file_range``, falling back to ``pread``/``pwrite``) straight t
 planned offsets in the rank files; no tensor is made. A split along dim 1 (row-parallel
 weights) takes a column slice of every row: it is read once in bounded row chunks and
 cut with numpy. A dtype change is cast chunk by chunk with torch's own cast, the same
-arithmetic the tensor path applies to the whole tensor.
+arithmetic the tensor path applies to the whole tensor; it is the only step here that
+imports torch, so a same-dtype conversion runs without it.
 
 Which bytes go where is not worked out a second time here: the job's own combine and
-split rule run on small integer *stand-ins* (one value per source row and column
-chunk, naming the source, the row and the chunk), so the layout is the one the tensor
-path computes by construction. Jobs that change values (Gemma's ``w + 1``), pickled
+split rule run on small integer *stand-ins* (numpy int64 arrays, one value per source row
+and column chunk, naming the source, the row and the chunk; see trtllm_medusa_ports/arrays.py),
+so the layout is the one the tensor path computes by construction. Jobs that change values (Gemma's ``w + 1``), pickled
 sources and layouts the stand-ins cannot follow keep going through the tensor path.
 
 Every job is classified before anything is written (:class:`MoveKind`), so a test can
@@ -31,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
+
+from trtllm_medusa_ports.files.dtypes import BY_NAME, itemsize, to_torch
 
 #: bytes of source read per chunk on the strided and converting paths (per thread)
 CHUNK_BYTES = 2 << 20
@@ -42,14 +44,9 @@ _SRC_BITS, _ROW_BITS, _COL_BITS = 40, 32, 8
 _ROW_MASK = (1 << _ROW_BITS) - 1
 _COL_MASK = (1 << _COL_BITS) - 1
 
-#: integer view and exponent mask of each float dtype: a value is NaN/Inf exactly when every
-#: exponent bit is set (files/finite.py checks tensors the same way)
-_EXPONENT = {
-    torch.float16: (np.uint16, 0x7C00),
-    torch.bfloat16: (np.uint16, 0x7F80),
-    torch.float32: (np.uint32, 0x7F800000),
-    torch.float64: (np.uint64, 0x7FF0000000000000),
-}
+#: integer view and exponent mask of each float dtype (by name): a value is NaN/Inf exactly when
+#: every exponent bit is set (files/finite.py checks tensors the same way)
+_EXPONENT = {d.name: (np.dtype(d.bits), d.exponent) for d in BY_NAME.values() if d.bits}
 
 
 class MoveKind(str, enum.Enum):
@@ -57,18 +54,18 @@ class MoveKind(str, enum.Enum):
 
     BYTE_COPY = "byte-copy"  # same dtype, whole rows: the kernel copies byte ranges
     STRIDED = "strided"  # same dtype, column slices (dim-1 splits): chunked reads, numpy slicing
-    CONVERT = "convert"  # dtype change of a pure layout: chunked reads, torch's cast per chunk
+    CONVERT = "convert"  # dtype change of a pure layout: chunked reads, torch's cast per chunk (imports torch)
     TENSOR = "tensor"  # value transforms, pickles, generated tensors: the whole-tensor path
 
 
 @dataclass(frozen=True)
 class Source:
-    """A source tensor as a byte range of a file."""
+    """A source tensor as a byte range of a file; ``dtype`` by name (files/dtypes.py)."""
 
     path: Path
     offset: int
     shape: tuple[int, ...]
-    dtype: torch.dtype
+    dtype: str
 
     @property
     def rows(self) -> int:
@@ -81,7 +78,7 @@ class Source:
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=self.dtype).element_size()
+        return itemsize(self.dtype)
 
     @property
     def row_bytes(self) -> int:
@@ -116,24 +113,27 @@ class MovePlan:
     sources: list[Source] = field(default_factory=list)
     pieces: list[Piece] = field(default_factory=list)
     targets: list[tuple[int, str]] = field(default_factory=list)
-    dtype: torch.dtype = torch.float32  # the checkpoint dtype
+    dtype: str = "float32"  # the checkpoint dtype, by name
     why: str = ""  # for TENSOR: why the fast path does not apply
 
 
-def standin(index: int, shape: tuple[int, ...], tp_size: int) -> torch.Tensor:
-    """One int64 per row (vector) or per row and column chunk (matrix): source, row + 1, chunk."""
-    rows = ((torch.arange(shape[0], dtype=torch.int64) + 1) << _COL_BITS) | (index << _SRC_BITS)
+def standin(index: int, shape: tuple[int, ...], tp_size: int) -> np.ndarray:
+    """One int64 per row (vector) or per row and column chunk (matrix): source, row + 1, chunk.
+
+    A numpy array: the split rules and layout combines run on it as on a tensor (arrays.py).
+    """
+    rows = ((np.arange(shape[0], dtype=np.int64) + 1) << _COL_BITS) | np.int64(index << _SRC_BITS)
     if len(shape) == 1:
         return rows
-    return rows[:, None] | torch.arange(tp_size, dtype=torch.int64)[None, :]
+    return rows[:, None] | np.arange(tp_size, dtype=np.int64)[None, :]
 
 
 def trace(
     sources: Sequence[Source],
     targets: Sequence[tuple[int, str]],
-    shard: Callable[[list[torch.Tensor], int], torch.Tensor],
+    shard: Callable[[list[np.ndarray], int], np.ndarray],
     planned_shape: Callable[[int, str], tuple[int, ...]],
-    dtype: torch.dtype,
+    dtype: str,
     tp_size: int,
 ) -> MovePlan:
     """The byte moves that make every target of one job, found by sharding stand-ins.
@@ -156,12 +156,12 @@ def trace(
         return tensor("too large to trace")
     chunk = width // tp_size if len(sources[0].shape) == 2 and width % tp_size == 0 else width
     standins = [standin(i, s.shape, tp_size) for i, s in enumerate(sources)]
-    out_itemsize = torch.empty((), dtype=dtype).element_size()
+    out_itemsize = itemsize(dtype)
     pieces: list[Piece] = []
     for rank, name in targets:
         got = shard(standins, rank)
         shape = tuple(planned_shape(rank, name))
-        v = got.numpy()
+        v = np.asarray(got)
         if v.ndim == 1:
             v = v[:, None]
             if len(shape) != 1 or v.shape[0] != shape[0]:
@@ -334,15 +334,17 @@ class ByteMover:
         fd = self._fd(s.path)
         rows_per = max(1, CHUNK_BYTES // max(1, s.row_bytes))
         buf = bytearray(min(s.rows, rows_per) * s.row_bytes)
-        out_item = torch.empty((), dtype=plan.dtype).element_size()
+        out_item = itemsize(plan.dtype)
         convert = s.dtype != plan.dtype
+        if convert:
+            import torch  # the cast is torch's, element for element the tensor path's
         spec = _EXPONENT.get(s.dtype)
         for a in range(0, s.rows, rows_per):
             b = min(s.rows, a + rows_per)
             view = memoryview(buf)[: (b - a) * s.row_bytes]
             _pread_into(fd, view, s.offset + a * s.row_bytes, s.path)
             if convert:  # torch's cast, element by element as the tensor path's t.to(dtype)
-                cast = torch.frombuffer(view, dtype=s.dtype).to(plan.dtype)
+                cast = torch.frombuffer(view, dtype=to_torch(s.dtype)).to(to_torch(plan.dtype))
                 out_spec = _EXPONENT[plan.dtype]
                 if _non_finite(cast.view(torch.uint8).numpy().view(out_spec[0]), out_spec[1]):
                     raise NonFinite(s.path)
@@ -359,3 +361,23 @@ class ByteMover:
                 dest_row = (p.col_end - p.col_start) * out_item
                 _pwrite_all(self.rank_fd(p.rank), part,
                             self.slot_offset(p.rank, p.name) + p.dest_offset + (r0 - p.row_start) * dest_row)
+
+
+def same_bytes(a: Source, b: Source) -> bool:
+    """Whether two sources hold the same dtype, shape and bytes (read in chunks; no tensor made)."""
+    if (a.dtype, a.shape) != (b.dtype, b.shape):
+        return False
+    fa, fb = os.open(a.path, os.O_RDONLY), os.open(b.path, os.O_RDONLY)
+    try:
+        buf_a, buf_b = bytearray(min(a.nbytes, CHUNK_BYTES)), bytearray(min(a.nbytes, CHUNK_BYTES))
+        for rel in range(0, a.nbytes, CHUNK_BYTES):
+            n = min(CHUNK_BYTES, a.nbytes - rel)
+            va, vb = memoryview(buf_a)[:n], memoryview(buf_b)[:n]
+            _pread_into(fa, va, a.offset + rel, a.path)
+            _pread_into(fb, vb, b.offset + rel, b.path)
+            if va != vb:
+                return False
+        return True
+    finally:
+        os.close(fa)
+        os.close(fb)

@@ -27,35 +27,21 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError
+from trtllm_medusa_ports.files.dtypes import BY_NAME, itemsize, name_of
 from trtllm_medusa_ports.files.jsonfile import read_json
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_safetensors
 
-_DTYPE_NAMES = {
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int32: "I32",
-    torch.int64: "I64",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return {v: k for k, v in DTYPES.items()}[dtype]
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
 class TensorSlot:
     name: str
-    dtype: torch.dtype
+    dtype: str  # by name (files/dtypes.py)
     shape: tuple[int, ...]
     offset: int  # absolute offset of the data in the file
 
@@ -64,7 +50,7 @@ class TensorSlot:
         n = 1
         for s in self.shape:
             n *= s
-        return n * torch.empty((), dtype=self.dtype).element_size()
+        return n * itemsize(self.dtype)
 
 
 class StreamingSafetensorsFile:
@@ -73,7 +59,8 @@ class StreamingSafetensorsFile:
     ``write`` may be called from several threads (``os.pwrite`` at fixed offsets).
     """
 
-    def __init__(self, path: Path, entries: list[tuple[str, torch.dtype, tuple[int, ...]]]):
+    def __init__(self, path: Path, entries: list[tuple[str, str, tuple[int, ...]]]):
+        """``entries``: (tensor name, dtype name, shape) in file order."""
         self.path = path
         header: dict = {"__metadata__": {"format": "pt"}}
         offset = 0
@@ -84,9 +71,9 @@ class StreamingSafetensorsFile:
             n = 1
             for s in shape:
                 n *= s
-            size = n * torch.empty((), dtype=dtype).element_size()
+            size = n * itemsize(dtype)
             rel[name] = (offset, offset + size)
-            header[name] = {"dtype": _DTYPE_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
+            header[name] = {"dtype": BY_NAME[dtype].safetensors, "shape": list(shape), "data_offsets": [offset, offset + size]}
             offset += size
         blob = json.dumps(header, separators=(",", ":")).encode()
         blob += b" " * (-len(blob) % 8)  # safetensors aligns the data start to 8 bytes
@@ -103,10 +90,12 @@ class StreamingSafetensorsFile:
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
         slot = self.slots[name]
-        if tensor.dtype != slot.dtype or tuple(tensor.shape) != slot.shape:
+        if name_of(tensor.dtype) != slot.dtype or tuple(tensor.shape) != slot.shape:
             raise AssertionError(
-                f"{name}: planned {slot.dtype} {list(slot.shape)}, got {tensor.dtype} {list(tensor.shape)}"
+                f"{name}: planned {slot.dtype} {list(slot.shape)}, got {name_of(tensor.dtype)} {list(tensor.shape)}"
             )
+        import torch  # a tensor was made: torch is loaded already
+
         data = tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy()
         view = memoryview(data)
         pos = slot.offset

@@ -12,9 +12,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from trtllm_medusa_ports.errors import ModelError, PortError
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.jsonfile import read_json
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_tensor_files, weight_files
 
@@ -118,9 +117,11 @@ class HFConfig:
         return str(self.data.get("model_type", ""))
 
     @property
-    def torch_dtype(self) -> torch.dtype | None:
+    def dtype_name(self) -> str | None:
+        """The weights' dtype as config.json names it (``torch_dtype``, or transformers 5's ``dtype``),
+        when it is one a checkpoint can use; None otherwise."""
         v = self.data.get("torch_dtype") or self.data.get("dtype")
-        return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}.get(v)
+        return v if v in CHECKPOINT_DTYPES else None
 
     @property
     def rope_theta(self) -> float:
@@ -173,7 +174,7 @@ class HFConfig:
 
 
 #: dtypes a base model's weights may have
-WEIGHT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+WEIGHT_DTYPES = CHECKPOINT_DTYPES
 
 
 class HFModel:
@@ -208,8 +209,8 @@ class HFModel:
         patterns = [re.compile(p) for p in ignored]
         out = []
         for name, t in self.tensors.items():
-            if t.dtype not in WEIGHT_DTYPES and not any(p.fullmatch(name) for p in patterns):
-                out.append(f"{name} is {str(t.dtype).replace('torch.', '')} ({t.file.name}); "
+            if t.dtype_name not in WEIGHT_DTYPES and not any(p.fullmatch(name) for p in patterns):
+                out.append(f"{name} is {t.dtype_name} ({t.file.name}); "
                            "expected float32, float16 or bfloat16")
         expected = self.expected_shapes()
         for name, shape in expected.items():
@@ -235,6 +236,7 @@ class HFModel:
         try:
             import warnings
 
+            import torch
             from transformers import AutoConfig, AutoModelForCausalLM
             from transformers.utils import logging as hf_logging
 

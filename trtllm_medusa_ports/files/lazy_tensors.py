@@ -14,34 +14,28 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.files.dtypes import BY_SAFETENSORS, itemsize, name_of, to_torch
 from trtllm_medusa_ports.files.jsonfile import parse_json, read_json, require_regular_file
 
-_ST_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
 class LazyTensor:
-    """A tensor in a file: its name, shape and dtype are known, its data is not read yet."""
+    """A tensor in a file: its name, shape and dtype are known, its data is not read yet.
+
+    The dtype is kept by name (``dtype_name``, e.g. ``"bfloat16"``): indexing files and planning a
+    conversion never import torch; ``dtype`` and ``load()`` do.
+    """
 
     name: str
     file: Path
     shape: tuple[int, ...]
-    dtype: torch.dtype
+    dtype_name: str
     _loader: Callable[[], torch.Tensor] = field(repr=False)
     #: where the raw little-endian data starts in ``file`` (safetensors only; None: not a byte range,
     #: e.g. a pickle), so that a conversion can move the bytes without making a tensor
@@ -51,17 +45,19 @@ class LazyTensor:
         return self._loader()
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype (imports torch)."""
+        return to_torch(self.dtype_name)
+
+    @property
     def nbytes(self) -> int:
         n = 1
         for s in self.shape:
             n *= s
-        return n * torch.empty((), dtype=self.dtype).element_size()
+        return n * itemsize(self.dtype_name)
 
     def where(self) -> str:
         return f"{self.file} [{self.name}]"
-
-
-_ST_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 
 
 def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
@@ -104,8 +100,8 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
         except (KeyError, TypeError, ValueError):
             raise bad(f"not a readable safetensors file (bad header entry for {name!r}: dtype, shape and "
                       "data_offsets must be a string, non-negative integers and two offsets)") from None
-        dtype = _ST_DTYPES.get(code)
-        if dtype is None:
+        info = BY_SAFETENSORS.get(code)
+        if info is None:
             raise error(
                 f"tensor {name!r} has dtype {code}, which this toolkit does not read",
                 where=str(path),
@@ -114,11 +110,15 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
         count = 1
         for d in shape:
             count *= d
-        if end - begin != count * _ST_ITEMSIZE[code] or begin > end or data_start + end > size:
+        if end - begin != count * info.itemsize or begin > end or data_start + end > size:
             raise bad(f"tensor {name!r} lies outside the file or has the wrong byte size (truncated?)")
         spans.append((begin, end, name))
 
-        def loader(offset=data_start + begin, nbytes=end - begin, dtype=dtype, shape=shape, name=name) -> torch.Tensor:
+        def loader(offset=data_start + begin, nbytes=end - begin, dtype=info.name, shape=shape,
+                   name=name) -> torch.Tensor:
+            import torch
+
+            dtype = to_torch(dtype)
             if nbytes == 0:
                 return torch.empty(shape, dtype=dtype)
             buf = bytearray(nbytes)
@@ -132,7 +132,7 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
                     got += chunk
             return torch.frombuffer(buf, dtype=dtype).reshape(shape)
 
-        out[name] = LazyTensor(name, path, shape, dtype, loader, offset=data_start + begin)
+        out[name] = LazyTensor(name, path, shape, info.name, loader, offset=data_start + begin)
     spans.sort()
     for (_b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:], strict=False):
         if b1 < e0 and e1 > b1:  # two tensors share bytes: one would silently read the other's data
@@ -149,6 +149,8 @@ def read_pickle(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
 
     With ``mmap=True`` (zip-format files) tensor data stays on disk until touched.
     """
+    import torch
+
     require_regular_file(path, error, "point at the weight files the model was saved with")
     try:
         try:
@@ -185,7 +187,7 @@ def read_pickle(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
                 where=str(path),
                 fix="save a flat dict of tensors (a state_dict), nothing else",
             )
-        out[str(name)] = LazyTensor(str(name), path, tuple(value.shape), value.dtype, lambda v=value: v)
+        out[str(name)] = LazyTensor(str(name), path, tuple(value.shape), name_of(value.dtype), lambda v=value: v)
     return out
 
 

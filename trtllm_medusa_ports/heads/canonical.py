@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import HeadsError
-from trtllm_medusa_ports.files.finite import all_finite, count_non_finite
+from trtllm_medusa_ports.files.dtypes import to_torch
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -37,12 +39,17 @@ class MedusaHeads:
     num_layers: int
     hidden_size: int
     vocab_size: int | None
-    dtype: torch.dtype
+    dtype_name: str  # e.g. "float16" (files/dtypes.py)
     blocks: list[list[ResBlockRef]]
     lm_heads: list[LazyTensor] | None
     shared_lm_head: LazyTensor | None = None
     token_map: LazyTensor | None = None
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype (imports torch)."""
+        return to_torch(self.dtype_name)
 
     @property
     def shares_base_lm_head(self) -> bool:
@@ -64,6 +71,8 @@ class MedusaHeads:
 
     def check_finite(self) -> None:
         """Read every tensor once and refuse NaN / Inf (names the tensor)."""
+        from trtllm_medusa_ports.files.finite import all_finite, count_non_finite
+
         for t in self.tensors():
             data = t.load()
             if not all_finite(data):
@@ -85,6 +94,6 @@ class MedusaHeads:
             "shares_base_lm_head": self.shares_base_lm_head,
             "has_own_shared_lm_head": self.shared_lm_head is not None,
             "truncated_vocab": self.token_map is not None,
-            "dtype": str(self.dtype).replace("torch.", ""),
+            "dtype": self.dtype_name,
             "warnings": list(self.warnings),
         }

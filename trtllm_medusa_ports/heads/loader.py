@@ -12,13 +12,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import HeadsError
+from trtllm_medusa_ports.files.dtypes import is_floating
 from trtllm_medusa_ports.files.jsonfile import read_json
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_tensor_files, weight_files
 from trtllm_medusa_ports.heads.canonical import MedusaHeads, ResBlockRef
+
+if TYPE_CHECKING:
+    import torch
 
 # Roles a key can play. "block" groups are (head, layer, weight|bias); "proj" is a
 # head's own vocabulary projection (head); "proj_at" is FasterDecoding's
@@ -203,7 +206,7 @@ def _assemble(
         num_layers=num_layers,
         hidden_size=hidden,
         vocab_size=vocab,
-        dtype=dtype,
+        dtype_name=dtype,
         blocks=refs,
         lm_heads=lm_heads,
         shared_lm_head=shared,
@@ -359,7 +362,7 @@ def _projections(g: _Grouped, head_ids: list[int], cfg: dict, cfg_path: Path | N
 
 def _shapes(layout: Layout, tensors: dict[str, LazyTensor], g: _Grouped, refs: list[list[ResBlockRef]],
             lm_heads: list[LazyTensor] | None, num_layers: int, cfg: dict, cfg_path: Path | None, where: str,
-            warnings: list[str]) -> tuple[int, int | None, torch.dtype]:
+            warnings: list[str]) -> tuple[int, int | None, str]:
     """One hidden size, one vocabulary (a truncated one through its token_map), one dtype."""
     shared, token_map = g.shared, g.token_map
     if num_layers:
@@ -370,7 +373,7 @@ def _shapes(layout: Layout, tensors: dict[str, LazyTensor], g: _Grouped, refs: l
         hidden = shared.shape[-1]
     else:
         raise HeadsError("the heads have neither ResBlocks nor lm_heads", where=where)
-    dtype = (refs[0][0].weight if num_layers else (lm_heads or [shared])[0]).dtype
+    dtype = (refs[0][0].weight if num_layers else (lm_heads or [shared])[0]).dtype_name
     for row in refs:
         for b in row:
             if b.weight.shape != (hidden, hidden):
@@ -405,13 +408,13 @@ def _shapes(layout: Layout, tensors: dict[str, LazyTensor], g: _Grouped, refs: l
     for t in tensors.values():
         if t in proj_list or t is token_map:
             continue
-        if t.dtype != dtype and _match(layout, t.name):
-            warnings.append(f"tensor {t.name!r} is {t.dtype}, the heads are {dtype}; it will be cast")
+        if t.dtype_name != dtype and _match(layout, t.name):
+            warnings.append(f"tensor {t.name!r} is {t.dtype_name}, the heads are {dtype}; it will be cast")
             break
     if token_map is not None:
-        if len(token_map.shape) != 1 or token_map.dtype.is_floating_point:
+        if len(token_map.shape) != 1 or is_floating(token_map.dtype_name):
             raise HeadsError(
-                f"token_map has shape {list(token_map.shape)} and dtype {token_map.dtype}, "
+                f"token_map has shape {list(token_map.shape)} and dtype {token_map.dtype_name}, "
                 "expected a 1-D integer tensor",
                 where=where,
             )
@@ -467,6 +470,8 @@ def _config_quirks(layout: Layout, cfg: dict, num_heads: int, num_layers: int, h
 
 def expand_truncated(proj: torch.Tensor, token_map: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Scatter a truncated-vocabulary projection to the full vocabulary (zero rows elsewhere)."""
+    import torch
+
     full = torch.zeros(vocab_size, proj.shape[1], dtype=proj.dtype)
     full[token_map.long()] = proj
     return full

@@ -1,0 +1,73 @@
+"""Tensor dtypes by name ("float16", "bfloat16", ...), without importing torch.
+
+Planning a conversion and moving its bytes needs only a dtype's name, its safetensors code, its
+size and, for the NaN/Inf test, its exponent bits; torch (1-2 s to import) is imported by
+:func:`to_torch` only where a tensor is made. Names are torch's own (``str(torch.float16)``
+without ``torch.``), so :func:`name_of` and :func:`to_torch` are each other's inverse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    safetensors: str  # the header's dtype code
+    itemsize: int
+    floating: bool
+    #: for floats: the numpy unsigned type of the same width and the exponent mask; a value is NaN/Inf
+    #: exactly when every exponent bit is set
+    bits: str | None = None
+    exponent: int = 0
+
+
+_TABLE = (
+    DType("float64", "F64", 8, True, "uint64", 0x7FF0000000000000),
+    DType("float32", "F32", 4, True, "uint32", 0x7F800000),
+    DType("float16", "F16", 2, True, "uint16", 0x7C00),
+    DType("bfloat16", "BF16", 2, True, "uint16", 0x7F80),
+    DType("int64", "I64", 8, False),
+    DType("int32", "I32", 4, False),
+    DType("int16", "I16", 2, False),
+    DType("int8", "I8", 1, False),
+    DType("uint8", "U8", 1, False),
+    DType("bool", "BOOL", 1, False),
+)
+#: name -> dtype, for every dtype a safetensors file read here may hold
+BY_NAME = {d.name: d for d in _TABLE}
+#: safetensors header code -> dtype
+BY_SAFETENSORS = {d.safetensors: d for d in _TABLE}
+#: the dtypes of a TensorRT-LLM checkpoint written here (and of the base weights it reads)
+CHECKPOINT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def itemsize(name: str) -> int:
+    """Bytes per element; a dtype outside the table (from a pickle: torch is loaded) asks torch."""
+    d = BY_NAME.get(name)
+    return d.itemsize if d is not None else to_torch(name).itemsize
+
+
+def is_floating(name: str) -> bool:
+    d = BY_NAME.get(name)
+    return d.floating if d is not None else to_torch(name).is_floating_point
+
+
+def to_torch(name: str) -> torch.dtype:
+    """The torch dtype of a name (imports torch)."""
+    import torch
+
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise KeyError(f"{name!r} is not a torch dtype")
+    return dtype
+
+
+def name_of(dtype: torch.dtype) -> str:
+    """The name of a torch dtype: ``torch.bfloat16`` -> ``"bfloat16"``."""
+    return str(dtype).removeprefix("torch.")
