@@ -8,10 +8,12 @@ index json) and 4 FasterDecoding Medusa heads (medusa_lm_head.safetensors). Ever
 fresh subprocess (peak RSS from os.wait4; anonymous RSS sampled from /proc/self/status):
 
 * cp: `cp -r BASE HEADS DST/` - moving the bytes and nothing else; cp_sync: the same, then `sync` on
-  every copied file, since ours fsyncs the rank files before it commits the output;
-* ours: trtllm_medusa_ports.convert.convert with the parameter-shape cache warm (every conversion of
-  a config after its first); ours_cold: the same with an empty cache, so the shape check imports
-  transformers and builds the model on the meta device;
+  every copied file (durable, as ours_fsync);
+* ours: trtllm_medusa_ports.convert.convert into a new directory with the parameter-shape cache warm
+  (every conversion of a config after its first); like cp it leaves the data to the system's
+  writeback; ours_fsync: the same with --fsync (the rank files are on disk before the output
+  appears, which convert always does when it replaces an existing checkpoint); ours_cold: ours with
+  an empty cache, so the shape check imports transformers and builds the model on the meta device;
 * baseline: upstream convert_checkpoint.py's way - from_pretrained, heads loaded whole, each rank's
   dict in memory, safetensors save_file per rank.
 
@@ -41,7 +43,7 @@ H, N_HEADS, N_KV, INTER, VOCAB, MEDUSA_HEADS, TP = 1536, 12, 2, 4096, 32000, 4, 
 SHARD_BYTES = 400 * 1024**2  # like save_pretrained(max_shard_size="400MB")
 MB = 1e6
 TARGET_DTYPE = "float16"
-CONTENDERS = ("cp", "cp_sync", "ours_cold", "ours", "baseline")  # ours reads the cache ours_cold filled
+CONTENDERS = ("cp", "cp_sync", "ours_cold", "ours", "ours_fsync", "baseline")  # ours reads the cache ours_cold filled
 #: seconds waited after os.sync() before each measured run (not timed)
 SETTLE_S = 1.0
 
@@ -166,12 +168,13 @@ def child(spec: dict) -> None:
             time.sleep(0.005)
 
     threading.Thread(target=sample, daemon=True).start()
-    if spec["kind"] in ("ours", "ours_cold"):
+    if spec["kind"] in ("ours", "ours_cold", "ours_fsync"):
         from trtllm_medusa_ports.convert import ConvertOptions, convert
 
         res = convert(ConvertOptions(model_dir=Path(spec["base"]), medusa_model_dir=Path(spec["heads"]),
                                      output_dir=Path(spec["dst"]), dtype=TARGET_DTYPE, tp_size=TP,
-                                     quiet=True, workers=spec["workers"], overwrite=True))
+                                     quiet=True, workers=spec["workers"], overwrite=True,
+                                     fsync=spec["kind"] == "ours_fsync"))
         moves: dict[str, int] = {}
         for kind in res.moves.values():
             moves[kind] = moves.get(kind, 0) + 1
@@ -296,6 +299,8 @@ def run_case(work: Path, size: float, dtype: str, args) -> dict:
         "ours_over_cp": o / c if o and c else None,
         "ours_cold_over_cp": oc / c if oc and c else None,
         "ours_over_cp_sync": o / summ["cp_sync"]["wall_s"] if o and summ["cp_sync"]["wall_s"] else None,
+        "ours_fsync_over_cp_sync": (summ["ours_fsync"]["wall_s"] / summ["cp_sync"]["wall_s"]
+                                    if summ["ours_fsync"]["wall_s"] and summ["cp_sync"]["wall_s"] else None),
         "baseline_over_ours": b / o if o and b else None,
         "baseline_over_ours_cold": b / oc if oc and b else None,
         "ours_rss_over_baseline": (summ["ours"]["peak_rss_mb"] / summ["baseline"]["peak_rss_mb"]
@@ -348,7 +353,7 @@ def main() -> None:
     sizes = [float(x) for x in args.sizes.split(",")]
     dtypes = args.dtypes.split(",")
     cases = []
-    print(f"{'case':<22}{'cp s':>7}{'cp+sync':>8}{'ours s':>8}{'cold s':>8}{'base s':>8}{'ours/cp':>9}{'base/ours':>10}"
+    print(f"{'case':<22}{'cp s':>7}{'cp+sync':>8}{'ours s':>8}{'fsync s':>8}{'cold s':>8}{'base s':>8}{'ours/cp':>9}{'base/ours':>10}"
           f"{'ours MB':>9}{'base MB':>9}{'load':>6}  identical")
     for dtype in dtypes:
         for size in sizes:
@@ -363,7 +368,7 @@ def main() -> None:
             same = cmp.get("error") or f"{cmp['bit_identical']}/{cmp['tensors']}"
             load = max(x["load_avg_1min_before"] for rs in case["runs"].values() for x in rs)
             print(f"{size:>4} GB {dtype:>8}->fp16 {f(s['cp']['wall_s']):>7}{f(s['cp_sync']['wall_s']):>8}"
-                  f"{f(s['ours']['wall_s']):>8}"
+                  f"{f(s['ours']['wall_s']):>8}{f(s['ours_fsync']['wall_s']):>8}"
                   f"{f(s['ours_cold']['wall_s']):>8}{f(s['baseline']['wall_s']):>8}"
                   f"{f(r['ours_over_cp'], '{:.2f}'):>9}{f(r['baseline_over_ours'], '{:.2f}'):>10}"
                   f"{f(s['ours']['peak_rss_mb'], '{:.0f}'):>9}{f(s['baseline']['peak_rss_mb'], '{:.0f}'):>9}"
@@ -375,11 +380,13 @@ def main() -> None:
         if len(rows) >= 2:
             res["linearity"][dtype] = {k: linear_fit([c["size_gb"] for c in rows],
                                                      [c["summary"][k]["wall_s"] for c in rows])
-                                       for k in ("cp", "cp_sync", "ours", "ours_cold", "baseline")}
+                                       for k in ("cp", "cp_sync", "ours", "ours_fsync", "ours_cold", "baseline")}
         same = dtype == TARGET_DTYPE
         limit = 1.5 if same else 2.5
         res["targets"][dtype] = {
             f"ours <= {limit} x cp": all((c["ratios"]["ours_over_cp"] or 99) <= limit for c in rows),
+            f"ours --fsync <= {limit} x cp + sync": all((c["ratios"]["ours_fsync_over_cp_sync"] or 99) <= limit
+                                                       for c in rows),
             "ours >= 3 x faster than baseline": all((c["ratios"]["baseline_over_ours"] or 0) >= 3 for c in rows),
             "ours peak RSS <= 300 MB": all((c["summary"]["ours"]["peak_rss_mb"] or 1e9) <= 300 for c in rows),
             "bit-identical to baseline": all(c["compare"].get("bit_identical") == c["compare"].get("tensors")

@@ -1,6 +1,7 @@
 """Every tensor of the converted checkpoint against the HF weights, computed independently here."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -247,6 +248,35 @@ def test_existing_output_survives_a_failed_overwrite(tmp_path, qwen2_base, qwen2
     with pytest.raises(RuntimeError):
         convert_to(out, qwen2_base, qwen2_heads, overwrite=True, dtype="float16")
     assert (out / "rank0.safetensors").read_bytes() == before
+
+
+def test_data_is_made_durable_when_an_existing_checkpoint_is_replaced(tmp_path, qwen2_base, qwen2_heads, monkeypatch):
+    """fsync before the swap where a power loss could take the old checkpoint; a new directory
+    is left to the system's writeback (as cp and save_pretrained) unless --fsync asks for it."""
+    import os
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def spy(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    out = tmp_path / "ckpt"
+    convert_to(out, qwen2_base, qwen2_heads, tp_size=2)
+    assert synced == []
+    convert_to(out, qwen2_base, qwen2_heads, tp_size=2, overwrite=True)
+    names = sorted(Path(p).name for p in synced)
+    assert len(names) == 4 and names[0].startswith(".ckpt.partial-")  # the directory itself, and
+    assert names[1:] == ["config.json", "rank0.safetensors", "rank1.safetensors"]
+    synced.clear()
+    convert_to(tmp_path / "new", qwen2_base, qwen2_heads, fsync=True)
+    assert sorted(Path(p).name for p in synced)[1:] == ["config.json", "rank0.safetensors"]
+    synced.clear()
+    assert main(["convert", "--model_dir", str(qwen2_base), "--medusa_model_dir", str(qwen2_heads),
+                 "--output_dir", str(tmp_path / "cli"), "--fsync", "--quiet"]) == 0
+    assert len(synced) == 3
 
 
 def test_nan_in_base_weights_is_refused(tmp_path, store):

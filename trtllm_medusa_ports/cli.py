@@ -58,6 +58,9 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
                    help="write a checkpoint even when TensorRT-LLM cannot serve it correctly (ALiBi, attention "
                    "soft-capping), with a loud warning; for experiments and the reference executor")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
+    p.add_argument("--fsync", action="store_true",
+                   help="make the rank files durable (fsync) before the output appears; always done when an "
+                   "existing --output_dir is replaced")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--load_by_shard", action="store_true", help="accepted; loading is always lazy and per tensor")
     p.add_argument("--load_model_on_cpu", "--load-model-on-cpu", "--convert-model-on-cpu", "--convert_model_on_cpu",
@@ -101,6 +104,7 @@ def run_convert(args: argparse.Namespace) -> int:
         embedding_sharding_dim=args.embedding_sharding_dim,
         share_lm_head=args.share_lm_head,
         overwrite=args.overwrite,
+        fsync=args.fsync,
         quiet=args.quiet,
         allow_unsupported=args.allow_unsupported,
         medusa_choices=args.medusa_choices,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import sys
 import threading
@@ -96,6 +97,11 @@ class ConvertOptions:
     #: move bytes where no value changes (files/byte_moves.py); False: every tensor through torch
     #: (the reference the fast path is tested against)
     fast_path: bool = True
+    #: the rank files reach the disk (fsync) before the output directory appears. Always done when
+    #: an existing --output_dir is replaced (a power loss must not take the old checkpoint with
+    #: the new one); for a new directory only on request, as ``cp``, ``save_pretrained`` and
+    #: TensorRT-LLM's own convert scripts leave the data to the system's writeback
+    fsync: bool = False
 
 
 @dataclass
@@ -601,8 +607,11 @@ def convert(opts: ConvertOptions) -> ConvertResult:
 def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict,
            dtype: str, warnings: list[str], inputs: dict[str, Path]) -> int:
     """Stream every job into the rank files of a new output directory; the bytes written."""
+    replacing = Path(opts.output_dir).exists()
     with atomic_output_dir(Path(opts.output_dir), overwrite=opts.overwrite, inputs=inputs) as tmp:
-        files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r]) for r in entries}
+        durable = opts.fsync or replacing
+        files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r], durable=durable)
+                 for r in entries}
         mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd)
         try:
             bar = tqdm(total=len(jobs), desc="convert", unit="tensor", disable=opts.quiet, file=sys.stderr)
@@ -667,5 +676,12 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
             mover.close()
         cfg["medusa_ports"]["warnings"] = warnings
         (tmp / "config.json").write_text(json.dumps(cfg, indent=4) + "\n")
+        if durable:  # the config and the directory entries too, before the directory is swapped in
+            for path in (tmp / "config.json", tmp):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
 
     return sum(f.total for f in files.values())

@@ -59,9 +59,11 @@ class StreamingSafetensorsFile:
     ``write`` may be called from several threads (``os.pwrite`` at fixed offsets).
     """
 
-    def __init__(self, path: Path, entries: list[tuple[str, str, tuple[int, ...]]]):
-        """``entries``: (tensor name, dtype name, shape) in file order."""
+    def __init__(self, path: Path, entries: list[tuple[str, str, tuple[int, ...]]], *, durable: bool = True):
+        """``entries``: (tensor name, dtype name, shape) in file order. ``durable``: the data is on disk
+        (written back as tensors finish, ``fsync`` on close) before :meth:`close` returns."""
         self.path = path
+        self.durable = durable
         header: dict = {"__metadata__": {"format": "pt"}}
         offset = 0
         rel: dict[str, tuple[int, int]] = {}
@@ -111,12 +113,14 @@ class StreamingSafetensorsFile:
             raise AssertionError(f"{name} is not planned in {self.path.name}")
         self.pending.discard(name)
         slot = self.slots[name]
-        _start_writeback(self.fd, slot.offset, slot.nbytes)
+        if self.durable:
+            _start_writeback(self.fd, slot.offset, slot.nbytes)
 
     def close(self) -> None:
         if self.pending:
             raise AssertionError(f"{self.path.name}: tensors never written: {sorted(self.pending)[:5]}")
-        os.fsync(self.fd)
+        if self.durable:
+            os.fsync(self.fd)
         os.close(self.fd)
 
     def abort(self) -> None:
