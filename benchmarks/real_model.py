@@ -70,7 +70,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=256, help="positions per head per training step")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--train_tokens", type=int, default=128, help="greedy tokens per training prompt")
+    ap.add_argument("--train_tokens", type=int, default=64, help="greedy tokens per training prompt")
+    ap.add_argument("--distill", type=float, default=0.5, help="train-heads --distill")
     ap.add_argument("--tp", type=int, default=3)
     ap.add_argument("--dtypes", default="bfloat16,float16", help="comma-separated; the first is measured")
     ap.add_argument("--new_tokens", type=int, default=64)
@@ -101,12 +102,12 @@ def main() -> int:
     else:
         t0 = time.time()
         tr = train(TrainOptions(model_dir=base, output_dir=work / "heads", new_tokens=args.train_tokens,
-                                overwrite=True, fit=FitOptions(num_heads=args.heads, steps=args.steps, lr=args.lr,
+                                overwrite=True, fit=FitOptions(num_heads=args.heads, steps=args.steps, lr=args.lr, distill=args.distill,
                                                                batch_size=args.batch, share_lm_head=True, quiet=False)))
         print(tr.summary())
         hdir = tr.output_dir
         train_record = {"heads": args.heads, "layers": 1, "share_lm_head": True, "steps": tr.steps,
-                        "batch": args.batch, "lr": args.lr, "sequences": tr.sequences, "positions": tr.positions,
+                        "batch": args.batch, "lr": args.lr, "distill": args.distill, "train_tokens": args.train_tokens, "sequences": tr.sequences, "positions": tr.positions,
                         "corpus_seconds": tr.corpus_seconds, "fit_seconds": tr.fit_seconds,
                         "total_seconds": round(time.time() - t0, 1), "last_batch": tr.history[-1]}
         record_file.write_text(json.dumps(train_record, indent=2))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -57,6 +58,19 @@ def test_packaged_prompts_are_many_varied_and_disjoint_from_the_heldout_ones():
     assert any(p.startswith("def ") for p in train) and any("\n" in p for p in train)
 
 
+def test_packaged_prompts_are_what_the_generator_writes(tmp_path):
+    """data/prompts.txt is scripts/make_prompts.py's output: regenerate it after editing the script."""
+    import runpy
+    from importlib import resources
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "make_prompts.py"
+    runpy.run_path(str(script), run_name="make_prompts")["main"](["--out", str(tmp_path / "p.txt")])
+    packaged = resources.files("trtllm_medusa_ports").joinpath("data/prompts.txt").read_text(encoding="utf-8")
+    assert (tmp_path / "p.txt").read_text(encoding="utf-8") == packaged
+    forms = {p.split(" ")[0] for p in packaged_prompts()}
+    assert len(packaged_prompts()) >= 1500 and len(forms) >= 60  # many prompts, many shapes of prompt
+
+
 # -- training -----------------------------------------------------------------------------------
 def _toy(n=300, H=16, V=40, heads=2, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -99,6 +113,45 @@ def test_training_lowers_the_loss_on_learnable_targets():
     assert hist[-1]["loss"] < hist[0]["loss"] / 3
     logits = heads.apply(hidden, lm)
     assert float((logits[0].argmax(-1) == targets[:, 0]).float().mean()) > 0.9
+
+
+def test_distillation_matches_the_base_distribution_at_the_right_position():
+    """distill=1: head k at row r learns the base's distribution at row r + k + 1 of the same sequence,
+    whatever the hard targets say; distill=0 learns the hard targets (here noise)."""
+    g = torch.Generator().manual_seed(3)
+    H, V, seqs, length = 12, 20, 16, 30
+    perm = torch.randperm(H, generator=g)  # h[t + 1] = h[t][perm]: the future is a function of the present
+    rows, index = [], []
+    for s in range(seqs):
+        h = torch.randn(H, generator=g)
+        for t in range(length):
+            rows.append(h)
+            index.append((s, t))
+            h = h[perm]
+    hidden, index = torch.stack(rows), torch.tensor(index)
+    lm = torch.randn(V, H, generator=g) * 3
+    teacher = (hidden @ lm.T).argmax(-1)
+    noise = torch.randint(0, V, (hidden.shape[0], 2), generator=g)
+    pos = index[:, 1]
+    for k in range(2):
+        noise[pos + k + 2 >= length, k] = -1
+    agree = {}
+    for w in (0.0, 1.0):
+        opts = FitOptions(num_heads=2, steps=300, lr=3e-2, batch_size=None, share_lm_head=False, full_vocab=True,
+                          schedule="constant", distill=w)
+        heads, _ = fit_heads(hidden, noise, lm, None, opts, index=index)
+        logits = heads.apply(hidden, lm)
+        for k in range(2):
+            ok = noise[:, k] >= 0
+            r = torch.nonzero(ok).squeeze(1)
+            got = logits[k][r].argmax(-1)
+            agree[w, k] = (float((got == teacher[r + k + 1]).float().mean()), float((got == noise[r, k]).float().mean()))
+    for k in range(2):
+        assert agree[1.0, k][0] > 0.8 > agree[0.0, k][0], agree  # soft: the base at t + k + 1
+        assert agree[0.0, k][1] > agree[1.0, k][1], agree  # hard: the given targets
+    # rows that are not consecutive positions of their sequences cannot be distilled
+    with pytest.raises(ValueError, match="not consecutive"):
+        fit_heads(hidden, noise, lm, None, FitOptions(num_heads=2, steps=1, distill=0.5), index=index.flip(0))
 
 
 def _data(tmp_path, vocab, n=12, length=5, seed=0):

@@ -178,7 +178,8 @@ def run_train_heads(args: argparse.Namespace) -> int:
         return 2
     fit = FitOptions(num_heads=args.num_heads, num_layers=args.num_layers, steps=args.steps, lr=args.lr,
                      batch_size=args.batch_size or None, share_lm_head=args.share_lm_head, seed=args.seed,
-                     full_vocab=args.full_vocab, save_every=args.save_every, quiet=args.quiet)
+                     full_vocab=args.full_vocab, distill=args.distill, save_every=args.save_every,
+                     quiet=args.quiet)
     opts = TrainOptions(model_dir=Path(args.model_dir), output_dir=Path(args.output_dir),
                         prompts_file=Path(args.prompts) if args.prompts else None,
                         data_file=Path(args.data) if args.data else None,
@@ -396,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="heads use the base lm_head (FasterDecoding version 2): smaller, faster to train")
     s.add_argument("--full_vocab", action="store_true",
                    help="softmax over the whole vocabulary (default: over the tokens the corpus holds)")
+    s.add_argument("--distill", type=float, default=0.5,
+                   help="weight (0..1) of the soft target: each head also matches the base's own next-token "
+                   "distribution at its position; 0: the greedy token only")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--resume", action="store_true", help="continue the saved run (same flags)")
     s.add_argument("--save_every", type=int, default=100, help="steps between saved training states")

@@ -196,7 +196,7 @@ def _eos_ids(model) -> set[int]:
 
 
 @torch.no_grad()
-def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch: int = 32,
+def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch: int = 64,
                       quiet: bool = True) -> list[list[int]]:
     """The base's greedy continuation of each prompt (cut after an end token), prompts left-padded."""
     from tqdm import tqdm
@@ -265,7 +265,7 @@ def corpus_key(model_dir: Path, items: list[Item], new_tokens: int) -> str:
 
 @torch.no_grad()
 def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, quiet: bool = True,
-                 batch: int = 32) -> Corpus:
+                 batch: int = 64) -> Corpus:
     to_continue = [i for i, it in enumerate(items) if it.continue_it]
     conts = continue_greedily(model, [items[i].ids for i in to_continue], new_tokens, quiet=quiet, batch=batch)
     seqs = [list(it.ids) for it in items]
@@ -329,6 +329,10 @@ class FitOptions:
     weight_decay: float = 0.0
     full_vocab: bool = False  # False: the softmax runs over the tokens the corpus holds (much faster)
     negatives: int = 2048  # without full_vocab: other tokens drawn afresh each step, pushed down too
+    # weight of the soft target: head k at position t also matches the base's own distribution
+    # at t + k + 1 (the one whose argmax is the hard target on greedy data); 0: hard targets only
+    # (`train-heads --distill` defaults to 0.5; fit_heads then needs the corpus index)
+    distill: float = 0.0
     save_every: int = 100
     quiet: bool = True
 
@@ -360,7 +364,8 @@ def lr_at(step: int, opts: FitOptions) -> float:
 
 def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor, lm_bias: torch.Tensor | None,
               opts: FitOptions, *, state_path: Path | None = None, resume: bool = False,
-              stop_after: int | None = None, device: str = "cpu") -> tuple[HeadWeights, list[dict]]:
+              stop_after: int | None = None, device: str = "cpu",
+              index: torch.Tensor | None = None) -> tuple[HeadWeights, list[dict]]:
     """Fit heads: ``hidden [N, H]`` final-norm states, ``targets [N, heads]`` (-1: none).
 
     ``stop_after`` ends the run after that many steps of this call, with the state saved, as an
@@ -388,6 +393,15 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     lm_head_d = lm_head.to(device)
     lm_bias_d = lm_bias.to(device) if lm_bias is not None else None
     rows = [torch.nonzero(u).squeeze(1) for u in usable]
+    if opts.distill:
+        # the soft target of row r for head k is the base's distribution at row r + k + 1: the rows
+        # must hold each sequence's positions in order (Corpus.hidden does)
+        if index is None:
+            raise ValueError("distillation needs the corpus index ([N, 2] sequence, position)")
+        for k, r in enumerate(rows):
+            ahead = (r + k + 1).clamp(max=index.shape[0] - 1)
+            if not (bool((index[ahead, 0] == index[r, 0]).all()) and bool((index[ahead, 1] == index[r, 1] + k + 1).all())):
+                raise ValueError("the corpus rows are not consecutive positions of each sequence")
 
     state = None
     if resume and state_path is not None and state_path.is_file():
@@ -451,6 +465,14 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
                 else:
                     logits = x @ (lms[k] if whole else lms[k][cols]).T
                 loss = torch.nn.functional.cross_entropy(logits, y)
+                if opts.distill:
+                    with torch.no_grad():  # the base's distribution over the same columns
+                        tp = hidden_d[r + k + 1] @ (lm_head_d if whole else lm_head_d[cols]).T
+                        if bias_base is not None:
+                            tp = tp + bias_base
+                        tp = torch.softmax(tp, dim=-1)
+                    soft = -(tp * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+                    loss = (1 - opts.distill) * loss + opts.distill * soft
                 total = total + loss
                 if report:
                     top1.append(float((logits.detach().argmax(-1) == y).float().mean()))
@@ -587,6 +609,8 @@ def train(opts: TrainOptions) -> TrainResult:
             raise PortError(f"{name} {v} must be at least {lo}", fix=f"pass {name} {lo} or more")
     if not f.lr > 0:
         raise PortError(f"--lr {f.lr} must be positive", fix="e.g. --lr 3e-3")
+    if not 0 <= f.distill <= 1:
+        raise PortError(f"--distill {f.distill} must be between 0 and 1", fix="e.g. --distill 0.5 (0: hard targets only)")
     out = guard_output_dir(Path(opts.output_dir), {"--model_dir": Path(opts.model_dir)})
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not opts.overwrite:
         raise PortError("output directory is not empty", where=str(out),
@@ -624,7 +648,7 @@ def train(opts: TrainOptions) -> TrainResult:
     del model
     heads, history = fit_heads(corpus.hidden, corpus.targets(f.num_heads), lm_head, lm_bias, f,
                                state_path=work / "state.pt", resume=opts.resume, stop_after=opts.stop_after,
-                               device=device)
+                               device=device, index=corpus.index)
     fit_s = time.monotonic() - t0 - corpus_s
     done = history and history[-1]["step"] >= f.steps
     result = TrainResult(None, history[-1]["step"] if history else 0, corpus.hidden.shape[0], len(corpus.seqs),
