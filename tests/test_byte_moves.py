@@ -270,19 +270,52 @@ def test_a_conversion_that_only_moves_bytes_never_imports_torch(tmp_path, store,
     _same_files(tmp_path / "cli", tmp_path / "ref")
 
 
-def test_a_dtype_change_imports_torch_and_converts(tmp_path, store):
-    base = tiny_base(store, "Qwen2ForCausalLM")
+def test_a_dtype_change_is_cast_without_torch_and_pickles_still_need_it(tmp_path, store):
+    base = tiny_base(store, "Qwen2ForCausalLM")  # float32 -> bfloat16 and -> float16
     heads = _heads(base, tmp_path / "h")
-    convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "ref", dtype="bfloat16",
-                           tp_size=2, quiet=True, fast_path=False))
-    rc, imported, err = _cli_convert(base, heads, tmp_path / "cli", "--dtype", "bfloat16")
-    assert rc == 0, err
-    assert "torch" in imported and "transformers" not in imported  # the cast needs torch; the shapes are cached
-    _same_files(tmp_path / "cli", tmp_path / "ref")
+    for dtype in ("bfloat16", "float16"):
+        convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / f"ref-{dtype}",
+                               dtype=dtype, tp_size=2, quiet=True, fast_path=False))
+        rc, imported, err = _cli_convert(base, heads, tmp_path / f"cli-{dtype}", "--dtype", dtype)
+        assert rc == 0, err
+        assert imported == [], f"a converting conversion imported {imported}"  # numpy casts, torch's bits
+        _same_files(tmp_path / f"cli-{dtype}", tmp_path / f"ref-{dtype}")
     # pickled heads need torch to be read at all, even in the checkpoint's own dtype
     pt = _heads(base, tmp_path / "pt", "fasterdecoding-pt")
     rc, imported, err = _cli_convert(base, pt, tmp_path / "pt-out", "--dtype", "float32")
     assert rc == 0 and "torch" in imported, err
+
+
+@pytest.mark.parametrize("src", ["float16", "bfloat16", "float32"])
+def test_numpy_casts_give_torchs_bits(src):
+    """Every float16 / bfloat16 bit pattern, and float32 values around every rounding edge."""
+    import numpy as np
+
+    from trtllm_medusa_ports.files.dtypes import cast_bits
+
+    names = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if src == "float32":
+        g = torch.Generator().manual_seed(0)
+        scales = (1e-40, 1e-7, 1e-3, 1.0, 1e3, 6.5e4, 1e30)
+        vals = torch.cat([torch.randn(20000, generator=g) * s for s in scales]
+                         + [torch.tensor([65504.0, 65519.0, 65520.0, -65520.0, 2.98e-8, 2.99e-8, 1e-45, 0.0, -0.0])])
+        ties = torch.randint(0, 2**31 - 2**24, (20000,), generator=g, dtype=torch.int64) & ~0xFFFF | 0x8000
+        vals = torch.cat([vals, ties.to(torch.int32).view(torch.float32)])  # bfloat16 midpoints: ties to even
+    else:
+        vals = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(names[src])
+    raw = vals.contiguous().view(torch.uint8).numpy().tobytes()
+    for dst, dt in names.items():
+        if dst == src:
+            continue
+        want = vals.to(dt)
+        got = cast_bits(raw, src, dst)
+        finite = torch.isfinite(want).numpy()
+        want_bits = want.view(torch.int16 if dt.itemsize == 2 else torch.int32).numpy().view(got.dtype)
+        assert np.array_equal(got[finite], want_bits[finite]), (src, dst)
+        got_t = torch.from_numpy(got.view(np.int16 if dt.itemsize == 2 else np.int32).copy()).view(dt)
+        assert not torch.isfinite(got_t[torch.from_numpy(~finite)]).any(), (src, dst)  # NaN/Inf stay so
+    with pytest.raises(ValueError, match="float64"):
+        cast_bits(b"\0" * 8, "float64", "float16")
 
 
 @pytest.mark.parametrize("size, chunks", [(8, 2), (7, 3), (5, 4), (3, 5), (0, 2)])

@@ -625,7 +625,7 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
                 )
 
             whole_tensors = threading.Semaphore(opts.workers)
-            if any(m.kind in (MoveKind.TENSOR, MoveKind.CONVERT) for m in moves):
+            if any(m.kind is MoveKind.TENSOR or (m.kind is MoveKind.CONVERT and m.needs_torch) for m in moves):
                 import torch  # noqa: F401  (tensors or casts ahead: imported once, before the threads start)
 
             def run(job: _Job, move: MovePlan) -> None:

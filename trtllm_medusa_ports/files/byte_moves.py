@@ -6,9 +6,10 @@ file. Where the checkpoint dtype is the source's, those ranges are copied by the
 kernel (``os.copy_file_range``, falling back to ``pread``/``pwrite``) straight to their
 planned offsets in the rank files; no tensor is made. A split along dim 1 (row-parallel
 weights) takes a column slice of every row: it is read once in bounded row chunks and
-cut with numpy. A dtype change is cast chunk by chunk with torch's own cast, the same
-arithmetic the tensor path applies to the whole tensor; it is the only step here that
-imports torch, so a same-dtype conversion runs without it.
+cut with numpy. A dtype change between float32, float16 and bfloat16 is cast chunk by chunk
+with numpy, bit for bit what torch's cast (the tensor path's ``t.to(dtype)``) gives
+(files/dtypes.py ``cast_bits``, tested on every 16-bit pattern); other casts use torch's, the
+only step here that imports it. So a conversion of safetensors inputs runs without torch.
 
 Which bytes go where is not worked out a second time here: the job's own combine and
 split rule run on small integer *stand-ins* (numpy int64 arrays, one value per source row
@@ -33,7 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
-from trtllm_medusa_ports.files.dtypes import BY_NAME, itemsize, to_torch
+from trtllm_medusa_ports.files.dtypes import (
+    BY_NAME,
+    can_cast_without_torch,
+    cast_bits,
+    itemsize,
+    to_torch,
+)
 
 #: bytes of source read per chunk on the strided and converting paths (per thread)
 CHUNK_BYTES = 2 << 20
@@ -54,7 +61,7 @@ class MoveKind(str, enum.Enum):
 
     BYTE_COPY = "byte-copy"  # same dtype, whole rows: the kernel copies byte ranges
     STRIDED = "strided"  # same dtype, column slices (dim-1 splits): chunked reads, numpy slicing
-    CONVERT = "convert"  # dtype change of a pure layout: chunked reads, torch's cast per chunk (imports torch)
+    CONVERT = "convert"  # dtype change of a pure layout: chunked reads, cast per chunk (numpy; torch for float64)
     TENSOR = "tensor"  # value transforms, pickles, generated tensors: the whole-tensor path
 
 
@@ -115,6 +122,12 @@ class MovePlan:
     targets: list[tuple[int, str]] = field(default_factory=list)
     dtype: str = "float32"  # the checkpoint dtype, by name
     why: str = ""  # for TENSOR: why the fast path does not apply
+
+    @property
+    def needs_torch(self) -> bool:
+        """A cast numpy does not do here (float64 sources): torch's own."""
+        return self.kind is MoveKind.CONVERT and not all(can_cast_without_torch(s.dtype, self.dtype)
+                                                         for s in self.sources)
 
 
 def standin(index: int, shape: tuple[int, ...], tp_size: int) -> np.ndarray:
@@ -336,19 +349,24 @@ class ByteMover:
         buf = bytearray(min(s.rows, rows_per) * s.row_bytes)
         out_item = itemsize(plan.dtype)
         convert = s.dtype != plan.dtype
-        if convert:
+        by_numpy = can_cast_without_torch(s.dtype, plan.dtype)
+        if convert and not by_numpy:
             import torch  # the cast is torch's, element for element the tensor path's
         spec = _EXPONENT.get(s.dtype)
         for a in range(0, s.rows, rows_per):
             b = min(s.rows, a + rows_per)
             view = memoryview(buf)[: (b - a) * s.row_bytes]
             _pread_into(fd, view, s.offset + a * s.row_bytes, s.path)
-            if convert:  # torch's cast, element by element as the tensor path's t.to(dtype)
-                cast = torch.frombuffer(view, dtype=to_torch(s.dtype)).to(to_torch(plan.dtype))
+            if convert:  # element by element what the tensor path's t.to(dtype) gives
                 out_spec = _EXPONENT[plan.dtype]
-                if _non_finite(cast.view(torch.uint8).numpy().view(out_spec[0]), out_spec[1]):
+                if by_numpy:
+                    bits = cast_bits(view, s.dtype, plan.dtype)
+                else:
+                    bits = torch.frombuffer(view, dtype=to_torch(s.dtype)).to(to_torch(plan.dtype))
+                    bits = bits.view(torch.uint8).numpy().view(out_spec[0])
+                if _non_finite(bits, out_spec[1]):
                     raise NonFinite(s.path)
-                rows = cast.view(torch.uint8).numpy().reshape(b - a, s.width * out_item)
+                rows = bits.view(np.uint8).reshape(b - a, s.width * out_item)
             else:
                 rows = np.frombuffer(view, dtype=np.uint8).reshape(b - a, s.row_bytes)
                 if spec is not None and _non_finite(np.frombuffer(view, dtype=spec[0]), spec[1]):

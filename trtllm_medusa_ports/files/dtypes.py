@@ -71,3 +71,46 @@ def to_torch(name: str) -> torch.dtype:
 def name_of(dtype: torch.dtype) -> str:
     """The name of a torch dtype: ``torch.bfloat16`` -> ``"bfloat16"``."""
     return str(dtype).removeprefix("torch.")
+
+
+# -- casts without torch ------------------------------------------------------------------------
+#: source and target dtypes :func:`cast_bits` converts exactly as torch's CPU ``Tensor.to`` does
+NUMPY_CASTS = ("float32", "float16", "bfloat16")
+
+
+def can_cast_without_torch(src: str, dst: str) -> bool:
+    return src in NUMPY_CASTS and dst in NUMPY_CASTS
+
+
+def cast_bits(data, src: str, dst: str):
+    """Cast raw little-endian ``src`` values (a bytes-like object) to ``dst``; returns a numpy array
+    of ``dst``'s bits (uint16/uint32).
+
+    The result is bit for bit what torch's CPU cast gives for finite values, and NaN/Inf stay
+    non-finite (conversion refuses them anyway): torch widens float16 and bfloat16 to float32
+    exactly (``c10::Half`` and ``c10::BFloat16`` convert through ``float``), rounds float32 to
+    float16 to nearest-even with overflow to infinity (numpy's ``astype`` does the same), and rounds
+    float32 to bfloat16 to nearest-even by adding ``0x7FFF`` plus the lowest kept bit before
+    dropping the low 16 bits (c10/util/BFloat16.h, ``round_to_nearest_even``).
+    """
+    import numpy as np
+
+    if not can_cast_without_torch(src, dst):
+        raise ValueError(f"no torch-free cast from {src} to {dst}")
+    if src == "float32":
+        wide = np.frombuffer(data, dtype=np.float32)
+    elif src == "float16":
+        wide = np.frombuffer(data, dtype=np.float16).astype(np.float32)
+    else:  # bfloat16: the high half of a float32
+        wide = (np.frombuffer(data, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if dst == "float32":
+        return wide.view(np.uint32)
+    if dst == "float16":
+        with np.errstate(over="ignore"):  # overflow gives inf, as torch's; the caller rejects it
+            return wide.astype(np.float16).view(np.uint16)
+    bits = wide.view(np.uint32)
+    rounded = ((bits + (np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))) >> 16).astype(np.uint16)
+    nan = np.isnan(wide)
+    if nan.any():
+        rounded[nan] = 0x7FC0
+    return rounded
