@@ -311,6 +311,8 @@ def run_case(work: Path, size: float, dtype: str, args) -> dict:
         case["compare"] = helper("--_compare", json.dumps([str(work / "out-ours"), str(work / "out-baseline")]))
     except AssertionError as exc:
         case["compare"] = {"error": str(exc)}
+    for kind in CONTENDERS:  # the next size needs the disk space
+        shutil.rmtree(work / f"out-{kind}", ignore_errors=True)
     return case
 
 

@@ -8,11 +8,16 @@ each measurement in a fresh subprocess, all on --threads torch threads:
 * hf: transformers' greedy decoding with its own KV cache - ms per token (the yardstick);
 * plain: the reference executor decoding token by token (rank-by-rank TP) - ms per token;
 * medusa: the reference executor's Medusa loop with the mc_sim_7b_63 tree (pruned to the heads'
-  depth) - ms per generated token, which includes the whole tree each step;
+  depth) and random heads - ms per generated token, which includes the whole tree each step; random
+  heads accept almost nothing, so this is the loop's worst case;
+* medusa_trained (SmolLM2, with --trained_heads): the same loop with heads trained by
+  `trtllm-medusa train-heads` and their tuned tree (benchmarks/real_model.py writes both), what a
+  user verifying a port runs; also ms per tree step, whatever the heads accept;
 * verify: `trtllm-medusa verify` end to end (parity, heads, greedy equivalence, hit rates) - wall
   time, ms per generated token, and peak RSS (VmHWM) against the float32 size of the model.
 
 Run: python benchmarks/verify.py [--models tiny,smollm2] [--new_tokens 32] [--out F]
+     [--trained_heads /tmp/medusa-smollm2/heads --trained_choices /tmp/medusa-smollm2/tuned_tree.json]
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ HELD_OUT = ["The largest planet in the solar system is", "def quicksort(arr):",
             "The theory of relativity says", "My favourite recipe for pancakes"]
 
 
-def prepare(work: Path, model: str, tp: int) -> dict:
+def prepare(work: Path, model: str, tp: int, trained_heads: str | None = None) -> dict:
     """Base directory, converted checkpoint and prompts of one model (cached in ``work``)."""
 
     from trtllm_medusa_ports.convert import ConvertOptions, convert
@@ -73,11 +78,17 @@ def prepare(work: Path, model: str, tp: int) -> dict:
     if not (ckpt / "config.json").exists():
         convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=ckpt, tp_size=tp,
                                dtype="bfloat16", quiet=True, overwrite=True))
+    trained = None
+    if trained_heads:
+        trained = work / f"{model}-trained-ckpt-tp{tp}"
+        convert(ConvertOptions(model_dir=base, medusa_model_dir=Path(trained_heads), output_dir=trained,
+                               tp_size=tp, dtype="bfloat16", quiet=True, overwrite=True))
     from trtllm_medusa_ports.files.hf_model import HFModel
 
     tensors = HFModel(base).tensors
     params = sum(t.nbytes // t.dtype.itemsize for t in tensors.values())
     return {"base": str(base), "ckpt": str(ckpt), "heads": str(hdir), "prompts": prompts,
+            "trained_ckpt": str(trained) if trained else None,
             "params": params, "float32_mb": params * 4 / 1e6}
 
 
@@ -96,12 +107,13 @@ def child(spec: dict) -> None:
         for p in prompts:
             tokens += len(hf_greedy(model, p, n))
         out["seconds"], out["tokens"] = time.perf_counter() - start, tokens
-    elif kind in ("plain", "medusa"):
+    elif kind in ("plain", "medusa", "medusa_trained"):
         from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate, plain_generate
         from trtllm_medusa_ports.verify import _tree_for
 
-        ref = ReferenceModel(spec["ckpt"])
-        tree, _ = _tree_for("mc_sim_7b_63", ref.num_medusa_heads)
+        ref = ReferenceModel(spec["trained_ckpt"] if kind == "medusa_trained" else spec["ckpt"])
+        choices = f"@{spec['trained_choices']}" if kind == "medusa_trained" else "mc_sim_7b_63"
+        tree, _ = _tree_for(choices, ref.num_medusa_heads)
         plain_generate(ref, prompts[0], 2)  # warm-up: weights read
         start, tokens, steps = time.perf_counter(), 0, 0
         for p in prompts:
@@ -111,8 +123,10 @@ def child(spec: dict) -> None:
                 run = medusa_generate(ref, p, tree, n)
                 tokens, steps = tokens + len(run.tokens), steps + run.steps + 1
         out["seconds"], out["tokens"] = time.perf_counter() - start, tokens
-        if kind == "medusa":
+        if kind != "plain":
             out["forward_passes"] = steps
+            out["tree_nodes"] = tree.num_nodes
+            out["tokens_per_forward_pass"] = tokens / steps
     else:
         from trtllm_medusa_ports.verify import verify
 
@@ -143,29 +157,38 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads for every contender")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--_child", help=argparse.SUPPRESS)
+    ap.add_argument("--trained_heads", help="SmolLM2 heads from train-heads (e.g. real_model.py's WORKDIR/heads)")
+    ap.add_argument("--trained_choices", help="their tree, a JSON choices file (real_model.py's tuned_tree.json)")
     ap.add_argument("--_prepare", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._child:
         child(json.loads(args._child))
         return 0
     if args._prepare:
-        work, model, tp = json.loads(args._prepare)
-        print(json.dumps(prepare(Path(work), model, tp)))
+        work, model, tp, trained = json.loads(args._prepare)
+        print(json.dumps(prepare(Path(work), model, tp, trained)))
         return 0
     results = {"threads": args.threads, "new_tokens": args.new_tokens, "cpu_count": os.cpu_count(), "models": {}}
     print(f"{'model':<9}{'hf ms/tok':>10}{'plain':>8}{'medusa':>8}{'verify':>8}{'plain/hf':>9}{'medusa/hf':>10}"
           f"{'verify/hf':>10}{'verify s':>9}{'RSS MB':>8}{'fp32 MB':>8}{'RSS/fp32':>9}{'load':>6}")
     for model in args.models.split(","):
         tp = 3 if model == "smollm2" else 2
-        out = subprocess.run([sys.executable, __file__, "--_prepare", json.dumps([str(args.workdir), model, tp])],
+        out = subprocess.run([sys.executable, __file__, "--_prepare", json.dumps([str(args.workdir), model, tp,
+                                                                       args.trained_heads if model == "smollm2" else None])],
                              stdout=subprocess.PIPE, text=True, check=True)
         info = json.loads(out.stdout.strip().splitlines()[-1])
         row: dict = {"tp_size": tp, "checkpoint_dtype": "bfloat16", "params": info["params"],
                      "float32_mb": info["float32_mb"], "prompts": len(info["prompts"])}
-        for kind in ("hf", "plain", "medusa", "verify"):
-            row[kind] = run({"kind": kind, "threads": args.threads, "new_tokens": args.new_tokens, **info})
+        kinds = ["hf", "plain", "medusa", "verify"] + (["medusa_trained"] if info.get("trained_ckpt") else [])
+        for kind in kinds:
+            row[kind] = run({"kind": kind, "threads": args.threads, "new_tokens": args.new_tokens,
+                             "trained_choices": args.trained_choices, **info})
         hf = row["hf"]["ms_per_token"]
-        row["ratios"] = {f"{k}_over_hf_ms_per_token": row[k]["ms_per_token"] / hf for k in ("plain", "medusa", "verify")}
+        row["ratios"] = {f"{k}_over_hf_ms_per_token": row[k]["ms_per_token"] / hf for k in kinds[1:]}
+        for k in ("medusa", "medusa_trained"):
+            if k in row:  # the cost of one tree step, in single-token forward passes of transformers
+                step_ms = 1000 * row[k]["seconds"] / row[k]["forward_passes"]
+                row["ratios"][f"{k}_step_over_hf_ms_per_token"] = step_ms / hf
         row["ratios"]["verify_peak_rss_over_float32_size"] = row["verify"]["vm_hwm_mb"] / info["float32_mb"]
         results["models"][model] = row
         r, v = row["ratios"], row["verify"]
@@ -174,6 +197,12 @@ def main() -> int:
               f"{v['ms_per_token']:>8.1f}{r['plain_over_hf_ms_per_token']:>9.2f}{r['medusa_over_hf_ms_per_token']:>10.2f}"
               f"{r['verify_over_hf_ms_per_token']:>10.2f}{v['seconds']:>9.1f}{v['vm_hwm_mb']:>8.0f}"
               f"{info['float32_mb']:>8.0f}{r['verify_peak_rss_over_float32_size']:>9.2f}{load:>6.1f}", flush=True)
+        for k in ("medusa", "medusa_trained"):
+            if k in row:
+                print(f"  {k}: {row[k]['tokens_per_forward_pass']:.2f} tokens per step on a {row[k]['tree_nodes']}-node "
+                      f"tree, {row[k]['ms_per_token']:.1f} ms per token = {r[f'{k}_over_hf_ms_per_token']:.2f}x "
+                      f"transformers; one tree step = {r[f'{k}_step_over_hf_ms_per_token']:.2f} transformers tokens",
+                      flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=2) + "\n")

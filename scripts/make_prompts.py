@@ -8,7 +8,7 @@ their own text against 0.24 on held-out prompts). This script crosses many promp
 instructions, completions, lists, dialogue, stories, code in several languages) with many subjects,
 and keeps the first prompts of a seeded shuffle, so the file is reproducible:
 
-    python scripts/make_prompts.py [--count 1800]
+    python scripts/make_prompts.py [--count 2400]
 
 The prompts used to tune trees (data/heldout_prompts.txt) and those benchmarks/real_model.py measures
 on (EVAL) are excluded, with their subjects, so that tokens per step are measured on unseen text.
@@ -186,7 +186,7 @@ def generate(seed: int = 0) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--count", type=int, default=1800)
+    ap.add_argument("--count", type=int, default=2400)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 import zlib
 from pathlib import Path
@@ -23,6 +25,7 @@ from trtllm_medusa_ports.fixtures.synthetic import (
 torch.set_num_threads(1)  # tiny models: a second thread only waits (and, on a busy machine, stalls every op)
 # shapes built by transformers are cached per config (files/hf_model.py): one cache per test session
 os.environ["TRTLLM_MEDUSA_CACHE"] = tempfile.mkdtemp(prefix="trtllm-medusa-test-cache-")
+atexit.register(shutil.rmtree, os.environ["TRTLLM_MEDUSA_CACHE"], True)  # ours: gone with the session
 
 
 @pytest.fixture(scope="session")
