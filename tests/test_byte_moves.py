@@ -280,6 +280,21 @@ def test_a_dtype_change_is_cast_without_torch_and_pickles_still_need_it(tmp_path
         assert rc == 0, err
         assert imported == [], f"a converting conversion imported {imported}"  # numpy casts, torch's bits
         _same_files(tmp_path / f"cli-{dtype}", tmp_path / f"ref-{dtype}")
+    # past TORCH_CAST_BYTES of casts torch's faster cast pays for its import: same bytes
+    from trtllm_medusa_ports.files import byte_moves
+
+    def no_numpy_cast(*a):
+        raise AssertionError("numpy cast used past TORCH_CAST_BYTES")
+
+    old = byte_moves.TORCH_CAST_BYTES, byte_moves.cast_bits
+    byte_moves.TORCH_CAST_BYTES, byte_moves.cast_bits = 0, no_numpy_cast
+    try:
+        res = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "torch-cast",
+                                     dtype="bfloat16", tp_size=2, quiet=True))
+    finally:
+        byte_moves.TORCH_CAST_BYTES, byte_moves.cast_bits = old
+    assert "convert" in res.moves.values()
+    _same_files(tmp_path / "torch-cast", tmp_path / "ref-bfloat16")
     # pickled heads need torch to be read at all, even in the checkpoint's own dtype
     pt = _heads(base, tmp_path / "pt", "fasterdecoding-pt")
     rc, imported, err = _cli_convert(base, pt, tmp_path / "pt-out", "--dtype", "float32")

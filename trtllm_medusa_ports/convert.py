@@ -43,6 +43,7 @@ from trtllm_medusa_ports.archs.base import (
 from trtllm_medusa_ports.arrays import Array, contiguous
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
 from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
+from trtllm_medusa_ports.files import byte_moves
 from trtllm_medusa_ports.files.byte_moves import (
     ByteMover,
     MoveKind,
@@ -612,7 +613,9 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
         durable = opts.fsync or replacing
         files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r], durable=durable)
                  for r in entries}
-        mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd)
+        torch_casts = sum(m.cast_bytes for m in moves) > byte_moves.TORCH_CAST_BYTES
+        mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd,
+                          torch_casts=torch_casts)
         try:
             bar = tqdm(total=len(jobs), desc="convert", unit="tensor", disable=opts.quiet, file=sys.stderr)
 
@@ -625,7 +628,7 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
                 )
 
             whole_tensors = threading.Semaphore(opts.workers)
-            if any(m.kind is MoveKind.TENSOR or (m.kind is MoveKind.CONVERT and m.needs_torch) for m in moves):
+            if torch_casts or any(m.kind is MoveKind.TENSOR or m.needs_torch for m in moves):
                 import torch  # noqa: F401  (tensors or casts ahead: imported once, before the threads start)
 
             def run(job: _Job, move: MovePlan) -> None:
