@@ -208,6 +208,38 @@ def test_train_heads_refuses_bad_input(tmp_path, store, capsys):
     assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--data", str(big),
                  "--quiet"]) == 1
     assert "outside the vocabulary" in capsys.readouterr().err
+    assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--distill", "1.5",
+                 "--quiet"]) == 1
+    assert "--distill 1.5 must be between 0 and 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: one of its choices
+        main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--dtype", "int8"])
+    assert "invalid choice: 'int8'" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists()
+
+
+def test_corpus_in_bfloat16_is_cached_apart_from_float32(tmp_path, store):
+    """--dtype bfloat16 writes its own corpus (another cache key); the heads fit in float32 either way."""
+    from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
+
+    from trtllm_medusa_ports.fixtures.synthetic import tiny_config
+
+    base = tiny_base(store, "LlamaForCausalLM")
+    data = _data(tmp_path, tiny_config("LlamaForCausalLM").vocab_size)
+    runs, keys, hidden = {}, {}, {}
+    for dtype in ("float32", "bfloat16"):
+        runs[dtype] = train(TrainOptions(model_dir=base, output_dir=tmp_path / "h", work_dir=tmp_path / "w",
+                                         data_file=data,
+                                         new_tokens=8, dtype=dtype, overwrite=True,
+                                         fit=FitOptions(num_heads=2, steps=3, batch_size=16)))
+        saved = torch.load(tmp_path / "w" / "corpus.pt", weights_only=True)
+        first = torch.ones(saved["index"].shape[0], dtype=torch.bool)  # each sequence's first row: the
+        first[1:] = saved["index"][1:, 0] != saved["index"][:-1, 0]  # prompt's last position, same input
+        keys[dtype], hidden[dtype] = saved["key"], saved["hidden"][first]
+        assert runs[dtype].heads.blocks[0][0][0].dtype == torch.float32
+    assert keys["float32"] != keys["bfloat16"]  # built again, not read from the other dtype's cache
+    assert hidden["bfloat16"].dtype == torch.float32 and hidden["bfloat16"].shape == hidden["float32"].shape
+    assert not torch.equal(hidden["bfloat16"], hidden["float32"])  # computed in bfloat16
+    assert torch.allclose(hidden["bfloat16"], hidden["float32"], atol=0.05, rtol=0.05)
 
 
 # -- tree construction --------------------------------------------------------------------------
