@@ -219,9 +219,8 @@ def test_train_heads_refuses_bad_input(tmp_path, store, capsys):
 
 def test_corpus_in_bfloat16_is_cached_apart_from_float32(tmp_path, store):
     """--dtype bfloat16 writes its own corpus (another cache key); the heads fit in float32 either way."""
-    from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
-
     from trtllm_medusa_ports.fixtures.synthetic import tiny_config
+    from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
 
     base = tiny_base(store, "LlamaForCausalLM")
     data = _data(tmp_path, tiny_config("LlamaForCausalLM").vocab_size)
