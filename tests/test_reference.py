@@ -204,7 +204,7 @@ def test_reached_argmax_equals_full_logits_where_acceptance_reads_it(tmp_path, l
     ref = ReferenceModel(convert_to(tmp_path / "c", base, heads, tp_size=2))
     tree = MedusaTree.from_spec([p for p in MedusaTree.from_spec("mc_sim_7b_63").paths if len(p) <= 3])
     paths = tree.retrieve_paths(ref.num_medusa_heads + 1)
-    children = _tree_children(paths)
+    children = _tree_children(tree)
     partly = 0  # steps where acceptance reached some nodes beyond the root, not all of them
     for prompt in ([3, 4, 5], [100, 90, 80, 70, 60]):
         cache = ref.new_cache()

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import torch
 
+from trtllm_medusa_ports.files.dtypes import BY_NAME, to_torch
+
 _CHUNK = 1 << 22
 
-_EXPONENT = {
-    torch.float16: (torch.int16, 0x7C00),
-    torch.bfloat16: (torch.int16, 0x7F80),
-    torch.float32: (torch.int32, 0x7F800000),
-}
+#: float dtype -> (signed integer view of the same width, exponent mask), from the dtype table
+_INT_OF_WIDTH = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+_EXPONENT = {to_torch(d.name): (_INT_OF_WIDTH[d.itemsize], d.exponent) for d in BY_NAME.values() if d.bits}
 
 
 def all_finite(t: torch.Tensor) -> bool:

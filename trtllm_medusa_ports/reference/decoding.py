@@ -64,14 +64,12 @@ def draft_tokens(head_logits: torch.Tensor, root: int, tree: MedusaTree) -> torc
     return flat[torch.tensor(tree.candidate_indices)]
 
 
-def _tree_children(paths: list[list[int]]) -> dict[int, list[int]]:
+def _tree_children(tree: MedusaTree) -> dict[int, list[int]]:
+    """Tree slot -> its child slots (slot 0 = root), from the tree's own parent table."""
     children: dict[int, list[int]] = {}
-    for row in paths:
-        for parent, node in zip(row, row[1:]):
-            if node < 0:
-                break
-            if node not in children.setdefault(parent, []):
-                children[parent].append(node)
+    for slot, parent in enumerate(tree.parents):
+        if parent >= 0:
+            children.setdefault(parent, []).append(slot)
     return children
 
 
@@ -103,7 +101,7 @@ def medusa_generate(model: ReferenceModel, prompt: list[int], tree: MedusaTree, 
     offsets = tree.position_offsets
     packed = tree.packed_mask
     paths = tree.retrieve_paths(model.num_medusa_heads + 1)
-    children = _tree_children(paths)
+    children = _tree_children(tree)
     run = MedusaRun(tokens=out, steps=0)
     while len(out) < max_new_tokens:
         tokens = draft_tokens(head_logits, root, tree)
