@@ -139,19 +139,25 @@ def test_trace_follows_the_rules_own_split():
     assert [(p.row_start, p.row_end, p.col_start, p.col_end) for p in row.pieces] == [(0, 8, 2, 4)]
 
 
-@pytest.mark.parametrize("tensor, value, dtype, label", [
-    ("model.layers.0.mlp.up_proj.weight", float("inf"), "auto", "layers.0.mlp.gate.weight"),  # byte copy
-    ("model.layers.0.self_attn.o_proj.weight", float("nan"), "auto", "layers.0.attention.dense.weight"),  # strided
-    ("model.layers.0.mlp.down_proj.weight", 1e6, "float16", "layers.0.mlp.proj.weight"),  # overflows the cast
+@pytest.mark.parametrize("tensor, at, value, dtype, label", [
+    ("model.layers.0.mlp.up_proj.weight", (1, 1), float("inf"), "auto", "layers.0.mlp.gate.weight"),  # byte copy
+    # the last row: in rank 1's half, which rank 1's lane checks
+    ("model.layers.0.mlp.up_proj.weight", (-1, -1), float("nan"), "auto", "layers.0.mlp.gate.weight"),
+    # replicated to both ranks: checked once, by rank 0's lane
+    ("model.layers.0.input_layernorm.weight", (-1,), float("nan"), "auto", "layers.0.input_layernorm.weight"),
+    ("model.layers.0.self_attn.o_proj.weight", (1, 1), float("nan"), "auto", "layers.0.attention.dense.weight"),
+    ("model.layers.0.self_attn.o_proj.weight", (2, -1), float("inf"), "auto", "layers.0.attention.dense.weight"),
+    ("model.layers.0.mlp.down_proj.weight", (1, 1), 1e6, "float16", "layers.0.mlp.proj.weight"),  # overflows the cast
+    ("model.layers.0.mlp.down_proj.weight", (-1, -1), 1e6, "float16", "layers.0.mlp.proj.weight"),
 ])
-def test_non_finite_values_are_refused_on_every_path(tmp_path, store, tensor, value, dtype, label):
+def test_non_finite_values_are_refused_on_every_path(tmp_path, store, tensor, at, value, dtype, label):
     base = tiny_base(store, "LlamaForCausalLM", num_hidden_layers=1)
     bad = tmp_path / "bad"
     bad.mkdir()
     sd = {}
     for f in sorted(base.glob("*.safetensors")):
         sd.update(load_file(str(f)))
-    sd[tensor][1, 1] = value
+    sd[tensor][at] = value
     save_file(sd, str(bad / "model.safetensors"))
     (bad / "config.json").write_text((base / "config.json").read_text())
     c = tiny_config("LlamaForCausalLM")
@@ -347,3 +353,46 @@ def test_array_helpers_give_torchs_pieces_on_numpy(size, chunks):
         assert np.array_equal(arrays.cat(got, dim), t.numpy())
     assert np.array_equal(arrays.cat([t.numpy(), arrays.zeros_like_rows(t.numpy(), 2)]),
                           torch.cat([t, torch.zeros(2, 6, dtype=t.dtype)]).numpy())
+
+
+def test_each_written_row_is_checked_once_by_one_rank():
+    """A rank's lane checks the rows it writes that no lower rank writes: split rows once each,
+    a replicated tensor once (by rank 0), partly shared rows by the lowest rank taking them."""
+    from trtllm_medusa_ports.files.byte_moves import MoveKind, MovePlan, Piece, Source, _rows_to_check
+
+    src = [Source(Path("x"), 0, (10, 4), "float16")]
+
+    def plan(*ranges):
+        return MovePlan(MoveKind.BYTE_COPY, src, [Piece(0, a, b, 0, 4, r, "t", 0) for r, a, b in ranges])
+
+    split = plan((0, 0, 5), (1, 5, 10))
+    assert _rows_to_check(split, 0) == {0: [(0, 5)]} and _rows_to_check(split, 1) == {0: [(5, 10)]}
+    replicated = plan((0, 0, 10), (1, 0, 10))
+    assert _rows_to_check(replicated, 0) == {0: [(0, 10)]} and _rows_to_check(replicated, 1) == {0: []}
+    shared = plan((0, 2, 4), (0, 6, 8), (1, 0, 10))  # rank 1 checks what rank 0 leaves
+    assert _rows_to_check(shared, 1) == {0: [(0, 2), (4, 6), (8, 10)]}
+    assert _rows_to_check(shared, None) == {0: [(0, 10)]}
+    for p in (split, replicated, shared):  # together: every written row, no row twice
+        rows = [i for r in (0, 1) for a, b in _rows_to_check(p, r)[0] for i in range(a, b)]
+        assert sorted(rows) == list(range(10))
+
+
+def test_lanes_give_each_rank_file_one_writer_and_balance_one_file():
+    from trtllm_medusa_ports.convert import _lanes
+    from trtllm_medusa_ports.files.byte_moves import MoveKind, MovePlan, Source
+
+    class Job:
+        def __init__(self, label, ranks):
+            self.label, self.targets = label, [(r, label) for r in ranks]
+
+    def move(rows):
+        return MovePlan(MoveKind.BYTE_COPY, [Source(Path("x"), 0, (rows, 8), "float16")])
+
+    fast = [(Job(f"j{i}", [0, 1, 2, 3]), move(10)) for i in range(3)]
+    lanes = _lanes(fast, [0, 1, 2, 3], 2)
+    assert [sorted({rank for _, _, rank in lane}) for lane in lanes] == [[0, 2], [1, 3]]
+    assert sum(len(lane) for lane in lanes) == 12
+    one = [(Job(f"j{i}", [0]), move(n)) for i, n in enumerate([100, 60, 50, 10])]
+    lanes = _lanes(one, [0], 2)
+    assert [[job.label for job, _, _ in lane] for lane in lanes] == [["j0", "j3"], ["j1", "j2"]]
+    assert all(rank is None for lane in lanes for _, _, rank in lane)

@@ -605,6 +605,31 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     )
 
 
+def _lanes(fast: list[tuple[_Job, MovePlan]], ranks: list[int], threads: int
+           ) -> list[list[tuple[_Job, MovePlan, int | None]]]:
+    """Split the byte-moving jobs into ``threads`` task lists that run side by side.
+
+    With several rank files, rank r's pieces of every job go to lane ``r % threads`` (one writer per
+    file). With one rank file, whole jobs are dealt out to balance the bytes.
+    """
+    if not fast:
+        return []
+    if len(ranks) > 1:
+        n = min(threads, len(ranks))
+        lanes: list[list] = [[] for _ in range(n)]
+        for job, move in fast:
+            for rank in sorted({r for r, _ in job.targets}):
+                lanes[ranks.index(rank) % n].append((job, move, rank))
+        return lanes
+    lanes = [[] for _ in range(threads)]
+    load = [0] * threads
+    for job, move in sorted(fast, key=lambda jm: -sum(s.nbytes for s in jm[1].sources)):
+        i = load.index(min(load))
+        lanes[i].append((job, move, None))
+        load[i] += sum(s.nbytes for s in move.sources)
+    return [lane for lane in lanes if lane]
+
+
 def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict,
            dtype: str, warnings: list[str], inputs: dict[str, Path]) -> int:
     """Stream every job into the rank files of a new output directory; the bytes written."""
@@ -617,7 +642,8 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
         mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd,
                           torch_casts=torch_casts)
         try:
-            bar = tqdm(total=len(jobs), desc="convert", unit="tensor", disable=opts.quiet, file=sys.stderr)
+            bar = tqdm(total=sum(len(j.targets) for j in jobs), desc="convert", unit="tensor", disable=opts.quiet,
+                       file=sys.stderr)
 
             def non_finite(job: _Job) -> Exception:
                 err = HeadsError if job.label.startswith("medusa_heads") else ModelError
@@ -631,16 +657,7 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
             if torch_casts or any(m.kind is MoveKind.TENSOR or m.needs_torch for m in moves):
                 import torch  # noqa: F401  (tensors or casts ahead: imported once, before the threads start)
 
-            def run(job: _Job, move: MovePlan) -> None:
-                if move.kind is not MoveKind.TENSOR:
-                    try:
-                        mover.run(move)
-                    except NonFinite:
-                        raise non_finite(job) from None
-                    for rank, name in job.targets:
-                        files[rank].written(name)
-                    bar.update(1)
-                    return
+            def run_tensor(job: _Job) -> None:
                 from trtllm_medusa_ports.files.finite import all_finite
 
                 with whole_tensors:  # at most --workers whole tensors in memory
@@ -650,24 +667,51 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
                             raise non_finite(job)
                     for rank, name in job.targets:
                         files[rank].write(name, _shard_for(job, inputs, cfg, rank))
-                bar.update(1)
+                bar.update(len(job.targets))
 
-            # Byte moves spend their time in the kernel (the GIL released): two threads overlap one
-            # job's reads with another's writes even where --workers is 1.
-            threads = max(opts.workers, 2 if any(m.kind is not MoveKind.TENSOR for m in moves) else 1)
+            failed = threading.Event()
+
+            def run_lane(tasks: list[tuple[_Job, MovePlan, int | None]]) -> None:
+                for job, move, rank in tasks:
+                    if failed.is_set():
+                        return
+                    try:
+                        mover.run(move, rank)
+                    except NonFinite:
+                        failed.set()
+                        raise non_finite(job) from None
+                    except BaseException:
+                        failed.set()  # the other lanes stop at their next tensor
+                        raise
+                    done = [(r, name) for r, name in job.targets if rank is None or r == rank]
+                    for r, name in done:
+                        files[r].written(name)
+                    bar.update(len(done))
+
+            # Byte moves spend their time in the kernel and in numpy (the GIL released), so even with
+            # --workers 1 two threads run them. Each rank file is written by one thread (a "lane"):
+            # copies into one file serialise on its lock, copies into two files run side by side.
+            fast = [(j, m) for j, m in zip(jobs, moves, strict=True) if m.kind is not MoveKind.TENSOR]
+            tensor_jobs = [j for j, m in zip(jobs, moves, strict=True) if m.kind is MoveKind.TENSOR]
+            threads = max(opts.workers, 2 if fast else 1)
+            lanes = _lanes(fast, sorted(entries), threads)
             if threads > 1:
                 with ThreadPoolExecutor(max_workers=threads) as pool:
-                    futures = [pool.submit(run, j, m) for j, m in zip(jobs, moves, strict=True)]
+                    futures = [pool.submit(run_lane, lane) for lane in lanes]
+                    futures += [pool.submit(run_tensor, j) for j in tensor_jobs]
                     try:
                         for f in futures:
                             f.result()
                     except BaseException:
+                        failed.set()
                         for f in futures:
                             f.cancel()
                         raise
             else:
-                for j, m in zip(jobs, moves, strict=True):
-                    run(j, m)
+                for lane in lanes:
+                    run_lane(lane)
+                for j in tensor_jobs:
+                    run_tensor(j)
             bar.close()
             for f in files.values():
                 f.close()

@@ -297,31 +297,42 @@ class ByteMover:
             os.close(fd)
         self._fds.clear()
 
-    def run(self, plan: MovePlan) -> None:
+    def run(self, plan: MovePlan, rank: int | None = None) -> None:
+        """Write the plan's pieces for ``rank`` (every rank where None).
+
+        Each rank's pieces can run in its own thread: they write only that rank's file, so two ranks
+        never wait on one file's lock, and the NaN/Inf check of what a rank writes runs beside the
+        other rank's copies. Every written byte is checked once: a byte copy checks the source rows
+        its pieces take that no lower rank's pieces take (a replicated tensor is read once); the
+        chunked paths check what they write, after the cast.
+        """
+        pieces = [p for p in plan.pieces if rank is None or p.rank == rank]
         if plan.kind is MoveKind.BYTE_COPY:
-            for s in plan.sources:
-                self._check_bytes(s)
-            for p in plan.pieces:
+            for index, ranges in _rows_to_check(plan, rank).items():
+                for a, b in ranges:
+                    self._check_bytes(plan.sources[index], a, b)
+            for p in pieces:
                 s = plan.sources[p.source]
                 self._copy(s, self._fd(s.path), p.row_start * s.row_bytes, self.rank_fd(p.rank),
                            self.slot_offset(p.rank, p.name) + p.dest_offset, (p.row_end - p.row_start) * s.row_bytes)
         elif plan.kind in (MoveKind.STRIDED, MoveKind.CONVERT):
-            for i, s in enumerate(plan.sources):
-                self._chunked(plan, i, s)
+            for p in pieces:
+                self._chunked(plan, p)
         else:
             raise AssertionError(plan.kind)
 
-    def _check_bytes(self, s: Source) -> None:
-        """NaN/Inf anywhere in the source, read through bounded memory-mapped windows (no copy)."""
+    def _check_bytes(self, s: Source, row_start: int, row_end: int) -> None:
+        """NaN/Inf in rows ``[row_start, row_end)`` of a source, read through bounded memory-mapped
+        windows (no copy)."""
         spec = _EXPONENT.get(s.dtype)
-        if spec is None or s.nbytes == 0:
+        if spec is None or row_end <= row_start:
             return
         np_dtype, mask = spec
         item = np.dtype(np_dtype).itemsize
         fd = self._fd(s.path)
-        rel = 0
-        while rel < s.nbytes:
-            length = min(CHECK_WINDOW, s.nbytes - rel)
+        rel, end = row_start * s.row_bytes, row_end * s.row_bytes
+        while rel < end:
+            length = min(CHECK_WINDOW, end - rel)
             absolute = s.offset + rel
             start = absolute - absolute % mmap.ALLOCATIONGRANULARITY
             lo = absolute - start
@@ -355,44 +366,78 @@ class ByteMover:
                 _pwrite_all(dst_fd, view, dst)
                 src, dst, n = src + k, dst + k, n - k
 
-    def _chunked(self, plan: MovePlan, index: int, s: Source) -> None:
-        """Read source ``index`` once in row chunks; cut (and cast) each chunk for its pieces."""
-        pieces = [p for p in plan.pieces if p.source == index]
+    def _chunked(self, plan: MovePlan, p: Piece) -> None:
+        """Read the piece's source rows once, in bounded chunks; cut its columns, cast them where the
+        dtype changes, check and write them."""
+        s = plan.sources[p.source]
         fd = self._fd(s.path)
         rows_per = max(1, CHUNK_BYTES // max(1, s.row_bytes))
-        buf = bytearray(min(s.rows, rows_per) * s.row_bytes)
+        buf = bytearray(min(p.row_end - p.row_start, rows_per) * s.row_bytes)
         out_item = itemsize(plan.dtype)
         convert = s.dtype != plan.dtype
         by_numpy = can_cast_without_torch(s.dtype, plan.dtype) and not self.torch_casts
         if convert and not by_numpy:
             import torch  # the cast is torch's, element for element the tensor path's
-        spec = _EXPONENT.get(s.dtype)
-        for a in range(0, s.rows, rows_per):
-            b = min(s.rows, a + rows_per)
+        out_spec = _EXPONENT.get(plan.dtype)
+        whole = p.whole_rows(s.width)
+        dest = self.slot_offset(p.rank, p.name) + p.dest_offset
+        dest_row = (p.col_end - p.col_start) * out_item
+        fd_out = self.rank_fd(p.rank)
+        for a in range(p.row_start, p.row_end, rows_per):
+            b = min(p.row_end, a + rows_per)
             view = memoryview(buf)[: (b - a) * s.row_bytes]
             _pread_into(fd, view, s.offset + a * s.row_bytes, s.path)
-            if convert:  # element by element what the tensor path's t.to(dtype) gives
-                out_spec = _EXPONENT[plan.dtype]
-                if by_numpy:
-                    bits = cast_bits(view, s.dtype, plan.dtype)
-                else:
-                    bits = torch.frombuffer(view, dtype=to_torch(s.dtype)).to(to_torch(plan.dtype))
-                    bits = bits.view(torch.uint8).numpy().view(out_spec[0])
-                if _non_finite(bits, out_spec[1]):
-                    raise NonFinite(s.path)
-                rows = bits.view(np.uint8).reshape(b - a, s.width * out_item)
-            else:
+            if whole:
+                part = view
+            else:  # this piece's columns of every row read
                 rows = np.frombuffer(view, dtype=np.uint8).reshape(b - a, s.row_bytes)
-                if spec is not None and _non_finite(np.frombuffer(view, dtype=spec[0]), spec[1]):
-                    raise NonFinite(s.path)
-            for p in pieces:
-                r0, r1 = max(a, p.row_start), min(b, p.row_end)
-                if r0 >= r1:
+                part = np.ascontiguousarray(rows[:, p.col_start * s.itemsize : p.col_end * s.itemsize])
+            if convert:  # element by element what the tensor path's t.to(dtype) gives
+                if by_numpy:
+                    bits = cast_bits(part, s.dtype, plan.dtype)
+                else:
+                    bits = torch.frombuffer(part, dtype=to_torch(s.dtype)).to(to_torch(plan.dtype))
+                    bits = bits.view(torch.uint8).numpy().view(out_spec[0])
+            else:
+                bits = np.frombuffer(part, dtype=out_spec[0]) if out_spec is not None else None
+            if out_spec is not None and _non_finite(bits, out_spec[1]):
+                raise NonFinite(s.path)
+            _pwrite_all(fd_out, bits if bits is not None else part, dest + (a - p.row_start) * dest_row)
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _rows_to_check(plan: MovePlan, rank: int | None) -> dict[int, list[tuple[int, int]]]:
+    """Per source: the row ranges that ``rank``'s pieces write and no lower rank's pieces write
+    (for ``rank`` None: every written row). Each written source row is checked exactly once."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for index in {p.source for p in plan.pieces if rank is None or p.rank == rank}:
+        own = _merged([(p.row_start, p.row_end) for p in plan.pieces
+                       if p.source == index and (rank is None or p.rank == rank)])
+        lower = [] if rank is None else _merged([(p.row_start, p.row_end) for p in plan.pieces
+                                                  if p.source == index and p.rank < rank])
+        left: list[tuple[int, int]] = []
+        for a, b in own:
+            for la, lb in lower:
+                if lb <= a or la >= b:
                     continue
-                part = np.ascontiguousarray(rows[r0 - a : r1 - a, p.col_start * out_item : p.col_end * out_item])
-                dest_row = (p.col_end - p.col_start) * out_item
-                _pwrite_all(self.rank_fd(p.rank), part,
-                            self.slot_offset(p.rank, p.name) + p.dest_offset + (r0 - p.row_start) * dest_row)
+                if la > a:
+                    left.append((a, la))
+                a = max(a, lb)
+                if a >= b:
+                    break
+            if a < b:
+                left.append((a, b))
+        out[index] = left
+    return out
 
 
 def same_bytes(a: Source, b: Source) -> bool:
