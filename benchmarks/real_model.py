@@ -81,6 +81,24 @@ def hf_dir(work: Path) -> Path:
     return out
 
 
+def _end_ids(base: Path, tok) -> set[int]:
+    """The base's end tokens: generation_config.json's eos_token_id, else config.json's, else the tokenizer's."""
+    for name in ("generation_config.json", "config.json"):
+        f = base / name
+        if f.is_file():
+            eos = json.loads(f.read_text()).get("eos_token_id")
+            if eos is not None:
+                return set(eos) if isinstance(eos, list) else {int(eos)}
+    return {tok.eos_token_id} if tok.eos_token_id is not None else set()
+
+
+def _standard_error(xs: list[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    mean = sum(xs) / len(xs)
+    return round((sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) / len(xs)) ** 0.5, 3)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default="/tmp/medusa-smollm2")
@@ -157,6 +175,7 @@ def main() -> int:
     rep, ckpt = reports[first], work / f"ckpt-{first}"
 
     ref = ReferenceModel(ckpt)
+    end_ids = _end_ids(base, tok)
     trees = {"tuned": MedusaTree.from_spec(tuned.paths), "mc_sim_7b_63": MedusaTree.from_spec(mc)}
     t = time.time()
     plain = [plain_generate(ref, p, args.new_tokens) for p in held]
@@ -170,13 +189,20 @@ def main() -> int:
         acc = [a for r in runs for a in r.accepted_per_step]
         first12 = [a for r in runs[: len(EVAL)] for a in r.accepted_per_step]
         per_prompt = [r.mean_accepted_tokens_per_step for r in runs]
-        mean = sum(per_prompt) / len(per_prompt)
-        spread = (sum((x - mean) ** 2 for x in per_prompt) / (len(per_prompt) - 1)) ** 0.5
+        # as served: TensorRT-LLM's runtime ends a sequence at its end_id, so the steps after the
+        # end token are never run (the same runs, cut where the end token came out)
+        ends = [r.until_end(end_ids) for r in runs]
+        ended = [(t, s) for t, s in ends if s]
+        until_end = sum(t for t, _ in ends) / max(1, sum(s for _, s in ends))
         measured[name] = {"nodes": tree.num_nodes, "depth": tree.depth,
+                          "tokens_per_step_until_end": round(until_end, 3),
+                          "until_end_standard_error": _standard_error([t / s for t, s in ended]),
+                          "tokens_until_end": sum(t for t, _ in ends), "steps_until_end": sum(s for _, s in ends),
+                          "prompts_ending_early": sum(1 for r in runs if any(t in end_ids for t in r.tokens)),
                           "tokens_per_step": round(sum(acc) / len(acc), 3),
                           "tokens_per_step_eval12": round(sum(first12) / len(first12), 3),
                           "per_prompt": [round(x, 3) for x in per_prompt],
-                          "per_prompt_standard_error": round(spread / len(per_prompt) ** 0.5, 3),
+                          "per_prompt_standard_error": _standard_error(per_prompt),
                           "forward_passes_per_token": round(steps / (len(held) * args.new_tokens), 3),
                           "same_tokens_as_plain": all(r.tokens == p for r, p in zip(runs, plain, strict=True)),
                           "reference_wall_s": round(wall, 2)}
@@ -197,7 +223,9 @@ def main() -> int:
     for dtype, r in reports.items():
         print(f"== {dtype}\n{r.render()}")
     for name, m in measured.items():
-        print(f"{name:14s} {m['nodes']:3d} nodes: {m['tokens_per_step']:.2f} tokens/step on {len(held)} prompts "
+        print(f"{name:14s} {m['nodes']:3d} nodes: {m['tokens_per_step_until_end']:.3f} tokens/step on {len(held)} "
+              f"prompts until the end token ({m['prompts_ending_early']} end early); "
+              f"{m['tokens_per_step']:.3f} over {args.new_tokens} tokens regardless "
               f"(the first {len(EVAL)}: {m['tokens_per_step_eval12']:.2f}), "
               f"{m['forward_passes_per_token']:.3f} forward passes per token, same tokens as plain: "
               f"{m['same_tokens_as_plain']}")

@@ -321,3 +321,16 @@ def test_verify_compares_the_heads_with_their_source(tmp_path, qwen2_base, qwen2
                "--max_new_tokens", "4", "--medusa_model_dir", str(qwen2_heads), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 1 and out["heads_parity"] is False
+
+
+def test_a_run_cut_at_the_end_token_counts_the_steps_a_runtime_would_take():
+    from trtllm_medusa_ports.reference.decoding import MedusaRun
+
+    # context token 5, then steps emitting 3, 1, 2, 2 tokens: 5 | 6 7 8 | 9 | 2 10 | 11 12
+    run = MedusaRun(tokens=[5, 6, 7, 8, 9, 2, 10, 11, 12], steps=4, accepted_per_step=[3, 1, 2, 2])
+    assert run.until_end({2}) == (5, 3)  # the end token is the 5th emitted, by step 3
+    assert run.until_end({8}) == (3, 1)  # emitted last in step 1
+    assert run.until_end({6}) == (1, 1)  # emitted first in step 1: its other tokens are not counted
+    assert run.until_end({5}) == (0, 0)  # the context step's token: no step runs
+    assert run.until_end({99}) == (8, 4)  # no end token: every step
+    assert run.until_end({12, 9}) == (4, 2)  # the first end token of several

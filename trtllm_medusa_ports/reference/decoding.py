@@ -54,6 +54,25 @@ class MedusaRun:
     def mean_accepted_tokens_per_step(self) -> float:
         return sum(self.accepted_per_step) / len(self.accepted_per_step) if self.accepted_per_step else 0.0
 
+    def until_end(self, end_ids) -> tuple[int, int]:
+        """(tokens, steps) of a generation that stops at the first of ``end_ids``, as TensorRT-LLM's
+        runtime stops a sequence at its ``end_id``: the steps up to the one that emitted it, and the
+        tokens those steps emitted up to it (the context step's token, ``tokens[0]``, is not a step's,
+        as in :attr:`mean_accepted_tokens_per_step`). The loop is deterministic, so this is the prefix
+        of this run. Without an end token: every step and token.
+        """
+        end = next((i for i, t in enumerate(self.tokens) if t in end_ids), None)
+        if end is None:
+            return sum(self.accepted_per_step), len(self.accepted_per_step)
+        if end == 0:  # the context step's token ends it: no generation step runs
+            return 0, 0
+        emitted = 1  # tokens[0] came from the context step
+        for step, n in enumerate(self.accepted_per_step):
+            if emitted + n > end:
+                return end, step + 1
+            emitted += n
+        raise AssertionError("end token beyond the emitted tokens")
+
 
 def draft_tokens(head_logits: torch.Tensor, root: int, tree: MedusaTree) -> torch.Tensor:
     """Tree tokens for one step: ``[root] + topk(head_d, k_d)`` indexed by the candidate indices."""
