@@ -286,19 +286,19 @@ def test_a_dtype_change_is_cast_without_torch_and_pickles_still_need_it(tmp_path
         assert rc == 0, err
         assert imported == [], f"a converting conversion imported {imported}"  # numpy casts, torch's bits
         _same_files(tmp_path / f"cli-{dtype}", tmp_path / f"ref-{dtype}")
-    # past TORCH_CAST_BYTES of casts torch's faster cast pays for its import: same bytes
+    # where torch's faster cast pays for its import it is used: same bytes
     from trtllm_medusa_ports.files import byte_moves
 
     def no_numpy_cast(*a):
-        raise AssertionError("numpy cast used past TORCH_CAST_BYTES")
+        raise AssertionError("numpy cast used where torch's pays")
 
-    old = byte_moves.TORCH_CAST_BYTES, byte_moves.cast_bits
-    byte_moves.TORCH_CAST_BYTES, byte_moves.cast_bits = 0, no_numpy_cast
+    old = byte_moves.TORCH_IMPORT_S, byte_moves.cast_bits
+    byte_moves.TORCH_IMPORT_S, byte_moves.cast_bits = 0, no_numpy_cast
     try:
         res = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "torch-cast",
                                      dtype="bfloat16", tp_size=2, quiet=True))
     finally:
-        byte_moves.TORCH_CAST_BYTES, byte_moves.cast_bits = old
+        byte_moves.TORCH_IMPORT_S, byte_moves.cast_bits = old
     assert "convert" in res.moves.values()
     _same_files(tmp_path / "torch-cast", tmp_path / "ref-bfloat16")
     # pickled heads need torch to be read at all, even in the checkpoint's own dtype
@@ -396,3 +396,23 @@ def test_lanes_give_each_rank_file_one_writer_and_balance_one_file():
     lanes = _lanes(one, [0], 2)
     assert [[job.label for job, _, _ in lane] for lane in lanes] == [["j0", "j3"], ["j1", "j2"]]
     assert all(rank is None for lane in lanes for _, _, rank in lane)
+
+
+def test_torch_is_imported_for_casts_only_where_its_speed_pays_for_the_import():
+    from trtllm_medusa_ports.files.byte_moves import CAST_RATES, MoveKind, MovePlan, Source, torch_casts_pay
+
+    def plan(kind, src, dst, gb):
+        rows = int(gb * 1e9) // 8192
+        return MovePlan(kind, [Source(Path("x"), 0, (rows, 4096), src)], dtype=dst)
+
+    assert not torch_casts_pay([plan(MoveKind.BYTE_COPY, "float16", "float16", 1000)])
+    assert not torch_casts_pay([plan(MoveKind.STRIDED, "float16", "float16", 1000)])
+    for (src, dst), (numpy_rate, torch_rate) in CAST_RATES.items():
+        assert not torch_casts_pay([plan(MoveKind.CONVERT, src, dst, 0.001)]), (src, dst)  # too small to pay
+        # where numpy casts as fast, never; where torch is faster, once enough is cast
+        assert torch_casts_pay([plan(MoveKind.CONVERT, src, dst, 1000)]) == (torch_rate > numpy_rate), (src, dst)
+    fast_torch = max(CAST_RATES, key=lambda k: CAST_RATES[k][1] / CAST_RATES[k][0])
+    sizes = [0.01 * 2**i for i in range(20)]
+    first = {lanes: next(gb for gb in sizes if torch_casts_pay([plan(MoveKind.CONVERT, *fast_torch, gb)], lanes))
+             for lanes in (1, 2)}
+    assert first[2] > first[1]  # two lanes cast side by side: torch has half the time to save

@@ -638,7 +638,7 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
         durable = opts.fsync or replacing
         files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r], durable=durable)
                  for r in entries}
-        torch_casts = sum(m.cast_bytes for m in moves) > byte_moves.TORCH_CAST_BYTES
+        torch_casts = byte_moves.torch_casts_pay(moves, lanes=min(len(entries), max(opts.workers, 2)))
         mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd,
                           torch_casts=torch_casts)
         try:

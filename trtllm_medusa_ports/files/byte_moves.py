@@ -44,12 +44,37 @@ from trtllm_medusa_ports.files.dtypes import (
 
 #: bytes of source read per chunk on the strided and converting paths (per thread)
 CHUNK_BYTES = 2 << 20
-#: source bytes to cast above which a conversion imports torch for its casts: numpy's float32 ->
-#: float16 cast moves about 0.55 GB/s of bfloat16 input (the worker threads do not overlap it),
-#: torch's about 3.4 GB/s per thread, and importing torch costs 1-1.5 s and 200+ MB of libraries.
-#: Measured (benchmarks/convert.py, bfloat16 -> float16): 1.3 GB of casts take 2.1 s with numpy
-#: against 2.3 s with torch, 2.3 GB take 4.9 s against 3.2 s
-TORCH_CAST_BYTES = 2 << 30
+#: source GB/s of one thread casting CHUNK_BYTES chunks, numpy's exact cast (files/dtypes.py
+#: ``cast_bits``) and torch's, per (source, checkpoint) dtype pair; measured by benchmarks/casts.py
+#: (benchmarks/results/casts.json)
+CAST_RATES = {
+    ("bfloat16", "float16"): (1.22, 1.68),
+    ("bfloat16", "float32"): (4.20, 3.24),
+    ("float32", "float16"): (0.73, 6.13),
+    ("float32", "bfloat16"): (0.34, 21.1),
+    ("float16", "float32"): (0.55, 20.6),
+    ("float16", "bfloat16"): (0.15, 1.11),
+}
+#: seconds a conversion spends importing torch (and its ~200 MB of libraries), benchmarks/casts.py
+TORCH_IMPORT_S = 1.3
+
+
+def torch_casts_pay(plans: Sequence[MovePlan], lanes: int = 1) -> bool:
+    """Whether a conversion should import torch for its casts: the time torch's faster casts save,
+    spread over the ``lanes`` that cast side by side, is more than the import costs. A conversion
+    that only moves bytes, or casts little, or casts bfloat16 to float16 (numpy's route is as fast),
+    stays without torch."""
+    saved = 0.0
+    for plan in plans:
+        if plan.kind is not MoveKind.CONVERT:
+            continue
+        for s in plan.sources:
+            rates = CAST_RATES.get((s.dtype, plan.dtype))
+            if rates is not None:
+                saved += s.nbytes / 1e9 * (1 / rates[0] - 1 / rates[1])
+    return saved / max(1, lanes) > TORCH_IMPORT_S
+
+
 #: bytes of a source mapped at a time for the NaN/Inf check of a byte copy
 CHECK_WINDOW = 4 << 20
 
@@ -135,10 +160,6 @@ class MovePlan:
         return self.kind is MoveKind.CONVERT and not all(can_cast_without_torch(s.dtype, self.dtype)
                                                          for s in self.sources)
 
-    @property
-    def cast_bytes(self) -> int:
-        """Source bytes this plan casts (0 unless CONVERT)."""
-        return sum(s.nbytes for s in self.sources) if self.kind is MoveKind.CONVERT else 0
 
 
 def standin(index: int, shape: tuple[int, ...], tp_size: int) -> np.ndarray:
@@ -278,7 +299,7 @@ class ByteMover:
 
     def __init__(self, slot_offset: Callable[[int, str], int], rank_fd: Callable[[int], int], *,
                  torch_casts: bool = False):
-        """``torch_casts``: cast with torch even where numpy can (large conversions, see TORCH_CAST_BYTES)."""
+        """``torch_casts``: cast with torch even where numpy can (where it pays, see :func:`torch_casts_pay`)."""
         self.slot_offset = slot_offset
         self.torch_casts = torch_casts
         self.rank_fd = rank_fd
