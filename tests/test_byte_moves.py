@@ -358,7 +358,13 @@ def test_array_helpers_give_torchs_pieces_on_numpy(size, chunks):
 def test_each_written_row_is_checked_once_by_one_rank():
     """A rank's lane checks the rows it writes that no lower rank writes: split rows once each,
     a replicated tensor once (by rank 0), partly shared rows by the lowest rank taking them."""
-    from trtllm_medusa_ports.files.byte_moves import MoveKind, MovePlan, Piece, Source, _rows_to_check
+    from trtllm_medusa_ports.files.byte_moves import (
+        MoveKind,
+        MovePlan,
+        Piece,
+        Source,
+        _rows_to_check,
+    )
 
     src = [Source(Path("x"), 0, (10, 4), "float16")]
 
@@ -399,7 +405,13 @@ def test_lanes_give_each_rank_file_one_writer_and_balance_one_file():
 
 
 def test_torch_is_imported_for_casts_only_where_its_speed_pays_for_the_import():
-    from trtllm_medusa_ports.files.byte_moves import CAST_RATES, MoveKind, MovePlan, Source, torch_casts_pay
+    from trtllm_medusa_ports.files.byte_moves import (
+        CAST_RATES,
+        MoveKind,
+        MovePlan,
+        Source,
+        torch_casts_pay,
+    )
 
     def plan(kind, src, dst, gb):
         rows = int(gb * 1e9) // 8192
