@@ -109,6 +109,8 @@ def main() -> int:
     ap.add_argument("--train_tokens", type=int, default=64, help="greedy tokens per training prompt")
     ap.add_argument("--distill", type=float, default=0.5, help="train-heads --distill")
     ap.add_argument("--train_dtype", default="bfloat16", help="train-heads --dtype (the corpus)")
+    ap.add_argument("--fit_dtype", default="bfloat16", help="train-heads --fit_dtype (the fit's vocabulary products)")
+    ap.add_argument("--negatives", type=int, default=8192, help="train-heads --negatives")
     ap.add_argument("--tp", type=int, default=3)
     ap.add_argument("--dtypes", default="bfloat16,float16", help="comma-separated; the first is measured")
     ap.add_argument("--new_tokens", type=int, default=64)
@@ -140,13 +142,16 @@ def main() -> int:
         t0 = time.time()
         tr = train(TrainOptions(model_dir=base, output_dir=work / "heads", new_tokens=args.train_tokens,
                                 dtype=args.train_dtype,
-                                overwrite=True, fit=FitOptions(num_heads=args.heads, steps=args.steps, lr=args.lr, distill=args.distill,
-                                                               batch_size=args.batch, share_lm_head=True, quiet=False)))
+                                overwrite=True,
+                                fit=FitOptions(num_heads=args.heads, steps=args.steps, lr=args.lr, distill=args.distill,
+                                               batch_size=args.batch, share_lm_head=True, negatives=args.negatives,
+                                               matmul_dtype=args.fit_dtype, quiet=False)))
         print(tr.summary())
         hdir = tr.output_dir
         train_record = {"heads": args.heads, "layers": 1, "share_lm_head": True, "steps": tr.steps,
                         "batch": args.batch, "lr": args.lr, "distill": args.distill, "train_tokens": args.train_tokens,
-                        "train_dtype": args.train_dtype, "sequences": tr.sequences, "positions": tr.positions,
+                        "train_dtype": args.train_dtype, "fit_dtype": args.fit_dtype, "negatives": args.negatives,
+                        "sequences": tr.sequences, "positions": tr.positions,
                         "corpus_seconds": tr.corpus_seconds, "fit_seconds": tr.fit_seconds,
                         "total_seconds": round(time.time() - t0, 1), "last_batch": tr.history[-1]}
         record_file.write_text(json.dumps(train_record, indent=2))

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write the training prompts shipped with the package (trtllm_medusa_ports/data/prompts.txt).
+"""Write the training prompts shipped with the package (trtllm_medusa_ports/data/prompts.txt), and
+more held-out prompts for tuning trees (data/tune_prompts.txt).
 
 `trtllm-medusa train-heads` continues every prompt with the base's own greedy decoding and learns
 from those continuations, so the prompts only have to be *varied*: heads trained on a few templates
@@ -8,7 +9,7 @@ their own text against 0.24 on held-out prompts). This script crosses many promp
 instructions, completions, lists, dialogue, stories, code in several languages) with many subjects,
 and keeps the first prompts of a seeded shuffle, so the file is reproducible:
 
-    python scripts/make_prompts.py [--count 2400]
+    python scripts/make_prompts.py [--count 2400] [--tune_count 270]
 
 The prompts used to tune trees (data/heldout_prompts.txt) and those benchmarks/real_model.py measures
 on (EVAL) are excluded, with their subjects, so that tokens per step are measured on unseen text.
@@ -25,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "trtllm_medusa_ports" / "data" / "prompts.txt"
 HELDOUT = ROOT / "trtllm_medusa_ports" / "data" / "heldout_prompts.txt"
+TUNE = ROOT / "trtllm_medusa_ports" / "data" / "tune_prompts.txt"
 
 #: words of the measured (EVAL) and tuning prompts: a generated prompt containing one is dropped
 RESERVED = ["solar system", "planet", "quicksort", "relativity", "pancake", "submarine", "winter",
@@ -189,6 +191,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--count", type=int, default=2400)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--tune_count", type=int, default=270)
+    ap.add_argument("--tune_out", type=Path, default=TUNE)
     args = ap.parse_args(argv)
     reserved = {line.strip().lower() for line in HELDOUT.read_text(encoding="utf-8").splitlines() if line.strip()}
     words = re.compile("|".join(re.escape(w) for w in RESERVED), re.IGNORECASE)
@@ -196,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     seen: set[str] = set()
     chosen: list[str] = []
     kinds = generate(args.seed)
+    left: dict[str, list[str]] = {}
     for kind in ("code", "story", "task", "math", "subject"):
         pool = []
         for p in kinds[kind]:
@@ -207,9 +212,21 @@ def main(argv: list[str] | None = None) -> None:
         rng.shuffle(pool)
         want = round(SHARES[kind] * args.count) if kind in SHARES else args.count - len(chosen)
         chosen += pool[:want]
+        left[kind] = pool[want:]
     rng.shuffle(chosen)
     args.out.write_text("\n".join(chosen) + "\n", encoding="utf-8")
     print(f"wrote {len(chosen)} prompts to {args.out}")
+    # more held-out text for tune-tree: prompts of the same kinds the training file left out (a tree
+    # tuned on 30 prompts follows their noise), drawn with their own generator so the training file
+    # above does not change
+    tune_rng = random.Random(args.seed + 1)
+    tune: list[str] = []
+    for kind in ("code", "story", "task", "math", "subject"):
+        want = round(SHARES[kind] * args.tune_count) if kind in SHARES else args.tune_count - len(tune)
+        tune += left[kind][:want]
+    tune_rng.shuffle(tune)
+    args.tune_out.write_text("\n".join(tune) + "\n", encoding="utf-8")
+    print(f"wrote {len(tune)} prompts to {args.tune_out}")
 
 if __name__ == "__main__":
     main()

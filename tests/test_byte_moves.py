@@ -428,3 +428,20 @@ def test_torch_is_imported_for_casts_only_where_its_speed_pays_for_the_import():
     first = {lanes: next(gb for gb in sizes if torch_casts_pay([plan(MoveKind.CONVERT, *fast_torch, gb)], lanes))
              for lanes in (1, 2)}
     assert first[2] > first[1]  # two lanes cast side by side: torch has half the time to save
+
+
+def test_bfloat16_to_float16_in_blocks_gives_torchs_bits_across_block_edges():
+    """The cast works in cache-sized blocks: every pattern, shuffled over several blocks and a ragged end."""
+    import numpy as np
+
+    from trtllm_medusa_ports.files import dtypes
+
+    g = torch.Generator().manual_seed(2)
+    vals = torch.arange(65536, dtype=torch.int32).to(torch.int16)
+    vals = torch.cat([vals[torch.randperm(65536, generator=g)] for _ in range(3)])[: 3 * 65536 - 7]
+    assert vals.numel() > 2 * dtypes._BLOCK and vals.numel() % dtypes._BLOCK
+    want = vals.view(torch.bfloat16).to(torch.float16)
+    got = dtypes.cast_bits(vals.numpy().tobytes(), "bfloat16", "float16")
+    finite = torch.isfinite(want).numpy()
+    assert np.array_equal(got[finite], want.view(torch.int16).numpy().view(np.uint16)[finite])
+    assert not np.isfinite(got[~finite].view(np.float16)).any()

@@ -53,7 +53,7 @@ def test_final_hidden_is_what_the_lm_head_sees(store, arch):
 
 def test_packaged_prompts_are_many_varied_and_disjoint_from_the_heldout_ones():
     train, held = packaged_prompts(), heldout_prompts()
-    assert len(train) >= 250 and len(set(train)) == len(train) and len(held) >= 20
+    assert len(train) >= 250 and len(set(train)) == len(train) and len(held) >= 250 and len(set(held)) == len(held)
     assert not set(train) & set(held)
     assert any(p.startswith("def ") for p in train) and any("\n" in p for p in train)
 
@@ -64,9 +64,12 @@ def test_packaged_prompts_are_what_the_generator_writes(tmp_path):
     from importlib import resources
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "make_prompts.py"
-    runpy.run_path(str(script), run_name="make_prompts")["main"](["--out", str(tmp_path / "p.txt")])
-    packaged = resources.files("trtllm_medusa_ports").joinpath("data/prompts.txt").read_text(encoding="utf-8")
+    runpy.run_path(str(script), run_name="make_prompts")["main"](["--out", str(tmp_path / "p.txt"),
+                                                                   "--tune_out", str(tmp_path / "t.txt")])
+    data = resources.files("trtllm_medusa_ports").joinpath("data")
+    packaged = data.joinpath("prompts.txt").read_text(encoding="utf-8")
     assert (tmp_path / "p.txt").read_text(encoding="utf-8") == packaged
+    assert (tmp_path / "t.txt").read_text(encoding="utf-8") == data.joinpath("tune_prompts.txt").read_text(encoding="utf-8")
     forms = {p.split(" ")[0] for p in packaged_prompts()}
     assert len(packaged_prompts()) >= 1500 and len(forms) >= 60  # many prompts, many shapes of prompt
 
@@ -103,16 +106,36 @@ def test_resume_ends_with_the_weights_of_an_uninterrupted_run(tmp_path, share):
                   resume=True)
 
 
-def test_training_lowers_the_loss_on_learnable_targets():
+@pytest.mark.parametrize("matmul_dtype", ["float32", "bfloat16"])
+def test_training_lowers_the_loss_on_learnable_targets(matmul_dtype):
     g = torch.Generator().manual_seed(1)
     hidden = torch.randn(400, 16, generator=g)
     lm = torch.randn(30, 16, generator=g)
     targets = torch.stack([(hidden[:, 0] > 0).long() * 3, (hidden[:, 1] > 0).long() + 7], 1)  # learnable
     heads, hist = fit_heads(hidden, targets, lm, None, FitOptions(num_heads=2, steps=150, lr=3e-2, batch_size=128,
-                                                                  share_lm_head=True))
+                                                                  share_lm_head=True, matmul_dtype=matmul_dtype))
     assert hist[-1]["loss"] < hist[0]["loss"] / 3
     logits = heads.apply(hidden, lm)
     assert float((logits[0].argmax(-1) == targets[:, 0]).float().mean()) > 0.9
+    assert all(t.dtype == torch.float32 for row in heads.blocks for wb in row for t in wb)  # weights stay float32
+
+
+def test_bfloat16_products_train_the_heads_float32_does():
+    """The same run with the vocabulary products in bfloat16 ends with heads that rank like the float32 run's."""
+    g = torch.Generator().manual_seed(5)
+    hidden = torch.randn(600, 24, generator=g)
+    lm = torch.randn(50, 24, generator=g)
+    targets = torch.stack([(hidden[:, :3] @ torch.randn(3, 50, generator=g)).argmax(-1)] * 2, 1)
+    got = {}
+    for dt in ("float32", "bfloat16"):
+        heads, _ = fit_heads(hidden, targets, lm, None, FitOptions(num_heads=2, steps=120, lr=2e-2, batch_size=128,
+                                                                   share_lm_head=True, matmul_dtype=dt))
+        got[dt] = heads.apply(hidden, lm)[0].argmax(-1)
+    assert float((got["float32"] == got["bfloat16"]).float().mean()) > 0.9
+    acc = {dt: float((a == targets[:, 0]).float().mean()) for dt, a in got.items()}
+    assert acc["bfloat16"] > acc["float32"] - 0.03 and acc["float32"] > 0.3, acc  # as accurate, and learning
+    with pytest.raises(Exception, match="--fit_dtype int8 is not one of"):
+        fit_heads(hidden, targets, lm, None, FitOptions(num_heads=2, steps=1, matmul_dtype="int8"))
 
 
 def test_distillation_matches_the_base_distribution_at_the_right_position():

@@ -179,6 +179,7 @@ def run_train_heads(args: argparse.Namespace) -> int:
     fit = FitOptions(num_heads=args.num_heads, num_layers=args.num_layers, steps=args.steps, lr=args.lr,
                      batch_size=args.batch_size or None, share_lm_head=args.share_lm_head, seed=args.seed,
                      full_vocab=args.full_vocab, distill=args.distill, save_every=args.save_every,
+                     negatives=args.negatives, matmul_dtype=args.fit_dtype,
                      quiet=args.quiet)
     opts = TrainOptions(model_dir=Path(args.model_dir), output_dir=Path(args.output_dir),
                         prompts_file=Path(args.prompts) if args.prompts else None,
@@ -404,6 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--distill", type=float, default=0.5,
                    help="weight (0..1) of the soft target: each head also matches the base's own next-token "
                    "distribution at its position; 0: the greedy token only")
+    s.add_argument("--negatives", type=int, default=8192,
+                   help="without --full_vocab: tokens outside the corpus drawn afresh each step into the softmax, "
+                   "so that the heads learn to rank them low too")
+    s.add_argument("--fit_dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="dtype of the fit's products with the vocabulary: bfloat16 is about twice as fast where "
+                   "the hardware has it; the loss, the heads and the optimiser stay float32")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--resume", action="store_true", help="continue the saved run (same flags)")
     s.add_argument("--save_every", type=int, default=100, help="steps between saved training states")

@@ -256,13 +256,15 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
 
 
 def heldout_prompts() -> list[str]:
-    """Prompts shipped for measuring heads, none of which is among the training prompts."""
+    """Prompts shipped for measuring heads (300), none of which is among the training prompts."""
     from importlib import resources
 
     from trtllm_medusa_ports.heads.train import _prompt_lines
 
-    return _prompt_lines(resources.files("trtllm_medusa_ports").joinpath("data/heldout_prompts.txt")
-                         .read_text(encoding="utf-8"))
+    data = resources.files("trtllm_medusa_ports").joinpath("data")
+    # 30 written by hand, then 270 of the training prompts' kinds that scripts/make_prompts.py left out
+    return [p for name in ("heldout_prompts.txt", "tune_prompts.txt")
+            for p in _prompt_lines(data.joinpath(name).read_text(encoding="utf-8"))]
 
 
 def write_choices(paths: list[list[int]], output: str | Path, *, overwrite: bool = False) -> Path:

@@ -118,26 +118,44 @@ def cast_bits(data, src: str, dst: str):
     return rounded
 
 
+#: elements per block of :func:`_bfloat16_to_float16`: its temporaries stay in the core's cache
+#: (128 KB each; 2 MB chunks in one piece ran at a third of the speed)
+_BLOCK = 1 << 16
+
+
 def _bfloat16_to_float16(bits):
     """bfloat16 bits to float16 bits, as torch's cast (through float32, rounded to nearest-even).
 
     Where the value is a normal float16 (bfloat16 exponent 113..142) the cast is exact and only moves
     fields: float16 keeps the sign, rebiases the exponent by 127 - 15 = 112 and widens the 7-bit
     mantissa to 10 bits, which in one step is ``((b & 0x7FFF) - (112 << 7)) << 3``. The few other
-    values (zeros, float16 subnormals, overflow, NaN/Inf) take the float32 route. About five times
-    numpy's float32 -> float16 route for weights.
+    values (zeros, float16 subnormals, overflow, NaN/Inf) take the float32 route. Worked in blocks
+    that stay in cache: about five times numpy's float32 route on weights (benchmarks/casts.py).
     """
     import numpy as np
 
-    magnitude = np.bitwise_and(bits, np.uint16(0x7FFF))
-    out = np.subtract(magnitude, np.uint16(112 << 7))
-    np.left_shift(out, np.uint16(3), out=out)
-    np.bitwise_or(out, np.bitwise_and(bits, np.uint16(0x8000)), out=out)
-    # outside [113 << 7, 143 << 7): the subtraction wraps, so one unsigned comparison finds them
-    np.subtract(magnitude, np.uint16(113 << 7), out=magnitude)
-    other = np.flatnonzero(magnitude >= np.uint16(30 << 7))
-    if other.size:
-        wide = (bits[other].astype(np.uint32) << 16).view(np.float32)
+    out = np.empty_like(bits)
+    magnitude = np.empty(min(_BLOCK, bits.size), dtype=np.uint16)
+    sign = np.empty_like(magnitude)
+    other = np.empty(magnitude.size, dtype=bool)
+    rest = []
+    for i in range(0, bits.size, _BLOCK):
+        b = bits[i:i + _BLOCK]
+        n = b.size
+        o, m, s, f = out[i:i + n], magnitude[:n], sign[:n], other[:n]
+        np.bitwise_and(b, np.uint16(0x7FFF), out=m)
+        np.subtract(m, np.uint16(112 << 7), out=o)
+        np.left_shift(o, np.uint16(3), out=o)
+        np.bitwise_and(b, np.uint16(0x8000), out=s)
+        np.bitwise_or(o, s, out=o)
+        # outside [113 << 7, 143 << 7) the subtraction wraps, so one unsigned comparison finds them
+        np.subtract(m, np.uint16(113 << 7), out=m)
+        np.greater_equal(m, np.uint16(30 << 7), out=f)
+        if f.any():
+            rest.append(np.flatnonzero(f) + i)
+    if rest:
+        idx = np.concatenate(rest)
+        wide = (bits[idx].astype(np.uint32) << 16).view(np.float32)
         with np.errstate(over="ignore"):
-            out[other] = wide.astype(np.float16).view(np.uint16)
+            out[idx] = wide.astype(np.float16).view(np.uint16)
     return out
