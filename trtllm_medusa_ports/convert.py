@@ -430,13 +430,14 @@ def _shard_for(job: _Job, inputs: list[Array], cfg: dict, rank: int) -> Array:
     ))
 
 
-def planned_shape(job: _Job, cfg: dict, rank: int) -> tuple[int, ...]:
+def planned_shape(job: _Job, cfg: dict, rank: int, traced: dict | None = None) -> tuple[int, ...]:
     """The shape of ``job``'s tensor on ``rank``, from its source shapes alone (nothing is read).
 
     The job's own combine and split run on one small integer per source row and column chunk
     (numpy: a value transform keeps shapes, so the layout alone is traced); other jobs, and dim-1
     splits of widths that do not divide, run on torch's ``meta`` device, which raises the split's
-    own error.
+    own error. ``traced`` keeps each layout job's traced stand-ins for :func:`move_plan`, which
+    would otherwise run the same combine and split again.
     """
     shapes = job.shapes
     tp = Mapping.from_config(cfg).tp_size
@@ -444,8 +445,10 @@ def planned_shape(job: _Job, cfg: dict, rank: int) -> tuple[int, ...]:
     if traceable and len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2):
         from trtllm_medusa_ports.files.byte_moves import standin
 
-        traced = job if not isinstance(job.combine, ValueTransform) else dataclasses.replace(job, combine=_first_input)
-        out = _shard_for(traced, [standin(i, s, tp) for i, s in enumerate(shapes)], cfg, rank)
+        traced_job = job if not isinstance(job.combine, ValueTransform) else dataclasses.replace(job, combine=_first_input)
+        out = _shard_for(traced_job, [standin(i, s, tp) for i, s in enumerate(shapes)], cfg, rank)
+        if traced is not None and traced_job is job:
+            traced[id(job), rank] = out
         if out.ndim == 1:
             return (out.shape[0],)
         width = shapes[0][1]
@@ -461,8 +464,10 @@ def planned_shape(job: _Job, cfg: dict, rank: int) -> tuple[int, ...]:
 
 
 def move_plan(job: _Job, cfg: dict, dtype: str,
-              planned: dict[tuple[int, str], tuple[int, ...]]) -> MovePlan:
-    """How ``job`` reaches the rank files: byte copies, strided or converting chunks, or tensors."""
+              planned: dict[tuple[int, str], tuple[int, ...]], traced: dict | None = None) -> MovePlan:
+    """How ``job`` reaches the rank files: byte copies, strided or converting chunks, or tensors.
+
+    ``traced``: the stand-ins :func:`planned_shape` already sharded for this job (same stand-ins)."""
     def tensor(why: str) -> MovePlan:
         return MovePlan(MoveKind.TENSOR, targets=list(job.targets), dtype=dtype, why=why)
 
@@ -475,7 +480,11 @@ def move_plan(job: _Job, cfg: dict, dtype: str,
     if any(t.dtype_name not in CHECKPOINT_DTYPES for t in job.lazy):
         return tensor("a source dtype the checkpoint does not use")
     sources = [Source(t.file, t.offset, tuple(t.shape), t.dtype_name) for t in job.lazy]
-    return trace(sources, job.targets, lambda standins, rank: _shard_for(job, standins, cfg, rank),
+    def shard_standins(standins, rank: int):
+        got = traced.pop((id(job), rank), None) if traced is not None else None
+        return got if got is not None else _shard_for(job, standins, cfg, rank)
+
+    return trace(sources, job.targets, shard_standins,
                  lambda rank, name: planned[(rank, name)], dtype, Mapping.from_config(cfg).tp_size)
 
 
@@ -574,13 +583,15 @@ def convert(opts: ConvertOptions) -> ConvertResult:
 
     # Plan every rank file's layout from the source shapes (no data read).
     entries: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
+    planned: dict[tuple[int, str], tuple[int, ...]] = {}
+    moves: list[MovePlan] = []
     for job in jobs:
+        traced: dict = {}  # this job's sharded stand-ins, shared by its shapes and its byte plan
         for rank, name in job.targets:
-            entries[rank].append((name, dtype, planned_shape(job, cfg, rank)))
-
-    planned = {(rank, name): shape for rank, rows in entries.items() for name, _, shape in rows}
-    moves = [move_plan(job, cfg, dtype, planned) if opts.fast_path else
-             MovePlan(MoveKind.TENSOR, why="fast path off") for job in jobs]
+            planned[rank, name] = planned_shape(job, cfg, rank, traced)
+            entries[rank].append((name, dtype, planned[rank, name]))
+        moves.append(move_plan(job, cfg, dtype, planned, traced) if opts.fast_path else
+                     MovePlan(MoveKind.TENSOR, why="fast path off"))
 
     padded_vocab = mapping.padded_vocab(cfg["vocab_size"])
     saved = heads.num_heads * padded_vocab * heads.hidden_size * itemsize(dtype) if share else 0
