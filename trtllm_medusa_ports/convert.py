@@ -430,14 +430,14 @@ def _shard_for(job: _Job, inputs: list[Array], cfg: dict, rank: int) -> Array:
     ))
 
 
-def planned_shape(job: _Job, cfg: dict, rank: int, traced: dict | None = None) -> tuple[int, ...]:
+def planned_shape(job: _Job, cfg: dict, rank: int, traced: dict[int, Array] | None = None) -> tuple[int, ...]:
     """The shape of ``job``'s tensor on ``rank``, from its source shapes alone (nothing is read).
 
     The job's own combine and split run on one small integer per source row and column chunk
     (numpy: a value transform keeps shapes, so the layout alone is traced); other jobs, and dim-1
     splits of widths that do not divide, run on torch's ``meta`` device, which raises the split's
-    own error. ``traced`` keeps each layout job's traced stand-ins for :func:`move_plan`, which
-    would otherwise run the same combine and split again.
+    own error. ``traced`` (one dict per job) keeps the sharded stand-ins by rank for
+    :func:`move_plan`, which would otherwise run the same combine and split again.
     """
     shapes = job.shapes
     tp = Mapping.from_config(cfg).tp_size
@@ -448,7 +448,7 @@ def planned_shape(job: _Job, cfg: dict, rank: int, traced: dict | None = None) -
         traced_job = job if not isinstance(job.combine, ValueTransform) else dataclasses.replace(job, combine=_first_input)
         out = _shard_for(traced_job, [standin(i, s, tp) for i, s in enumerate(shapes)], cfg, rank)
         if traced is not None and traced_job is job:
-            traced[id(job), rank] = out
+            traced[rank] = out
         if out.ndim == 1:
             return (out.shape[0],)
         width = shapes[0][1]
@@ -464,7 +464,7 @@ def planned_shape(job: _Job, cfg: dict, rank: int, traced: dict | None = None) -
 
 
 def move_plan(job: _Job, cfg: dict, dtype: str,
-              planned: dict[tuple[int, str], tuple[int, ...]], traced: dict | None = None) -> MovePlan:
+              planned: dict[tuple[int, str], tuple[int, ...]], traced: dict[int, Array] | None = None) -> MovePlan:
     """How ``job`` reaches the rank files: byte copies, strided or converting chunks, or tensors.
 
     ``traced``: the stand-ins :func:`planned_shape` already sharded for this job (same stand-ins)."""
@@ -480,8 +480,9 @@ def move_plan(job: _Job, cfg: dict, dtype: str,
     if any(t.dtype_name not in CHECKPOINT_DTYPES for t in job.lazy):
         return tensor("a source dtype the checkpoint does not use")
     sources = [Source(t.file, t.offset, tuple(t.shape), t.dtype_name) for t in job.lazy]
+
     def shard_standins(standins, rank: int):
-        got = traced.pop((id(job), rank), None) if traced is not None else None
+        got = traced.pop(rank, None) if traced is not None else None
         return got if got is not None else _shard_for(job, standins, cfg, rank)
 
     return trace(sources, job.targets, shard_standins,
@@ -586,7 +587,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     planned: dict[tuple[int, str], tuple[int, ...]] = {}
     moves: list[MovePlan] = []
     for job in jobs:
-        traced: dict = {}  # this job's sharded stand-ins, shared by its shapes and its byte plan
+        traced: dict[int, Array] = {}  # this job's sharded stand-ins by rank, shared by its shapes and its byte plan
         for rank, name in job.targets:
             planned[rank, name] = planned_shape(job, cfg, rank, traced)
             entries[rank].append((name, dtype, planned[rank, name]))

@@ -161,7 +161,6 @@ class MovePlan:
                                                          for s in self.sources)
 
 
-
 def standin(index: int, shape: tuple[int, ...], tp_size: int) -> np.ndarray:
     """One int64 per row (vector) or per row and column chunk (matrix): source, row + 1, chunk.
 
