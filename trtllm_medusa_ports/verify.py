@@ -29,6 +29,7 @@ from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.heads.train import end_token_ids
 from trtllm_medusa_ports.reference.decoding import medusa_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
 from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
@@ -79,6 +80,11 @@ class VerifyReport:
     predicted_tokens_per_step: float | None = None
     predicted_tokens_per_step_joint: float | None = None
     tree_nodes: int = 0
+    #: tokens per step had every run stopped at the base's end token, as TensorRT-LLM's runtime
+    #: stops at ``end_id`` (reference/decoding.py ``MedusaRun.until_end``); the runs go on past it
+    #: so that greedy equivalence compares every token
+    tokens_per_step_until_end: float | None = None
+    prompts_ending_early: int = 0
 
     @property
     def float16_overflow(self) -> bool:
@@ -137,6 +143,9 @@ class VerifyReport:
             lines.append(f"  first divergence: prompt {d['prompt']}, position {d['position']}: "
                          f"base model {d['expected']}, Medusa {d['got']}")
         lines.append(f"speculation       : {self.mean_accepted_tokens_per_step:.2f} tokens/step over {self.steps} steps")
+        if self.prompts_ending_early and self.tokens_per_step_until_end is not None:
+            lines.append(f"  until end token : {self.tokens_per_step_until_end:.2f} tokens/step ({self.prompts_ending_early} "
+                         f"of {len(self.prompts)} prompt(s) emit the end token, where a runtime stops)")
         if self.predicted_tokens_per_step is not None:
             lines.append(f"  predicted       : {self.predicted_tokens_per_step:.2f} tokens/step for this {self.tree_nodes}-node "
                          f"tree from the heads' top-k accuracy (joint counts: "
@@ -394,6 +403,7 @@ def _verify(
     ref = ReferenceModel(ckpt)
     dtype = to_torch(_checkpoint_dtype(ckpt.config))
     hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")))
+    ends = end_token_ids(hf)  # where a runtime would stop each run (hf is freed before the runs)
     arithmetic = engine_arithmetic(hf, ref.semantics)
     adjustments = [a.description for a in arithmetic]
     if hf.config.vocab_size != ref.vocab:
@@ -484,6 +494,8 @@ def _verify(
     generated = 0
     per_prompt = []
     seqs = []
+    until_end = [0, 0]  # tokens, steps
+    ending_early = 0
     for i, (p, expected) in enumerate(zip(tqdm(prompts, desc="greedy equivalence", unit="prompt", disable=quiet,
                                                file=sys.stderr), expected_tokens, strict=True)):
         run = medusa_generate(ref, p, tree, max_new_tokens)
@@ -495,6 +507,10 @@ def _verify(
         steps += run.steps
         accepted += run.accepted_per_step
         generated += len(run.tokens)
+        t, n = run.until_end(ends)
+        until_end[0] += t
+        until_end[1] += n
+        ending_early += any(tok in ends for tok in run.tokens)
         seqs.append(p + expected)
         per_prompt.append({"prompt": p, "greedy_equal": same, "steps": run.steps,
                            "mean_accepted_tokens_per_step": run.mean_accepted_tokens_per_step})
@@ -528,6 +544,8 @@ def _verify(
         predicted_tokens_per_step=predicted[0],
         predicted_tokens_per_step_joint=predicted[1],
         tree_nodes=tree.num_nodes,
+        tokens_per_step_until_end=until_end[0] / until_end[1] if until_end[1] else None,
+        prompts_ending_early=ending_early,
     )
 
 

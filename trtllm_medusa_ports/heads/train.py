@@ -188,7 +188,8 @@ def final_hidden(model, ids: torch.Tensor, attention_mask: torch.Tensor | None =
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
 
-def _eos_ids(model) -> set[int]:
+def end_token_ids(model) -> set[int]:
+    """The transformers model's end tokens (its generation config's ``eos_token_id``)."""
     eos = getattr(model.generation_config, "eos_token_id", None)
     if eos is None:
         return set()
@@ -202,7 +203,7 @@ def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch
     from tqdm import tqdm
 
     device = next(model.parameters()).device
-    eos = _eos_ids(model)
+    eos = end_token_ids(model)
     pad = min(eos) if eos else 0
     out: list[list[int]] = [[] for _ in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
