@@ -81,17 +81,6 @@ def hf_dir(work: Path) -> Path:
     return out
 
 
-def _end_ids(base: Path, tok) -> set[int]:
-    """The base's end tokens: generation_config.json's eos_token_id, else config.json's, else the tokenizer's."""
-    for name in ("generation_config.json", "config.json"):
-        f = base / name
-        if f.is_file():
-            eos = json.loads(f.read_text()).get("eos_token_id")
-            if eos is not None:
-                return set(eos) if isinstance(eos, list) else {int(eos)}
-    return {tok.eos_token_id} if tok.eos_token_id is not None else set()
-
-
 def _standard_error(xs: list[float]) -> float:
     if len(xs) < 2:
         return 0.0
@@ -122,10 +111,10 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     from trtllm_medusa_ports.convert import ConvertOptions, convert
-    from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
+    from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, end_token_ids, train
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate, plain_generate
     from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
     from trtllm_medusa_ports.tune import tune, write_choices
@@ -180,7 +169,11 @@ def main() -> int:
     rep, ckpt = reports[first], work / f"ckpt-{first}"
 
     ref = ReferenceModel(ckpt)
-    end_ids = _end_ids(base, tok)
+    try:  # the end tokens transformers' from_pretrained gives the model (verify and train-heads read them there)
+        generation = GenerationConfig.from_pretrained(base)
+    except OSError:  # no generation_config.json: derived from config.json
+        generation = GenerationConfig.from_model_config(AutoConfig.from_pretrained(base))
+    end_ids = end_token_ids(generation)
     trees = {"tuned": MedusaTree.from_spec(tuned.paths), "mc_sim_7b_63": MedusaTree.from_spec(mc)}
     t = time.time()
     plain = [plain_generate(ref, p, args.new_tokens) for p in held]

@@ -160,6 +160,12 @@ def camel(fname: str) -> str:
 
 #: share of each kind of prompt in the file (the subject forms fill the rest)
 SHARES = {"code": 0.22, "story": 0.12, "task": 0.09, "math": 0.05}
+KINDS = ("code", "story", "task", "math", "subject")
+
+
+def quota(kind: str, count: int, taken: int) -> int:
+    """How many prompts of ``kind`` a file of ``count`` takes, ``taken`` being already chosen."""
+    return round(SHARES[kind] * count) if kind in SHARES else count - taken
 
 
 def generate(seed: int = 0) -> dict[str, list[str]]:
@@ -201,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     chosen: list[str] = []
     kinds = generate(args.seed)
     left: dict[str, list[str]] = {}
-    for kind in ("code", "story", "task", "math", "subject"):
+    for kind in KINDS:
         pool = []
         for p in kinds[kind]:
             key = p.lower()
@@ -210,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
             seen.add(key)
             pool.append(p)
         rng.shuffle(pool)
-        want = round(SHARES[kind] * args.count) if kind in SHARES else args.count - len(chosen)
+        want = quota(kind, args.count, len(chosen))
         chosen += pool[:want]
         left[kind] = pool[want:]
     rng.shuffle(chosen)
@@ -221,9 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     # above does not change
     tune_rng = random.Random(args.seed + 1)
     tune: list[str] = []
-    for kind in ("code", "story", "task", "math", "subject"):
-        want = round(SHARES[kind] * args.tune_count) if kind in SHARES else args.tune_count - len(tune)
-        tune += left[kind][:want]
+    for kind in KINDS:
+        tune += left[kind][:quota(kind, args.tune_count, len(tune))]
     tune_rng.shuffle(tune)
     args.tune_out.write_text("\n".join(tune) + "\n", encoding="utf-8")
     print(f"wrote {len(tune)} prompts to {args.tune_out}")

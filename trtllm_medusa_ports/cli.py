@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--negatives", type=int, default=8192,
                    help="without --full_vocab: tokens outside the corpus drawn afresh each step into the softmax, "
                    "so that the heads learn to rank them low too")
-    s.add_argument("--fit_dtype", default="float32", choices=["float32", "bfloat16"],
+    s.add_argument("--fit_dtype", default="float32", choices=["float32", "bfloat16"],  # heads/train.py FIT_DTYPES
                    help="dtype of the fit's products with the vocabulary: bfloat16 is about twice as fast where "
                    "the hardware has it; the loss, the heads and the optimiser stay float32")
     s.add_argument("--seed", type=int, default=0)

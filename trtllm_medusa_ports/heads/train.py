@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import HeadsError, ModelError, PortError
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 
 CORPUS_VERSION = 1
 
@@ -189,8 +190,8 @@ def final_hidden(model, ids: torch.Tensor, attention_mask: torch.Tensor | None =
 
 
 def end_token_ids(model) -> set[int]:
-    """The transformers model's end tokens (its generation config's ``eos_token_id``)."""
-    eos = getattr(model.generation_config, "eos_token_id", None)
+    """The end tokens of a transformers model, or of its ``GenerationConfig`` (``eos_token_id``)."""
+    eos = getattr(getattr(model, "generation_config", model), "eos_token_id", None)
     if eos is None:
         return set()
     return set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
@@ -369,6 +370,15 @@ def lr_at(step: int, opts: FitOptions) -> float:
     return opts.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+#: dtypes of the fit's products with the vocabulary (``train-heads --fit_dtype``)
+FIT_DTYPES = ("float32", "bfloat16")
+
+
+def _check_fit_dtype(name: str) -> None:
+    if name not in FIT_DTYPES:
+        raise PortError(f"--fit_dtype {name} is not one of {', '.join(FIT_DTYPES)}", fix="e.g. --fit_dtype bfloat16")
+
+
 def _product(x: torch.Tensor, weight: torch.Tensor, low: torch.dtype | None) -> torch.Tensor:
     """``x @ weight.T`` in float32, computed in ``low`` precision where given (autograd sees the casts)."""
     if low is None:
@@ -404,9 +414,7 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     # whole vocabulary): a fresh sample of them joins every step's softmax
     others = torch.nonzero(remap < 0).squeeze(1)
     n_neg = min(others.numel(), opts.negatives)
-    if opts.matmul_dtype not in ("float32", "bfloat16", "float16"):
-        raise PortError(f"--fit_dtype {opts.matmul_dtype} is not one of float32, bfloat16, float16",
-                        fix="e.g. --fit_dtype bfloat16")
+    _check_fit_dtype(opts.matmul_dtype)
     low = None if opts.matmul_dtype == "float32" else getattr(torch, opts.matmul_dtype)
     lm_head_d = lm_head.to(device)
     lm_bias_d = lm_bias.to(device) if lm_bias is not None else None
@@ -633,11 +641,9 @@ def train(opts: TrainOptions) -> TrainResult:
             raise PortError(f"{name} {v} must be at least {lo}", fix=f"pass {name} {lo} or more")
     if not f.lr > 0:
         raise PortError(f"--lr {f.lr} must be positive", fix="e.g. --lr 3e-3")
-    if opts.dtype not in ("float32", "bfloat16", "float16"):
-        raise PortError(f"--dtype {opts.dtype} is not one of float32, bfloat16, float16", fix="e.g. --dtype bfloat16")
-    if f.matmul_dtype not in ("float32", "bfloat16", "float16"):
-        raise PortError(f"--fit_dtype {f.matmul_dtype} is not one of float32, bfloat16",
-                        fix="e.g. --fit_dtype bfloat16")
+    if opts.dtype not in CHECKPOINT_DTYPES:
+        raise PortError(f"--dtype {opts.dtype} is not one of {', '.join(CHECKPOINT_DTYPES)}", fix="e.g. --dtype bfloat16")
+    _check_fit_dtype(f.matmul_dtype)  # before the corpus is built, not minutes later
     if not 0 <= f.distill <= 1:
         raise PortError(f"--distill {f.distill} must be between 0 and 1", fix="e.g. --distill 0.5 (0: hard targets only)")
     out = guard_output_dir(Path(opts.output_dir), {"--model_dir": Path(opts.model_dir)})
