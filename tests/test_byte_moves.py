@@ -179,17 +179,30 @@ def test_non_finite_heads_on_the_byte_path_blame_the_heads(tmp_path, store):
         convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=tmp_path / "o", quiet=True))
 
 
-def test_without_copy_file_range_bytes_are_moved_by_hand(tmp_path, store, monkeypatch):
-    import errno
-    import os
-
-    def unsupported(*a, **k):
-        raise OSError(errno.EXDEV, "cross-device")
-
+@pytest.mark.parametrize("round_bytes", [24, 40])  # rounds that end mid-row, at varying places
+def test_byte_copies_in_small_rounds_write_the_same_bytes_and_check_every_round(tmp_path, store, monkeypatch,
+                                                                                 round_bytes):
+    monkeypatch.setattr(byte_moves, "COPY_ROUND", round_bytes)
     base = tiny_base(store, "Qwen2ForCausalLM")
     heads = _heads(base, tmp_path / "h")
-    monkeypatch.setattr(os, "copy_file_range", unsupported)
     _both(tmp_path, base, heads, tp_size=2)
+    # a NaN at the end of rank 1's half of a dim-0 split and one mid-tensor, each alone
+    sd = {}
+    for f in sorted(base.glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    name = "model.layers.0.mlp.up_proj.weight"
+    for at in [(-1, -1), (sd[name].shape[0] // 2 - 1, 3)]:
+        bad = tmp_path / f"bad{at[0]}"
+        bad.mkdir()
+        one = dict(sd)
+        one[name] = sd[name].clone()
+        one[name][at] = float("nan")
+        save_file(one, str(bad / "model.safetensors"))
+        (bad / "config.json").write_text((base / "config.json").read_text())
+        with pytest.raises(ModelError, match="layers.0.mlp.gate.weight holds NaN/Inf"):
+            convert(ConvertOptions(model_dir=bad, medusa_model_dir=heads, output_dir=tmp_path / "out", tp_size=2,
+                                   quiet=True))
+        assert not (tmp_path / "out").exists()
 
 
 def test_transformers_shapes_are_cached_per_config_and_still_checked(tmp_path, store):
@@ -430,18 +443,43 @@ def test_torch_is_imported_for_casts_only_where_its_speed_pays_for_the_import():
     assert first[2] > first[1]  # two lanes cast side by side: torch has half the time to save
 
 
-def test_bfloat16_to_float16_in_blocks_gives_torchs_bits_across_block_edges():
-    """The cast works in cache-sized blocks: every pattern, shuffled over several blocks and a ragged end."""
+@pytest.mark.parametrize("block", [1 << 14, 1 << 16])
+def test_bfloat16_to_float16_in_blocks_gives_torchs_bits_across_block_edges(monkeypatch, block):
+    """The cast works in blocks through reused temporaries: every pattern, shuffled over several
+    blocks and a ragged end, into a fresh array and into a reused ``out`` that held other values."""
     import numpy as np
 
     from trtllm_medusa_ports.files import dtypes
 
+    monkeypatch.setattr(dtypes, "_BLOCK", block)
     g = torch.Generator().manual_seed(2)
     vals = torch.arange(65536, dtype=torch.int32).to(torch.int16)
     vals = torch.cat([vals[torch.randperm(65536, generator=g)] for _ in range(3)])[: 3 * 65536 - 7]
     assert vals.numel() > 2 * dtypes._BLOCK and vals.numel() % dtypes._BLOCK
     want = vals.view(torch.bfloat16).to(torch.float16)
-    got = dtypes.cast_bits(vals.numpy().tobytes(), "bfloat16", "float16")
     finite = torch.isfinite(want).numpy()
-    assert np.array_equal(got[finite], want.view(torch.int16).numpy().view(np.uint16)[finite])
-    assert not np.isfinite(got[~finite].view(np.float16)).any()
+    stale = np.full(vals.numel(), 0x3C00, dtype=np.uint16)
+    for got in (dtypes.cast_bits(vals.numpy().tobytes(), "bfloat16", "float16"),
+                dtypes.cast_bits(vals.numpy().tobytes(), "bfloat16", "float16", out=stale)):
+        assert np.array_equal(got[finite], want.view(torch.int16).numpy().view(np.uint16)[finite])
+        assert not np.isfinite(got[~finite].view(np.float16)).any()
+    assert np.shares_memory(got, stale)
+
+
+def test_scratch_arrays_are_per_thread_reused_and_grown():
+    import threading
+
+    import numpy as np
+
+    from trtllm_medusa_ports.files.dtypes import scratch
+
+    a = scratch("t", 100, np.uint16)
+    assert a.shape == (100,) and a.dtype == np.uint16
+    assert np.shares_memory(scratch("t", 50, np.uint16), a)  # reused while it is large enough
+    b = scratch("t", 1000, np.float32)
+    assert b.shape == (1000,) and b.dtype == np.float32 and not np.shares_memory(a, b)  # grown
+    other = []
+    t = threading.Thread(target=lambda: other.append(scratch("t", 1000, np.float32)))
+    t.start()
+    t.join()
+    assert not np.shares_memory(other[0], b)  # another thread's own
