@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Cast speed per dtype pair: numpy's exact casts (files/dtypes.py ``cast_bits``) against torch's,
-side by side, one thread, in the 2 MB chunks the conversion casts (files/byte_moves.py CHUNK_BYTES);
+side by side, one thread, in the 2 MB chunks the conversion casts (files/byte_moves.py CHUNK_BYTES),
+numpy's into one reused output array as the conversion's;
 and what importing torch costs. files/byte_moves.py ``CAST_RATES`` and ``TORCH_IMPORT_S`` come from
 this script's output: a conversion imports torch for its casts only where the time torch's casts
 save is larger than the import.
@@ -35,13 +36,15 @@ def main() -> int:
     import torch
 
     from trtllm_medusa_ports.files.byte_moves import CHUNK_BYTES
-    from trtllm_medusa_ports.files.dtypes import cast_bits, to_torch
+    from trtllm_medusa_ports.files.dtypes import cast_bits, itemsize, to_torch
 
     torch.set_num_threads(1)
     x = torch.randn(args.mb * 2**20 // 4, generator=torch.Generator().manual_seed(0)) * 0.02
     rows = []
     for src, dst in PAIRS:
         data = x.to(to_torch(src)).view(torch.uint8).numpy()
+        # numpy casts into one reused output, as the conversion does (byte_moves ``_chunked``)
+        out = np.empty(CHUNK_BYTES // itemsize(src), dtype=np.uint16 if itemsize(dst) == 2 else np.uint32)
         rate = {}
         for kind in ("numpy", "torch"):
             best = float("inf")
@@ -50,7 +53,7 @@ def main() -> int:
                 for i in range(0, data.nbytes, CHUNK_BYTES):
                     chunk = data[i:i + CHUNK_BYTES]
                     if kind == "numpy":
-                        cast_bits(chunk, src, dst)
+                        cast_bits(chunk, src, dst, out=out[: chunk.nbytes // itemsize(src)])
                     else:
                         torch.frombuffer(chunk, dtype=to_torch(src)).to(to_torch(dst))
                 best = min(best, time.perf_counter() - t)

@@ -179,10 +179,10 @@ def test_non_finite_heads_on_the_byte_path_blame_the_heads(tmp_path, store):
         convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=tmp_path / "o", quiet=True))
 
 
-@pytest.mark.parametrize("round_bytes", [24, 40])  # rounds that end mid-row, at varying places
-def test_byte_copies_in_small_rounds_write_the_same_bytes_and_check_every_round(tmp_path, store, monkeypatch,
-                                                                                 round_bytes):
-    monkeypatch.setattr(byte_moves, "COPY_ROUND", round_bytes)
+@pytest.mark.parametrize("window", [24, 40])  # check windows that end mid-row, at varying places
+def test_byte_copies_checked_in_small_windows_write_the_same_bytes_and_check_every_window(tmp_path, store,
+                                                                                         monkeypatch, window):
+    monkeypatch.setattr(byte_moves, "CHECK_WINDOW", window)
     base = tiny_base(store, "Qwen2ForCausalLM")
     heads = _heads(base, tmp_path / "h")
     _both(tmp_path, base, heads, tp_size=2)
@@ -203,6 +203,19 @@ def test_byte_copies_in_small_rounds_write_the_same_bytes_and_check_every_round(
             convert(ConvertOptions(model_dir=bad, medusa_model_dir=heads, output_dir=tmp_path / "out", tp_size=2,
                                    quiet=True))
         assert not (tmp_path / "out").exists()
+
+
+def test_without_copy_file_range_bytes_are_moved_by_hand(tmp_path, store, monkeypatch):
+    import errno
+    import os
+
+    def unsupported(*a, **k):
+        raise OSError(errno.EXDEV, "cross-device")
+
+    base = tiny_base(store, "Qwen2ForCausalLM")
+    heads = _heads(base, tmp_path / "h")
+    monkeypatch.setattr(os, "copy_file_range", unsupported)
+    _both(tmp_path, base, heads, tp_size=2)
 
 
 def test_transformers_shapes_are_cached_per_config_and_still_checked(tmp_path, store):
@@ -240,8 +253,8 @@ try:
     rc = 0
 except SystemExit as exc:
     rc = exc.code
-print(json.dumps({"rc": rc, "imported": sorted(m for m in ("torch", "transformers", "safetensors")
-                                              if m in sys.modules)}))
+print(json.dumps({"rc": rc, "imported": sorted(m for m in ("torch", "transformers", "safetensors", "tqdm")
+                                              if m in sys.modules)}))  # tqdm: only for a progress bar, none with --quiet
 """
 
 

@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tqdm import tqdm
-
 from trtllm_medusa_ports import __version__
 from trtllm_medusa_ports.archs.base import (
     ArchAdapter,
@@ -642,6 +640,24 @@ def _lanes(fast: list[tuple[_Job, MovePlan]], ranks: list[int], threads: int
     return [lane for lane in lanes if lane]
 
 
+class _Silent:
+    """The progress bar of a --quiet conversion, which does not import tqdm (0.02 s of its start)."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, quiet: bool):
+    if quiet:
+        return _Silent()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="convert", unit="tensor", file=sys.stderr)
+
+
 def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict,
            dtype: str, warnings: list[str], inputs: dict[str, Path]) -> int:
     """Stream every job into the rank files of a new output directory; the bytes written."""
@@ -654,8 +670,7 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
         mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd,
                           torch_casts=torch_casts)
         try:
-            bar = tqdm(total=sum(len(j.targets) for j in jobs), desc="convert", unit="tensor", disable=opts.quiet,
-                       file=sys.stderr)
+            bar = _progress(sum(len(j.targets) for j in jobs), opts.quiet)
 
             def non_finite(job: _Job) -> Exception:
                 err = HeadsError if job.label.startswith("medusa_heads") else ModelError

@@ -2,9 +2,9 @@
 
 A tensor-parallel split along dim 0, a vocabulary pad and the q/k/v concatenation
 take contiguous byte ranges of the source file to contiguous byte ranges of a rank
-file. Where the checkpoint dtype is the source's, those ranges are moved in 1 MB rounds of
-``pread``, NaN/Inf check and ``pwrite`` through one buffer that stays in the core's cache,
-straight to their planned offsets in the rank files; no tensor is made. A split along dim 1 (row-parallel
+file. Where the checkpoint dtype is the source's, those ranges are copied by the
+kernel (``os.copy_file_range``, falling back to ``pread``/``pwrite``) straight to their
+planned offsets in the rank files; no tensor is made. A split along dim 1 (row-parallel
 weights) takes a column slice of every row: it is read once in bounded row chunks and
 cut with numpy. A dtype change between float32, float16 and bfloat16 is cast chunk by chunk
 with numpy, bit for bit what torch's cast (the tensor path's ``t.to(dtype)``) gives
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import mmap
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -48,22 +49,22 @@ CHUNK_BYTES = 2 << 20
 #: ``cast_bits``) and torch's, per (source, checkpoint) dtype pair; measured by benchmarks/casts.py
 #: (benchmarks/results/casts.json)
 CAST_RATES = {
-    ("bfloat16", "float16"): (2.74, 4.59),
-    ("bfloat16", "float32"): (0.98, 15.84),
-    ("float32", "float16"): (1.51, 19.86),
-    ("float32", "bfloat16"): (5.27, 18.44),
-    ("float16", "float32"): (1.19, 19.10),
-    ("float16", "bfloat16"): (0.38, 2.08),
+    ("bfloat16", "float16"): (2.89, 4.57),
+    ("bfloat16", "float32"): (0.94, 15.07),
+    ("float32", "float16"): (1.48, 18.71),
+    ("float32", "bfloat16"): (5.07, 18.90),
+    ("float16", "float32"): (1.10, 15.53),
+    ("float16", "bfloat16"): (0.81, 2.07),
 }
 #: seconds a conversion spends importing torch (and its ~200 MB of libraries), benchmarks/casts.py
-TORCH_IMPORT_S = 0.93
+TORCH_IMPORT_S = 0.89
 
 
 def torch_casts_pay(plans: Sequence[MovePlan], lanes: int = 1) -> bool:
     """Whether a conversion should import torch for its casts: the time torch's faster casts save,
     spread over the ``lanes`` that cast side by side, is more than the import costs. A conversion
     that only moves bytes, or casts little, stays without torch; so does bfloat16 -> float16 up to
-    about 12 GB of casts on two lanes (numpy's route there is 0.6x torch's speed, not 0.1x)."""
+    about 14 GB of casts on two lanes (numpy's route there is 0.6x torch's speed, not 0.1x)."""
     saved = 0.0
     for plan in plans:
         if plan.kind is not MoveKind.CONVERT:
@@ -75,11 +76,11 @@ def torch_casts_pay(plans: Sequence[MovePlan], lanes: int = 1) -> bool:
     return saved / max(1, lanes) > TORCH_IMPORT_S
 
 
-#: bytes per round of a byte copy (pread, NaN/Inf check, pwrite through one buffer). A round
-#: that fits a core's L2 cache is checked and written from cache: on 2 cores this moved 5.2 GB/s
-#: with two lanes, against 2.5 GB/s for ``os.copy_file_range`` plus a separate check through
-#: memory-mapped windows, and 3.3 GB/s for ``copy_file_range`` with no check at all
-COPY_ROUND = 1 << 20
+#: bytes of a source mapped at a time for the NaN/Inf check of a byte copy. Checking through a
+#: mapping and copying with ``os.copy_file_range`` beat 1 MB rounds of pread, check and pwrite
+#: through one buffer: 0.67x against 0.61x of ``copy_file_range`` alone on one thread, 0.80x
+#: against 0.56-0.72x on two (benchmarks/copies.py, benchmarks/results/copies.json)
+CHECK_WINDOW = 4 << 20
 
 _SRC_BITS, _ROW_BITS, _COL_BITS = 40, 32, 8
 _ROW_MASK = (1 << _ROW_BITS) - 1
@@ -306,6 +307,7 @@ def _pwrite_all(fd: int, data, offset: int) -> None:
         offset += n
 
 
+_NO_COPY_FILE_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF, errno.ETXTBSY}
 
 
 class ByteMover:
@@ -317,6 +319,7 @@ class ByteMover:
         self.slot_offset = slot_offset
         self.torch_casts = torch_casts
         self.rank_fd = rank_fd
+        self.kernel_copy = hasattr(os, "copy_file_range")
         self._fds: dict[Path, int] = {}
         self._lock = threading.Lock()
 
@@ -342,35 +345,63 @@ class ByteMover:
         """
         pieces = [p for p in plan.pieces if rank is None or p.rank == rank]
         if plan.kind is MoveKind.BYTE_COPY:
-            checks = _rows_to_check(plan, rank)
-            buf = bytearray(COPY_ROUND)
+            for index, ranges in _rows_to_check(plan, rank).items():
+                for a, b in ranges:
+                    self._check_bytes(plan.sources[index], a, b)
             for p in pieces:
-                self._copy(plan.sources[p.source], p, checks.get(p.source, []), buf)
+                s = plan.sources[p.source]
+                self._copy(s, self._fd(s.path), p.row_start * s.row_bytes, self.rank_fd(p.rank),
+                           self.slot_offset(p.rank, p.name) + p.dest_offset, (p.row_end - p.row_start) * s.row_bytes)
         elif plan.kind in (MoveKind.STRIDED, MoveKind.CONVERT):
             for p in pieces:
                 self._chunked(plan, p)
         else:
             raise AssertionError(plan.kind)
 
-    def _copy(self, s: Source, p: Piece, check_rows: list[tuple[int, int]], buf: bytearray) -> None:
-        """Copy the piece's whole rows in rounds of ``len(buf)`` bytes; check NaN/Inf in the part of
-        each round that lies in ``check_rows`` (row ranges of the source), while it is in cache."""
+    def _check_bytes(self, s: Source, row_start: int, row_end: int) -> None:
+        """NaN/Inf in rows ``[row_start, row_end)`` of a source, read through bounded memory-mapped
+        windows (no copy)."""
         spec = _EXPONENT.get(s.dtype)
-        checks = [(a * s.row_bytes, b * s.row_bytes) for a, b in check_rows] if spec is not None else []
-        bits = np.frombuffer(buf, dtype=spec[0]) if spec is not None else None
-        item = s.itemsize
-        src_fd, dst_fd = self._fd(s.path), self.rank_fd(p.rank)
-        start, end = p.row_start * s.row_bytes, p.row_end * s.row_bytes
-        dst = self.slot_offset(p.rank, p.name) + p.dest_offset - start
-        for lo in range(start, end, len(buf)):
-            hi = min(end, lo + len(buf))
-            view = memoryview(buf)[: hi - lo]
-            _pread_into(src_fd, view, s.offset + lo, s.path)
-            for a, b in checks:
-                a, b = max(a, lo), min(b, hi)
-                if a < b and _non_finite(bits[(a - lo) // item : (b - lo) // item], spec[1]):
-                    raise NonFinite(s.path)
-            _pwrite_all(dst_fd, view, dst + lo)
+        if spec is None or row_end <= row_start:
+            return
+        np_dtype, mask = spec
+        item = np.dtype(np_dtype).itemsize
+        fd = self._fd(s.path)
+        rel, end = row_start * s.row_bytes, row_end * s.row_bytes
+        while rel < end:
+            length = min(CHECK_WINDOW, end - rel)
+            absolute = s.offset + rel
+            start = absolute - absolute % mmap.ALLOCATIONGRANULARITY
+            lo = absolute - start
+            with mmap.mmap(fd, lo + length, offset=start, access=mmap.ACCESS_READ) as m:
+                bits = np.frombuffer(m, dtype=np_dtype, count=length // item, offset=lo)
+                bad = _non_finite(bits, mask)
+                del bits
+            if bad:
+                raise NonFinite(s.path)
+            rel += length
+
+    def _copy(self, s: Source, src_fd: int, rel: int, dst_fd: int, dst: int, n: int) -> None:
+        src = s.offset + rel
+        while n > 0 and self.kernel_copy:
+            try:
+                k = os.copy_file_range(src_fd, dst_fd, n, src, dst)
+            except OSError as exc:
+                if exc.errno not in _NO_COPY_FILE_RANGE:
+                    raise
+                self.kernel_copy = False  # e.g. across file systems on old kernels: copy by hand
+                break
+            if k <= 0:
+                raise OSError(errno.EIO, f"unexpected end of file at byte {src}", str(s.path))
+            src, dst, n = src + k, dst + k, n - k
+        if n > 0:
+            buf = bytearray(min(n, CHUNK_BYTES))
+            while n > 0:
+                k = min(n, len(buf))
+                view = memoryview(buf)[:k]
+                _pread_into(src_fd, view, src, s.path)
+                _pwrite_all(dst_fd, view, dst)
+                src, dst, n = src + k, dst + k, n - k
 
     def _chunked(self, plan: MovePlan, p: Piece) -> None:
         """Read the piece's source rows once, in bounded chunks; cut its columns, cast them where the
