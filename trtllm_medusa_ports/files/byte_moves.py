@@ -78,8 +78,8 @@ def torch_casts_pay(plans: Sequence[MovePlan], lanes: int = 1) -> bool:
 
 #: bytes of a source mapped at a time for the NaN/Inf check of a byte copy. Checking through a
 #: mapping and copying with ``os.copy_file_range`` beat 1 MB rounds of pread, check and pwrite
-#: through one buffer: 0.67x against 0.61x of ``copy_file_range`` alone on one thread, 0.80x
-#: against 0.56-0.72x on two (benchmarks/copies.py, benchmarks/results/copies.json)
+#: through one buffer: 0.68x against 0.61x of ``copy_file_range`` alone on one thread, 0.82x
+#: against 0.24-0.72x on two (benchmarks/copies.py, benchmarks/results/copies.json)
 CHECK_WINDOW = 4 << 20
 
 _SRC_BITS, _ROW_BITS, _COL_BITS = 40, 32, 8
