@@ -218,6 +218,14 @@ def test_without_copy_file_range_bytes_are_moved_by_hand(tmp_path, store, monkey
     _both(tmp_path, base, heads, tp_size=2)
 
 
+def test_the_shape_cache_key_reads_transformers_version_without_importing_it():
+    from importlib.metadata import version
+
+    from trtllm_medusa_ports.files.hf_model import _transformers_version
+
+    assert _transformers_version() == version("transformers")
+
+
 def test_transformers_shapes_are_cached_per_config_and_still_checked(tmp_path, store):
     import json
     import shutil
