@@ -17,7 +17,8 @@ within 0.013 of the loop itself). It scores, all on the EVAL prompts:
 * tune-tree's trees (product and joint estimates) built on the tuning prompts, as a user gets them;
 * the same constructions built on two-fold splits of the EVAL prompts and scored on the other half
   (tuning text from the serving distribution), against `mc_sim_7b_63` on the same halves;
-* the same constructions built on the EVAL prompts themselves (in-sample: a ceiling no user has).
+* the same constructions built on the EVAL prompts themselves (in-sample: the construction given the
+  very text it is scored on, which no user has).
 Figures are tokens per step; differences are what matters, so they are printed against
 `mc_sim_7b_63` on the same prompts.
 """
@@ -99,6 +100,10 @@ def main() -> int:
         if not p.exists():
             sys.exit(f"{p} is missing: run benchmarks/real_model.py --workdir {args.workdir} first")
     torch.set_num_threads(2)
+    if args.quiet:
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
     t0 = time.time()
     heads, model, tok = load_heads(hdir), load_base(base), _tokenizer(base)
     ranks = {}
@@ -139,7 +144,7 @@ def main() -> int:
     print(f"tokens per step, replayed on the {len(ev)} EVAL prompts ({NEW_TOKENS} tokens, {budget} nodes):")
     print(f"  mc_sim_7b_63                          {res['mc_sim_7b_63']:.3f}")
     for where, key in (("tuning prompts (tune-tree)", "tuned_on_tuning_prompts"),
-                       ("EVAL prompts themselves (ceiling)", "tuned_on_eval_in_sample")):
+                       ("EVAL prompts themselves (in-sample)", "tuned_on_eval_in_sample")):
         for k, v in res[key].items():
             print(f"  {k:8s} tree tuned on {where:34s} {v:.3f}  ({v - res['mc_sim_7b_63']:+.3f})")
     for k, v in res["tuned_on_eval_halves_minus_mc_sim"].items():
