@@ -42,16 +42,10 @@ TOP_K = 10
 
 
 def rank_paths(ranks: torch.Tensor) -> list[tuple[int, ...]]:
-    """Per position: the ranks of heads 1, 2, ... up to the first head without the true token in its top-k."""
-    out = []
-    for row in ranks.tolist():
-        path: list[int] = []
-        for r in row:
-            if r < 0 or r >= TOP_K:
-                break
-            path.append(r)
-        out.append(tuple(path))
-    return out
+    """Per position: the longest tree path it can accept (tune.py ``rank_path``)."""
+    from trtllm_medusa_ports.tune import rank_path
+
+    return [rank_path(row, TOP_K) for row in ranks.tolist()]
 
 
 def accepted(path: tuple[int, ...], tree: set) -> int:

@@ -30,6 +30,7 @@ from trtllm_medusa_ports.tune import (
     joint_values,
     measured_acceptance,
     rank_of_targets,
+    rank_path,
 )
 
 
@@ -312,6 +313,9 @@ def test_joint_counts_and_measured_acceptance():
     assert expected_tokens_per_step(paths, joint=joint) == pytest.approx(measured_acceptance(paths, ranks))
     tree = build_tree(None, 2, top_k=3, joint=joint, max_depth=2)
     assert tree == [[0], [1]]
+    # each position's longest acceptable path stops at the first miss (rank >= top_k) or missing target (-1)
+    assert [rank_path(r, 3) for r in ranks.tolist()] == [(0, 0), (0, 1), (1, 0), (), (0,)]
+    assert rank_path([2, 3, 0], 3) == (2,) and rank_path([2, 3, 0], 4) == (2, 3, 0)
 
 
 def test_rank_of_targets():

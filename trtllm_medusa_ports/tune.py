@@ -66,13 +66,21 @@ def joint_values(ranks: torch.Tensor, top_k: int) -> dict[Path_, float]:
     counts: Counter = Counter()
     n = ranks.shape[0]
     for row in ranks.tolist():
-        prefix: list[int] = []
-        for r in row:
-            if r < 0 or r >= top_k:
-                break
-            prefix.append(r)
-            counts[tuple(prefix)] += 1
+        path = rank_path(row, top_k)
+        for k in range(1, len(path) + 1):
+            counts[path[:k]] += 1
     return {p: c / max(1, n) for p, c in counts.items()}
+
+
+def rank_path(row: list[int], top_k: int) -> Path_:
+    """One position's ranks of heads 1, 2, ... up to the first head whose top-k misses the true
+    token (or that has no target, rank -1): the longest tree path that position can accept."""
+    path: list[int] = []
+    for r in row:
+        if r < 0 or r >= top_k:
+            break
+        path.append(r)
+    return tuple(path)
 
 
 # -- expected acceptance --------------------------------------------------------------------
