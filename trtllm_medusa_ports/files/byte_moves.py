@@ -49,22 +49,22 @@ CHUNK_BYTES = 2 << 20
 #: ``cast_bits``) and torch's, per (source, checkpoint) dtype pair; measured by benchmarks/casts.py
 #: (benchmarks/results/casts.json)
 CAST_RATES = {
-    ("bfloat16", "float16"): (2.89, 4.57),
-    ("bfloat16", "float32"): (0.94, 15.07),
-    ("float32", "float16"): (1.48, 18.71),
-    ("float32", "bfloat16"): (5.07, 18.90),
-    ("float16", "float32"): (1.10, 15.53),
-    ("float16", "bfloat16"): (0.81, 2.07),
+    ("bfloat16", "float16"): (3.32, 4.58),
+    ("bfloat16", "float32"): (0.92, 16.13),
+    ("float32", "float16"): (1.48, 19.56),
+    ("float32", "bfloat16"): (5.04, 18.99),
+    ("float16", "float32"): (1.11, 15.70),
+    ("float16", "bfloat16"): (0.80, 2.08),
 }
 #: seconds a conversion spends importing torch (and its ~200 MB of libraries), benchmarks/casts.py
-TORCH_IMPORT_S = 0.89
+TORCH_IMPORT_S = 0.87
 
 
 def torch_casts_pay(plans: Sequence[MovePlan], lanes: int = 1) -> bool:
     """Whether a conversion should import torch for its casts: the time torch's faster casts save,
     spread over the ``lanes`` that cast side by side, is more than the import costs. A conversion
     that only moves bytes, or casts little, stays without torch; so does bfloat16 -> float16 up to
-    about 14 GB of casts on two lanes (numpy's route there is 0.6x torch's speed, not 0.1x)."""
+    about 21 GB of casts on two lanes (numpy's route there is 0.7x torch's speed, not 0.1x)."""
     saved = 0.0
     for plan in plans:
         if plan.kind is not MoveKind.CONVERT:
@@ -266,9 +266,10 @@ def trace(
 
 # -- execution ----------------------------------------------------------------------------
 #: elements per block of :func:`_non_finite` (whose one temporary is reused, never fresh memory):
-#: large, since two lanes check side by side and each numpy call takes the GIL (2^15: 11 GB/s in
-#: all on 2 cores; 2^19: 42 GB/s)
-_CHECK_BLOCK = 1 << 19
+#: large, since two lanes check side by side and each numpy call takes the GIL (two threads on
+#: 2 cores: 7.3 GB/s in all with 2^14-element blocks, 11.1 with 2^16, 24.6 with 2^20;
+#: benchmarks/casts.py, benchmarks/results/casts.json)
+_CHECK_BLOCK = 1 << 20
 
 
 def _non_finite(bits: np.ndarray, mask: int) -> bool:
@@ -319,9 +320,9 @@ class ByteMover:
         self.slot_offset = slot_offset
         self.torch_casts = torch_casts
         self.rank_fd = rank_fd
-        self.kernel_copy = hasattr(os, "copy_file_range")
         self._fds: dict[Path, int] = {}
         self._lock = threading.Lock()
+        self.kernel_copy = hasattr(os, "copy_file_range")
 
     def _fd(self, path: Path) -> int:
         with self._lock:

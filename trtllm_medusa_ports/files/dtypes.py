@@ -124,8 +124,9 @@ def cast_bits(data, src: str, dst: str, out=None):
 
 
 #: elements per block of :func:`_bfloat16_to_float16`. Two lanes cast side by side, and each numpy
-#: call takes the GIL: on 2 cores, 2^16-element blocks cast 2.5 GB/s in all, 2^20 6.1 GB/s (the
-#: temporaries are reused, see :func:`scratch`, so a block never touches fresh memory)
+#: call takes the GIL: two threads on 2 cores cast 1.1 GB/s in all with 2^14-element blocks, 2.6
+#: with 2^16, 3.6 with 2^20 (benchmarks/casts.py). The temporaries are reused (see :func:`scratch`),
+#: so a block never touches fresh memory.
 _BLOCK = 1 << 20
 
 _local = threading.local()
