@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """How the byte-copy path should move bytes: ``os.copy_file_range`` (no check), ``copy_file_range``
-plus a NaN/Inf check through memory-mapped windows (the previous byte path), and rounds of
-``pread``, check and ``pwrite`` through one reused buffer (files/byte_moves.py ``ByteMover._copy``)
-at several round sizes; on one thread, and on two threads each filling its own file (the
-conversion's two rank lanes). files/byte_moves.py ``COPY_ROUND`` comes from this script's output.
+plus a NaN/Inf check through memory-mapped windows (the byte path's way: files/byte_moves.py
+``ByteMover._copy`` and ``_check_bytes``), and rounds of ``pread``, check and ``pwrite`` through one
+reused buffer at several round sizes; on one thread, and on two threads each filling its own file
+(the conversion's two rank lanes). The byte path's choice comes from this script's output.
 
 Run: python benchmarks/copies.py [--mb 512] [--repeat 5] [--out benchmarks/results/copies.json]
 The source is float16 weights-like data in a temporary file, read once first so it is in the page
