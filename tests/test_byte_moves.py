@@ -73,6 +73,42 @@ def test_converting_path_writes_the_tensor_paths_bytes(tmp_path, store, arch, ov
     assert "convert" in cast.moves.values() and "byte-copy" not in cast.moves.values()
 
 
+@pytest.mark.parametrize("source, dtype, path", [
+    (None, "auto", "strided"), (None, "bfloat16", "convert"), (None, "float16", "convert"),
+    (torch.bfloat16, "float16", "convert"),  # the field-moving bfloat16 -> float16 cast, block by block
+])
+def test_chunked_paths_in_many_small_chunks_and_blocks_write_the_tensor_paths_bytes(tmp_path, store, monkeypatch,
+                                                                                    source, dtype, path):
+    """Chunks of a few rows and numpy blocks of a few elements: every piece spans many chunks and
+    every chunk many blocks, through buffers reused from chunk to chunk and piece to piece."""
+    from trtllm_medusa_ports.files import dtypes
+
+    monkeypatch.setattr(byte_moves, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(byte_moves, "_CHECK_BLOCK", 37)
+    monkeypatch.setattr(dtypes, "_BLOCK", 53)
+    if source is None:
+        base = tiny_base(store, "LlamaForCausalLM")
+    else:
+        base = save_tiny_base("LlamaForCausalLM", tmp_path / "base", seed=5, dtype=source)
+    res = _both(tmp_path, base, _heads(base, tmp_path / "h"), tp_size=2, dtype=dtype)
+    assert path in res.moves.values()
+
+
+def test_the_non_finite_check_finds_a_value_in_any_block(monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(byte_moves, "_CHECK_BLOCK", 16)
+    for np_dtype, mask, nan in ((np.uint16, 0x7C00, 0x7E00), (np.uint32, 0x7F800000, 0x7FC00000)):
+        bits = np.full(100, 0x3C00 if np_dtype is np.uint16 else 0x3F800000, dtype=np_dtype)
+        assert not byte_moves._non_finite(bits, mask)
+        for at in (0, 15, 16, 50, 99):  # first and last of a block, a block's start, the ragged last block
+            bad = bits.copy()
+            bad[at] = nan
+            assert byte_moves._non_finite(bad, mask), (np_dtype, at)
+            bad[at] = mask  # infinity
+            assert byte_moves._non_finite(bad, mask), (np_dtype, at)
+
+
 @pytest.mark.parametrize("tp, pp, dtype, kw", [
     (4, 1, "float16", {}),  # 1 KV head over 4 ranks: duplicated KV rows
     (2, 2, "auto", {"use_parallel_embedding": True}),  # vocab-padded embedding rows
