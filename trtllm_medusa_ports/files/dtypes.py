@@ -134,8 +134,8 @@ _local = threading.local()
 
 def scratch(name: str, size: int, dtype):
     """A numpy array of ``size`` elements of ``dtype``, this thread's own, reused from call to call
-    (grown when needed): chunk loops get their temporaries without fresh memory each time, whose
-    page faults and zeroing cost as much as the work. Contents are undefined."""
+    (grown when needed, kept for the thread's life): chunk loops get their temporaries without
+    allocating fresh memory for every chunk. Contents are undefined."""
     import numpy as np
 
     bufs = getattr(_local, "bufs", None)
