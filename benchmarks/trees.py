@@ -48,22 +48,15 @@ def rank_paths(ranks: torch.Tensor) -> list[tuple[int, ...]]:
     return [rank_path(row, TOP_K) for row in ranks.tolist()]
 
 
-def accepted(path: tuple[int, ...], tree: set) -> int:
-    n = 0
-    for k in range(1, len(path) + 1):
-        if path[:k] not in tree:
-            break
-        n = k
-    return n
-
-
 def replay(prompts: list[list[tuple[int, ...]]], tree: set) -> float:
     """Tokens per step of the loop over these prompts' positions (see the module docstring)."""
+    from trtllm_medusa_ports.tune import accepted_length
+
     tokens = steps = 0
     for rows in prompts:
         i = 0
         while i + 1 < NEW_TOKENS and i < len(rows):
-            a = accepted(rows[i], tree)
+            a = accepted_length(rows[i], tree)
             steps += 1
             tokens += a + 1
             i += a + 1

@@ -22,6 +22,7 @@ from trtllm_medusa_ports.heads.train import (
 )
 from trtllm_medusa_ports.tree import MedusaTree, validate_choices
 from trtllm_medusa_ports.tune import (
+    accepted_length,
     accuracy_table,
     build_tree,
     draw,
@@ -316,6 +317,7 @@ def test_joint_counts_and_measured_acceptance():
     # each position's longest acceptable path stops at the first miss (rank >= top_k) or missing target (-1)
     assert [rank_path(r, 3) for r in ranks.tolist()] == [(0, 0), (0, 1), (1, 0), (), (0,)]
     assert rank_path([2, 3, 0], 3) == (2,) and rank_path([2, 3, 0], 4) == (2, 3, 0)
+    assert [accepted_length(p, {(0,), (1,), (0, 0)}) for p in [(0, 0, 1), (0, 1), (1, 0), (2,), ()]] == [2, 1, 1, 0, 0]
 
 
 def test_rank_of_targets():

@@ -102,17 +102,17 @@ def expected_tokens_per_step(paths, acc: list[list[float]] | None = None,
 def measured_acceptance(paths, ranks: torch.Tensor) -> float:
     """Mean tokens per step the tree would emit at the measured positions (longest accepted path + 1)."""
     tree = {tuple(p) for p in paths}
-    total = 0
-    for row in ranks.tolist():
-        n = 0
-        prefix: tuple[int, ...] = ()
-        for r in row:
-            prefix = prefix + (r,)
-            if r < 0 or prefix not in tree:
-                break
-            n += 1
-        total += n + 1
+    # ranks at or past top-k are in no tree, so the path need not be cut there
+    total = sum(accepted_length(rank_path(row, 1 << 62), tree) + 1 for row in ranks.tolist())
     return total / max(1, ranks.shape[0])
+
+
+def accepted_length(path: Path_, tree: set) -> int:
+    """How many draft tokens a position with this rank path accepts: the longest prefix in the tree."""
+    n = 0
+    while n < len(path) and path[: n + 1] in tree:
+        n += 1
+    return n
 
 
 def build_tree(acc: list[list[float]] | None = None, max_nodes: int = 63, *, max_depth: int | None = None,
