@@ -63,4 +63,55 @@ PY
   fi
   printf '%-24s %-6s %s\n' "$arch" "$status" "$detail"
 done
+
+# Refused build flags (rule engine-build-flag): trtllm-medusa build must exit 1 on each; the same flag with
+# upstream's own MedusaForCausalLM (a Llama checkpoint) through plain trtllm-build shows what the refusal avoids
+# (a failed build or output that differs from greedy).
+d="$WORK/LlamaForCausalLM"
+for flags in "--gpt_attention_plugin disable" "--kv_cache_type disabled" "--tokens_per_block 8" "--max_beam_width 2"; do
+  if [ -d "$d/ckpt" ] && ! trtllm-medusa build --checkpoint_dir "$d/ckpt" --output_dir "$WORK/refused" $flags \
+        >"$WORK/refused.log" 2>&1; then status=PASS; else status=FAIL; fi
+  printf '%-24s %-6s %s\n' "refuse $flags" "$status" "trtllm-medusa build exits 1"
+  plain="$WORK/plain-${flags// /_}"
+  if trtllm-build --checkpoint_dir "$d/ckpt" --output_dir "$plain" --speculative_decoding_mode medusa $flags \
+        >"$plain.log" 2>&1; then
+    printf '%-24s %-6s %s\n' "plain $flags" "INFO" "upstream built it: compare $plain with run.py by hand"
+  else
+    printf '%-24s %-6s %s\n' "plain $flags" "INFO" "upstream failed too (see $plain.log)"
+  fi
+done
+
+# Gemma 3 with linear RoPE scaling (rule engine-divergence): written with --allow_unsupported, the engine
+# must compute what the reference executor computes (local layers scaled too), not what transformers does.
+g="$WORK/gemma3-scaled"; mkdir -p "$g"
+python3 - "$g" <<'PY'
+import sys
+from pathlib import Path
+from trtllm_medusa_ports.fixtures.synthetic import save_heads, save_tiny_base, save_tiny_tokenizer, train_heads
+from trtllm_medusa_ports.files.hf_model import HFConfig
+d = Path(sys.argv[1])
+save_tiny_base("Gemma3ForCausalLM", d / "base", embedding_gain=8.0, hidden_size=256, num_attention_heads=4,
+               head_dim=64, rope_scaling={"rope_type": "linear", "factor": 8.0})
+save_tiny_tokenizer(d / "tokenizer", HFConfig.read(d / "base").get("vocab_size"))
+save_heads(train_heads(d / "base", num_heads=3), d / "heads")
+PY
+if trtllm-medusa convert --model_dir "$g/base" --medusa_model_dir "$g/heads" --output_dir "$g/ckpt" --dtype float16 \
+      --max_medusa_token_len 7 --allow_unsupported --overwrite --quiet >"$g/convert.log" 2>&1 && \
+   trtllm-medusa build --checkpoint_dir "$g/ckpt" --output_dir "$g/engine" --max_batch_size 1 >"$g/build.log" 2>&1; then
+  python3 - "$g" "$RUN_PY" "$TREE" "$NEW" <<'PY' && status=PASS || status=FAIL
+import subprocess, sys
+import numpy as np
+from trtllm_medusa_ports.reference import ReferenceModel, plain_generate
+d, run_py, tree, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+prompt = [11, 18, 25, 32, 39, 46]
+expected = plain_generate(ReferenceModel(f"{d}/ckpt"), prompt, new)  # the engine's arithmetic
+np.savetxt(f"{d}/prompt.csv", np.array([prompt]), delimiter=",", fmt="%d")
+subprocess.run([sys.executable, run_py, "--engine_dir", f"{d}/engine", "--tokenizer_dir", f"{d}/tokenizer",
+                "--input_file", f"{d}/prompt.csv", "--max_output_len", str(new), "--medusa_choices", tree,
+                "--temperature", "1.0", "--output_npy", f"{d}/out.npy"], check=True)
+got = np.load(f"{d}/out.npy").reshape(-1).tolist()[len(prompt):len(prompt) + new]
+sys.exit(0 if got == expected else "engine differs from the reference executor's scaled-local-RoPE output")
+PY
+else status=FAIL; fi
+printf '%-24s %-6s %s\n' "gemma3 rope_scaling" "$status" "engine = executor (local layers scaled)"
 echo "artifacts in $WORK"

@@ -172,6 +172,9 @@ def test_trees_vs_heads_and_draft_len(tmp_path):
     _, f = check(base, heads, medusa_choices="mc_sim_7b_63")  # a preset: pruned to the heads, said so
     pruned = next(x for x in f if x.rule == "tree-pruned")
     assert pruned.severity == "warning" and "pruned to the depth of 3 Medusa head(s)" in pruned.message
+    # the fix gives run.py a literal list (it runs ast.literal_eval): the command it names works
+    assert "jq -c .paths" in pruned.fix and "ast.literal_eval" in pruned.fix
+    assert "trtllm-medusa tree --choices mc_sim_7b_63 --num_medusa_heads 3 --json" in pruned.fix
     assert not {r for r in rules(f, "error") if r.startswith("tree")}
     _, f = check(base, medusa_choices="mc_sim_7b_63", num_medusa_heads=3)  # no heads dir: the flag
     assert "tree-pruned" in rules(f, "warning")

@@ -554,13 +554,66 @@ def test_granite_multipliers_are_applied_in_the_engine_graph(trtllm, store, tmp_
     assert str(cfg["output_multiplier_scale"]) not in graphs[0]["medusa_logits"]  # heads' logits unscaled
 
 
-@pytest.mark.parametrize("flag", ["--reduce_fusion", "--norm_quant_fusion", "--user_buffer", "--pp_reduce_scatter"])
+@pytest.mark.parametrize("flag, tp, refused", [("--reduce_fusion", 2, "engine-fusion-multiplier"),
+                                               ("--user_buffer", 2, "engine-fusion-multiplier"),
+                                               # builder.build turns these off for tp 1 / outside NVFP4
+                                               ("--reduce_fusion", 1, None), ("--norm_quant_fusion", 2, None),
+                                               ("--pp_reduce_scatter", 1, "engine-build-flag")])
 def test_fused_allreduce_flags_are_refused_where_they_drop_the_residual_multiplier(trtllm, store, tmp_path,
-                                                                                   capsys, flag):
-    granite = _checkpoint(store, tmp_path, "GraniteForCausalLM", name="granite")
-    assert _build(granite, tmp_path / "eng", flag, "enable") == 1
+                                                                                   capsys, flag, tp, refused):
+    granite = _checkpoint(store, tmp_path, "GraniteForCausalLM", name="granite", tp=tp)
+    assert json.loads((granite / "config.json").read_text())["architecture"] == "MedusaForCausalLM"
+    rc = _build(granite, tmp_path / "eng", flag, "enable")
     err = capsys.readouterr().err
-    assert "[engine-fusion-multiplier]" in err and flag in err and "residual_multiplier (0.22)" in err
+    if refused is None:  # upstream's builder switches the flag off: the default path multiplies
+        assert rc == 0, err
+        return
+    assert rc == 1 and f"[{refused}]" in err and flag in err
+    if refused == "engine-fusion-multiplier":
+        assert "residual_multiplier (0.22)" in err
     assert not (tmp_path / "eng").exists()
-    llama = _checkpoint(store, tmp_path, "LlamaForCausalLM", name="llama")
-    assert _build(llama, tmp_path / "eng2", flag, "enable") == 0  # multiplier 1: the fused path is exact
+    llama = _checkpoint(store, tmp_path, "LlamaForCausalLM", name="llama", tp=tp)
+    assert (_build(llama, tmp_path / "eng2", flag, "enable") == 0) == (refused != "engine-build-flag")
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--gpt_attention_plugin", "disable"], "never reads spec_decoding_params"),
+    (["--kv_cache_type", "disabled"], "computes no medusa_logits"),
+    (["--tokens_per_block", "8"], "tokens per block"),
+    (["--tokens_per_block", "256"], "tokens per block"),
+    (["--max_beam_width", "2"], "no beam search"),
+    (["--gather_all_token_logits"], "context logits cannot be gathered"),
+    (["--gather_context_logits"], "context logits cannot be gathered"),
+    (["--streamingllm", "enable"], "StreamingLLM"),
+    (["--speculative_decoding_mode", "eagle"], "holds Medusa heads"),
+    (["--multiple_profiles", "enable", "--opt_num_tokens", "64"], "refuses the pair"),
+])
+def test_build_flags_that_break_medusa_are_refused(trtllm, store, tmp_path, capsys, flags, needle):
+    ckpt = _checkpoint(store, tmp_path, "Qwen2ForCausalLM")
+    assert _build(ckpt, tmp_path / "eng", *flags) == 1
+    err = capsys.readouterr().err
+    assert "[engine-build-flag]" in err and flags[0] in err and needle in err, err
+    assert not (tmp_path / "eng").exists() and not [c for c in trtllm.CALLS if c[0] == "build"]
+
+
+def test_tokens_per_block_follows_the_xqa_route(trtllm, store, tmp_path, capsys):
+    """16 tokens per block: JIT kernels take it (group size divides 64), precompiled ones do not."""
+    jit = _checkpoint(store, tmp_path, "LlamaForCausalLM", name="jit")
+    assert _build(jit, tmp_path / "e1", "--tokens_per_block", "16") == 0
+    assert _build(jit, tmp_path / "e2", "--tokens_per_block", "64", "--fast_build", "--gather_generation_logits") == 0
+    cfg = json.loads((tmp_path / "e2" / "config.json").read_text())["build_config"]
+    assert cfg["plugin_config"]["tokens_per_block"] == 64 and cfg["plugin_config"]["manage_weights"] is True
+    pre = _checkpoint(store, tmp_path, "Qwen2ForCausalLM", name="pre")  # the tiny Qwen2's group of 7
+    assert _build(pre, tmp_path / "e3", "--tokens_per_block", "16") == 1
+    assert "precompiled XQA kernels (group size 7" in capsys.readouterr().err
+
+
+def test_one_family_failing_to_build_its_class_does_not_block_the_others(trtllm, store, tmp_path, monkeypatch,
+                                                                        capsys):
+    import tensorrt_llm.models.phi.model as phi
+
+    monkeypatch.delattr(phi, "PhiForCausalLM")  # as if upstream had renamed it
+    assert _build(_checkpoint(store, tmp_path, "Qwen2ForCausalLM", name="q"), tmp_path / "e1") == 0
+    assert _build(_checkpoint(store, tmp_path, "PhiForCausalLM", name="p"), tmp_path / "e2") == 1
+    err = capsys.readouterr().err
+    assert "engine class for MedusaPortsPhiForCausalLM could not be built" in err and "PhiForCausalLM" in err

@@ -334,3 +334,36 @@ def test_a_run_cut_at_the_end_token_counts_the_steps_a_runtime_would_take():
     assert run.until_end({5}) == (0, 0)  # the context step's token: no step runs
     assert run.until_end({99}) == (8, 4)  # no end token: every step
     assert run.until_end({12, 9}) == (4, 2)  # the first end token of several
+
+
+def test_gemma3_local_rope_scaling_is_refused_and_verify_shows_the_engine_difference(tmp_path, store):
+    """TensorRT-LLM scales Gemma 3's local layers with the global rotary_scaling, transformers does not:
+    `check` refuses it, and a checkpoint written anyway fails `verify` (the executor computes as the engine)."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.compat import check_base
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    base = tiny_base(store, "Gemma3ForCausalLM", rope_scaling={"rope_type": "linear", "factor": 8.0})
+    hf = HFConfig.read(base)
+    assert hf.rope_scaling == {"type": "linear", "factor": 8.0}
+    assert hf.rope_scaling_for("sliding_attention") is None
+    found = [f for f in check_base(hf, adapter_for("Gemma3ForCausalLM")) if f.rule == "engine-divergence"]
+    assert len(found) == 1 and found[0].severity == "error" and found[0].overridable
+    assert "local layers" in found[0].message and "create_attention_const_params" in found[0].message
+    c = tiny_config("Gemma3ForCausalLM")
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=3, seed=7), tmp_path / "h")
+    with pytest.raises(Exception, match="engine-divergence"):
+        convert_to(tmp_path / "refused", base, heads, dtype="float32")
+    assert not (tmp_path / "refused").exists()
+    ckpt = convert_to(tmp_path / "c", base, heads, dtype="float32", allow_unsupported=True)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert any("engine-divergence" in w for w in cfg["medusa_ports"]["warnings"])
+    ref = ReferenceModel(ckpt)
+    assert torch.allclose(ref.local_inv_freq * 8.0, 1.0 / (10000.0 ** (torch.arange(0, 32, 2).double() / 32)))
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert not rep.parity and rep.parity_divergence["where"] == "layer 0 output"  # layer 0 is local
+    assert "engine-divergence" in rep.render()
+    # the same base without rope_scaling is not refused and verifies
+    plain = tiny_base(store, "Gemma3ForCausalLM")
+    assert not [f for f in check_base(HFConfig.read(plain), adapter_for("Gemma3ForCausalLM"))
+                if f.rule == "engine-divergence"]

@@ -57,7 +57,7 @@ RULES: set[str] = {
     "tree-invalid", "tree-index-range", "tree-pruned", "tree-deeper-than-heads", "tree-too-many-nodes",
     "tree-depth1-gaps", "parallel-size", "tp-attention-heads", "tp-kv-heads", "tp-kv-replication",
     "tp-intermediate-size", "tp-hidden-size", "tp-embedding", "vocab-padding", "pp-layers",
-    "engine-pipeline-parallel", "engine-fusion-multiplier",
+    "engine-pipeline-parallel", "engine-fusion-multiplier", "engine-build-flag",
     "heads-checkpoint", "heads-count", "heads-dtype", "heads-hidden-size", "heads-truncated-vocab", "heads-vocab-size",
 }
 
@@ -250,6 +250,12 @@ def _xqa_head_size(f: BaseFacts) -> list[Finding]:
 @base_rule("engine-class-limit")
 def _engine_class_limit(f: BaseFacts) -> list[Finding]:
     return [Finding("engine-class-limit", ERROR, problem, fix) for problem, fix in f.adapter.engine_limits(f.hf)]
+
+
+@base_rule("engine-divergence")
+def _engine_divergence(f: BaseFacts) -> list[Finding]:
+    return [Finding("engine-divergence", ERROR, problem, fix, overridable=True)
+            for problem, fix in f.adapter.engine_divergences(f.hf)]
 
 
 @base_rule("gqa-group-size")
@@ -481,9 +487,10 @@ def check_tree(spec: str, num_heads: int | None, max_draft_len: int | None) -> l
     out: list[Finding] = []
     if pruned:
         out.append(Finding("tree-pruned", WARNING, pruned,
-                           f"pass the same --medusa_choices {spec} with the checkpoint's head count to run.py, "
-                           f"or write the pruned tree out: trtllm-medusa tree --medusa_choices {spec} "
-                           f"--num_medusa_heads {num_heads} --json"))
+                           # examples/run.py parses --medusa_choices with ast.literal_eval: a literal list only
+                           "give TensorRT-LLM's run.py the pruned tree as a literal list: --medusa_choices "
+                           f"\"$(trtllm-medusa tree --choices {spec} --num_medusa_heads {num_heads} --json "
+                           "| jq -c .paths)\" (run.py reads it with ast.literal_eval; a preset name fails there)"))
     for problem in validate_choices(paths, top_k=DEFAULT_TOP_K):
         out.append(Finding("tree-invalid" if "index" not in problem else "tree-index-range", ERROR, problem,
                            "fix the tree: every prefix must be a node, indices 0..9"))
@@ -626,9 +633,15 @@ def check_conversion(
         Finding(
             "decoding-greedy-only",
             INFO,
-            "TensorRT-LLM's Medusa accepts draft tokens greedily (temperature 0) and has no beam "
-            "search; its output equals the base model's greedy output",
-            "run with greedy sampling and beam width 1",
+            # examples/run.py asserts temperature == 1.0 and num_beams == 1 with --medusa_choices; the C++
+            # MedusaDecodingLayer (cpp/tensorrt_llm/layers/medusaDecodingLayer.cpp) draws root and draft tokens
+            # with batched top-K sampling, K = 1 by default (argmax), and the Medusa decoding mode enables no
+            # temperature or penalties
+            "TensorRT-LLM's Medusa accepts draft tokens only where they equal the base's top-1 token (top-K "
+            "sampling with K = 1, no temperature) and has no beam search; its output equals the base model's "
+            "greedy output",
+            "run with beam width 1, top_k 1 and --temperature 1.0 (run.py asserts 1.0 with --medusa_choices; "
+            "Medusa ignores it)",
         )
     )
     return out

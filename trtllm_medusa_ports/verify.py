@@ -424,6 +424,12 @@ def _verify(
         medusa_choices = "mc_sim_7b_63"
     tree, pruned = _tree_for(medusa_choices, ref.num_medusa_heads)
     notes = [pruned] if pruned else []
+    # a checkpoint written over a refusing rule: the executor computes what the engine would, so a
+    # parity failure is that rule's difference (say so beside it)
+    notes += [f"the checkpoint was written with --allow_unsupported: {w.split(': ', 1)[-1]} (see `trtllm-medusa "
+              "check`; the executor computes what the engine would, transformers what the base is)"
+              for w in (ckpt.config.get("medusa_ports") or {}).get("warnings", [])
+              if w.startswith("WRITING A CHECKPOINT")]
 
     # Phase 1, transformers alone: its logits, hidden states, activation range, greedy continuations
     # and the heads' logits from their source. Its model is then freed, so that it and the executor's

@@ -305,6 +305,8 @@ class Semantics:
     post_attention_norm_after: bool = False  # Gemma2/3: norm on the attention output too
     mlp_norm: str = "post_layernorm"  # name of the norm in front of the MLP (GPT-NeoX: post_attention_layernorm)
     local_rotary_base: float | None = None  # Gemma3: local (sliding) layers use another RoPE base
+    #: the RoPE scaling the *engine* applies on local layers (Gemma3: the global one, see archs/gemma.py)
+    local_rotary_scaling: dict | None = None
     sliding_window_pattern: int = 0  # Gemma3: layer i is local unless (i + 1) % pattern == 0
     sliding_window: int | None = None  # window of local layers (the executor refuses longer sequences)
     alibi_bias_max: float = 8.0
@@ -412,6 +414,12 @@ class ArchAdapter:
         return [(f"{key} {eps} differs from the 1e-5 TensorRT-LLM's {self.trtllm_base_class} uses for {norms} "
                  f"(tensorrt_llm/models/{self.trtllm_module}/model.py passes no eps)",
                  f"this base cannot be built exactly by TensorRT-LLM's {self.trtllm_base_class}")]
+
+    def engine_divergences(self, hf: HFConfig) -> list[tuple[str, str]]:
+        """``(problem, fix)`` pairs for configs the engine class *can* build but computes differently
+        from Hugging Face (rule ``engine-divergence``, overridable: the reference executor computes
+        what the engine computes, so ``verify`` of such a checkpoint fails against transformers)."""
+        return []
 
     def alibi_reason(self, hf: HFConfig) -> str | None:
         """Why this config of the family uses ALiBi (which TensorRT-LLM's XQA lacks), or None."""

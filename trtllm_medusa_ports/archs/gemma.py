@@ -164,11 +164,27 @@ class Gemma3Adapter(Gemma2Adapter):
         return cfg
 
 
+    def engine_divergences(self, hf: HFConfig) -> list[tuple[str, str]]:
+        glob, local = hf.rope_scaling_for("full_attention"), hf.rope_scaling_for("sliding_attention")
+        if glob and glob != local:
+            return [(f"rope scaling {glob} applies to global layers only in transformers (local layers: "
+                     f"{local or 'unscaled'}), but TensorRT-LLM builds every layer's RoPE with the one "
+                     "rotary_scaling (tensorrt_llm/models/gemma/model.py GemmaDecoderLayer passes "
+                     "rotary_embedding_scaling=config.rotary_scaling to local layers too; "
+                     "tensorrt_llm/layers/attention.py Attention.create_attention_const_params builds the "
+                     "rope_local_base_freq tables with it): local layers would rotate at other frequencies",
+                     "serve this base without rope_scaling (remove it and keep max_seq_len within the unscaled "
+                     "context), or without Medusa on TensorRT-LLM; --allow_unsupported writes the checkpoint, "
+                     "and `verify` then shows the difference")]
+        return []
+
     def semantics(self, cfg: dict) -> Semantics:
         return dataclasses.replace(
             super().semantics(cfg),
             attn_logit_softcapping=None,
             qk_norm=True,
             local_rotary_base=float(cfg["rope_local_base_freq"]),
+            # the engine scales local layers with the global rotary_scaling (engine_divergences above)
+            local_rotary_scaling=cfg.get("rotary_scaling"),
             sliding_window_pattern=int(cfg["_sliding_window_pattern"]),
         )

@@ -13,6 +13,7 @@ class builds them correctly) go the same way with ``model_cls=None``.
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -69,18 +70,104 @@ def checkpoint_findings(cfg: dict, path: Path) -> list[Finding]:
 FUSIONS_WITHOUT_RESIDUAL_MULTIPLIER = ("reduce_fusion", "norm_quant_fusion", "user_buffer", "pp_reduce_scatter")
 
 
+#: tokens per KV-cache block the XQA kernels take: JIT (decoderXQAImplJIT/kernelUtils.cpp, the SM80+
+#: HMMA kernel's set) and precompiled (decoderXQAImplPrecompiled.cpp ``shouldUse``: 32/64/128)
+XQA_JIT_TOKENS_PER_BLOCK = (16, 32, 64, 128)
+XQA_PRECOMPILED_TOKENS_PER_BLOCK = (32, 64, 128)
+
+
+def _flag(args: Any, name: str, default: Any = None) -> Any:
+    return getattr(args, name, default)
+
+
+def _disabled(value: Any) -> bool:
+    return value in ("disable", False, None)
+
+
+def _medusa_flag_findings(cfg: dict, args: Any) -> list[Finding]:
+    """trtllm-build flags that build an engine without what Medusa needs (rule ``engine-build-flag``)."""
+    out: list[Finding] = []
+
+    def refuse(flag: str, why: str, fix: str) -> None:
+        out.append(Finding("engine-build-flag", ERROR, f"{flag}: {why}", fix))
+
+    if _disabled(_flag(args, "gpt_attention_plugin", "auto")):
+        refuse("--gpt_attention_plugin disable",
+               "the plain-TensorRT attention (tensorrt_llm/layers/attention.py Attention.forward, the branch without "
+               "the plugin) never reads spec_decoding_params: tree tokens would attend causally, not by the tree",
+               "leave --gpt_attention_plugin at auto (or a dtype)")
+    kv_type = str(_flag(args, "kv_cache_type", "") or "").lower().rsplit(".", 1)[-1]
+    if kv_type == "disabled":
+        refuse("--kv_cache_type disabled",
+               "without a KV cache the model's forward never unpacks the base outputs and computes no "
+               "medusa_logits (tensorrt_llm/models/medusa/model.py forward reads them only with use_cache)",
+               "build with the default paged KV cache")
+    if str(_flag(args, "paged_kv_cache", "") or "") == "disable" and kv_type == "paged":
+        refuse("--paged_kv_cache disable with --kv_cache_type paged",
+               "the two disagree (tensorrt_llm/builder.py BuildConfig.update_kv_cache_type asserts they agree)",
+               "drop --paged_kv_cache (deprecated upstream)")
+    tokens = _flag(args, "tokens_per_block", 32)
+    heads = int(cfg.get("num_attention_heads") or 1)
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    jit_route = kv > 0 and heads % kv == 0 and 64 % (heads // kv) == 0  # decoderXQARunner.cpp: JIT when 64 % group == 0
+    allowed = XQA_JIT_TOKENS_PER_BLOCK if jit_route else XQA_PRECOMPILED_TOKENS_PER_BLOCK
+    if tokens is not None and int(tokens) not in allowed:
+        route = ("XQA JIT kernels (decoderXQAImplJIT/kernelUtils.cpp)" if jit_route else
+                 f"precompiled XQA kernels (group size {heads // max(kv, 1)} does not divide 64; "
+                 "decoderXQAImplPrecompiled.cpp)")
+        refuse(f"--tokens_per_block {tokens}",
+               f"generation with speculative decoding runs on the {route}, which take {', '.join(map(str, allowed))} "
+               "tokens per block; with no kernel the engine fails at run time (\"No available XQA kernels are found "
+               "for speculative decoding mode\", cpp/tensorrt_llm/common/attentionOp.cpp)",
+               f"use --tokens_per_block {' or '.join(map(str, allowed))} (default 32)")
+    mode = _flag(args, "speculative_decoding_mode")
+    if mode not in (None, "medusa"):
+        refuse(f"--speculative_decoding_mode {mode}", "this checkpoint holds Medusa heads",
+               "use --speculative_decoding_mode medusa (the default of trtllm-medusa build)")
+    if int(_flag(args, "max_beam_width", 1) or 1) > 1:
+        refuse(f"--max_beam_width {_flag(args, 'max_beam_width')}",
+               "Medusa has no beam search (examples/run.py asserts num_beams == 1 with --medusa_choices)",
+               "build with --max_beam_width 1")
+    if _flag(args, "gather_context_logits") or _flag(args, "gather_all_token_logits"):
+        refuse("--gather_context_logits" if _flag(args, "gather_context_logits") else "--gather_all_token_logits",
+               "context logits cannot be gathered with draft tokens (tensorrt_llm/commands/build.py main raises "
+               "\"Gather context logits is not support with draft len > 0\"; the checkpoint's max_draft_len is "
+               f"{cfg.get('max_draft_len')})",
+               "drop the flag (--gather_generation_logits alone is allowed)")
+    if _flag(args, "pp_reduce_scatter") in ("enable", True) and cfg.get("architecture") != "MixtralForCausalLM":
+        refuse("--pp_reduce_scatter enable", "tensorrt_llm/commands/build.py build_model asserts it is used for "
+               "MixtralForCausalLM only", "drop the flag")
+    if _flag(args, "streamingllm") in ("enable", True):
+        refuse("--streamingllm enable", "tensorrt_llm/commands/build.py build_model asserts StreamingLLM is off",
+               "drop the flag")
+    if _flag(args, "multiple_profiles") in ("enable", True) and _flag(args, "opt_num_tokens") is not None:
+        refuse("--multiple_profiles enable with --opt_num_tokens",
+               "tensorrt_llm/commands/build.py main refuses the pair", "drop --opt_num_tokens")
+    return out
+
+
 def flag_findings(cfg: dict, args: Any) -> list[Finding]:
     """The rules that need the checkpoint config and the parsed trtllm-build flags together."""
+    out = _medusa_flag_findings(cfg, args)
     multiplier = cfg.get("residual_multiplier", 1.0)
     enabled = [f"--{name}" for name in FUSIONS_WITHOUT_RESIDUAL_MULTIPLIER
                if getattr(args, name, "disable") in ("enable", True)]
+    # tensorrt_llm/builder.py build() turns reduce_fusion (and with it user_buffer) off unless tp > 1 and the
+    # architecture is LlamaForCausalLM, Gemma2ForCausalLM or MedusaForCausalLM, and norm_quant_fusion off but
+    # for NVFP4 Llama: for our MedusaPorts* classes these never reach LLaMADecoderLayer; upstream's
+    # MedusaForCausalLM (a Granite with its multipliers) at tp > 1 keeps reduce_fusion and user_buffer.
+    # pp_reduce_scatter is refused by build_model for all but Mixtral (engine-build-flag above).
+    tp = int((cfg.get("mapping") or {}).get("tp_size", 1))
+    keeps_reduce_fusion = tp > 1 and cfg.get("architecture") in ("LlamaForCausalLM", "Gemma2ForCausalLM",
+                                                                 "MedusaForCausalLM")
+    enabled = [f for f in enabled if keeps_reduce_fusion and f in ("--reduce_fusion", "--user_buffer")]
     if multiplier == 1.0 or not enabled:
-        return []
-    return [Finding("engine-fusion-multiplier", ERROR,
-                    f"{' '.join(enabled)} builds the fused all-reduce path of LLaMADecoderLayer, which adds the "
-                    f"attention and MLP outputs without residual_multiplier ({multiplier}): the engine would "
-                    "compute another model",
-                    f"build without {' '.join(enabled)} (leave them at disable)")]
+        return out
+    return out + [Finding("engine-fusion-multiplier", ERROR,
+                          f"{' '.join(enabled)} builds the fused all-reduce path of LLaMADecoderLayer, which adds the "
+                          f"attention and MLP outputs without residual_multiplier ({multiplier}): the engine would "
+                          "compute another model",
+                          f"build without {' '.join(enabled)} (leave them at disable)")]
 
 
 def build_config_from_args(args: Any, model_config: Any) -> Any:
@@ -101,6 +188,15 @@ def build_config_from_args(args: Any, model_config: Any) -> Any:
     values = {f: getattr(args, f) for f in fields if hasattr(args, f)}
     values.update(speculative_decoding_mode=mode, strongly_typed=True,
                   use_mrope=getattr(model_config, "qwen_type", None) == "qwen2_vl")
+    # as upstream main: --gather_all_token_logits sets both gathers; --fast_build manages weights;
+    # BUILDER_FORCE_NUM_PROFILES caps the optimisation profiles
+    if getattr(args, "gather_all_token_logits", False):
+        values.update(gather_context_logits=True, gather_generation_logits=True)
+    if getattr(args, "fast_build", False):
+        plugin_config.manage_weights = True
+    forced = os.environ.get("BUILDER_FORCE_NUM_PROFILES")
+    if forced is not None:
+        values["force_num_profiles"] = forced
     build_config = builder.BuildConfig.from_dict(values, plugin_config=plugin_config)
     if hasattr(args, "kv_cache_type"):
         build_config.update_from_dict({"kv_cache_type": args.kv_cache_type})

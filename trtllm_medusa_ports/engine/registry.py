@@ -40,21 +40,42 @@ def ported_classes() -> dict[str, type]:
     if built is not None:
         return built
     built = {}
+    failed: dict[str, str] = {}
     for adapter_cls in arch_registry().values():
         adapter = adapter_cls()
         name = adapter.ported_architecture()
-        if name in built:
+        if name in built or name in failed:
             continue
-        cls = medusa_class(base_class(adapter),
-                           plumbing_needed=not adapter.upstream_spec_decoding_plumbing, name=name)
+        try:  # one family whose upstream class moved or changed must not block the others' builds
+            cls = medusa_class(base_class(adapter),
+                               plumbing_needed=not adapter.upstream_spec_decoding_plumbing, name=name)
+        except Exception as exc:  # an import or attribute error inside TensorRT-LLM: kept for that family
+            failed[name] = (f"tensorrt_llm.models.{adapter.trtllm_module}.model.{adapter.trtllm_base_class}: "
+                            f"{type(exc).__name__}: {exc}")
+            continue
         for c in (cls, cls.config_class):
             c.__module__ = CLASSES_MODULE
             built[c.__name__] = c
     _BUILT.clear()
     _BUILT[id(trtllm)] = built
+    _FAILED.clear()
+    _FAILED.update(failed)
     return built
+
+
+#: ported architecture -> why its class could not be built on this TensorRT-LLM
+_FAILED: dict[str, str] = {}
 
 
 def ported_class(architecture: str) -> type | None:
     """Our model class for a checkpoint ``architecture``, or None when upstream's own class serves it."""
-    return ported_classes().get(architecture) if architecture.startswith("MedusaPorts") else None
+    if not architecture.startswith("MedusaPorts"):
+        return None
+    cls = ported_classes().get(architecture)
+    if cls is None and architecture in _FAILED:
+        from trtllm_medusa_ports.errors import CheckpointError
+
+        raise CheckpointError(f"the engine class for {architecture} could not be built on this TensorRT-LLM "
+                              f"({_FAILED[architecture]})",
+                              fix="use TensorRT-LLM 1.2.x, the line the engine adapters follow (docs/engine.md)")
+    return cls

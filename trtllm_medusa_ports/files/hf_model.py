@@ -155,15 +155,24 @@ class HFConfig:
     @property
     def rope_scaling(self) -> dict | None:
         """The whole scaling dict (type and factor and the rest), or None for plain RoPE."""
+        return self.rope_scaling_for("full_attention")
+
+    def rope_scaling_for(self, layer_type: str) -> dict | None:
+        """The scaling of one layer type where transformers 5 nests rope_parameters by layer type
+        (Gemma3: ``full_attention`` / ``sliding_attention``); the one scaling otherwise. A
+        transformers 4 Gemma3 config's ``rope_scaling`` applies to global layers only
+        (modeling_gemma3.py builds the local rotary embedding unscaled)."""
         raw = self.data.get("rope_scaling")
+        if raw is not None and layer_type == "sliding_attention" and "rope_local_base_freq" in self.data:
+            return None
         if raw is None:
             params = self.data.get("rope_parameters")
             if isinstance(params, dict):
                 raw = {k: v for k, v in params.items() if k != "rope_theta"}
         if not raw:
             return None
-        if all(isinstance(v, dict) for v in raw.values()):  # per layer type (Gemma3): the global one
-            raw = raw.get("full_attention") or {}
+        if all(isinstance(v, dict) for v in raw.values()):  # per layer type (Gemma3)
+            raw = raw.get(layer_type) or {}
         raw = {k: v for k, v in raw.items() if k not in ("rope_theta", "partial_rotary_factor")}
         raw = dict(raw)
         kind = raw.get("rope_type", raw.get("type"))

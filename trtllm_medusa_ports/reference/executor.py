@@ -167,7 +167,8 @@ class ReferenceModel:
         if semantics.position_embedding.is_rope:
             self.inv_freq = rope_inv_freq(self.rotary_dim, semantics.rotary_base, semantics.rotary_scaling)
             if semantics.local_rotary_base is not None:
-                self.local_inv_freq = rope_inv_freq(self.rotary_dim, semantics.local_rotary_base, None)
+                self.local_inv_freq = rope_inv_freq(self.rotary_dim, semantics.local_rotary_base,
+                                                    semantics.local_rotary_scaling)
         self._slopes = self.alibi_slopes() if semantics.position_embedding is PositionEmbedding.ALIBI else None
         self.act = activation(semantics.hidden_act)
         self.medusa_act = activation(cfg.get("medusa_hidden_act", "silu"))

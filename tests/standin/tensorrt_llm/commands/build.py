@@ -45,17 +45,34 @@ def parse_arguments():
                    choices=["draft_tokens_external", "lookahead_decoding", "medusa", "explicit_draft_tokens",
                             "eagle"])
     p.add_argument("--max_draft_len", type=int, default=0)
-    p.add_argument("--gemm_plugin", type=str, default="auto")
-    # PluginConfig's feature flags that LLaMADecoderLayer.forward branches on; add_plugin_argument
-    # (tensorrt_llm/plugin/plugin.py) gives each boolean field an enable|disable flag
-    for feature in ("reduce_fusion", "norm_quant_fusion", "user_buffer", "pp_reduce_scatter"):
-        p.add_argument(f"--{feature}", type=str, default="disable", choices=["enable", "disable"])
+    p.add_argument("--opt_num_tokens", type=int, default=None)
+    p.add_argument("--paged_kv_cache", type=str, default=argparse.SUPPRESS)  # deprecated upstream, still parsed
+    p.add_argument("--fast_build", default=False, action="store_true")
+    for gather in ("gather_context_logits", "gather_generation_logits", "gather_all_token_logits"):
+        p.add_argument(f"--{gather}", default=False, action="store_true")
+    # add_plugin_argument (tensorrt_llm/plugin/plugin.py): plugin fields take a dtype or "disable", boolean
+    # fields "enable"/"disable", with PluginConfig's defaults
+    p.add_argument("--gpt_attention_plugin", type=str, default="auto",
+                   choices=["auto", "float16", "float32", "bfloat16", "int32", "disable"])
+    p.add_argument("--gemm_plugin", type=str, default=None)
+    p.add_argument("--tokens_per_block", type=int, default=32)
+    for feature, default in (("remove_input_padding", "enable"), ("context_fmha", "enable"),
+                             ("use_paged_context_fmha", "enable"), ("use_fp8_context_fmha", "enable"),
+                             ("use_fused_mlp", "enable"), ("paged_state", "enable"),
+                             ("multiple_profiles", "disable"), ("streamingllm", "disable"),
+                             # the fused all-reduce flags that LLaMADecoderLayer.forward branches on
+                             ("reduce_fusion", "disable"), ("norm_quant_fusion", "disable"),
+                             ("user_buffer", "disable"), ("pp_reduce_scatter", "disable")):
+        p.add_argument(f"--{feature}", type=str, default=default, choices=["enable", "disable"])
     return p
 
 
 def build_model(build_config, rank=0, ckpt_dir=None, model_config=None, model_cls=None, dry_run=False,
                 **kwargs):
     model_config = copy.deepcopy(model_config)
+    # build_model's asserts (tensorrt_llm/commands/build.py)
+    assert not build_config.plugin_config.streamingllm, "StreamingLLM is no longer supported"
+    assert not build_config.plugin_config.pp_reduce_scatter or model_config.architecture == "MixtralForCausalLM"
     if kwargs.get("logits_dtype"):
         model_config.logits_dtype = kwargs["logits_dtype"]
     assert rank < model_config.mapping.world_size
@@ -95,8 +112,16 @@ def main():
     if args.model_cls_file is not None:
         assert args.model_cls_name is not None
         model_cls = getattr(SourceFileLoader("models", args.model_cls_file).load_module(), args.model_cls_name)
+    if args.gather_all_token_logits:
+        args.gather_context_logits = args.gather_generation_logits = True
+    if args.gather_context_logits and args.max_draft_len > 0:
+        raise RuntimeError("Gather context logits is not support with draft len > 0.")
     plugin_config = PluginConfig.from_arguments(args)
     plugin_config.validate()
+    if args.fast_build:
+        plugin_config.manage_weights = True
+    if args.multiple_profiles == "enable" and args.opt_num_tokens is not None:
+        raise RuntimeError("multiple_profiles is enabled, while opt_num_tokens is set.")
     kwargs = {"logits_dtype": args.logits_dtype}
     mode = SpeculativeDecodingMode.from_arguments(args)
     target = args.checkpoint_dir if args.checkpoint_dir is not None else args.model_config
