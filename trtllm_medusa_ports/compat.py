@@ -58,6 +58,7 @@ RULES: set[str] = {
     "tree-depth1-gaps", "parallel-size", "tp-attention-heads", "tp-kv-heads", "tp-kv-replication",
     "tp-intermediate-size", "tp-hidden-size", "tp-embedding", "vocab-padding", "pp-layers",
     "engine-pipeline-parallel", "engine-fusion-multiplier", "engine-build-flag",
+    "quant-weight-only-shape", "quant-fp8-gpu", "quant-int8-blackwell", "quant-kv-cache",
     "heads-checkpoint", "heads-count", "heads-dtype", "heads-hidden-size", "heads-truncated-vocab", "heads-vocab-size",
 }
 
@@ -604,8 +605,13 @@ def check_conversion(
     embedding_sharding_dim: int = 0,
     num_medusa_heads: int | None = None,
     dtype: str | None = None,
+    quantization=None,
 ) -> list[Finding]:
     out = check_base(hf, adapter)
+    if quantization is not None and quantization.any and adapter is not None:
+        from trtllm_medusa_ports.quant.rules import check_quantization
+
+        out += check_quantization(hf, adapter, quantization, tp_size)
     if adapter is not None or alibi_reason(hf) is None:
         out += check_parallel(hf, adapter, tp_size, pp_size, heads, use_parallel_embedding, embedding_sharding_dim)
     if heads is not None:

@@ -101,6 +101,19 @@ class ConvertOptions:
     #: the new one); for a new directory only on request, as ``cp``, ``save_pretrained`` and
     #: TensorRT-LLM's own convert scripts leave the data to the system's writeback
     fsync: bool = False
+    #: quantization, upstream's spellings (trtllm_medusa_ports/quant): examples/quantization/quantize.py's
+    #: --qformat / --kv_cache_dtype and examples/medusa/convert_checkpoint.py's --use_weight_only
+    #: --weight_only_precision / --int8_kv_cache
+    qformat: str | None = None
+    use_weight_only: bool = False
+    weight_only_precision: str | None = None
+    kv_cache_dtype: str | None = None
+    int8_kv_cache: bool = False
+    calib_dataset: Path | None = None
+    calib_size: int = 512
+    calib_max_seq_length: int = 512
+    tokenizer_dir: Path | None = None
+    device: str = "cpu"
 
 
 @dataclass
@@ -126,6 +139,11 @@ class ConvertResult:
             f"{self.config['num_medusa_heads']} Medusa heads x {self.config['num_medusa_layers']} layer(s), "
             f"in {self.seconds:.1f} s."
         )
+        q = self.config.get("quantization") or {}
+        if q.get("quant_algo") or q.get("kv_cache_quant_algo"):
+            s += f" Quantization: {q.get('quant_algo') or 'none'}, KV cache {q.get('kv_cache_quant_algo') or 'float'}"
+            s += (" (weights stay float: TensorRT-LLM quantizes them at load)."
+                  if q.get("quant_algo") in ("W8A16", "W4A16") else ".")
         if self.config.get("medusa_shared_lm_head"):
             s += (
                 f" The heads share the base lm_head: {self.shared_lm_head_bytes_saved / 1e6:.1f} MB "
@@ -151,6 +169,11 @@ class _Job:
     targets: list[tuple[int, str]]  # (rank, checkpoint name)
     sources: tuple[str, ...] = ()  # "file [tensor]" of each source, for messages
     lazy: tuple[LazyTensor, ...] = ()  # the source tensors, when ``load`` reads exactly these
+    #: dtype the sources are cast to (None: the checkpoint dtype) and stored as (None: the same)
+    cast_to: str | None = None
+    stored_dtype: str | None = None
+    #: applied to each rank's shard before it is written (FP8: the cast with the tensor's scale)
+    post: Callable | None = None
 
 
 def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:
@@ -218,7 +241,7 @@ def build_config(
     cfg.update(fam)
     cfg.update(
         {
-            "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
+            "quantization": _spec_of(opts).config(),
             "mapping": mapping.to_dict(),
             "use_parallel_embedding": opts.use_parallel_embedding,
             "embedding_sharding_dim": opts.embedding_sharding_dim,
@@ -239,6 +262,14 @@ def build_config(
         }
     )
     return cfg
+
+
+def _spec_of(opts: ConvertOptions):
+    from trtllm_medusa_ports.quant import resolve_spec
+
+    return resolve_spec(qformat=opts.qformat, use_weight_only=opts.use_weight_only,
+                        weight_only_precision=opts.weight_only_precision, kv_cache_dtype=opts.kv_cache_dtype,
+                        int8_kv_cache=opts.int8_kv_cache)
 
 
 def _choose_sharing(heads: MedusaHeads, opts: ConvertOptions, warnings: list[str], model: HFModel,
@@ -492,7 +523,7 @@ def job_inputs(job: _Job, dtype: str) -> tuple[_Job, list[torch.Tensor]]:
 
     A :class:`ValueTransform` is applied in float32 before the cast, as upstream's converters do.
     """
-    target = to_torch(dtype)
+    target = to_torch(job.cast_to or dtype)
     if isinstance(job.combine, ValueTransform):
         return dataclasses.replace(job, combine=_first_input), [job.combine(job.load()).to(target)]
     return job, [t.to(target) for t in job.load()]
@@ -550,6 +581,11 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         )
         opts = dataclasses.replace(opts, use_parallel_embedding=forced, embedding_sharding_dim=0)
     dtype = _target_dtype(opts, model)
+    spec = _spec_of(opts)
+    if spec.any and dtype == "float32":
+        raise ConversionError(f"{spec.quant_algo or spec.kv_cache_quant_algo} from a float32 checkpoint: TensorRT-LLM "
+                              "serves quantized Medusa engines in float16 or bfloat16 (and refuses float32 with "
+                              "speculative decoding)", fix="pass --dtype float16 or bfloat16")
     findings = check_conversion(
         model.config,
         adapter=adapter,
@@ -561,6 +597,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         use_parallel_embedding=opts.use_parallel_embedding,
         embedding_sharding_dim=opts.embedding_sharding_dim,
         dtype=dtype,
+        quantization=spec,
     )
     errors = errors_of(findings)
     if errors and opts.allow_unsupported and all(f.overridable for f in errors):
@@ -579,6 +616,20 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     cfg = build_config(adapter, model, heads, opts, dtype, share)
     jobs = plan(adapter, model, heads, cfg, dtype, share)
     mapping = Mapping(opts.tp_size, opts.pp_size)
+    if spec.any:
+        from trtllm_medusa_ports.quant.jobs import quantize_jobs
+
+        calibration = None
+        if spec.needs_calibration:  # before anything is written: bad calibration input leaves nothing behind
+            from trtllm_medusa_ports.quant.calibrate import calibrate, read_calibration_samples
+
+            samples, source = read_calibration_samples(
+                opts.calib_dataset, opts.model_dir, size=opts.calib_size, max_seq_length=opts.calib_max_seq_length,
+                tokenizer_dir=opts.tokenizer_dir)
+            calibration = calibrate(opts.model_dir, adapter, dtype, samples, source=source, device=opts.device,
+                                    quiet=opts.quiet)
+            cfg["medusa_ports"]["calibration"] = calibration.record()
+        jobs = quantize_jobs(jobs, cfg, spec, dtype, calibration, adapter.num_hf_layers(model.config))
 
     # Plan every rank file's layout from the source shapes (no data read).
     entries: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
@@ -588,9 +639,12 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         traced: dict[int, Array] = {}  # this job's sharded stand-ins by rank, shared by its shapes and its byte plan
         for rank, name in job.targets:
             planned[rank, name] = planned_shape(job, cfg, rank, traced)
-            entries[rank].append((name, dtype, planned[rank, name]))
-        moves.append(move_plan(job, cfg, dtype, planned, traced) if opts.fast_path else
-                     MovePlan(MoveKind.TENSOR, why="fast path off"))
+            entries[rank].append((name, job.stored_dtype or dtype, planned[rank, name]))
+        if job.post is not None or job.cast_to is not None:
+            moves.append(MovePlan(MoveKind.TENSOR, why="quantized (FP8 cast or a float32 scale)"))
+        else:
+            moves.append(move_plan(job, cfg, dtype, planned, traced) if opts.fast_path else
+                         MovePlan(MoveKind.TENSOR, why="fast path off"))
 
     padded_vocab = mapping.padded_vocab(cfg["vocab_size"])
     saved = heads.num_heads * padded_vocab * heads.hidden_size * itemsize(dtype) if share else 0
@@ -693,7 +747,8 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
                         if not all_finite(t):
                             raise non_finite(job)
                     for rank, name in job.targets:
-                        files[rank].write(name, _shard_for(job, inputs, cfg, rank))
+                        shard = _shard_for(job, inputs, cfg, rank)
+                        files[rank].write(name, job.post(shard) if job.post is not None else shard)
                 bar.update(len(job.targets))
 
             failed = threading.Event()

@@ -33,6 +33,9 @@ _TABLE = (
     DType("float32", "F32", 4, True, "uint32", 0x7F800000),
     DType("float16", "F16", 2, True, "uint16", 0x7C00),
     DType("bfloat16", "BF16", 2, True, "uint16", 0x7F80),
+    # FP8 weights of quantized checkpoints (no infinities; the NaN/Inf byte check does not apply: they are
+    # cast from checked float tensors with saturation, trtllm_medusa_ports/quant)
+    DType("float8_e4m3fn", "F8_E4M3", 1, True),
     DType("int64", "I64", 8, False),
     DType("int32", "I32", 4, False),
     DType("int16", "I16", 2, False),

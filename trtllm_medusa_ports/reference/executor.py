@@ -43,6 +43,15 @@ from trtllm_medusa_ports.archs.base import (
 )
 from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.files.checkpoint import Checkpoint, read_checkpoint
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
+from trtllm_medusa_ports.quant import (
+    QuantSpec,
+    fp8_activation,
+    fp8_quantized,
+    kv_quantized,
+    weight_only_dequantized,
+    weight_only_quantized,
+)
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
 from trtllm_medusa_ports.tree import unpack_mask
 
@@ -174,6 +183,12 @@ class ReferenceModel:
         self.medusa_act = activation(cfg.get("medusa_hidden_act", "silu"))
         self.num_medusa_heads = int(cfg.get("num_medusa_heads", 0))
         self.num_medusa_layers = int(cfg.get("num_medusa_layers", 0))
+        # quantization as the engine computes it (trtllm_medusa_ports/quant): weight-only weights are
+        # quantized per rank as preprocess_weights does at load; FP8 linears quantize their input with the
+        # written activation scale; a quantized KV cache holds q(k), q(v)
+        self.quant = QuantSpec.from_config(cfg)
+        self.exclude = (cfg.get("quantization") or {}).get("exclude_modules")
+        self.dtype = to_torch(cfg["dtype"]) if cfg.get("dtype") in CHECKPOINT_DTYPES else torch.float32
         self._check_replicas()
 
     # -- tensors ---------------------------------------------------------------------
@@ -184,8 +199,32 @@ class ReferenceModel:
         """Tensor ``name`` of ``rank`` in float32, read once and kept."""
         key = (rank, name)
         if key not in self._weights:
-            self._weights[key] = self.ckpt.tensor(rank, name).float()
+            t = self.ckpt.tensor(rank, name)
+            if self.quant.weight_only and weight_only_quantized(name, self.exclude):
+                t = weight_only_dequantized(t, self.quant.quant_algo)
+            elif t.dtype == torch.float8_e4m3fn:
+                t = t.float() * self.ckpt.tensor(rank, name[: -len("weight")] + "weights_scaling_factor").float()
+            self._weights[key] = t.float()
         return self._weights[key]
+
+    def linear_input(self, x: torch.Tensor, rank: int, linear: str) -> torch.Tensor:
+        """The input of checkpoint linear ``linear`` as it multiplies the weight: FP8 linears quantize it
+        (``FP8Linear.forward``: ``x / s_a`` saturated to float8_e4m3fn; the product is scaled by ``s_a``)."""
+        if self.quant.quant_algo != "FP8" or not fp8_quantized(linear + ".weight", self.exclude):
+            return x
+        key = (rank, linear + ".activation_scaling_factor")
+        if key not in self._weights:
+            self._weights[key] = self.ckpt.tensor(rank, key[1]).float()
+        scale = self._weights[key]
+        return fp8_activation(x, float(scale.reshape(-1)[0]), self.dtype) * scale
+
+    def _kv_scale(self, rank: int, prefix: str) -> float | None:
+        if not self.quant.kv_cache_quant_algo:
+            return None
+        key = (rank, prefix + "kv_cache_scaling_factor")
+        if key not in self._weights:
+            self._weights[key] = self.ckpt.tensor(rank, key[1]).float()
+        return float(self._weights[key].reshape(-1)[0])
 
     def stored(self, rank: int, name: str) -> torch.Tensor:
         """Tensor ``name`` of ``rank`` as the checkpoint stores it (half the memory of float32 for
@@ -343,7 +382,7 @@ class ReferenceModel:
         hidden_mask = ~visible[None, None]  # [1, 1, T, S]
         num_tokens = x.shape[0]
         for tp_rank, r in enumerate(self.stage_ranks(stage)):
-            qkv = x @ self.weight(r, prefix + "qkv.weight").T
+            qkv = self.linear_input(x, r, prefix + "qkv") @ self.weight(r, prefix + "qkv.weight").T
             if self.has(r, prefix + "qkv.bias"):
                 qkv = qkv + self.weight(r, prefix + "qkv.bias")
             if semantics.clip_qkv:
@@ -358,11 +397,19 @@ class ReferenceModel:
             if semantics.position_embedding.is_rope:
                 q = self.rope(q, positions, global_layer, rotary)
                 k = self.rope(k, positions, global_layer, rotary)
-            layer.k[tp_rank] = torch.cat([layer.k[tp_rank], k], dim=1)
-            layer.v[tp_rank] = torch.cat([layer.v[tp_rank], v], dim=1)
+            kv_scale = self._kv_scale(r, prefix)
+            context_phase = layer.k[tp_rank].shape[1] == 0
+            if kv_scale is not None:  # the cache holds quantized K/V; generation (XQA) reads them back from it,
+                algo = self.quant.kv_cache_quant_algo  # the context phase attends to its own unquantized K/V
+                stored_k, stored_v = kv_quantized(k, kv_scale, algo), kv_quantized(v, kv_scale, algo)
+            else:
+                stored_k, stored_v = k, v
+            layer.k[tp_rank] = torch.cat([layer.k[tp_rank], stored_k], dim=1)
+            layer.v[tp_rank] = torch.cat([layer.v[tp_rank], stored_v], dim=1)
+            keys, values = (k, v) if kv_scale is not None and context_phase else (layer.k[tp_rank], layer.v[tp_rank])
             # each KV head serves ``group`` query heads: [kv, group, T, D] against [kv, 1, S, D], no copies
             grouped_q = q.reshape(kv_heads, group, num_tokens, head_size)
-            scores = (grouped_q @ layer.k[tp_rank].transpose(1, 2)[:, None]) * scale  # [kv, group, T, S]
+            scores = (grouped_q @ keys.transpose(1, 2)[:, None]) * scale  # [kv, group, T, S]
             if semantics.attn_logit_softcapping:
                 cap = semantics.attn_logit_softcapping
                 scores = torch.tanh(scores / cap) * cap
@@ -371,9 +418,10 @@ class ReferenceModel:
                 distance = (all_positions[None, :] - positions[:, None]).float()  # [T, S], <= 0 where visible
                 scores = scores + slopes[:, :, None, None] * distance[None, None]
             scores = scores.masked_fill(hidden_mask, float("-inf"))
-            context = torch.softmax(scores, dim=-1) @ layer.v[tp_rank][:, None]  # [kv, group, T, D]
+            context = torch.softmax(scores, dim=-1) @ values[:, None]  # [kv, group, T, D]
             context = context.reshape(q_heads, num_tokens, head_size).transpose(0, 1)
-            part = context.reshape(num_tokens, q_heads * head_size) @ self.weight(r, prefix + "dense.weight").T
+            context = self.linear_input(context.reshape(num_tokens, q_heads * head_size), r, prefix + "dense")
+            part = context @ self.weight(r, prefix + "dense.weight").T
             out = part if out is None else out + part  # all-reduce
         if self.has(self.stage_ranks(stage)[0], prefix + "dense.bias"):
             out = out + self.weight(self.stage_ranks(stage)[0], prefix + "dense.bias")
@@ -384,11 +432,11 @@ class ReferenceModel:
         out = None
         ranks = self.stage_ranks(stage)
         for r in ranks:
-            h = x @ self.weight(r, prefix + "fc.weight").T
+            h = self.linear_input(x, r, prefix + "fc") @ self.weight(r, prefix + "fc.weight").T
             if self.has(r, prefix + "fc.bias"):
                 h = h + self.weight(r, prefix + "fc.bias")
             if self.semantics.mlp is MlpKind.GATED:
-                gate = x @ self.weight(r, prefix + "gate.weight").T
+                gate = self.linear_input(x, r, prefix + "gate") @ self.weight(r, prefix + "gate.weight").T
                 if self.has(r, prefix + "gate.bias"):
                     gate = gate + self.weight(r, prefix + "gate.bias")
                 h = self.act(h) * gate
@@ -397,7 +445,7 @@ class ReferenceModel:
                 h = self.act(gate) * up
             else:
                 h = self.act(h)
-            part = h @ self.weight(r, prefix + "proj.weight").T
+            part = self.linear_input(h, r, prefix + "proj") @ self.weight(r, prefix + "proj.weight").T
             out = part if out is None else out + part
         if self.has(ranks[0], prefix + "proj.bias"):
             out = out + self.weight(ranks[0], prefix + "proj.bias")

@@ -1,0 +1,239 @@
+"""Quantized Medusa checkpoints: which formats, which tensors, and the exact arithmetic of each.
+
+TensorRT-LLM 1.2.x facts this module follows (repository NVIDIA/TensorRT-LLM unless named):
+
+* **Weight-only (W8A16, W4A16)**: the checkpoint keeps float weights and names ``quant_algo``;
+  ``tensorrt_llm/models/modeling_utils.py`` ``preprocess_weights`` -> ``weight_only_quantize_dict``
+  (``tensorrt_llm/models/convert_utils.py``) quantizes at load every tensor whose name contains
+  ``qkv.weight``, ``dense.weight``, ``fc.weight``, ``proj.weight`` or ``gate.weight`` and matches no
+  ``exclude_modules`` pattern (``fnmatch.fnmatchcase`` on the tensor name), per rank (the rank files are
+  already split). The quantizer (``cpp/tensorrt_llm/kernels/cutlass_kernels/cutlass_preprocessors.cpp``
+  ``symmetric_quantize``) works on the transposed ``[in, out]`` weight: per output channel
+  ``scale = max|w| / 128`` (int8) or ``/ 8`` (int4) in float32, no epsilon; ``q = round(w / scale)``
+  with C ``round`` (halves away from zero), clamped to [-128, 127] or [-8, 7] (0 where the scale is 0);
+  the scale is stored in the weight's dtype and the GEMM computes ``q * stored_scale``.
+* **FP8** (per tensor, as NVIDIA's exporter ``modelopt/torch/export/`` in NVIDIA/TensorRT-Model-Optimizer
+  writes it): ``weight`` float8_e4m3fn ``= (w / s_w).to(float8_e4m3fn)``, ``weights_scaling_factor``
+  ``s_w = amax(w) / 448`` and ``activation_scaling_factor`` ``s_a = amax(x) / 448`` (max calibration),
+  float32 ``[1]``; q, k and v share the max of their amaxes (``preprocess_linear_fusion``), and so do
+  ``mlp.fc`` and ``mlp.gate``; scales are those of the unsplit tensor, the same on every rank.
+  ``tensorrt_llm/quantization/layers.py`` ``FP8Linear.forward`` quantizes its input with
+  ``s_a`` cast to the model dtype (``x / s_a``, round to nearest even, saturated to +-448) and scales the
+  product by ``s_w * s_a`` (float32).
+* **KV cache**: ``transformer.layers.{i}.attention.kv_cache_scaling_factor`` float32 ``[1]``;
+  ``preprocess_weights`` adds ``kv_cache_rcp_scaling_factor = 1 / scale``; the kernels write
+  ``sat(rne(x * rcp))`` and read ``q * scale`` (``decoderMaskedMultiheadAttentionUtils.h``). INT8:
+  ``scale = max|qkv output| / 127`` before RoPE, q included (``tensorrt_llm/models/llama/convert.py``
+  ``int8_kv_cache``); FP8: ``max(amax / 448, 1)`` (ModelOpt ``get_kv_cache_scaling_factor``).
+* **What stays in float**: ``exclude_modules`` replaces upstream's default list (it is not merged,
+  ``tensorrt_llm/quantization/quantize.py`` ``quantize_layers``), so ours repeats that default and adds
+  ``*medusa_heads*`` as ``quantize_by_modelopt.py`` ``combine_medusa_weight`` does: the Medusa ResBlocks
+  and lm_heads, the base lm_head, the embedding and the norms keep the checkpoint dtype.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trtllm_medusa_ports.errors import ConversionError
+
+if TYPE_CHECKING:
+    import torch
+
+#: ``--qformat`` (examples/quantization/quantize.py names) -> quant_algo
+QFORMATS = {"fp8": "FP8", "int8_wo": "W8A16", "int4_wo": "W4A16"}
+#: ``--weight_only_precision`` (examples/medusa/convert_checkpoint.py) -> quant_algo
+WEIGHT_ONLY_PRECISIONS = {"int8": "W8A16", "int4": "W4A16"}
+#: ``--kv_cache_dtype`` -> kv_cache_quant_algo
+KV_CACHE_DTYPES = {"fp8": "FP8", "int8": "INT8"}
+#: tensorrt_llm/quantization/quantize.py quantize_layers' default exclusions, plus the Medusa heads
+EXCLUDE_MODULES = ["*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
+                   "*shared_expert_gate", "*medusa_heads*"]
+#: tensorrt_llm/models/convert_utils.py weight_only_quantize_dict ``quant_weights``: name substrings
+WEIGHT_ONLY_NAMES = ("qkv.weight", "dense.weight", "fc.weight", "proj.weight", "gate.weight")
+#: the linears of a decoder layer TensorRT-LLM quantizes (ColumnLinear / RowLinear of Attention and the MLPs)
+_LINEAR = re.compile(r"transformer\.layers\.\d+\.(attention\.(qkv|dense)|mlp\.(fc|gate|proj))")
+FP8_MAX = 448.0
+BITS = {"W8A16": 8, "W4A16": 4}
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """What a checkpoint is quantized to: ``quant_algo`` and ``kv_cache_quant_algo`` (None: float)."""
+
+    quant_algo: str | None = None
+    kv_cache_quant_algo: str | None = None
+
+    @property
+    def any(self) -> bool:
+        return bool(self.quant_algo or self.kv_cache_quant_algo)
+
+    @property
+    def needs_calibration(self) -> bool:
+        """FP8 activation scales and KV-cache scales come from running the base (max calibration)."""
+        return self.quant_algo == "FP8" or self.kv_cache_quant_algo is not None
+
+    @property
+    def weight_only(self) -> bool:
+        return self.quant_algo in BITS
+
+    def config(self) -> dict:
+        """The checkpoint's ``quantization`` section (tensorrt_llm/models/modeling_utils.py QuantConfig)."""
+        out: dict = {"quant_algo": self.quant_algo, "kv_cache_quant_algo": self.kv_cache_quant_algo}
+        if self.any:
+            out["exclude_modules"] = list(EXCLUDE_MODULES)
+        return out
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> QuantSpec:
+        q = cfg.get("quantization") or {}
+        return cls(q.get("quant_algo"), q.get("kv_cache_quant_algo"))
+
+
+def resolve_spec(*, qformat: str | None = None, use_weight_only: bool = False,
+                 weight_only_precision: str | None = None, kv_cache_dtype: str | None = None,
+                 int8_kv_cache: bool = False) -> QuantSpec:
+    """The spec from upstream's flag spellings; contradictions are refused, never resolved silently."""
+    algo = None
+    if qformat not in (None, "full_prec"):
+        if qformat not in QFORMATS:
+            raise ConversionError(f"--qformat {qformat!r} is not offered",
+                                  fix="use fp8, int8_wo or int4_wo; AWQ and SmoothQuant bases come from NVIDIA's "
+                                      "tools (examples/quantization/quantize.py)")
+        algo = QFORMATS[qformat]
+    if use_weight_only or weight_only_precision is not None:
+        precision = weight_only_precision or "int8"
+        if precision not in WEIGHT_ONLY_PRECISIONS:
+            raise ConversionError(f"--weight_only_precision {precision!r} is not offered",
+                                  fix="use int8 or int4 (int4_gptq needs GPTQ weights: NVIDIA's tools)")
+        if not use_weight_only:
+            raise ConversionError(f"--weight_only_precision {precision} without --use_weight_only",
+                                  fix="add --use_weight_only (as upstream's convert_checkpoint.py)")
+        wo = WEIGHT_ONLY_PRECISIONS[precision]
+        if algo is not None and algo != wo:
+            raise ConversionError(f"--qformat {qformat} and --use_weight_only --weight_only_precision {precision} "
+                                  "ask for two formats", fix="pass one of them")
+        algo = wo
+    kv = None
+    if kv_cache_dtype is not None:
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ConversionError(f"--kv_cache_dtype {kv_cache_dtype!r} is not offered", fix="use fp8 or int8")
+        kv = KV_CACHE_DTYPES[kv_cache_dtype]
+    if int8_kv_cache:
+        if kv not in (None, "INT8"):
+            raise ConversionError(f"--int8_kv_cache and --kv_cache_dtype {kv_cache_dtype} contradict each other",
+                                  fix="pass one of them")
+        kv = "INT8"
+    return QuantSpec(algo, kv)
+
+
+def is_excluded(name: str, exclude: list[str] | None) -> bool:
+    """tensorrt_llm/quantization/quantize.py: ``fnmatch.fnmatchcase`` on the full dotted name."""
+    return any(fnmatch.fnmatchcase(name, p) for p in (exclude or []))
+
+
+def linear_of(tensor_name: str) -> str | None:
+    """The quantized linear a checkpoint tensor belongs to (``transformer.layers.3.mlp.fc``), or None."""
+    m = _LINEAR.match(tensor_name)
+    return m.group(0) if m and tensor_name[m.end():m.end() + 1] == "." else None
+
+
+def weight_only_quantized(name: str, exclude: list[str] | None) -> bool:
+    """Whether ``weight_only_quantize_dict`` quantizes this checkpoint tensor at load."""
+    return any(s in name for s in WEIGHT_ONLY_NAMES) and not is_excluded(name, exclude)
+
+
+def fp8_quantized(name: str, exclude: list[str] | None) -> bool:
+    """Whether a ``*.weight`` tensor is an FP8 linear's weight (its module replaced by ``fp8_quantize``)."""
+    lin = linear_of(name)
+    return lin is not None and name == lin + ".weight" and not is_excluded(lin, exclude)
+
+
+def scale_group(linear: str) -> str:
+    """Linears sharing one FP8 weight and activation scale: ``mlp.fc`` with ``mlp.gate`` (ModelOpt
+    ``build_mlp_config`` runs ``preprocess_linear_fusion`` on them for FP8); q, k and v are one tensor."""
+    return linear[: -len(".gate")] + ".fc" if linear.endswith("mlp.gate") else linear
+
+
+# -- arithmetic --------------------------------------------------------------------------------------
+def _round_half_away(x: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.sign(x) * torch.floor(x.abs() + 0.5)
+
+
+def weight_only_quantize(w: torch.Tensor, algo: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q [out, in] int8 values, stored scale [out] in w's dtype)`` of one rank's ``[out, in]`` weight,
+    as ``symmetric_quantize`` computes them (see the module doc)."""
+    import torch
+
+    bits = BITS[algo]
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    wf = w.float()
+    scale = wf.abs().amax(dim=1) * (1.0 / float(1 << (bits - 1)))  # per output channel, float32
+    safe = torch.where(scale == 0, torch.ones_like(scale), scale)
+    q = torch.where(scale[:, None] == 0, torch.zeros_like(wf), _round_half_away(wf / safe[:, None])).clamp(lo, hi)
+    return q.to(torch.int8), scale.to(w.dtype)
+
+
+def weight_only_dequantized(w: torch.Tensor, algo: str) -> torch.Tensor:
+    """The float32 weight the weight-only GEMM multiplies by: ``q * stored_scale``."""
+    q, scale = weight_only_quantize(w, algo)
+    return q.float() * scale.float()[:, None]
+
+
+def fp8_scale(amax: float) -> float:
+    """``amax / 448`` (ModelOpt ``get_scaling_factor``); an amax of 0 gives 1 (``export_amax``)."""
+    return (amax if amax > 0 else FP8_MAX) / FP8_MAX
+
+
+def fp8_cast(x: torch.Tensor) -> torch.Tensor:
+    """float8_e4m3fn, saturated to +-448 (TensorRT's quantize layer; rounding to nearest even)."""
+    import torch
+
+    return x.float().clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+
+
+def fp8_weight(w: torch.Tensor, scale: float) -> torch.Tensor:
+    """The FP8 weight ModelOpt ``to_quantized_weight`` writes: ``(w / s_w)`` cast to float8_e4m3fn."""
+    import torch
+
+    return fp8_cast(w.float() / torch.tensor(scale, dtype=torch.float32))
+
+
+def fp8_activation(x: torch.Tensor, act_scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """``FP8Linear``'s quantized input as float32 values (not yet multiplied back by the scale):
+    ``x / s_a`` with ``s_a`` cast to the model dtype, saturated, rounded to float8_e4m3fn."""
+    import torch
+
+    s = torch.tensor(act_scale, dtype=torch.float32).to(dtype).float()
+    return fp8_cast(x / s).float()
+
+
+def kv_scale(amax: float, algo: str) -> float:
+    if algo == "INT8":
+        return (amax if amax > 0 else 127.0) / 127.0
+    return max(amax / FP8_MAX, 1.0)  # ModelOpt floors FP8 KV scales at 1 ("recommend ... 1")
+
+
+def kv_quantized(x: torch.Tensor, scale: float, algo: str) -> torch.Tensor:
+    """What the KV cache holds, read back: ``q(x * (1 / scale)) * scale`` (float32)."""
+    import torch
+
+    s = torch.tensor(scale, dtype=torch.float32)
+    scaled = x.float() * torch.reciprocal(s)
+    if algo == "INT8":
+        q = torch.round(scaled).clamp(-128, 127)  # cvt.rni.sat.s8.f32: nearest even, saturated
+    else:
+        q = fp8_cast(scaled).float()
+    return q * s
+
+
+def format_name(spec: QuantSpec) -> str:
+    parts = [spec.quant_algo or "float"]
+    if spec.kv_cache_quant_algo:
+        parts.append(f"{spec.kv_cache_quant_algo} KV cache")
+    return ", ".join(parts)

@@ -1,0 +1,158 @@
+"""Max calibration of a base: the largest |input| of every linear TensorRT-LLM quantizes and the largest
+|q, k, v projection output| per layer, measured on the transformers model in float32 on weights rounded
+to the checkpoint dtype (what the checkpoint computes with), over the calibration samples once.
+
+ModelOpt's max calibration (``modelopt/torch/quantization/calib/max.py`` ``MaxCalibrator``) keeps the
+running max of |x| per quantizer; TensorRT-LLM's own INT8 KV-cache scale is the max |output| of the q, k
+and v projections (``tensorrt_llm/models/llama/convert.py``, ``capture_activation_range``). HF modules are
+found from the family's weight table: each checkpoint linear's source tensors name the HF modules whose
+input it takes (q/k/v all read one input, as do gate and up), so no family needs calibration code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from trtllm_medusa_ports.archs.base import ArchAdapter, layer_sources
+from trtllm_medusa_ports.errors import ModelError, PortError
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.quant import linear_of
+
+#: upstream's defaults (examples/quantization/quantize.py --calib_size 512 --calib_max_seq_length 512)
+DEFAULT_CALIB_SIZE = 512
+DEFAULT_CALIB_MAX_SEQ_LENGTH = 512
+
+
+@dataclass
+class Calibration:
+    """Ranges by HF layer index and checkpoint linear name (``attention.qkv``, ``mlp.fc``, ...)."""
+
+    inputs: dict[tuple[int, str], float] = field(default_factory=dict)
+    qkv_outputs: dict[int, float] = field(default_factory=dict)
+    samples: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    source: str = ""
+    digest: str = ""
+
+    def record(self) -> dict:
+        """What config.json keeps of it (``medusa_ports.calibration``): enough for ``verify`` to redo it."""
+        return {"source": self.source, "samples": self.samples, "tokens": self.tokens, "sha256": self.digest,
+                "seconds": round(self.seconds, 3)}
+
+
+def samples_digest(samples: list[list[int]]) -> str:
+    return hashlib.sha256(json.dumps(samples, separators=(",", ":")).encode()).hexdigest()
+
+
+def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, size: int, max_seq_length: int,
+                             tokenizer_dir: str | Path | None = None) -> tuple[list[list[int]], str]:
+    """The calibration samples (token ids, one per line or prompt, cut at ``max_seq_length``) and their source.
+
+    ``path``: text lines (one sample each, ``\\n`` for a line break) or JSON lines with ``text``, ``prompt``,
+    ``input_ids`` or ``prompt_ids`` (ids used as they are, no token added); None: the packaged prompts.
+    Fewer samples than ``size`` is an error, never a silent smaller calibration.
+    """
+    from trtllm_medusa_ports.heads.train import (
+        _tokenizer,
+        packaged_prompts,
+        read_data_file,
+        read_prompts_file,
+    )
+
+    if size < 1 or max_seq_length < 1:
+        raise PortError(f"--calib_size {size} and --calib_max_seq_length {max_seq_length} must be at least 1",
+                        fix="e.g. --calib_size 512 --calib_max_seq_length 512 (upstream's defaults)")
+    tok: list = []
+
+    def tokenize(text: str) -> list[int]:
+        if not tok:
+            tok.append(_tokenizer(Path(tokenizer_dir or model_dir)))
+        return list(tok[0](text)["input_ids"])
+
+    if path is None:
+        source = "packaged prompts"
+        texts = packaged_prompts()[:size]
+        items = [tokenize(t) for t in texts]
+    else:
+        source = str(Path(path).resolve())
+        p = Path(path)
+        if not p.is_file():
+            raise PortError("the calibration dataset is not a regular file", where=str(p),
+                            fix="pass a text file (one sample per line) or JSON lines with text / input_ids")
+        head = p.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
+        if head == "{":
+            items = [it.ids for it in read_data_file(p, tokenize)]
+        else:
+            items = [tokenize(t) for t in read_prompts_file(p)]
+    items = [ids for ids in items if ids]
+    if len(items) < size:
+        raise PortError(f"the calibration set has {len(items)} non-empty sample(s), --calib_size asks for {size}",
+                        where=source, fix=f"pass --calib_size {len(items)} or a larger --calib_dataset")
+    samples = [ids[:max_seq_length] for ids in items[:size]]
+    return samples, source
+
+
+def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: list[list[int]], *,
+              source: str = "", device: str = "cpu", quiet: bool = True) -> Calibration:
+    """Run the base once over ``samples`` and keep the ranges (see the module doc)."""
+    from tqdm import tqdm
+
+    from trtllm_medusa_ports.files.dtypes import to_torch
+    from trtllm_medusa_ports.verify import load_hf_model, value_transforms
+
+    hf = HFConfig.read(model_dir)
+    arch = hf.architecture
+    model = load_hf_model(model_dir, to_torch(dtype), value_transforms(model_dir, arch))
+    if device != "cpu":
+        try:
+            model = model.to(device)
+        except (RuntimeError, AssertionError, ValueError) as exc:
+            raise PortError(f"--device {device}: {exc}", fix="use --device cpu or a device torch can reach") from None
+    vocab = int(model.config.vocab_size)
+    for n, ids in enumerate(samples):
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise PortError(f"calibration sample {n} has token ids {bad[:3]} outside the vocabulary 0..{vocab - 1}",
+                            where=source, fix="tokenize with the base's own tokenizer")
+    modules = dict(model.named_modules())
+    cal = Calibration(source=source, digest=samples_digest(samples), samples=len(samples),
+                      tokens=sum(len(s) for s in samples))
+    handles = []
+    rules = adapter.layer_rules(hf)
+
+    def keep(store: dict, key, value: float) -> None:
+        store[key] = max(store.get(key, 0.0), value)
+
+    for i in range(adapter.num_hf_layers(hf)):
+        for rule in layer_sources(rules, i):
+            lin = linear_of(f"transformer.layers.{i}.{rule.name}")
+            if lin is None or rule.name != lin.split(f"layers.{i}.", 1)[1] + ".weight":
+                continue
+            short = rule.name[: -len(".weight")]
+            names = next((c for c in rule.candidates() if all(n[: -len(".weight")] in modules for n in c)), None)
+            if names is None:
+                raise ModelError(f"no transformers module holds {', '.join(rule.sources)} (for {short} of layer {i})",
+                                 where=str(model_dir), fix="the base's modelling code differs from its family's")
+            for n in names:
+                def hook(_m, args, out, i=i, short=short):
+                    keep(cal.inputs, (i, short), float(args[0].detach().abs().max()))
+                    if short == "attention.qkv":
+                        keep(cal.qkv_outputs, i, float(out.detach().abs().max()))
+                handles.append(modules[n[: -len(".weight")]].register_forward_hook(hook))
+    t0 = time.monotonic()
+    try:
+        with torch.no_grad():
+            for ids in tqdm(samples, desc="calibrate", unit="sample", disable=quiet):
+                model(input_ids=torch.tensor([ids], device=next(model.parameters()).device))
+    finally:
+        for h in handles:
+            h.remove()
+    cal.seconds = time.monotonic() - t0
+    return cal

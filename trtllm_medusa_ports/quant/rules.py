@@ -1,0 +1,78 @@
+"""``check`` rules for quantized Medusa ports (docs/compatibility-rules.md, "Quantization rules")."""
+
+from __future__ import annotations
+
+from trtllm_medusa_ports.archs.base import ArchAdapter, MlpKind
+from trtllm_medusa_ports.compat import ERROR, INFO, WARNING, Finding
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.quant import QuantSpec
+
+#: tensorrt_llm/quantization/layers.py WeightOnlyQuantLinear / WeightOnlyQuantRowLinear pad in and out
+#: features up to a multiple of 64 x tp_size
+WEIGHT_ONLY_MULTIPLE = 64
+
+
+def linear_shapes(hf: HFConfig, adapter: ArchAdapter, tp_size: int) -> dict[str, tuple[int, int]]:
+    """``(in, out)`` features of each quantized linear as the engine class declares them (whole, not per rank)."""
+    hidden, hs = adapter.hidden_size(hf), adapter.head_size(hf)
+    heads, kv = adapter.num_attention_heads(hf), adapter.num_kv_heads(hf)
+    kv_local = -(-kv // tp_size)
+    inter = adapter.intermediate_size(hf)
+    cfg = adapter.trtllm_config(hf)
+    fused = adapter.semantics({**cfg, "head_size": hs}).mlp is MlpKind.SWIGLU
+    shapes = {"attention.qkv": (hidden, tp_size * (heads // tp_size + 2 * kv_local) * hs),
+              "attention.dense": (heads * hs, hidden),
+              "mlp.fc": (hidden, 2 * inter if fused else inter),
+              "mlp.proj": (inter, hidden)}
+    if adapter.semantics({**cfg, "head_size": hs}).mlp is MlpKind.GATED:
+        shapes["mlp.gate"] = (hidden, inter)
+    return shapes
+
+
+def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_size: int) -> list[Finding]:
+    out: list[Finding] = []
+    if spec.weight_only:
+        multiple = WEIGHT_ONLY_MULTIPLE * tp_size
+        try:
+            shapes = linear_shapes(hf, adapter, tp_size)
+        except Exception:  # the base rules already report an unreadable config
+            shapes = {}
+        bad = [f"{name} [{i} -> {o}]" for name, (i, o) in shapes.items() if i % multiple or o % multiple]
+        if bad:
+            out.append(Finding(
+                "quant-weight-only-shape", ERROR,
+                f"{spec.quant_algo}: TensorRT-LLM's weight-only layers pad in and out features to a multiple of "
+                f"64 x tp_size = {multiple} (tensorrt_llm/quantization/layers.py WeightOnlyQuantLinear), but the "
+                "float weights of the checkpoint are quantized at load unpadded (modeling_utils.py "
+                f"preprocess_weights): the build fails on {', '.join(bad[:3])}",
+                f"use a tp_size for which every width is a multiple of {WEIGHT_ONLY_MULTIPLE} x tp_size, or FP8"))
+    if spec.quant_algo == "FP8":
+        out.append(Finding(
+            "quant-fp8-gpu", INFO,
+            "FP8 GEMMs run on SM 8.9 and later (Ada, Hopper, Blackwell; TensorRT-LLM's support matrix); FP8 context "
+            "FMHA is switched off below SM 8.9 (tensorrt_llm/builder.py build)",
+            "serve on an L4/L40/RTX 40xx, H100/H200 or newer; on Ampere use --qformat int8_wo or int4_wo"))
+    if spec.weight_only or spec.kv_cache_quant_algo == "INT8":
+        out.append(Finding(
+            "quant-int8-blackwell", WARNING,
+            "tensorrt_llm/builder.py build refuses INT8/INT4 weight-only and INT8 KV caches on SM 10.x-11.x "
+            "(\"INT8/INT4 quantization is not supported on SM>=100\")",
+            "on B200/GB200 use --qformat fp8 with --kv_cache_dtype fp8"))
+    if spec.kv_cache_quant_algo:
+        group = adapter.num_attention_heads(hf) // max(adapter.num_kv_heads(hf), 1)
+        head = adapter.head_size(hf)
+        jit = 64 % group == 0
+        kind = spec.kv_cache_quant_algo
+        detail = (f"generation with speculative decoding runs on XQA kernels; with {kind} KV they exist "
+                  + ("on the JIT route (group size divides 64; decoderXQAImplJIT/kernelUtils.cpp "
+                     "supportConfigHMMA takes INT8 and E4M3 caches on SM 8.0+)" if jit else
+                     f"only as precompiled kernels for head size 128 (group size {group} does not divide 64; "
+                     "xqa_kernel_cubin.h multi-query-token kernels)"))
+        if kind == "FP8":
+            detail += "; FP8 (E4M3) caches need SM 8.9 or later"
+        else:
+            detail += "; the builder switches paged context FMHA off with an INT8 KV cache (tensorrt_llm/builder.py)"
+        out.append(Finding("quant-kv-cache", ERROR if not jit and head != 128 else INFO, detail,
+                           "Medusa cannot be served with this KV-cache dtype on this base; drop --kv_cache_dtype"
+                           if not jit and head != 128 else "nothing to do; validate on GPU"))
+    return out
