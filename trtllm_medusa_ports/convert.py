@@ -628,7 +628,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
                 tokenizer_dir=opts.tokenizer_dir)
             calibration = calibrate(opts.model_dir, adapter, dtype, samples, source=source, device=opts.device,
                                     quiet=opts.quiet)
-            cfg["medusa_ports"]["calibration"] = calibration.record()
+            cfg["medusa_ports"]["calibration"] = {**calibration.record(), "max_seq_length": opts.calib_max_seq_length}
         jobs = quantize_jobs(jobs, cfg, spec, dtype, calibration, adapter.num_hf_layers(model.config))
 
     # Plan every rank file's layout from the source shapes (no data read).

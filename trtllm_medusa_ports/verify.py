@@ -30,7 +30,8 @@ from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.heads.train import end_token_ids
-from trtllm_medusa_ports.reference.decoding import medusa_generate
+from trtllm_medusa_ports.quant import QuantSpec, format_name
+from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
 from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
 
@@ -85,14 +86,29 @@ class VerifyReport:
     #: so that greedy equivalence compares every token
     tokens_per_step_until_end: float | None = None
     prompts_ending_early: int = 0
+    #: quantized checkpoints (trtllm_medusa_ports/quant): the format; parity is against transformers with
+    #: the same quantization, greedy equivalence against the executor's own plain decoding of it
+    quantization: str | None = None
+    quant_scales_checked: int = 0
+    quant_scale_mismatches: list = field(default_factory=list)
+    quant_scales_not_rederived: str | None = None
+    #: the quantization's effect against the float base (information unless max_quant_error is given)
+    quant_effect: dict | None = None
+    max_quant_error: float | None = None
 
     @property
     def float16_overflow(self) -> bool:
         return self.checkpoint_dtype == "float16" and self.max_activation > FLOAT16_MAX
 
     @property
+    def quant_error_exceeded(self) -> bool:
+        return (self.max_quant_error is not None and self.quant_effect is not None
+                and self.quant_effect["max_abs_diff"] > self.max_quant_error)
+
+    @property
     def ok(self) -> bool:
-        return self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
+        return (self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
+                and not self.quant_scale_mismatches and not self.quant_error_exceeded)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -150,6 +166,25 @@ class VerifyReport:
             lines.append(f"  predicted       : {self.predicted_tokens_per_step:.2f} tokens/step for this {self.tree_nodes}-node "
                          f"tree from the heads' top-k accuracy (joint counts: "
                          f"{self.predicted_tokens_per_step_joint:.2f}); measured {self.mean_accepted_tokens_per_step:.2f}")
+        if self.quantization:
+            lines.append(f"quantization      : {self.quantization}; parity against transformers quantized the same way")
+            if self.quant_scale_mismatches:
+                lines.append(f"  scales          : FAIL  {len(self.quant_scale_mismatches)} of {self.quant_scales_checked} "
+                             "differ from the re-derived ones, e.g. " + "; ".join(
+                                 f"{n}: written {a:.6g}, re-derived {b:.6g}" for n, a, b in self.quant_scale_mismatches[:3]))
+            else:
+                lines.append(f"  scales          : PASS  {self.quant_scales_checked} written scale(s) equal the re-derived ones"
+                             + (f" (activation / KV scales not re-derived: {self.quant_scales_not_rederived})"
+                                if self.quant_scales_not_rederived else ""))
+            e = self.quant_effect
+            if e:
+                lines.append(f"  against float   : top-1 agreement {e['top1_agreement']:.3f}, logits max |diff| "
+                             f"{e['max_abs_diff']:.3g}, mean {e['mean_abs_diff']:.3g}; greedy equal to the float base "
+                             f"on {e['greedy_equal_prompts']} of {len(self.prompts)} prompt(s), first "
+                             f"{e['greedy_agreed_fraction']:.2f} of the tokens agree"
+                             + (f" (limit --max_quant_error {self.max_quant_error:g}: "
+                                f"{'FAIL' if self.quant_error_exceeded else 'PASS'})"
+                                if self.max_quant_error is not None else " (information, not a verdict)"))
         lines.append("head top-1 hits   : " + ", ".join(f"{x:.2f}" for x in self.head_top1))
         lines.append(f"head top-{HIT_TOP_K} hits   : " + ", ".join(f"{x:.2f}" for x in self.head_topk))
         lines.append("RESULT: " + ("OK" if self.ok else "FAILED"))
@@ -373,6 +408,7 @@ def verify(
     quiet: bool = False,
     medusa_model_dir: str | Path | None = None,
     threads: int | None = None,
+    max_quant_error: float | None = None,
 ) -> VerifyReport:
     """Logits parity, heads parity and greedy equivalence of a checkpoint (see the module doc).
 
@@ -380,7 +416,8 @@ def verify(
     """
     with torch_threads(threads or default_threads()):
         return _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
-                       max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir)
+                       max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
+                       max_quant_error=max_quant_error)
 
 
 def _verify(
@@ -392,6 +429,7 @@ def _verify(
     max_new_tokens: int,
     quiet: bool,
     medusa_model_dir: str | Path | None,
+    max_quant_error: float | None = None,
 ) -> VerifyReport:
     if quiet:
         from transformers.utils import logging as hf_logging
@@ -431,6 +469,21 @@ def _verify(
               for w in (ckpt.config.get("medusa_ports") or {}).get("warnings", [])
               if w.startswith("WRITING A CHECKPOINT")]
 
+    # Quantized checkpoints: the float base first (the quantization's effect is measured against it), then
+    # the same transformers model quantized as the checkpoint is (quant/emulate.py)
+    spec = QuantSpec.from_config(ckpt.config)
+    emulation = None
+    float_logits: list[torch.Tensor] = []
+    float_greedy: list[list[int]] = []
+    if spec.any:
+        from trtllm_medusa_ports.quant import emulate
+
+        with torch.no_grad():
+            float_logits = [hf(input_ids=torch.tensor([p])).logits[0] for p in prompts]
+        float_greedy = [hf_greedy(hf, p, max_new_tokens) for p in prompts]
+        emulation = emulate.apply(hf, model_dir, ckpt, ref.adapter, quiet=quiet)
+        notes.append(f"{format_name(spec)}: {emulation.description}")
+
     # Phase 1, transformers alone: its logits, hidden states, activation range, greedy continuations
     # and the heads' logits from their source. Its model is then freed, so that it and the executor's
     # weights are never in memory together (peak: one float32 model, not two).
@@ -450,14 +503,16 @@ def _verify(
             a.redo()
     from tqdm import tqdm
 
-    expected_tokens = [hf_greedy(hf, p, max_new_tokens)
-                       for p in tqdm(prompts, desc="transformers greedy", unit="prompt", disable=quiet,
-                                     file=sys.stderr)]
+    expected_tokens = [] if spec.any else [
+        hf_greedy(hf, p, max_new_tokens)
+        for p in tqdm(prompts, desc="transformers greedy", unit="prompt", disable=quiet, file=sys.stderr)]
     source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
     heads_source = None
     if source and Path(source).exists():
         heads_source = source_heads_for(Path(source), hf, ref, [hs[-1] for _, hs in hf_runs], dtype)
     model_bytes = sum(t.numel() * t.element_size() for t in hf.parameters())
+    if emulation is not None:
+        emulation.close()
     del hf, arithmetic
     if model_bytes > 64 * 2**20:  # a full collection costs ~0.3 s in a long-lived process: only when it frees much
         gc.collect()
@@ -480,6 +535,21 @@ def _verify(
             divergence["first_differing_tensor"] = first_differing_tensor(model_dir, ckpt)
             break
     parity = max_diff <= tolerance
+    quant_effect = None
+    if spec.any:  # the quantized model (executor) against the float base, and its own greedy text
+        diffs = [(rl - fl) for (_, _, rl, _), fl in zip(runs, float_logits, strict=True)]
+        agree = [(rl.argmax(-1) == fl.argmax(-1)).float() for (_, _, rl, _), fl in zip(runs, float_logits,
+                                                                                        strict=True)]
+        expected_tokens = [plain_generate(ref, p, max_new_tokens) for p in prompts]
+        prefix = [next((j for j, (a, b) in enumerate(zip(q, f, strict=True)) if a != b), len(q))
+                  for q, f in zip(expected_tokens, float_greedy, strict=True)]
+        quant_effect = {
+            "top1_agreement": float(torch.cat(agree).mean()),
+            "max_abs_diff": max(float(d.abs().max()) for d in diffs),
+            "mean_abs_diff": float(torch.cat([d.abs().reshape(-1) for d in diffs]).mean()),
+            "greedy_equal_prompts": sum(q == f for q, f in zip(expected_tokens, float_greedy, strict=True)),
+            "greedy_agreed_fraction": sum(prefix) / sum(len(q) for q in expected_tokens),
+        }
     del runs
 
     # 1b. the heads, against their source (recorded at conversion unless given)
@@ -552,6 +622,12 @@ def _verify(
         tree_nodes=tree.num_nodes,
         tokens_per_step_until_end=until_end[0] / until_end[1] if until_end[1] else None,
         prompts_ending_early=ending_early,
+        quantization=format_name(spec) if spec.any else None,
+        quant_scales_checked=emulation.scales_checked if emulation else 0,
+        quant_scale_mismatches=emulation.scale_mismatches if emulation else [],
+        quant_scales_not_rederived=emulation.not_rederived if emulation else None,
+        quant_effect=quant_effect,
+        max_quant_error=max_quant_error,
     )
 
 

@@ -82,6 +82,7 @@ _REPLICATED = tuple(
         r".*layernorm\.(weight|bias)",
         r"transformer\.(ln_f|ln_embed)\.(weight|bias)",
         r".*\.(attention\.dense|mlp\.proj)\.bias",
+        r".*_scaling_factor",  # FP8 and KV-cache scales: those of the unsplit tensor, on every rank
     )
 )
 
