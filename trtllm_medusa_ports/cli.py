@@ -16,14 +16,10 @@ from trtllm_medusa_ports.errors import PortError
 # -- convert (shared with convert/convert_checkpoint.py) -----------------------------------
 #: upstream examples/medusa/convert_checkpoint.py flags we accept but do not implement
 _NOT_SUPPORTED = {
-    "--use_weight_only": "weight-only quantization",
-    "--weight_only_precision": "weight-only quantization",
     "--smoothquant": "SmoothQuant",
     "--per_channel": "SmoothQuant",
     "--per_token": "SmoothQuant",
     "--per_group": "group-wise quantization",
-    "--int8_kv_cache": "INT8 KV cache",
-    "--calib_dataset": "calibration",
     "--meta_ckpt_dir": "Meta (params.json) checkpoints",
     "--group_size": "group-wise quantization",
     "--dataset-cache-dir": "calibration",
@@ -32,6 +28,26 @@ _NOT_SUPPORTED = {
 }
 #: upstream flags that override config.json values; we always read config.json
 _FROM_CONFIG = ("--vocab_size", "--n_positions", "--n_layer", "--hidden_act", "--rotary_base", "--rotary_scaling")
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def _non_negative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{v} must be a number >= 0")
+    return v
 
 
 def add_convert_args(p: argparse.ArgumentParser) -> None:
@@ -57,6 +73,22 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow_unsupported", action="store_true",
                    help="write a checkpoint even when TensorRT-LLM cannot serve it correctly (ALiBi, attention "
                    "soft-capping), with a loud warning; for experiments and the reference executor")
+    q = p.add_argument_group("quantization (upstream's spellings; Medusa heads, lm_head, embedding and norms stay "
+                             "in --dtype)")
+    q.add_argument("--qformat", default=None, choices=["fp8", "int8_wo", "int4_wo", "full_prec"],
+                   help="examples/quantization/quantize.py's formats: FP8 per tensor, or INT8/INT4 weight-only")
+    q.add_argument("--use_weight_only", action="store_true", help="weight-only (examples/medusa/convert_checkpoint.py)")
+    q.add_argument("--weight_only_precision", default=None, choices=["int8", "int4"],
+                   help="with --use_weight_only (default int8)")
+    q.add_argument("--kv_cache_dtype", default=None, choices=["fp8", "int8"], help="quantized KV cache")
+    q.add_argument("--int8_kv_cache", action="store_true", help="= --kv_cache_dtype int8")
+    q.add_argument("--calib_dataset", default=None,
+                   help="calibration text (one sample per line) or JSON lines with text / input_ids; default: the "
+                   "packaged prompts, tokenized with the base's tokenizer")
+    q.add_argument("--calib_size", type=_positive, default=512, help="calibration samples (default 512)")
+    q.add_argument("--calib_max_seq_length", type=_positive, default=512, help="tokens per sample at most (512)")
+    q.add_argument("--tokenizer_dir", default=None, help="tokenizer for text calibration (default --model_dir)")
+    q.add_argument("--device", default="cpu", help="torch device of the calibration pass (default cpu)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
     p.add_argument("--fsync", action="store_true",
                    help="make the rank files durable (fsync) before the output appears; always done when an "
@@ -108,7 +140,21 @@ def run_convert(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         allow_unsupported=args.allow_unsupported,
         medusa_choices=args.medusa_choices,
+        qformat=args.qformat,
+        use_weight_only=args.use_weight_only,
+        weight_only_precision=args.weight_only_precision,
+        kv_cache_dtype=args.kv_cache_dtype,
+        int8_kv_cache=args.int8_kv_cache,
+        calib_dataset=Path(args.calib_dataset) if args.calib_dataset else None,
+        calib_size=args.calib_size,
+        calib_max_seq_length=args.calib_max_seq_length,
+        tokenizer_dir=Path(args.tokenizer_dir) if args.tokenizer_dir else None,
+        device=args.device,
     )
+    if opts.calib_dataset is not None:  # never write where the calibration text lives
+        from trtllm_medusa_ports.files.checkpoint import guard_output_dir
+
+        guard_output_dir(opts.output_dir, {"--calib_dataset": opts.calib_dataset})
     result = convert(opts)
     for f in result.findings:
         if f.severity != "info":
@@ -310,7 +356,7 @@ def run_verify(args: argparse.Namespace) -> int:
     prompts = _prompts(args, args.model_dir)
     report = verify(args.model_dir, args.checkpoint_dir, medusa_choices=args.medusa_choices,
                     prompts=prompts, max_new_tokens=args.max_new_tokens, quiet=args.quiet,
-                    medusa_model_dir=args.medusa_model_dir)
+                    medusa_model_dir=args.medusa_model_dir, max_quant_error=args.max_quant_error)
     print(report_json(report) if args.json else report.render())
     return 0 if report.ok else 1
 
@@ -377,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--medusa_model_dir", default=None,
                    help="the heads the checkpoint was converted from (default: the path recorded at conversion)")
     _add_prompt_args(s, "to decode")
+    s.add_argument("--max_quant_error", type=_non_negative, default=None,
+                   help="quantized checkpoints: fail when the logits differ from the float base's by more "
+                   "(default: the difference is reported, not judged)")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 

@@ -160,7 +160,11 @@ def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, ex
               quiet) -> str | None:
     """Run the recorded calibration again and compare the activation and KV-cache scales."""
     from trtllm_medusa_ports.errors import PortError
-    from trtllm_medusa_ports.quant.calibrate import calibrate, read_calibration_samples, samples_digest
+    from trtllm_medusa_ports.quant.calibrate import (
+        calibrate,
+        read_calibration_samples,
+        samples_digest,
+    )
 
     record = (ckpt.config.get("medusa_ports") or {}).get("calibration")
     if not rederive:

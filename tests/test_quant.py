@@ -1,0 +1,201 @@
+"""Quantized ports: upstream's flags, the checkpoint TensorRT-LLM loads, the engine's arithmetic, and
+verify failing on a wrong scale (trtllm_medusa_ports/quant)."""
+
+import json
+
+import pytest
+import torch
+from conftest import convert_to, tiny_base
+from safetensors.torch import load_file, save_file
+
+from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
+from trtllm_medusa_ports.quant import (
+    EXCLUDE_MODULES,
+    QuantSpec,
+    kv_quantized,
+    resolve_spec,
+    weight_only_quantize,
+    weight_only_quantized,
+)
+from trtllm_medusa_ports.reference import ReferenceModel
+from trtllm_medusa_ports.verify import verify
+
+TREE = "[[0],[1],[0,0],[0,1],[1,0]]"
+#: widths that are multiples of 64 x tp for tp 1 and 2 (TensorRT-LLM's weight-only layers pad otherwise)
+WIDE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+
+
+def _calib(tmp_path, vocab, n=6):
+    path = tmp_path / f"calib{n}.jsonl"
+    path.write_text("\n".join(json.dumps({"input_ids": [(11 * i + 7 * j + 3) % vocab for i in range(10)]})
+                              for j in range(n)) + "\n")
+    return path
+
+
+def _heads(tmp_path, arch, hidden):
+    c = tiny_config(arch)
+    return save_heads(random_heads(hidden, c.vocab_size, num_heads=2, seed=5), tmp_path / "heads")
+
+
+def test_upstream_flag_spellings_and_contradictions():
+    assert resolve_spec(qformat="fp8", kv_cache_dtype="fp8") == QuantSpec("FP8", "FP8")
+    assert resolve_spec(use_weight_only=True) == QuantSpec("W8A16", None)  # upstream's default precision
+    assert resolve_spec(use_weight_only=True, weight_only_precision="int4", int8_kv_cache=True) == \
+        QuantSpec("W4A16", "INT8")
+    assert resolve_spec(qformat="full_prec") == QuantSpec()
+    for kw, needle in ((dict(qformat="fp8", use_weight_only=True), "two formats"),
+                       (dict(weight_only_precision="int8"), "without --use_weight_only"),
+                       (dict(kv_cache_dtype="fp8", int8_kv_cache=True), "contradict"),
+                       (dict(qformat="int4_awq"), "NVIDIA's tools")):
+        with pytest.raises(PortError, match=needle):
+            resolve_spec(**kw)
+    cfg = QuantSpec("W8A16", None).config()
+    assert cfg["exclude_modules"] == EXCLUDE_MODULES and "*medusa_heads*" in cfg["exclude_modules"]
+    # weight_only_quantize_dict's name rule: the base's linears, never a head, the lm_head or the embedding
+    assert weight_only_quantized("transformer.layers.3.mlp.gate.weight", EXCLUDE_MODULES)
+    for name in ("medusa_heads.0.medusa_layers.0.linear.weight", "lm_head.weight",
+                 "transformer.vocab_embedding.weight", "transformer.layers.0.attention.qkv.bias"):
+        assert not weight_only_quantized(name, EXCLUDE_MODULES), name
+
+
+def test_weight_only_quantizer_is_upstreams_symmetric_quantize():
+    """scale = amax / 128 (int8) or / 8 (int4) per output channel, C round (halves away from zero), clamp."""
+    w = torch.tensor([[1.0, -0.5, 0.25, 2.0, 2.0 / 256], [0.0, 0.0, 0.0, 0.0, 0.0], [-2.0, 1.0, 0.0, 0.0, 0.0]])
+    q, scale = weight_only_quantize(w, "W8A16")
+    assert scale.tolist() == [2.0 / 128, 0.0, 2.0 / 128]
+    assert q[0].tolist() == [64, -32, 16, 127, 1]  # +amax -> 128 -> clamped; 0.5 rounds away from zero
+    assert q[1].tolist() == [0] * 5 and q[2].tolist() == [-128, 64, 0, 0, 0]
+    q4, s4 = weight_only_quantize(w, "W4A16")
+    assert s4[0] == 0.25 and q4[0].tolist() == [4, -2, 1, 7, 0] and q4[2].tolist() == [-8, 4, 0, 0, 0]
+    h = torch.tensor([[1.0, 3.0]], dtype=torch.float16)
+    assert weight_only_quantize(h, "W8A16")[1].dtype == torch.float16  # stored in the weight's dtype
+    # the KV cache: x * (1 / scale), nearest even, saturated
+    assert kv_quantized(torch.tensor([0.5, 1.5, 300.0]), 1.0, "INT8").tolist() == [0.0, 2.0, 127.0]
+
+
+@pytest.mark.parametrize("arch, tp, flags", [
+    ("LlamaForCausalLM", 2, dict(use_weight_only=True, weight_only_precision="int4", int8_kv_cache=True)),
+    ("LlamaForCausalLM", 2, dict(qformat="fp8", kv_cache_dtype="fp8")),
+    ("Qwen2ForCausalLM", 1, dict(qformat="int8_wo")),
+    ("Phi3ForCausalLM", 2, dict(qformat="fp8")),  # fused gate_up
+    ("FalconForCausalLM", 1, dict(qformat="fp8", kv_cache_dtype="int8")),  # fused query_key_value
+])
+def test_quantized_checkpoint_loads_as_upstream_and_verifies(tmp_path, store, arch, tp, flags):
+    base = tiny_base(store, arch, **({k: v for k, v in WIDE.items() if arch != "FalconForCausalLM" or
+                                     k not in ("num_key_value_heads", "head_dim")}))
+    hidden = 128
+    heads = _heads(tmp_path, arch, hidden)
+    ckpt = convert_to(tmp_path / "c", base, heads, tp_size=tp, dtype="float16",
+                      calib_dataset=_calib(tmp_path, tiny_config(arch).vocab_size), calib_size=6, **flags)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    spec = QuantSpec.from_config(cfg)
+    assert cfg["quantization"]["exclude_modules"] == EXCLUDE_MODULES
+    for r in range(tp):
+        t = load_file(str(ckpt / f"rank{r}.safetensors"))
+        heads_and_float = [n for n in t if n.startswith(("medusa_heads", "lm_head", "transformer.vocab_embedding"))
+                           or "layernorm" in n or n.endswith("ln_f.weight")]
+        assert heads_and_float and all(t[n].dtype == torch.float16 for n in heads_and_float)
+        for name, v in t.items():
+            if name.endswith("_scaling_factor"):
+                assert v.dtype == torch.float32 and v.shape == (1,), name
+        fp8 = sorted(n for n, v in t.items() if v.dtype == torch.float8_e4m3fn)
+        if spec.quant_algo == "FP8":
+            assert fp8 and all(n.rsplit(".", 2)[-2] in ("qkv", "dense", "fc", "gate", "proj") for n in fp8)
+            assert all(n[: -len("weight")] + "weights_scaling_factor" in t for n in fp8)
+            assert all(n[: -len("weight")] + "activation_scaling_factor" in t for n in fp8)
+        else:
+            assert not fp8  # weight-only stays float: TensorRT-LLM quantizes at load
+        if spec.kv_cache_quant_algo:
+            assert "transformer.layers.0.attention.kv_cache_scaling_factor" in t
+    assert ("calibration" in cfg["medusa_ports"]) == spec.needs_calibration  # weight-only alone needs none
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=10)
+    assert rep.ok and rep.parity and rep.greedy_equal, rep.render()
+    assert rep.logits_max_abs_diff <= rep.tolerance
+    assert rep.quantization and rep.quant_effect is not None
+    assert rep.quant_scales_not_rederived is None
+    if spec.needs_calibration:
+        assert rep.quant_scales_checked > 0
+    if spec.quant_algo:  # the quantization changes the model (information, not a verdict)
+        assert rep.quant_effect["max_abs_diff"] > 1e-4
+    d = rep.to_dict()
+    assert d["quant_effect"]["top1_agreement"] == rep.quant_effect["top1_agreement"]
+
+
+@pytest.fixture(scope="module")
+def fp8_ckpt(tmp_path_factory, store):
+    tmp = tmp_path_factory.mktemp("fp8")
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    ckpt = convert_to(tmp / "c", base, _heads(tmp, "LlamaForCausalLM", 128), dtype="float16", qformat="fp8",
+                      kv_cache_dtype="int8", calib_dataset=_calib(tmp, tiny_config("LlamaForCausalLM").vocab_size),
+                      calib_size=6)
+    return base, ckpt
+
+
+@pytest.mark.parametrize("tensor, factor", [("transformer.layers.0.mlp.proj.activation_scaling_factor", 2.0),
+                                            ("transformer.layers.1.attention.qkv.weights_scaling_factor", 0.5),
+                                            ("transformer.layers.0.attention.kv_cache_scaling_factor", 1.5)])
+def test_a_wrong_scale_fails_verify(tmp_path, fp8_ckpt, tensor, factor):
+    import shutil
+
+    base, good = fp8_ckpt
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    t = load_file(str(bad / "rank0.safetensors"))
+    t[tensor] = t[tensor] * factor
+    save_file(t, str(bad / "rank0.safetensors"), metadata={"format": "pt"})
+    rep = verify(base, bad, medusa_choices=TREE, max_new_tokens=6)
+    assert not rep.ok
+    assert any(tensor in name for name, _, _ in rep.quant_scale_mismatches), rep.render()
+    assert "differ from the re-derived ones" in rep.render()
+
+
+def test_quantized_executor_differs_from_float_where_the_engine_does(fp8_ckpt):
+    """An INT8 KV cache changes no context logit (context attention reads its own K/V) but changes
+    generation (XQA reads the quantized cache)."""
+    base, ckpt = fp8_ckpt
+    ref = ReferenceModel(ckpt)
+    cfg = dict(ref.config)
+    cache = ref.new_cache()
+    ctx, _ = ref.forward([3, 4, 5, 6], cache)
+    gen, _ = ref.forward([7], cache)
+    ref.quant = QuantSpec(cfg["quantization"]["quant_algo"], None)  # the same model without KV quantization
+    cache = ref.new_cache()
+    ctx2, _ = ref.forward([3, 4, 5, 6], cache)
+    gen2, _ = ref.forward([7], cache)
+    assert torch.equal(ctx, ctx2) and not torch.equal(gen, gen2)
+
+
+def test_max_quant_error_turns_the_effect_into_a_threshold(fp8_ckpt, capsys):
+    base, ckpt = fp8_ckpt
+    assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--medusa_choices", TREE,
+                 "--max_new_tokens", "4", "--quiet", "--max_quant_error", "1e-9"]) == 1
+    out = capsys.readouterr().out
+    assert "--max_quant_error 1e-09: FAIL" in out and "top-1 agreement" in out
+    assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--medusa_choices", TREE,
+                 "--max_new_tokens", "4", "--quiet", "--max_quant_error", "100", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["quant_effect"]["max_abs_diff"] < 100
+
+
+def test_bad_quantization_input_writes_nothing(tmp_path, store, capsys):
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    heads = _heads(tmp_path, "LlamaForCausalLM", 128)
+    vocab = tiny_config("LlamaForCausalLM").vocab_size
+    args = ["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--quiet", "--qformat", "fp8"]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    cases = [(["--calib_dataset", str(tmp_path / "missing.jsonl")], "not a regular file"),
+             (["--calib_dataset", str(empty)], "no prompts in the file"),
+             (["--calib_dataset", str(_calib(tmp_path, vocab, n=3)), "--calib_size", "5"],
+              "has 3 non-empty sample(s), --calib_size asks for 5"),
+             (["--calib_dataset", str(_calib(tmp_path, vocab)), "--calib_size", "2", "--dtype", "float32"],
+              "from a float32 checkpoint")]
+    for extra, needle in cases:
+        rc = main(args + ["--output_dir", str(tmp_path / "out")] + extra)
+        err = capsys.readouterr().err
+        assert rc == 1 and needle in err and "Traceback" not in err, err
+        assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit):
+        main(args + ["--output_dir", str(tmp_path / "out"), "--calib_size", "0"])
+    assert "must be at least 1" in capsys.readouterr().err
