@@ -617,3 +617,76 @@ def test_one_family_failing_to_build_its_class_does_not_block_the_others(trtllm,
     assert _build(_checkpoint(store, tmp_path, "PhiForCausalLM", name="p"), tmp_path / "e2") == 1
     err = capsys.readouterr().err
     assert "engine class for MedusaPortsPhiForCausalLM could not be built" in err and "PhiForCausalLM" in err
+
+
+# -- quantized checkpoints through upstream's quantized load path (stand-in: quantization/, preprocess_weights) --
+_WIDE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+
+
+def _quantized(store, tmp_path, arch, tp, name="q", **flags):
+    base = tiny_base(store, arch, **_WIDE)
+    vocab = HFConfig.read(base).get("vocab_size")
+    calib = tmp_path / f"{name}-calib.jsonl"
+    calib.write_text("\n".join(json.dumps({"input_ids": [(5 * i + j) % vocab for i in range(8)]}) for j in range(4)))
+    return _checkpoint(store, tmp_path, arch, tp=tp, name=name, base=base, calib_dataset=calib, calib_size=4,
+                       **flags)
+
+
+@pytest.mark.parametrize("arch, tp, flags", [
+    ("LlamaForCausalLM", 2, dict(qformat="fp8", kv_cache_dtype="fp8")),
+    ("LlamaForCausalLM", 1, dict(use_weight_only=True, weight_only_precision="int4", int8_kv_cache=True)),
+    ("GemmaForCausalLM", 2, dict(qformat="int8_wo")),
+    ("Phi3ForCausalLM", 1, dict(qformat="fp8")),
+])
+def test_quantized_checkpoints_load_through_upstreams_quantized_path(trtllm, store, tmp_path, arch, tp, flags):
+    ckpt = _quantized(store, tmp_path, arch, tp, **flags)
+    assert _build(ckpt, tmp_path / "eng") == 0
+    model = _engine_model(ckpt, rank=tp - 1)
+    params = dict(model.named_parameters())
+    algo = json.loads((ckpt / "config.json").read_text())["quantization"]["quant_algo"]
+    qkv = params["transformer.layers.0.attention.qkv.weight"].value
+    if algo == "FP8":
+        assert qkv.dtype == torch.float8_e4m3fn
+        assert params["transformer.layers.0.mlp.proj.activation_scaling_factor"].value.shape == (1,)
+    else:  # quantized at load by preprocess_weights, transposed [in, out * bits / 8]
+        assert qkv.dtype == torch.int8 and qkv.shape[0] == 128
+        assert "transformer.layers.0.attention.dense.per_channel_scale" in params
+    heads = [n for n in params if n.startswith("medusa_heads") or n.startswith("lm_head")]
+    assert heads and all(params[n].value.dtype == torch.float16 for n in heads)  # heads stay float
+    if flags.get("kv_cache_dtype") or flags.get("int8_kv_cache"):
+        assert params["transformer.layers.0.attention.kv_cache_rcp_scaling_factor"].value.shape == (1,)
+
+
+@pytest.mark.parametrize("damage, needle", [
+    # exclude_modules without *medusa_heads*: the heads become weight-only layers, which the load-time quantizer
+    # (tensor-name rule) never feeds
+    ("quantize-heads", "medusa_layers.0.linear.per_channel_scale"),
+    ("drop-scale", "Required but not provided"),
+    ("rename-scale", "Required but not provided"),
+    ("scale-shape", "not the same shape"),
+    ("weight-not-fp8", "the parameter is fp8"),
+])
+def test_standin_catches_a_damaged_quantized_checkpoint(trtllm, store, tmp_path, capsys, damage, needle):
+    flags = dict(qformat="int8_wo") if damage == "quantize-heads" else dict(qformat="fp8")
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, **flags)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    name = "transformer.layers.0.mlp.fc.activation_scaling_factor"
+    if damage == "quantize-heads":
+        cfg["quantization"]["exclude_modules"] = [p for p in cfg["quantization"]["exclude_modules"]
+                                                  if "medusa" not in p]
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+    else:
+        t = load_file(str(ckpt / "rank0.safetensors"))
+        v = t.pop(name)
+        if damage == "rename-scale":
+            t[name.replace("activation_", "act_")] = v
+        elif damage == "scale-shape":
+            t[name] = torch.cat([v, v])
+        elif damage == "weight-not-fp8":
+            t[name] = v
+            w = "transformer.layers.0.attention.qkv.weight"
+            t[w] = t[w].to(torch.float16)
+        save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    assert _build(ckpt, tmp_path / "eng") == 1
+    err = capsys.readouterr().err
+    assert needle in err, err

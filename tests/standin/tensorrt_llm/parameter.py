@@ -36,4 +36,13 @@ class Parameter:
         if shape != self._shape and not (all(s == 1 for s in self._shape) and v.numel() == 1):
             raise AssertionError(f"The value updated is not the same shape as the original. "
                                  f"Updated: {shape}, original: {self._shape}")
+        # quantized parameters: a value of another type does not become an int8 / fp8 weight of a
+        # strongly typed network (builder.py builds FP8 networks strongly typed; the weight-only plugin reads
+        # int8 bytes); float parameters keep upstream's casting to the network dtype
+        want = _QUANTIZED_DTYPES.get(self.dtype)
+        if want is not None and hasattr(v, "dtype") and str(v.dtype).removeprefix("torch.") != want:
+            raise AssertionError(f"The value updated has dtype {v.dtype}, the parameter is {self.dtype}")
         self._value = v
+
+
+_QUANTIZED_DTYPES = {"int8": "int8", "fp8": "float8_e4m3fn"}

@@ -126,6 +126,32 @@ class PretrainedConfig:
         return cls.from_json_file(os.path.join(ckpt_dir, "config.json"))
 
 
+def preprocess_weights(weights, model_config):
+    """modeling_utils.py ``preprocess_weights`` at load: ``kv_cache_rcp_scaling_factor = 1 / scale`` where a
+    ``kv_cache_scaling_factor`` lacks it (``process_kv_scaling_factor``); FP8: int8 weights viewed as
+    float8_e4m3fn, and ``lm_head`` scales dropped when ``lm_head.weight`` is not FP8; W8A16 / W4A16:
+    ``weight_only_quantize_dict`` with the checkpoint's ``exclude_modules`` (matched on tensor names)."""
+    import torch
+
+    from ..quantization.functional import weight_only_quantize_dict
+
+    for name in [n for n in weights if n.endswith("kv_cache_scaling_factor")]:
+        rcp = name.replace("kv_cache_scaling_factor", "kv_cache_rcp_scaling_factor")
+        weights.setdefault(rcp, torch.reciprocal(weights[name]))
+    quant = model_config.quantization or {}
+    algo = quant.get("quant_algo")
+    if algo == "FP8":
+        for name, w in list(weights.items()):
+            if name.endswith("weight") and w.dtype == torch.int8:
+                weights[name] = w.view(torch.float8_e4m3fn)
+        if "lm_head.weight" in weights and weights["lm_head.weight"].dtype != torch.float8_e4m3fn:
+            weights.pop("lm_head.weights_scaling_factor", None)
+            weights.pop("lm_head.activation_scaling_factor", None)
+    elif algo in ("W8A16", "W4A16"):
+        weights = weight_only_quantize_dict(weights, algo, quant.get("exclude_modules"))
+    return weights
+
+
 class _PostInitCaller(type):
     """modeling_utils.py PostInitCaller: ``__post_init__`` runs after the outermost ``__init__``."""
 
@@ -141,8 +167,12 @@ class PretrainedModel(Module, metaclass=_PostInitCaller):
         self.config = config
 
     def __post_init__(self):
+        # quantize(self, self.config.quantization) first (tensorrt_llm/quantization/quantize.py), then
         # optimize_model(use_parallel_embedding=...) -> parallelize_embedding: every Embedding built
         # without a tp_group is rebuilt split across the tensor-parallel ranks
+        from ..quantization.quantize import quantize
+
+        quantize(self, self.config.quantization)
         if not self.config.use_parallel_embedding:
             return
         from ..layers.embedding import Embedding
@@ -174,6 +204,7 @@ class PretrainedModel(Module, metaclass=_PostInitCaller):
         weights = load_file(path)
         if preprocess_weights_hook is not None:
             weights = preprocess_weights_hook(weights)
+        weights = preprocess_weights(weights, config)
         model = cls(config)
         model.load(weights)
         return model

@@ -1,0 +1,55 @@
+"""tensorrt_llm/quantization/layers.py: the parameters the quantized linears declare.
+
+``WeightOnlyQuantLinear`` / ``WeightOnlyQuantRowLinear``: in and out features padded up to a multiple of
+``64 * tp_size``; ``weight`` int8 ``[in_local, out_local * bits / 8]`` (the transposed weight; int4 packs two
+values per byte), ``per_channel_scale`` ``[out_local]`` in the model dtype. ``FP8Linear`` /
+``FP8RowLinear``: ``weight`` fp8 ``[out_local, in_local]``, ``activation_scaling_factor`` and
+``weights_scaling_factor`` float32 ``[1]``. Forward records the call and computes nothing (kernels are
+not modelled).
+"""
+
+import math
+
+from .. import CALLS
+from ..functional import Tensor
+from ..module import Module
+from ..parameter import Parameter
+
+
+class _Quantized(Module):
+    def forward(self, x, *args, **kwargs):
+        CALLS.append(("quantized_linear", type(self).__name__, id(self)))
+        return Tensor(f"{type(self).__name__}({x.name})")
+
+
+def _padded(n, tp_size):
+    multiple = 64 * tp_size
+    return math.ceil(n / multiple) * multiple
+
+
+class WeightOnlyQuantLinear(_Quantized):
+    def __init__(self, in_features, out_features, bias=True, dtype=None, tp_size=1, bits=8, row=False):
+        super().__init__()
+        in_features, out_features = _padded(in_features, tp_size), _padded(out_features, tp_size)
+        local_in = in_features // tp_size if row else in_features
+        local_out = out_features if row else out_features // tp_size
+        self.weight = Parameter(shape=(local_in, local_out * bits // 8), dtype="int8")
+        self.per_channel_scale = Parameter(shape=(local_out,), dtype=dtype)
+        if bias:
+            self.bias = Parameter(shape=(local_out,), dtype=dtype)
+        else:
+            self.register_parameter("bias", None)
+
+
+class FP8Linear(_Quantized):
+    def __init__(self, in_features, out_features, bias=True, dtype=None, tp_size=1, row=False):
+        super().__init__()
+        local_in = in_features // tp_size if row else in_features
+        local_out = out_features if row else out_features // tp_size
+        self.weight = Parameter(shape=(local_out, local_in), dtype="fp8")
+        if bias:
+            self.bias = Parameter(shape=(local_out,), dtype=dtype)
+        else:
+            self.register_parameter("bias", None)
+        self.activation_scaling_factor = Parameter(shape=(1,), dtype="float32")
+        self.weights_scaling_factor = Parameter(shape=(1,), dtype="float32")
