@@ -318,8 +318,14 @@ def test_q_scaling_is_an_error_only_on_the_precompiled_path(tmp_path):
     assert f.severity == "error" and "require q_scaling == 1" in f.message and "attention_multiplier" in f.message
     _, findings = check(write(tmp_path, dict(LLAMA, attention_multiplier=0.5), "j"))  # group 4: JIT
     assert next(f for f in findings if f.rule == "attention-scale").severity == "warning"
-    _, findings = check(write(tmp_path, dict(LLAMA, attention_multiplier=1.0), "one"))
+    # the engine's q_scaling is 1 / (m * sqrt(head_size)): 1 exactly for the usual 1/sqrt(head_size) ...
+    head = LLAMA.get("head_dim") or LLAMA["hidden_size"] // LLAMA["num_attention_heads"]
+    _, findings = check(write(tmp_path, dict(LLAMA, attention_multiplier=head ** -0.5), "usual"))
     assert "attention-scale" not in rules(findings)
+    # ... and not for a multiplier of 1, which is a softmax scale of 1 (Granite's meaning)
+    _, findings = check(write(tmp_path, dict(LLAMA, attention_multiplier=1.0), "one"))
+    f = next(f for f in findings if f.rule == "attention-scale")
+    assert f"q_scaling = 1 / (m * sqrt({head})) = {1 / head ** 0.5:.4g}" in f.message
 
 
 def test_check_reads_weight_headers_against_config(tmp_path):

@@ -55,7 +55,8 @@ def _checkpoint(store, tmp_path, arch, tp=1, pp=1, name="ckpt", base=None, **con
     ad = adapter_for(arch)
     heads = save_heads(random_heads(ad.hidden_size(hf), hf.get("vocab_size"), num_heads=2, seed=3),
                        tmp_path / f"{name}-heads")
-    convert_kw.setdefault("dtype", "float16")
+    # Gemma 2/3 overflow float16 (rule float16-range, which build enforces): bfloat16 as they are published
+    convert_kw.setdefault("dtype", "bfloat16" if ad.float16_unsafe else "float16")
     return convert_to(tmp_path / name, base, heads, tp_size=tp, pp_size=pp, allow_unsupported=arch in ALIBI | {"Gemma2ForCausalLM"},
                       **convert_kw)
 
@@ -690,3 +691,31 @@ def test_standin_catches_a_damaged_quantized_checkpoint(trtllm, store, tmp_path,
     assert _build(ckpt, tmp_path / "eng") == 1
     err = capsys.readouterr().err
     assert needle in err, err
+
+
+def test_float16_checkpoint_of_an_overflowing_base_carries_the_finding_and_build_refuses_it(trtllm, store, tmp_path,
+                                                                                           capsys):
+    ckpt = _checkpoint(store, tmp_path, "Gemma3ForCausalLM", dtype="float16")
+    warnings = json.loads((ckpt / "config.json").read_text())["medusa_ports"]["warnings"]
+    assert any(w.startswith("[float16-range]") for w in warnings)
+    assert _build(ckpt, tmp_path / "eng") == 1
+    err = capsys.readouterr().err
+    assert "[float16-range]" in err and "--dtype bfloat16" in err and not (tmp_path / "eng").exists()
+    assert _build(ckpt, tmp_path / "eng", "--allow_unsupported") == 0
+    bf16 = _checkpoint(store, tmp_path, "Gemma3ForCausalLM", name="bf16", dtype="bfloat16")
+    assert not [w for w in json.loads((bf16 / "config.json").read_text())["medusa_ports"]["warnings"]
+                if w.startswith("[float16-range]")]
+    assert _build(bf16, tmp_path / "eng2") == 0
+
+
+def test_standin_derives_max_seq_len_and_kv_cache_type_as_upstreams_builder(trtllm, store, tmp_path):
+    """builder.py: max_seq_len = max_position_embeddings x ceil(linear factor) + max_draft_len (Medusa);
+    --paged_kv_cache disable means a continuous cache; reduce_fusion dropped at tp 1."""
+    base = tiny_base(store, "LlamaForCausalLM", rope_scaling={"rope_type": "linear", "factor": 2.0})
+    ckpt = _checkpoint(store, tmp_path, "LlamaForCausalLM", base=base, max_draft_len=7)
+    assert _build(ckpt, tmp_path / "eng", "--paged_kv_cache", "disable", "--reduce_fusion", "enable") == 0
+    cfg = json.loads((tmp_path / "eng" / "config.json").read_text())
+    max_pos = cfg["pretrained_config"]["max_position_embeddings"]
+    assert cfg["build_config"]["max_seq_len"] == max_pos * 2 + 7
+    assert cfg["build_config"]["kv_cache_type"] == "continuous"
+    assert cfg["build_config"]["plugin_config"]["reduce_fusion"] is False

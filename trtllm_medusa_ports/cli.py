@@ -364,7 +364,7 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_build(args: argparse.Namespace, rest: list[str]) -> int:
     from trtllm_medusa_ports.engine.build import main as build_main
 
-    return build_main(args.checkpoint_dir, rest)
+    return build_main(args.checkpoint_dir, rest, allow_unsupported=args.allow_unsupported)
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -492,6 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("build", help="trtllm-build with our architectures registered (needs tensorrt_llm)")
     s.set_defaults(func=run_build)
     s.add_argument("--checkpoint_dir", required=True)
+    s.add_argument("--allow_unsupported", action="store_true",
+                   help="build a float16 checkpoint whose base is known to overflow float16 (rule float16-range)")
 
     s = sub.add_parser("demo", help="the end-to-end job on a small synthetic non-Llama base, offline")
     s.set_defaults(func=run_demo)

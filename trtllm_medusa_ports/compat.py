@@ -16,6 +16,7 @@ Upstream facts behind the rules (TensorRT-LLM 1.2.x):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -116,9 +117,11 @@ def _alibi_finding(reason: str) -> Finding:
         "alibi-position-embedding",
         ERROR,
         f"this base uses ALiBi ({reason}). With Medusa, TensorRT-LLM runs every generation "
-        "step's attention on XQA kernels, and XQA has no ALiBi: the tree would be verified with "
-        "wrong attention scores, so the engine's output would differ from the base model's "
-        "(older XQA builds ignored the slopes silently - the 'very poor accuracy' Bloom reports).",
+        "step's attention on XQA kernels, which have no ALiBi: the 1.x JIT kernels refuse it "
+        "(decoderXQAImplJIT supportConfigCommon takes RoPE and learned positions only), so the engine "
+        "fails at run time with 'No available XQA kernels are found for speculative decoding mode' "
+        "(attentionOp.cpp); only the precompiled kernels, chosen when the group size does not divide 64, "
+        "run and drop the slopes silently - the 'very poor accuracy' Bloom reports.",
         "use a RoPE or learned-position base (Llama, Qwen2, Gemma, Phi-3, GPT-NeoX, Falcon-7B/40B, "
         "StarCoder2 ...), serve this model without Medusa, or use a framework whose tree attention "
         "supports ALiBi. --allow_unsupported writes the checkpoint anyway for experiments.",
@@ -160,8 +163,13 @@ def _custom_q_scaling(hf: HFConfig, head_size: int) -> str | None:
     if scalar is not None and scalar != head_size:
         return f"query_pre_attn_scalar = {scalar} (head_size {head_size})"
     multiplier = hf.get("attention_multiplier")
-    if multiplier is not None and multiplier != 1:
-        return f"attention_multiplier = {multiplier}"
+    if multiplier is not None:
+        # the engine's q_scaling is 1 / (attention_multiplier * sqrt(head_size)) (archs/granite.py writes the
+        # multiplier times sqrt(head_size), as tensorrt_llm/models/llama/config.py does for values != 1;
+        # llama/model.py builds Attention with q_scaling = 1 / that): 1 exactly when the multiplier is 1/sqrt(d)
+        q_scaling = 1.0 / (float(multiplier) * math.sqrt(head_size)) if multiplier else float("inf")
+        if abs(q_scaling - 1.0) > 1e-6:
+            return f"attention_multiplier = {multiplier} (q_scaling = 1 / (m * sqrt({head_size})) = {q_scaling:.4g})"
     return None
 
 

@@ -612,6 +612,9 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             fix="address the errors above (`trtllm-medusa check` shows every finding)",
         )
 
+    # a float16 checkpoint of a base known to overflow float16 carries the finding, so that `build` refuses it
+    warnings += [f"[float16-range] {f.message}" for f in findings
+                 if f.rule == "float16-range" and f.severity != "info" and dtype == "float16"]
     share = _choose_sharing(heads, opts, warnings, model, adapter)
     cfg = build_config(adapter, model, heads, opts, dtype, share)
     jobs = plan(adapter, model, heads, cfg, dtype, share)

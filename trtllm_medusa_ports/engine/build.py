@@ -48,9 +48,15 @@ def _uses_alibi(cfg: dict) -> bool:
     return adapter is not None and adapter.position_embedding is PositionEmbedding.ALIBI
 
 
-def checkpoint_findings(cfg: dict, path: Path) -> list[Finding]:
+def checkpoint_findings(cfg: dict, path: Path, allow_unsupported: bool = False) -> list[Finding]:
     """The rules that can be judged from a converted checkpoint's config.json."""
     out = []
+    overflow = [w for w in (cfg.get("medusa_ports") or {}).get("warnings", []) if w.startswith("[float16-range]")]
+    if overflow and cfg.get("dtype") == "float16" and not allow_unsupported:
+        out.append(Finding("float16-range", ERROR,
+                           "the checkpoint is float16 and its base is known to exceed float16's range: "
+                           + overflow[0].removeprefix("[float16-range] "),
+                           "convert again with --dtype bfloat16, or build anyway with --allow_unsupported"))
     if _uses_alibi(cfg):
         out.append(Finding("alibi-position-embedding", ERROR,
                            "the checkpoint uses ALiBi, which the XQA spec-decoding kernels do not implement",
@@ -214,14 +220,14 @@ def model_config_and_class(cfg: dict) -> tuple[Any, type | None]:
     return cls.config_class(**cfg), cls
 
 
-def main(checkpoint_dir: str, rest: list[str]) -> int:
+def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) -> int:
     ckpt = Path(checkpoint_dir)
     try:
         cfg = read_checkpoint_config(ckpt)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    errors = [f for f in checkpoint_findings(cfg, ckpt / "config.json") if f.severity == ERROR]
+    errors = [f for f in checkpoint_findings(cfg, ckpt / "config.json", allow_unsupported) if f.severity == ERROR]
     for f in errors:
         print(f"error: [{f.rule}] {f.message}\n  fix: {f.fix}", file=sys.stderr)
     if errors:

@@ -29,7 +29,7 @@ class KVCacheType:
 class BuildConfig:
     def __init__(self, max_input_len=1024, max_seq_len=None, max_batch_size=2048, max_beam_width=1,
                  max_num_tokens=8192, max_draft_len=0, speculative_decoding_mode=SpeculativeDecodingMode.NONE,
-                 kv_cache_type=KVCacheType.PAGED, plugin_config=None, **kwargs):
+                 kv_cache_type=None, plugin_config=None, **kwargs):
         self.max_input_len, self.max_seq_len, self.max_batch_size = max_input_len, max_seq_len, max_batch_size
         self.max_beam_width, self.max_num_tokens, self.max_draft_len = max_beam_width, max_num_tokens, max_draft_len
         self.speculative_decoding_mode, self.kv_cache_type = speculative_decoding_mode, kv_cache_type
@@ -62,10 +62,43 @@ class Engine:
             json.dump({"model_class": self.model_class, "outputs": self.outputs, "parameters": self.parameters}, f)
 
 
+def _init_max_seq_len(model_config, build_config):
+    """BuildConfig._init_max_seq_len: max_position_embeddings (2048 when absent) times the rotary factor
+    rounded up (1 for su / longrope / llama3); max_input_len clipped to it."""
+    import math
+
+    scaling = getattr(model_config, "rotary_scaling", None) or {}
+    kind = scaling.get("type", scaling.get("rope_type"))
+    factor = 1.0 if kind in ("su", "longrope", "llama3") else float(scaling.get("factor", 1.0))
+    if build_config.max_seq_len is None:
+        max_pos = getattr(model_config, "max_position_embeddings", None) or 2048
+        build_config.max_seq_len = int(max_pos * math.ceil(factor))
+    build_config.max_input_len = min(build_config.max_input_len, build_config.max_seq_len)
+
+
+def _update_kv_cache_type(build_config):
+    """BuildConfig.update_kv_cache_type: an explicit kv_cache_type must agree with --paged_kv_cache; without
+    one, paged unless --paged_kv_cache disable."""
+    paged = getattr(build_config.plugin_config, "paged_kv_cache", None)
+    if build_config.kv_cache_type is not None and paged is not None:
+        assert (build_config.kv_cache_type == KVCacheType.PAGED) == paged, "kv_cache_type and paged_kv_cache disagree"
+    elif build_config.kv_cache_type is None:
+        build_config.kv_cache_type = KVCacheType.CONTINUOUS if paged is False else KVCacheType.PAGED
+
+
 def build(model, build_config):
     build_config = copy.deepcopy(build_config)
-    if build_config.max_seq_len is None:
-        build_config.max_seq_len = build_config.max_input_len + 1024
+    _update_kv_cache_type(build_config)
+    _init_max_seq_len(model.config, build_config)
+    # build(): reduce_fusion only for tp > 1 Llama / Gemma2 / Medusa, user_buffer only with it; norm_quant_fusion
+    # only for NVFP4 Llama (not modelled: always off here)
+    plugin_in = build_config.plugin_config
+    arch = model.config.architecture
+    if model.config.mapping.tp_size == 1 or arch not in ("LlamaForCausalLM", "Gemma2ForCausalLM", "MedusaForCausalLM"):
+        plugin_in.reduce_fusion = False
+    if not getattr(plugin_in, "reduce_fusion", False):
+        plugin_in.user_buffer = False
+    plugin_in.norm_quant_fusion = False
     if hasattr(model.config, "max_draft_len") and build_config.max_draft_len == 0:
         build_config.max_draft_len = model.config.max_draft_len
     if build_config.speculative_decoding_mode != SpeculativeDecodingMode.NONE:
