@@ -199,3 +199,135 @@ def test_bad_quantization_input_writes_nothing(tmp_path, store, capsys):
     with pytest.raises(SystemExit):
         main(args + ["--output_dir", str(tmp_path / "out"), "--calib_size", "0"])
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def _tensor_bytes(path):
+    import struct
+
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    return sum(v["data_offsets"][1] - v["data_offsets"][0] for v in header.values())
+
+
+@pytest.mark.parametrize("arch, tp, pp", [("LlamaForCausalLM", 2, 1), ("Qwen2ForCausalLM", 1, 2)])
+def test_memory_plan_equals_the_written_rank_files_and_counts_quantized_weights(tmp_path, store, arch, tp, pp,
+                                                                                capsys):
+    from trtllm_medusa_ports.convert import ConvertOptions, plan_layout
+    from trtllm_medusa_ports.memory import memory_plan
+
+    base = tiny_base(store, arch, **WIDE)
+    heads = _heads(tmp_path, arch, 128)
+    ckpt = convert_to(tmp_path / "f", base, heads, tp_size=tp, pp_size=pp, dtype="float16")
+    opts = ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "x", tp_size=tp,
+                          pp_size=pp, dtype="float16")
+    plan = memory_plan(*plan_layout(opts))
+    for r in range(tp * pp):  # float: the engine holds what the rank file holds
+        assert plan.weight_bytes(r) == _tensor_bytes(ckpt / f"rank{r}.safetensors")
+    assert sum(plan.medusa_resblock_bytes) == tp * 2 * (128 // tp) * 129 * 2  # 2 heads x 1 layer, weight + bias
+    cfg = json.loads((ckpt / "config.json").read_text())
+    layers = cfg["num_hidden_layers"] // pp
+    assert plan.kv_bytes_per_token[0] == 2 * layers * max(1, 2 // tp) * 32 * 2
+    wo = memory_plan(*plan_layout(ConvertOptions(**{**opts.__dict__, "qformat": "int8_wo",
+                                                    "kv_cache_dtype": "int8"})))
+    for r in range(tp * pp):
+        linears = [(n, s) for n, _, s in plan_layout(opts)[1][r] if weight_only_quantized(n, EXCLUDE_MODULES)]
+        saved = sum(s[0] * s[1] * 2 - (s[0] * s[1] + s[0] * 2) for _, s in linears)
+        assert linears and plan.base_bytes[r] - wo.base_bytes[r] == saved  # 1 byte a weight + a scale per row
+        assert wo.medusa_resblock_bytes[r] == plan.medusa_resblock_bytes[r]  # heads stay float
+        assert wo.kv_bytes_per_token[r] * 2 == plan.kv_bytes_per_token[r]
+    # check answers "does it fit" before any build
+    args = ["check", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--tp_size", str(tp),
+            "--pp_size", str(pp), "--dtype", "float16", "--max_batch_size", "8", "--max_seq_len", "4096"]
+    main(args + ["--gpu_memory_gb", "24", "--json"])
+    mem = json.loads(capsys.readouterr().out)["memory"]
+    assert mem["fits"] is True and mem["weight_bytes"] == [plan.weight_bytes(r) for r in range(tp * pp)]
+    assert mem["kv_cache_bytes"][0] == plan.kv_bytes_per_token[0] * 8 * (4096 + 63)
+    main(args + ["--gpu_memory_gb", "0.001"])
+    assert "DOES NOT FIT" in capsys.readouterr().out
+
+
+# -- a base already quantized by NVIDIA's tools (convert --base_checkpoint_dir) -----------------------------
+def _tool_checkpoint(src, out, *, store_weight_only=None):
+    """A quantized TensorRT-LLM checkpoint as NVIDIA's tools write it, made from one of ours: no heads, the HF
+    architecture, ModelOpt's ``exclude_modules`` (``["lm_head"]``) and k/v scales, or weight-only stored as
+    int8 ``[in, out]`` (int4 packed) + ``per_channel_scale`` as a family's convert_checkpoint.py writes it."""
+    out.mkdir()
+    cfg = json.loads((src / "config.json").read_text())
+    for k in ("num_medusa_heads", "num_medusa_layers", "max_draft_len", "medusa_hidden_act", "medusa_shared_lm_head",
+              "trtllm_base_architecture", "medusa_ports"):
+        cfg.pop(k, None)
+    cfg["architecture"] = cfg.pop("base_architecture")
+    cfg["quantization"]["exclude_modules"] = ["lm_head"]
+    world = cfg["mapping"]["world_size"]
+    for r in range(world):
+        t = {n: v for n, v in load_file(str(src / f"rank{r}.safetensors")).items() if not n.startswith("medusa_heads")}
+        for n in [n for n in t if n.endswith("kv_cache_scaling_factor")]:
+            v = t.pop(n)
+            t[n.replace("kv_cache", "k_cache")], t[n.replace("kv_cache", "v_cache")] = v, v * 0.5
+        if store_weight_only:
+            for n in [n for n in t if weight_only_quantized(n, EXCLUDE_MODULES)]:
+                q, scale = weight_only_quantize(t[n], store_weight_only)
+                q = q.T.contiguous()
+                if store_weight_only == "W4A16":
+                    q = ((q[:, 0::2] & 0x0F) | ((q[:, 1::2] & 0x0F) << 4)).to(torch.int8)
+                t[n], t[n[: -len("weight")] + "per_channel_scale"] = q, scale
+        save_file(t, str(out / f"rank{r}.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+@pytest.mark.parametrize("flags, stored", [(dict(qformat="fp8", kv_cache_dtype="fp8"), None),
+                                           (dict(qformat="int8_wo"), "W8A16"),
+                                           (dict(qformat="int4_wo", int8_kv_cache=True), "W4A16")])
+def test_heads_added_to_a_tool_quantized_base_keep_its_bytes_and_verify(tmp_path, store, flags, stored):
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    heads = _heads(tmp_path, "LlamaForCausalLM", 128)
+    ours = convert_to(tmp_path / "ours", base, heads, tp_size=2, dtype="float16",
+                      calib_dataset=_calib(tmp_path, tiny_config("LlamaForCausalLM").vocab_size), calib_size=6,
+                      **flags)
+    tool = _tool_checkpoint(ours, tmp_path / "tool", store_weight_only=stored)
+    other = save_heads(random_heads(128, tiny_config("LlamaForCausalLM").vocab_size, num_heads=3, seed=9),
+                       tmp_path / "other-heads")
+    out = tmp_path / "ported"
+    assert main(["convert", "--base_checkpoint_dir", str(tool), "--medusa_model_dir", str(other),
+                 "--output_dir", str(out), "--quiet"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architecture"] == "MedusaPortsLLaMAForCausalLM" and cfg["num_medusa_heads"] == 3
+    assert cfg["quantization"]["exclude_modules"] == ["lm_head", "*medusa_heads*"]
+    for r in range(2):
+        before, after = load_file(str(tool / f"rank{r}.safetensors")), load_file(str(out / f"rank{r}.safetensors"))
+        for n, v in before.items():  # the base's bytes, untouched
+            assert after[n].dtype == v.dtype and torch.equal(after[n].view(torch.uint8), v.view(torch.uint8)), n
+        assert after["medusa_heads.2.medusa_layers.0.linear.weight"].shape == (64, 128)
+        assert after["medusa_heads.2.medusa_layers.0.linear.weight"].dtype == torch.float16
+    rep = verify(base, out, medusa_choices=TREE, max_new_tokens=8)
+    assert rep.parity and rep.greedy_equal, rep.render()
+    assert "records no calibration" in (rep.quant_scales_not_rederived or "") or not QuantSpec.from_config(
+        cfg).needs_calibration
+
+
+def test_tool_quantized_base_refusals(tmp_path, store, capsys):
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    heads = _heads(tmp_path, "LlamaForCausalLM", 128)
+    ours = convert_to(tmp_path / "ours", base, heads, dtype="float16", qformat="int8_wo")
+    tool = _tool_checkpoint(ours, tmp_path / "tool")
+    args = ["convert", "--base_checkpoint_dir", str(tool), "--output_dir", str(tmp_path / "o"), "--quiet"]
+    small = save_heads(random_heads(64, 100, num_heads=2), tmp_path / "small")
+    assert main(args + ["--medusa_model_dir", str(small)]) == 1
+    assert "do not fit the base (hidden_size 128" in capsys.readouterr().err
+    assert main(args + ["--medusa_model_dir", str(heads), "--qformat", "fp8"]) == 2
+    assert "keeps its own quantization" in capsys.readouterr().err
+    assert main(args + ["--medusa_model_dir", str(heads), "--model_dir", str(base)]) == 2
+    assert "one of them" in capsys.readouterr().err
+    assert main(["convert", "--base_checkpoint_dir", str(ours), "--medusa_model_dir", str(heads),
+                 "--output_dir", str(tmp_path / "o"), "--quiet"]) == 1
+    assert "has Medusa heads already" in capsys.readouterr().err
+    cfg = json.loads((tool / "config.json").read_text())
+    cfg["quantization"]["quant_algo"] = "W4A16_AWQ"
+    (tool / "config.json").write_text(json.dumps(cfg))
+    assert main(args + ["--medusa_model_dir", str(heads)]) == 0  # kept: AWQ comes from NVIDIA's tools
+    assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(tmp_path / "o"), "--quiet"]) == 1
+    assert "W4A16_AWQ is not emulated by the reference executor" in capsys.readouterr().err
+    assert not (tmp_path / "o-missing").exists()

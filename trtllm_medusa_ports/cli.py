@@ -50,8 +50,33 @@ def _non_negative(text: str) -> float:
     return v
 
 
+def add_quant_format_args(p: argparse.ArgumentParser):
+    q = p.add_argument_group("quantization (upstream's spellings; Medusa heads, lm_head, embedding and norms stay "
+                             "in --dtype)")
+    q.add_argument("--qformat", default=None, choices=["fp8", "int8_wo", "int4_wo", "full_prec"],
+                   help="examples/quantization/quantize.py's formats: FP8 per tensor, or INT8/INT4 weight-only")
+    q.add_argument("--use_weight_only", action="store_true", help="weight-only (examples/medusa/convert_checkpoint.py)")
+    q.add_argument("--weight_only_precision", default=None, choices=["int8", "int4"],
+                   help="with --use_weight_only (default int8)")
+    q.add_argument("--kv_cache_dtype", default=None, choices=["fp8", "int8"], help="quantized KV cache")
+    q.add_argument("--int8_kv_cache", action="store_true", help="= --kv_cache_dtype int8")
+    return q
+
+
+def _quant_spec(args: argparse.Namespace):
+    from trtllm_medusa_ports.quant import resolve_spec
+
+    return resolve_spec(qformat=args.qformat, use_weight_only=args.use_weight_only,
+                        weight_only_precision=args.weight_only_precision, kv_cache_dtype=args.kv_cache_dtype,
+                        int8_kv_cache=args.int8_kv_cache)
+
+
 def add_convert_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
+    p.add_argument("--model_dir", default=None, help="Hugging Face base model directory")
+    p.add_argument("--base_checkpoint_dir", default=None,
+                   help="instead of --model_dir: a TensorRT-LLM checkpoint quantized by NVIDIA's tools (FP8, "
+                   "INT4-AWQ, W4A8-AWQ, INT8 SmoothQuant, weight-only); its tensors are kept as they are and the "
+                   "heads added")
     p.add_argument("--medusa_model_dir", required=True, help="Medusa heads (any layout; see inspect-heads)")
     p.add_argument("--output_dir", default="tllm_checkpoint", help="TensorRT-LLM checkpoint to write")
     p.add_argument("--dtype", default="float16", choices=["auto", "float32", "float16", "bfloat16"],
@@ -73,15 +98,7 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow_unsupported", action="store_true",
                    help="write a checkpoint even when TensorRT-LLM cannot serve it correctly (ALiBi, attention "
                    "soft-capping), with a loud warning; for experiments and the reference executor")
-    q = p.add_argument_group("quantization (upstream's spellings; Medusa heads, lm_head, embedding and norms stay "
-                             "in --dtype)")
-    q.add_argument("--qformat", default=None, choices=["fp8", "int8_wo", "int4_wo", "full_prec"],
-                   help="examples/quantization/quantize.py's formats: FP8 per tensor, or INT8/INT4 weight-only")
-    q.add_argument("--use_weight_only", action="store_true", help="weight-only (examples/medusa/convert_checkpoint.py)")
-    q.add_argument("--weight_only_precision", default=None, choices=["int8", "int4"],
-                   help="with --use_weight_only (default int8)")
-    q.add_argument("--kv_cache_dtype", default=None, choices=["fp8", "int8"], help="quantized KV cache")
-    q.add_argument("--int8_kv_cache", action="store_true", help="= --kv_cache_dtype int8")
+    q = add_quant_format_args(p)
     q.add_argument("--calib_dataset", default=None,
                    help="calibration text (one sample per line) or JSON lines with text / input_ids; default: the "
                    "packaged prompts, tokenized with the base's tokenizer")
@@ -94,6 +111,7 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
                    help="make the rank files durable (fsync) before the output appears; always done when an "
                    "existing --output_dir is replaced")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result (config, memory plan, moves) as JSON")
     p.add_argument("--load_by_shard", action="store_true", help="accepted; loading is always lazy and per tensor")
     p.add_argument("--load_model_on_cpu", "--load-model-on-cpu", "--convert-model-on-cpu", "--convert_model_on_cpu",
                    action="store_true", help="accepted; conversion always runs on the CPU")
@@ -116,6 +134,12 @@ def run_convert(args: argparse.Namespace) -> int:
             print(f"error: {flag} is not supported: the value is read from {args.model_dir}/config.json "
                   "(edit that file if it is wrong)", file=sys.stderr)
             return 2
+    if (args.model_dir is None) == (args.base_checkpoint_dir is None):
+        print("error: pass --model_dir (a Hugging Face base) or --base_checkpoint_dir (a quantized TensorRT-LLM "
+              "checkpoint), one of them", file=sys.stderr)
+        return 2
+    if args.base_checkpoint_dir is not None:
+        return _add_heads(args)
     if args.medusa_hidden_act != "silu":
         print("error: --medusa_hidden_act: only silu is supported (Medusa ResBlocks are trained with SiLU)",
               file=sys.stderr)
@@ -161,7 +185,27 @@ def run_convert(args: argparse.Namespace) -> int:
             print(f"{f.severity}: [{f.rule}] {f.message}", file=sys.stderr)
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(result.summary())
+    print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.summary())
+    return 0
+
+
+def _add_heads(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.quant.prequantized import add_heads
+
+    asked = [f for f, v in (("--qformat", args.qformat), ("--use_weight_only", args.use_weight_only),
+                            ("--kv_cache_dtype", args.kv_cache_dtype), ("--int8_kv_cache", args.int8_kv_cache),
+                            ("--calib_dataset", args.calib_dataset), ("--tp_size", args.tp_size != 1),
+                            ("--pp_size", args.pp_size != 1), ("--share_lm_head", args.share_lm_head)) if v]
+    if asked:
+        print(f"error: {', '.join(asked)} with --base_checkpoint_dir: the base keeps its own quantization and "
+              "mapping\n  fix: drop them (quantize and shard the base with NVIDIA's tools)", file=sys.stderr)
+        return 2
+    result = add_heads(Path(args.base_checkpoint_dir), Path(args.medusa_model_dir), Path(args.output_dir),
+                       max_draft_len=args.max_medusa_token_len, overwrite=args.overwrite)
+    for w in result.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(json.dumps({"output_dir": str(result.output_dir), "config": result.config}, indent=2)
+          if args.json else result.summary())
     return 0
 
 
@@ -240,7 +284,7 @@ def run_train_heads(args: argparse.Namespace) -> int:
         print("interrupted; the training state is saved: run the same command with --resume to continue",
               file=sys.stderr)
         return 130
-    print(result.summary())
+    print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.summary())
     return 0
 
 
@@ -307,9 +351,30 @@ def _add_prompt_args(s: argparse.ArgumentParser, what: str) -> None:
     s.add_argument("--tokenizer_dir", default=None, help="for --prompt / --prompts_file (default: --model_dir)")
 
 
+def _memory_plan(args: argparse.Namespace, spec):
+    """The memory plan of what check was asked about, or None where the inputs cannot give one (the findings
+    say why)."""
+    from trtllm_medusa_ports.convert import ConvertOptions, plan_layout
+    from trtllm_medusa_ports.memory import memory_plan
+    from trtllm_medusa_ports.quant import QFORMATS
+
+    try:
+        qformat = {v: k for k, v in QFORMATS.items()}.get(spec.quant_algo)
+        kv = {"FP8": "fp8", "INT8": "int8"}.get(spec.kv_cache_quant_algo)
+        opts = ConvertOptions(model_dir=Path(args.model_dir),
+                              medusa_model_dir=Path(args.medusa_model_dir) if args.medusa_model_dir else None,
+                              output_dir=Path("unused"), dtype=args.dtype or "float16", tp_size=args.tp_size,
+                              pp_size=args.pp_size, max_draft_len=args.max_draft_len or 63,
+                              share_lm_head=args.share_lm_head, qformat=qformat, kv_cache_dtype=kv)
+        return memory_plan(*plan_layout(opts))
+    except (PortError, ValueError, KeyError, ZeroDivisionError, RuntimeError):
+        return None
+
+
 def run_check(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.compat import activation_range_finding, check, errors_of
 
+    spec = _quant_spec(args)
     arch, findings = check(
         args.model_dir,
         args.medusa_model_dir,
@@ -319,22 +384,28 @@ def run_check(args: argparse.Namespace) -> int:
         max_draft_len=args.max_draft_len,
         dtype=args.dtype,
         num_medusa_heads=args.num_medusa_heads,
+        quantization=spec,
     )
+    plan = _memory_plan(args, spec)
     prompts = _prompts(args, args.model_dir)
     if prompts:
         from trtllm_medusa_ports.verify import measure_activation_range
 
         findings.append(activation_range_finding(*measure_activation_range(args.model_dir, prompts), args.dtype))
     compatible = not errors_of(findings)
+    fit = dict(batch=args.max_batch_size, seq_len=args.max_seq_len, gpu_memory_gb=args.gpu_memory_gb)
     if args.json:
         print(json.dumps({"compatible": compatible, "architecture": arch,
-                          "findings": [f.to_dict() for f in findings]}, indent=2))
+                          "findings": [f.to_dict() for f in findings],
+                          "memory": plan.to_dict(**fit) if plan else None}, indent=2))
     else:
         print(f"architecture: {arch}")
         width = max(len(f.rule) for f in findings)
         for f in findings:
             print(f"{f.severity.upper():8s} {f.rule:{width}s}  {f.message}")
             print(f"{'':8s} {'':{width}s}  fix: {f.fix}")
+        if plan:
+            print(plan.render(**fit))
         print("COMPATIBLE" if compatible else "NOT COMPATIBLE")
     return 0 if compatible else 1
 
@@ -407,6 +478,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max_draft_len", type=int, default=63)
     s.add_argument("--num_medusa_heads", type=int, default=None)
     s.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"])
+    s.add_argument("--share_lm_head", action="store_true", help="plan the heads sharing the base lm_head")
+    add_quant_format_args(s)
+    m = s.add_argument_group("memory plan (weights per rank, KV cache; does it fit?)")
+    m.add_argument("--max_batch_size", type=_positive, default=None, help="sequences served at once")
+    m.add_argument("--max_seq_len", type=_positive, default=None, help="tokens per sequence (prompt + output)")
+    m.add_argument("--gpu_memory_gb", type=_non_negative, default=None, help="memory of one GPU, in GB")
     _add_prompt_args(s, "to measure the activation range on (rule float16-range)")
     s.add_argument("--json", action="store_true")
 

@@ -671,6 +671,7 @@ def check(
     max_draft_len: int | None = 63,
     dtype: str | None = None,
     num_medusa_heads: int | None = None,
+    quantization=None,
 ) -> tuple[str, list[Finding]]:
     """Python API: ``(architecture, findings)`` for a base model and optional heads."""
     hf = HFConfig.read(model_dir)
@@ -704,6 +705,7 @@ def check(
             medusa_choices=medusa_choices,
             num_medusa_heads=num_medusa_heads,
             dtype=dtype,
+            quantization=quantization,
         )
         + findings
     )

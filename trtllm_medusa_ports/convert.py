@@ -61,6 +61,7 @@ from trtllm_medusa_ports.files.hf_model import HFModel
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
+from trtllm_medusa_ports.memory import memory_plan
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
 
 if TYPE_CHECKING:
@@ -129,6 +130,15 @@ class ConvertResult:
     warnings: list[str] = field(default_factory=list)
     #: job label -> how its bytes reached the rank files (a MoveKind value)
     moves: dict[str, str] = field(default_factory=dict)
+    #: GPU memory of the engine per rank (trtllm_medusa_ports/memory.py)
+    memory: object = None
+
+    def to_dict(self) -> dict:
+        return {"output_dir": str(self.output_dir), "num_ranks": self.num_ranks, "num_tensors": self.num_tensors,
+                "bytes_written": self.bytes_written, "seconds": round(self.seconds, 3),
+                "shared_lm_head_bytes_saved": self.shared_lm_head_bytes_saved, "warnings": self.warnings,
+                "findings": [f.to_dict() for f in self.findings], "config": self.config,
+                "memory": self.memory.to_dict() if self.memory is not None else None, "moves": self.moves}
 
     def summary(self) -> str:
         s = (
@@ -149,6 +159,8 @@ class ConvertResult:
                 f" The heads share the base lm_head: {self.shared_lm_head_bytes_saved / 1e6:.1f} MB "
                 "saved against one copy per head."
             )
+        if self.memory is not None:
+            s += "\n" + self.memory.render()
         return s
 
 
@@ -256,7 +268,7 @@ def build_config(
                 "version": __version__,
                 "family": adapter.family,
                 "heads_layout": heads.layout,
-                "heads_source": str(Path(opts.medusa_model_dir).resolve()),
+                "heads_source": str(Path(opts.medusa_model_dir).resolve()) if opts.medusa_model_dir else None,
                 "heads_dtype": heads.dtype_name,
             },
         }
@@ -669,7 +681,34 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         shared_lm_head_bytes_saved=saved,
         warnings=warnings,
         moves={job.label: m.kind.value for job, m in zip(jobs, moves, strict=True)},
+        memory=memory_plan(cfg, entries),
     )
+
+
+def plan_layout(opts: ConvertOptions) -> tuple[dict, dict[int, list[tuple[str, str, tuple[int, ...]]]]]:
+    """The config and every rank file's planned tensors ``(name, dtype, shape)`` of a conversion, from the
+    headers alone (nothing is read or written; no calibration): what `check` bases its memory plan on.
+    ``opts.medusa_model_dir`` may be None (the base alone)."""
+    model = HFModel(opts.model_dir)
+    adapter = resolve_adapter(model, opts.model_type)
+    if opts.medusa_model_dir is not None:
+        heads = load_heads(opts.medusa_model_dir)
+    else:
+        heads = MedusaHeads(layout="none", source=model.path, num_heads=0, num_layers=0, hidden_size=0,
+                            vocab_size=None, dtype_name="float32", blocks=[], lm_heads=None)
+    forced = adapter.forced_parallel_embedding(opts.tp_size)
+    if forced is not None:
+        opts = dataclasses.replace(opts, use_parallel_embedding=forced, embedding_sharding_dim=0)
+    dtype = _target_dtype(opts, model)
+    share = True if opts.medusa_model_dir is None else _choose_sharing(heads, opts, [], model, adapter)
+    cfg = build_config(adapter, model, heads, opts, dtype, share)
+    jobs = plan(adapter, model, heads, cfg, dtype, share)
+    entries: dict[int, list] = {r: [] for r in range(Mapping(opts.tp_size, opts.pp_size).world_size)}
+    for job in jobs:
+        traced: dict[int, Array] = {}
+        for rank, name in job.targets:
+            entries[rank].append((name, job.stored_dtype or dtype, planned_shape(job, cfg, rank, traced)))
+    return cfg, entries
 
 
 def _lanes(fast: list[tuple[_Job, MovePlan]], ranks: list[int], threads: int

@@ -185,6 +185,23 @@ def weight_only_dequantized(w: torch.Tensor, algo: str) -> torch.Tensor:
     return q.float() * scale.float()[:, None]
 
 
+def stored_weight_only(q: torch.Tensor, scale: torch.Tensor, algo: str) -> torch.Tensor:
+    """The float32 ``[out, in]`` weight of a weight-only tensor stored quantized (a tool's converter wrote it):
+    int8 ``[in, out]``, or for W4A16 ``[in, out / 2]`` two values a byte, column 2j in the low nibble
+    (``symmetric_quantize`` packing), times ``per_channel_scale`` ``[out]``."""
+    import torch
+
+    if algo == "W4A16":
+        low = (q.to(torch.int16) << 12 >> 12).to(torch.int8)  # sign-extended nibbles
+        high = (q.to(torch.int16) >> 4).to(torch.int8)
+        q = torch.stack([low, high], dim=-1).reshape(q.shape[0], -1)
+    return (q.float() * scale.float()[None, :]).T.contiguous()
+
+
+#: quant_algo values the reference executor computes exactly
+EMULATED = (None, "FP8", "W8A16", "W4A16")
+
+
 def fp8_scale(amax: float) -> float:
     """``amax / 448`` (ModelOpt ``get_scaling_factor``); an amax of 0 gives 1 (``export_amax``)."""
     return (amax if amax > 0 else FP8_MAX) / FP8_MAX

@@ -6,6 +6,7 @@ from trtllm_medusa_ports.archs.base import ArchAdapter, MlpKind
 from trtllm_medusa_ports.compat import ERROR, INFO, WARNING, Finding
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.quant import QuantSpec
+from trtllm_medusa_ports.sharding import kv_heads_per_rank
 
 #: tensorrt_llm/quantization/layers.py WeightOnlyQuantLinear / WeightOnlyQuantRowLinear pad in and out
 #: features up to a multiple of 64 x tp_size
@@ -16,7 +17,7 @@ def linear_shapes(hf: HFConfig, adapter: ArchAdapter, tp_size: int) -> dict[str,
     """``(in, out)`` features of each quantized linear as the engine class declares them (whole, not per rank)."""
     hidden, hs = adapter.hidden_size(hf), adapter.head_size(hf)
     heads, kv = adapter.num_attention_heads(hf), adapter.num_kv_heads(hf)
-    kv_local = -(-kv // tp_size)
+    kv_local = kv_heads_per_rank(kv, tp_size)
     inter = adapter.intermediate_size(hf)
     cfg = adapter.trtllm_config(hf)
     fused = adapter.semantics({**cfg, "head_size": hs}).mlp is MlpKind.SWIGLU

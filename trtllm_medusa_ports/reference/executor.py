@@ -45,10 +45,12 @@ from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.files.checkpoint import Checkpoint, read_checkpoint
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.quant import (
+    EMULATED,
     QuantSpec,
     fp8_activation,
     fp8_quantized,
     kv_quantized,
+    stored_weight_only,
     weight_only_dequantized,
     weight_only_quantized,
 )
@@ -188,6 +190,13 @@ class ReferenceModel:
         # quantized per rank as preprocess_weights does at load; FP8 linears quantize their input with the
         # written activation scale; a quantized KV cache holds q(k), q(v)
         self.quant = QuantSpec.from_config(cfg)
+        if self.quant.quant_algo not in EMULATED:
+            raise CheckpointError(
+                f"quant_algo {self.quant.quant_algo} is not emulated by the reference executor (it computes "
+                f"{', '.join(a for a in EMULATED if a)}; AWQ, GPTQ and SmoothQuant need their kernels)",
+                where=str(ckpt.path / "config.json"),
+                fix="verify such a port on a GPU (scripts/validate_on_gpu.sh), or verify the same base in FP8 or "
+                    "weight-only here")
         self.exclude = (cfg.get("quantization") or {}).get("exclude_modules")
         self.dtype = to_torch(cfg["dtype"]) if cfg.get("dtype") in CHECKPOINT_DTYPES else torch.float32
         self._check_replicas()
@@ -201,7 +210,10 @@ class ReferenceModel:
         key = (rank, name)
         if key not in self._weights:
             t = self.ckpt.tensor(rank, name)
-            if self.quant.weight_only and weight_only_quantized(name, self.exclude):
+            scale_name = name[: -len("weight")] + "per_channel_scale"
+            if t.dtype == torch.int8 and self.has(rank, scale_name):  # quantized already (a tool's W8A16/W4A16)
+                t = stored_weight_only(t, self.ckpt.tensor(rank, scale_name), self.quant.quant_algo)
+            elif self.quant.weight_only and weight_only_quantized(name, self.exclude):
                 t = weight_only_dequantized(t, self.quant.quant_algo)
             elif t.dtype == torch.float8_e4m3fn:
                 t = t.float() * self.ckpt.tensor(rank, name[: -len("weight")] + "weights_scaling_factor").float()
@@ -224,7 +236,12 @@ class ReferenceModel:
             return None
         key = (rank, prefix + "kv_cache_scaling_factor")
         if key not in self._weights:
-            self._weights[key] = self.ckpt.tensor(rank, key[1]).float()
+            if not self.has(rank, key[1]) and self.has(rank, prefix + "k_cache_scaling_factor"):
+                # ModelOpt writes k and v scales; preprocess_weights loads their max (process_kv_scaling_factor)
+                self._weights[key] = torch.maximum(self.ckpt.tensor(rank, prefix + "k_cache_scaling_factor").float(),
+                                                   self.ckpt.tensor(rank, prefix + "v_cache_scaling_factor").float())
+            else:
+                self._weights[key] = self.ckpt.tensor(rank, key[1]).float()
         return float(self._weights[key].reshape(-1)[0])
 
     def stored(self, rank: int, name: str) -> torch.Tensor:

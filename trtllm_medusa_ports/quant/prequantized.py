@@ -1,0 +1,172 @@
+"""Medusa heads added to a base already quantized by NVIDIA's tools (``convert --base_checkpoint_dir``).
+
+A TensorRT-LLM checkpoint written by ``examples/quantization/quantize.py`` / ModelOpt
+(``export_tensorrt_llm_checkpoint``: FP8, INT4-AWQ, W4A8-AWQ, INT8 SmoothQuant) or by a family's
+``convert_checkpoint.py`` (weight-only) keeps its rank files and its quantization; this adds the heads as
+``quantize_by_modelopt.py`` ``combine_medusa_weight`` does - each head tensor split on dim 0 per rank of
+the last pipeline stage, in the checkpoint dtype, ``*medusa_heads*`` excluded from quantization - and
+names the architecture our engine classes need (``MedusaPorts<class>``: upstream's MedusaForCausalLM
+knows LLaMA and QWen bases only). The base's bytes are copied as they are, never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtllm_medusa_ports import __version__
+from trtllm_medusa_ports.archs import adapter_for
+from trtllm_medusa_ports.errors import ConversionError, HeadsError
+from trtllm_medusa_ports.files.checkpoint import (
+    StreamingSafetensorsFile,
+    atomic_output_dir,
+    read_checkpoint,
+)
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
+from trtllm_medusa_ports.heads import load_heads
+from trtllm_medusa_ports.heads.loader import expand_truncated
+from trtllm_medusa_ports.quant import EXCLUDE_MODULES
+from trtllm_medusa_ports.sharding import Mapping, Split, shard
+
+#: quant_algo values of NVIDIA's tools a Medusa port keeps (tensorrt_llm/quantization/mode.py QuantAlgo)
+KEPT_ALGOS = (None, "FP8", "W8A16", "W4A16", "W4A16_AWQ", "W4A8_AWQ", "W4A16_GPTQ", "W8A16_GPTQ",
+              "W8A8_SQ_PER_CHANNEL", "W8A8_SQ_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",
+              "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN")
+KEPT_KV = (None, "FP8", "INT8")
+
+
+@dataclass
+class AddHeadsResult:
+    output_dir: Path
+    config: dict
+    num_ranks: int
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        q = self.config.get("quantization") or {}
+        return (f"Wrote {self.output_dir}: {self.num_ranks} rank file(s), the base's tensors copied as they are "
+                f"({q.get('quant_algo') or 'float'}, KV cache {q.get('kv_cache_quant_algo') or 'float'}) plus "
+                f"{self.config['num_medusa_heads']} Medusa heads in {self.config['dtype']}, architecture "
+                f"{self.config['architecture']}, in {self.seconds:.1f} s.")
+
+
+def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Path, *, max_draft_len: int = 63,
+              overwrite: bool = False) -> AddHeadsResult:
+    start = time.time()
+    base_dir, heads_dir = Path(base_checkpoint_dir), Path(medusa_model_dir)
+    ckpt = read_checkpoint(base_dir)
+    cfg = dict(ckpt.config)
+    where = str(base_dir / "config.json")
+    if cfg.get("num_medusa_heads") or str(cfg.get("architecture", "")).startswith("Medusa"):
+        raise ConversionError("the base checkpoint has Medusa heads already", where=where,
+                              fix="pass the quantized base without heads")
+    arch = str(cfg.get("base_architecture") or cfg["architecture"])
+    adapter = adapter_for(arch)
+    if adapter is None:
+        raise ConversionError(f"architecture {arch!r} has no adapter", where=where,
+                              fix="the base must be one of the supported families (`trtllm-medusa check`)")
+    quant = dict(cfg.get("quantization") or {})
+    algo, kv = quant.get("quant_algo"), quant.get("kv_cache_quant_algo")
+    if algo not in KEPT_ALGOS or kv not in KEPT_KV:
+        raise ConversionError(f"quantization {algo} / KV {kv} is not one this route keeps", where=where,
+                              fix="supported: " + ", ".join(a for a in KEPT_ALGOS if a) + "; KV FP8 or INT8")
+    if algo == "MIXED_PRECISION":
+        raise ConversionError("MIXED_PRECISION checkpoints (quant_cfg.json) are not handled", where=where,
+                              fix="quantize with one format")
+    dtype = cfg.get("dtype")
+    if dtype not in CHECKPOINT_DTYPES:
+        raise ConversionError(f"dtype {dtype!r} is not float16, bfloat16 or float32", where=where,
+                              fix="pass a TensorRT-LLM checkpoint")
+    heads = load_heads(heads_dir)
+    hidden, vocab = int(cfg["hidden_size"]), int(cfg["vocab_size"])
+    if heads.hidden_size != hidden or (heads.vocab_size is not None and heads.vocab_size != vocab
+                                       and heads.token_map is None):
+        raise HeadsError(f"the heads (hidden {heads.hidden_size}, vocabulary {heads.vocab_size}) do not fit the base "
+                         f"(hidden_size {hidden}, vocab_size {vocab})", where=str(heads_dir),
+                         fix="pass the heads trained for this base")
+    share = heads.lm_heads is None
+    warnings = list(heads.warnings)
+    if heads.shared_lm_head is not None:
+        warnings.append("the heads carry one shared lm_head (vLLM original_lm_head): the base checkpoint's lm_head "
+                        "is used for every head, as that layout means")
+    mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
+    last = mapping.stage_ranks(mapping.pp_size - 1)
+    if share and not ckpt.has(last[0], "lm_head.weight"):
+        raise ConversionError("the heads share the base lm_head, which the checkpoint does not hold", where=where,
+                              fix="use heads with their own lm_heads")
+    target = to_torch(dtype)
+
+    def head_tensors():
+        """(name, split, tensor in the checkpoint dtype) of every head tensor."""
+        import torch
+
+        for h, blocks in enumerate(heads.blocks):
+            for layer, block in enumerate(blocks):
+                base = f"medusa_heads.{h}.medusa_layers.{layer}.linear"
+                yield base + ".weight", Split.COLUMN, block.weight.load().to(target)
+                bias = block.bias.load() if block.bias is not None else torch.zeros(hidden)
+                yield base + ".bias", Split.COLUMN, bias.to(target)
+            if not share:
+                w = heads.lm_heads[h].load()
+                if heads.token_map is not None:
+                    w = expand_truncated(w, heads.token_map.load(), vocab)
+                yield f"medusa_heads.{h}.lm_head.weight", Split.VOCAB, w.to(target)
+
+    out_cfg = dict(cfg)
+    exclude = list(quant.get("exclude_modules") or EXCLUDE_MODULES)
+    if not any("medusa_heads" in p for p in exclude):  # combine_medusa_weight adds it unless --quant_medusa_head
+        exclude.append("*medusa_heads*")
+    if algo or kv:
+        quant["exclude_modules"] = exclude
+    out_cfg.update({
+        "architecture": adapter.ported_architecture(), "quantization": quant, "max_draft_len": max_draft_len,
+        "num_medusa_heads": heads.num_heads, "num_medusa_layers": heads.num_layers, "medusa_hidden_act": "silu",
+        "medusa_shared_lm_head": share, "base_architecture": arch, "trtllm_base_architecture": adapter.trtllm_base_class,
+    })
+    out_cfg.setdefault("head_size", hidden // int(cfg["num_attention_heads"]))
+    out_cfg["medusa_ports"] = {"version": __version__, "family": adapter.family, "heads_layout": heads.layout,
+                               "heads_source": str(heads_dir.resolve()), "heads_dtype": heads.dtype_name,
+                               "base_checkpoint": str(base_dir.resolve()), "warnings": warnings}
+    pieces: dict[int, list] = {r: [] for r in last}
+    for name, split, t in head_tensors():
+        for r in last:
+            part = shard(split, t, tp_size=mapping.tp_size, tp_rank=mapping.tp_rank(r), num_kv_heads=1,
+                         use_parallel_embedding=False, embedding_sharding_dim=0).contiguous()
+            pieces[r].append((name, part))
+    inputs = {"--base_checkpoint_dir": base_dir, "--medusa_model_dir": heads_dir}
+    with atomic_output_dir(Path(output_dir), overwrite=overwrite, inputs=inputs) as tmp:
+        for r in range(mapping.world_size):
+            base_tensors = ckpt.ranks[r]
+            entries = [(n, t.dtype_name, tuple(t.shape)) for n, t in base_tensors.items()]
+            entries += [(n, dtype, tuple(p.shape)) for n, p in pieces.get(r, [])]
+            f = StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries, durable=False)
+            try:
+                with open(base_tensors[next(iter(base_tensors))].file, "rb") as src:
+                    for n, t in base_tensors.items():  # the base's bytes, as they are
+                        _copy(src.fileno(), t.offset, f.fd, f.slots[n].offset, f.slots[n].nbytes)
+                        f.written(n)
+                for n, p in pieces.get(r, []):
+                    f.write(n, p)
+                f.close()
+            except BaseException:
+                f.abort()
+                raise
+        (tmp / "config.json").write_text(json.dumps(out_cfg, indent=4) + "\n")
+    return AddHeadsResult(Path(output_dir), out_cfg, mapping.world_size, time.time() - start, warnings)
+
+
+def _copy(src: int, src_off: int, dst: int, dst_off: int, n: int) -> None:
+    done = 0
+    while done < n:
+        chunk = os.pread(src, min(n - done, 1 << 24), src_off + done)
+        if not chunk:
+            raise ConversionError("a base rank file ended before its tensors", fix="the base checkpoint is damaged")
+        view = memoryview(chunk)
+        while len(view):
+            w = os.pwrite(dst, view, dst_off + done)
+            view = view[w:]
+            done += w
