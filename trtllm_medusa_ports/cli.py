@@ -135,8 +135,9 @@ def run_convert(args: argparse.Namespace) -> int:
                   "(edit that file if it is wrong)", file=sys.stderr)
             return 2
     if (args.model_dir is None) == (args.base_checkpoint_dir is None):
-        print("error: pass --model_dir (a Hugging Face base) or --base_checkpoint_dir (a quantized TensorRT-LLM "
-              "checkpoint), one of them", file=sys.stderr)
+        print("error: --model_dir and --base_checkpoint_dir: pass one of them\n  fix: --model_dir for a Hugging "
+              "Face base, --base_checkpoint_dir for a TensorRT-LLM checkpoint NVIDIA's tools quantized",
+              file=sys.stderr)
         return 2
     if args.base_checkpoint_dir is not None:
         return _add_heads(args)

@@ -108,19 +108,22 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
     from trtllm_medusa_ports.verify import load_hf_model, value_transforms
 
     hf = HFConfig.read(model_dir)
-    arch = hf.architecture
-    model = load_hf_model(model_dir, to_torch(dtype), value_transforms(model_dir, arch))
+    vocab = int(hf.require("vocab_size"))
+    for n, ids in enumerate(samples):  # before the model is loaded: a bad sample costs nothing
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise PortError(f"calibration sample {n} has token ids {bad[:3]} outside the vocabulary 0..{vocab - 1}",
+                            where=source, fix="tokenize with the base's own tokenizer")
+    if quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    model = load_hf_model(model_dir, to_torch(dtype), value_transforms(model_dir, hf.architecture))
     if device != "cpu":
         try:
             model = model.to(device)
         except (RuntimeError, AssertionError, ValueError) as exc:
             raise PortError(f"--device {device}: {exc}", fix="use --device cpu or a device torch can reach") from None
-    vocab = int(model.config.vocab_size)
-    for n, ids in enumerate(samples):
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise PortError(f"calibration sample {n} has token ids {bad[:3]} outside the vocabulary 0..{vocab - 1}",
-                            where=source, fix="tokenize with the base's own tokenizer")
     modules = dict(model.named_modules())
     cal = Calibration(source=source, digest=samples_digest(samples), samples=len(samples),
                       tokens=sum(len(s) for s in samples))
