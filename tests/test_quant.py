@@ -331,3 +331,39 @@ def test_tool_quantized_base_refusals(tmp_path, store, capsys):
     assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(tmp_path / "o"), "--quiet"]) == 1
     assert "W4A16_AWQ is not emulated by the reference executor" in capsys.readouterr().err
     assert not (tmp_path / "o-missing").exists()
+
+
+def test_a_calibration_run_once_serves_several_conversions(tmp_path, store):
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.quant.calibrate import calibrate, read_calibration_samples
+
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    heads = _heads(tmp_path, "LlamaForCausalLM", 128)
+    calib = _calib(tmp_path, tiny_config("LlamaForCausalLM").vocab_size)
+    kw = dict(dtype="float16", qformat="fp8", kv_cache_dtype="int8", calib_dataset=calib, calib_size=6)
+    fresh = convert_to(tmp_path / "fresh", base, heads, tp_size=2, **kw)
+    samples, source = read_calibration_samples(calib, base, size=6, max_seq_length=512)
+    cal = calibrate(base, adapter_for("LlamaForCausalLM"), "float16", samples, source=source)
+    reused = convert_to(tmp_path / "reused", base, heads, tp_size=2, calibration=cal, **kw)
+    for r in range(2):
+        assert (fresh / f"rank{r}.safetensors").read_bytes() == (reused / f"rank{r}.safetensors").read_bytes()
+    assert verify(base, reused, medusa_choices=TREE, max_new_tokens=4).ok
+
+
+def test_a_weight_only_conversion_moves_the_float_bytes_without_torch(tmp_path, store):
+    """TensorRT-LLM quantizes weight-only at load, so the checkpoint is the float one plus quant_algo: the same
+    byte path, no torch, every rank file identical to the float conversion's."""
+    from test_byte_moves import _cli_convert
+
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_base
+
+    base = save_tiny_base("LlamaForCausalLM", tmp_path / "base", seed=4, dtype=torch.float16, **WIDE)
+    heads = save_heads(random_heads(128, tiny_config("LlamaForCausalLM").vocab_size, num_heads=2, seed=5),
+                       tmp_path / "heads", "fasterdecoding-safetensors", dtype=torch.float16)
+    convert_to(tmp_path / "float", base, heads, tp_size=2, dtype="float16")  # also fills the shape cache
+    rc, imported, err = _cli_convert(base, heads, tmp_path / "wo", "--dtype", "float16", "--qformat", "int4_wo")
+    assert rc == 0 and imported == [], (imported, err)
+    for r in range(2):
+        assert (tmp_path / "wo" / f"rank{r}.safetensors").read_bytes() == \
+            (tmp_path / "float" / f"rank{r}.safetensors").read_bytes()
+    assert json.loads((tmp_path / "wo" / "config.json").read_text())["quantization"]["quant_algo"] == "W4A16"

@@ -115,6 +115,9 @@ class ConvertOptions:
     calib_max_seq_length: int = 512
     tokenizer_dir: Path | None = None
     device: str = "cpu"
+    #: a calibration already run on this base and dtype (quant/calibrate.py ``calibrate``): a pipeline that
+    #: converts one base at several tp sizes calibrates once
+    calibration: object = None
 
 
 @dataclass
@@ -631,11 +634,14 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     cfg = build_config(adapter, model, heads, opts, dtype, share)
     jobs = plan(adapter, model, heads, cfg, dtype, share)
     mapping = Mapping(opts.tp_size, opts.pp_size)
-    if spec.any:
+    if spec.needs_calibration:  # weight-only alone changes no job: TensorRT-LLM quantizes at load
         from trtllm_medusa_ports.quant.jobs import quantize_jobs
 
         calibration = None
-        if spec.needs_calibration:  # before anything is written: bad calibration input leaves nothing behind
+        if spec.needs_calibration and opts.calibration is not None:
+            calibration = opts.calibration
+            cfg["medusa_ports"]["calibration"] = {**calibration.record(), "max_seq_length": opts.calib_max_seq_length}
+        elif spec.needs_calibration:  # before anything is written: bad calibration input leaves nothing behind
             from trtllm_medusa_ports.quant.calibrate import calibrate, read_calibration_samples
 
             samples, source = read_calibration_samples(

@@ -41,6 +41,20 @@ class Calibration:
     source: str = ""
     digest: str = ""
 
+    def to_json(self) -> str:
+        """The whole calibration as JSON (:meth:`from_json` reads it back): calibrate once, convert elsewhere."""
+        d = {"inputs": [[i, name, v] for (i, name), v in sorted(self.inputs.items())],
+             "qkv_outputs": [[i, v] for i, v in sorted(self.qkv_outputs.items())],
+             **{k: getattr(self, k) for k in ("samples", "tokens", "seconds", "source", "digest")}}
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str) -> Calibration:
+        d = json.loads(text)
+        return cls(inputs={(int(i), str(n)): float(v) for i, n, v in d["inputs"]},
+                   qkv_outputs={int(i): float(v) for i, v in d["qkv_outputs"]},
+                   **{k: d[k] for k in ("samples", "tokens", "seconds", "source", "digest")})
+
     def record(self) -> dict:
         """What config.json keeps of it (``medusa_ports.calibration``): enough for ``verify`` to redo it."""
         return {"source": self.source, "samples": self.samples, "tokens": self.tokens, "sha256": self.digest,

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-
-import torch
+from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import ConversionError
 from trtllm_medusa_ports.quant import (
@@ -23,8 +22,10 @@ from trtllm_medusa_ports.quant import (
     kv_scale,
     scale_group,
 )
-from trtllm_medusa_ports.quant.calibrate import Calibration
 from trtllm_medusa_ports.sharding import Split
+
+if TYPE_CHECKING:
+    from trtllm_medusa_ports.quant.calibrate import Calibration
 
 _LABEL = re.compile(r"layers\.(\d+)\.(.+)\.weight")
 
@@ -32,7 +33,12 @@ _LABEL = re.compile(r"layers\.(\d+)\.(.+)\.weight")
 def _constant(label: str, value: float, targets: list[tuple[int, str]]):
     from trtllm_medusa_ports.convert import _first_input, _Job
 
-    return _Job(label, lambda v=value: [torch.tensor([v], dtype=torch.float32)], [(1,)], _first_input,
+    def load(v=value):
+        import torch
+
+        return [torch.tensor([v], dtype=torch.float32)]
+
+    return _Job(label, load, [(1,)], _first_input,
                 Split.REPLICATE, targets, cast_to="float32", stored_dtype="float32")
 
 
