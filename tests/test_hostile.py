@@ -142,6 +142,30 @@ def _fifo(path: Path) -> None:
     os.mkfifo(path)
 
 
+def _train(ws: Path, *extra: str) -> list[str]:
+    data = [] if "--prompts" in extra or "--data" in extra else ["--data", str(_ids_file(ws))]
+    return ["train-heads", "--model_dir", str(ws / "base"), "--output_dir", str(ws / "out"), "--num_heads", "2",
+            "--steps", "2", "--new_tokens", "4", "--batch_size", "16", *data, "--quiet", *extra]
+
+
+def _ids_file(ws: Path) -> Path:
+    p = ws / "ids.jsonl"
+    if not p.exists():
+        p.write_text("".join(json.dumps({"prompt_ids": [(5 * j + i) % V for i in range(6)]}) + "\n" for j in range(4)))
+    return p
+
+
+def _tune(ws: Path, *extra: str, out: Path | None = None, ids: str | None = "1,2,3;4,5,6") -> list[str]:
+    return ["tune-tree", "--model_dir", str(ws / "base"), "--medusa_model_dir", str(ws / "heads"),
+            "--output", str(out or ws / "out" / "tree.json"), "--new_tokens", "4", "--max_nodes", "4", "--quiet",
+            *(["--prompt_ids", ids] if ids else []), *extra]
+
+
+def _ckpt_args(ws: Path) -> list[str]:
+    return ["verify", "--model_dir", str(ws / "base"), "--checkpoint_dir", str(ws / "ck"), "--quiet",
+            "--max_new_tokens", "2"]
+
+
 def _ckpt(ws: Path, **changes) -> list[str]:
     assert main(_convert(ws, out="ck")) == 0
     p = ws / "ck" / "config.json"
@@ -342,6 +366,51 @@ CASES = [
                                                 ["convert", "--base_checkpoint_dir", str(ws / "ck"),
                                                  "--medusa_model_dir", str(ws / "heads"), "--output_dir",
                                                  str(ws / "out"), "--quiet"])[1], 1, "has Medusa heads already"),
+    # -- train-heads, tune-tree, verify, check: inputs untouched, wrong results refused --------------------------
+    _c("train-work-dir-is-model-dir", lambda ws: _train(ws, "--work_dir", str(ws / "base")), 1,
+       "--work_dir", "is the input --model_dir"),
+    _c("train-work-dir-inside-model-dir", lambda ws: _train(ws, "--work_dir", str(ws / "base" / "w")), 1,
+       "lies inside the input --model_dir"),
+    _c("train-work-dir-is-a-file", lambda ws: ((ws / "w").write_text("x"), _train(ws, "--work_dir", str(ws / "w")))[1],
+       1, "not a directory"),
+    _c("train-work-dir-is-output", lambda ws: _train(ws, "--work_dir", str(ws / "out")), 1, "--work_dir is the --output_dir"),
+    _c("train-prompts-fifo", lambda ws: (_fifo(ws / "p.txt"), _train(ws, "--prompts", str(ws / "p.txt")))[1], 1,
+       "is not a regular file"),
+    _c("train-data-fifo", lambda ws: (_fifo(ws / "d.jsonl"), _train(ws, "--data", str(ws / "d.jsonl")))[1], 1,
+       "is not a regular file"),
+    _c("train-lr-diverges", lambda ws: _train(ws, "--lr", "1e30", "--steps", "3"), 1, "NaN/Inf", "lower --lr"),
+    _c("tune-output-inside-model-dir", lambda ws: _tune(ws, out=ws / "base" / "tree.json"), 1,
+       "inside the input --model_dir"),
+    _c("tune-output-is-heads-config", lambda ws: _tune(ws, "--overwrite", out=ws / "heads" / "config.json"), 1,
+       "inside the input --medusa_model_dir"),
+    _c("tune-heads-of-another-vocab", lambda ws: (shutil.rmtree(ws / "heads"),
+                                                  save_heads(random_heads(H, V + 7, num_heads=2), ws / "heads"),
+                                                  _tune(ws))[2], 1, "do not fit the base"),
+    _c("tune-heads-of-another-hidden-size", lambda ws: (shutil.rmtree(ws / "heads"),
+                                                        save_heads(random_heads(H * 2, V, num_heads=2), ws / "heads"),
+                                                        _tune(ws))[2], 1, "do not fit the base"),
+    _c("tune-prompt-ids-beyond-vocab", lambda ws: _tune(ws, ids=f"1,2;{V + 3}"), 1, "outside the vocabulary"),
+    _c("tune-prompts-fifo", lambda ws: (_fifo(ws / "p.txt"), _tune(ws, "--prompts", str(ws / "p.txt"), ids=None))[1],
+       1, "is not a regular file"),
+    _c("verify-trailing-bytes-in-rank-file", lambda ws: (_ckpt(ws), open(ws / "ck" / "rank0.safetensors", "ab").write(
+        b"\0" * 16), _ckpt_args(ws))[2], 1, "16 byte(s) after the last tensor", "rank0.safetensors"),
+    _c("verify-tree-beyond-max-draft-len", lambda ws: _ckpt(ws, max_draft_len=2) + ["--medusa_choices",
+                                                                                   "[[0],[1],[0,0]]"], 1,
+       "max_draft_len is 2", "--max_draft_len 3"),
+    _c("verify-non-finite-unused-embedding-row", lambda ws: (_ckpt(ws), _edit_weights(
+        ws, lambda sd: sd["transformer.vocab_embedding.weight"].__setitem__((V - 1, 0), float("nan")),
+        "ck/rank0.safetensors"), _ckpt_args(ws))[2], 1, "transformer.vocab_embedding.weight", "holds NaN/Inf"),
+    _c("verify-prompts-file-fifo", lambda ws: (_fifo(ws / "p.txt"), _ckpt(ws) + ["--prompts_file",
+                                                                               str(ws / "p.txt")])[1], 1,
+       "is not a regular file"),
+    _c("check-prompts-file-fifo", lambda ws: (_fifo(ws / "p.txt"), ["check", "--model_dir", str(ws / "base"),
+                                                                     "--prompts_file", str(ws / "p.txt")])[1], 1,
+       "is not a regular file"),
+    _c("convert-tied-config-with-distinct-lm-head", lambda ws: (_edit_config(ws, tie_word_embeddings=True),
+                                                                _edit_weights(ws, lambda sd: sd.__setitem__(
+                                                                    "lm_head.weight",
+                                                                    torch.randn(V, H))), _convert(ws))[2], 1,
+       "tie_word_embeddings: true", "differs from"),
     _c("base-checkpoint-and-model-dir", lambda ws: _convert(ws, "--base_checkpoint_dir", str(ws / "heads")), 2,
        "one of them"),
 ]

@@ -293,6 +293,13 @@ def run_tune_tree(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.heads.train import read_prompts_file
     from trtllm_medusa_ports.tune import print_table, tune, write_choices
 
+    out = Path(args.output).resolve()
+    for flag, src in (("--model_dir", args.model_dir), ("--medusa_model_dir", args.medusa_model_dir),
+                      ("--tokenizer_dir", args.tokenizer_dir), ("--prompts", args.prompts)):
+        s = Path(src).resolve() if src else None
+        if s is not None and (out == s or s in out.parents):  # never write over or into an input
+            raise PortError(f"--output {args.output} is {'the input' if out == s else 'inside the input'} {flag}",
+                            where=str(args.output), fix=f"write the tree outside {flag}, e.g. --output ./tree.json")
     prompts = read_prompts_file(args.prompts) if args.prompts else None
     ids = _parse_ids(args.prompt_ids) if args.prompt_ids else None
     res = tune(args.model_dir, args.medusa_model_dir, prompts=prompts, prompt_ids=ids,
@@ -320,6 +327,9 @@ def _prompts(args: argparse.Namespace, model_dir: str) -> list[list[int]] | None
     """Token ids from --prompt_ids, or --prompt / --prompts_file through the tokenizer; None if none given."""
     texts = list(args.prompt or [])
     if args.prompts_file:
+        from trtllm_medusa_ports.files.jsonfile import require_regular_file
+
+        require_regular_file(Path(args.prompts_file), PortError, "pass a UTF-8 text file with one prompt per line")
         try:
             texts += [line.strip() for line in Path(args.prompts_file).read_text(encoding="utf-8").splitlines()
                       if line.strip()]

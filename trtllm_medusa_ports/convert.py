@@ -326,6 +326,21 @@ def _same_values(a: LazyTensor, b: LazyTensor) -> bool:
     return bool(torch.equal(a.load().float(), b.load().float()))
 
 
+def _check_tie(model: HFModel, adapter: ArchAdapter) -> None:
+    """``tie_word_embeddings: true`` beside an lm_head that differs from the embedding: which one the base
+    computes with depends on the loader; converting either would be a guess."""
+    if not adapter.tied_embeddings(model.config) or "lm_head.weight" not in model.tensors:
+        return
+    embed_rule = adapter.embedding_rules(model.config)[0]
+    embed = next((model.tensors[n] for n in embed_rule.sources if n in model.tensors), None)
+    lm = model.tensors["lm_head.weight"]
+    if embed is not None and (tuple(embed.shape) != tuple(lm.shape) or not _same_values(embed, lm)):
+        raise ModelError("config.json says tie_word_embeddings: true, but the weights hold an lm_head.weight that "
+                         f"differs from {embed.name}", where=str(model.path),
+                         fix="set tie_word_embeddings to false if the lm_head is trained on its own, or drop "
+                             "lm_head.weight from the weights")
+
+
 def _base_lm_head(model: HFModel, adapter: ArchAdapter) -> LazyTensor | None:
     rule = next(r for r in adapter.final_rules(model.config) if r.name == "lm_head.weight")
     for names in rule.candidates():
@@ -588,6 +603,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             where=str(model.path),
             fix="the weights and config.json belong to different models, or the weights are damaged",
         )
+    _check_tie(model, adapter)
     forced = adapter.forced_parallel_embedding(opts.tp_size)
     if forced is not None and forced != opts.use_parallel_embedding:
         warnings.append(

@@ -234,6 +234,17 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
                         "run the tree", fix=f"pass --max_nodes {max_draft_len} or less")
     heads = load_heads(medusa_model_dir)
     model = load_base(model_dir)
+    hidden, vocab = int(model.config.hidden_size), int(model.config.vocab_size)
+    if heads.hidden_size != hidden or (heads.vocab_size is not None and heads.vocab_size != vocab
+                                       and heads.token_map is None):
+        raise PortError(f"the heads (hidden size {heads.hidden_size}, vocabulary {heads.vocab_size}) do not fit the "
+                        f"base (hidden_size {hidden}, vocab_size {vocab}): a tree tuned on them would mean nothing",
+                        where=str(medusa_model_dir), fix="pass the heads trained for this base")
+    if prompt_ids is not None:
+        bad = [t for p in prompt_ids for t in p if not 0 <= t < vocab]
+        if bad or any(not p for p in prompt_ids):
+            raise PortError(f"--prompt_ids {bad[:3] or '(an empty prompt)'} outside the vocabulary 0..{vocab - 1}",
+                            fix="pass ids of the base's tokenizer, e.g. --prompt_ids 1,2,3;4,5")
     if prompt_ids is None:
         from trtllm_medusa_ports.heads.train import _tokenizer
 

@@ -106,9 +106,15 @@ class VerifyReport:
                 and self.quant_effect["max_abs_diff"] > self.max_quant_error)
 
     @property
+    def heads_unaccounted(self) -> bool:
+        """The heads could not be compared with their source: it was recorded at conversion and is gone (a head
+        changed after conversion would pass greedy equivalence unseen)."""
+        return self.heads_parity is None and bool(self.heads_detail) and "is gone" in self.heads_detail
+
+    @property
     def ok(self) -> bool:
         return (self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
-                and not self.quant_scale_mismatches and not self.quant_error_exceeded)
+                and not self.heads_unaccounted and not self.quant_scale_mismatches and not self.quant_error_exceeded)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -140,7 +146,8 @@ class VerifyReport:
             lines.append(f"  hidden states part ways at: {self.parity_divergence['where']} "
                          f"(max |diff| {self.parity_divergence['max_abs_diff']:.3g})")
         if self.heads_parity is None:
-            lines.append(f"heads parity      : not checked ({self.heads_detail})")
+            lines.append(f"heads parity      : {'FAIL  ' if self.heads_unaccounted else ''}not checked "
+                         f"({self.heads_detail})")
         else:
             lines.append(f"heads parity      : {'PASS' if self.heads_parity else 'FAIL'}  max |diff| = "
                          f"{self.heads_max_abs_diff:.3g} (tolerance {self.heads_tolerance:g}; heads from "
@@ -461,6 +468,12 @@ def _verify(
     if medusa_choices is None:
         medusa_choices = "mc_sim_7b_63"
     tree, pruned = _tree_for(medusa_choices, ref.num_medusa_heads)
+    draft = ckpt.config.get("max_draft_len")
+    if isinstance(draft, int) and tree.num_nodes > draft:  # TensorRT-LLM sizes the tree buffers by it
+        raise ModelError(f"the tree has {tree.num_nodes} nodes, the checkpoint's max_draft_len is {draft}: the engine "
+                         "could not run it", where=str(Path(checkpoint_dir) / "config.json"),
+                         fix=f"verify with a tree of at most {draft} nodes, or convert with --max_draft_len "
+                             f"{tree.num_nodes}")
     notes = [pruned] if pruned else []
     # a checkpoint written over a refusing rule: the executor computes what the engine would, so a
     # parity failure is that rule's difference (say so beside it)
@@ -558,9 +571,11 @@ def _verify(
         heads = heads_parity_of(heads_source, ref, [hs[-1] for _, hs in hf_runs])
         if heads["worst_head"] is not None:
             heads["why"] = f"head {heads['worst_head']} differs most"
-    else:
-        heads["why"] = ("the heads' source was not recorded or is gone" if not medusa_model_dir else
+    elif source:
+        heads["why"] = (f"the heads' source {source} recorded at conversion is gone" if not medusa_model_dir else
                         f"{medusa_model_dir} does not exist") + "; pass --medusa_model_dir"
+    else:
+        heads["why"] = "the heads' source was not recorded; pass --medusa_model_dir to compare them"
 
     # 2. greedy equivalence, 3. speculation quality
     equal = True

@@ -137,6 +137,10 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
     for (_b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:], strict=False):
         if b1 < e0 and e1 > b1:  # two tensors share bytes: one would silently read the other's data
             raise bad(f"tensors {n0!r} and {n1!r} overlap in the file (bytes {b1}..{min(e0, e1)})")
+    end_of_data = max((e for _, e, _ in spans), default=0)
+    if data_start + end_of_data != size:  # the safetensors library (and TensorRT-LLM's loader) refuse it
+        raise bad(f"{size - data_start - end_of_data} byte(s) after the last tensor, which no header entry accounts "
+                  "for (the safetensors library refuses such a file)")
     return out
 
 

@@ -102,7 +102,10 @@ def _prompt_lines(text: str) -> list[str]:
 
 
 def read_prompts_file(path: str | Path) -> list[str]:
+    from trtllm_medusa_ports.files.jsonfile import require_regular_file
+
     path = Path(path)
+    require_regular_file(path, PortError, "pass a UTF-8 text file with one prompt per line")  # a FIFO would block
     try:
         lines = _prompt_lines(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
@@ -116,8 +119,11 @@ def read_prompts_file(path: str | Path) -> list[str]:
 def read_data_file(path: str | Path, tokenize) -> list[Item]:
     """JSON lines: ``{"prompt": str}`` or ``{"prompt_ids": [int]}`` (continued by the base) or
     ``{"text": str}`` / ``{"input_ids": [int]}`` (used as they are, not continued)."""
+    from trtllm_medusa_ports.files.jsonfile import require_regular_file
+
     path = Path(path)
     fix = 'one JSON object per line: {"prompt": "..."}, {"text": "..."}, {"prompt_ids": [..]} or {"input_ids": [..]}'
+    require_regular_file(path, PortError, fix)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -558,6 +564,7 @@ def write_heads(heads: HeadWeights, output_dir: Path, *, overwrite: bool, base_d
                 extra: dict | None = None, inputs: dict[str, Path] | None = None) -> Path:
     """FasterDecoding's layout, written atomically: ``medusa_lm_head.safetensors`` + ``config.json``
     (``version: "2"`` when the heads share the base lm_head, as FasterDecoding marks it)."""
+    import torch
     from safetensors.torch import save_file
 
     from trtllm_medusa_ports.files.checkpoint import atomic_output_dir
@@ -570,6 +577,10 @@ def write_heads(heads: HeadWeights, output_dir: Path, *, overwrite: bool, base_d
             sd[f"{h}.{layer}.linear.bias"] = b.contiguous()
         if heads.lm_heads is not None:
             sd[f"{h}.{L}.weight"] = heads.lm_heads[h].contiguous()
+    bad = [name for name, t in sd.items() if not bool(torch.isfinite(t).all())]
+    if bad:  # a diverged fit is never written as heads
+        raise HeadsError(f"the trained heads hold NaN/Inf ({', '.join(bad[:3])}): the fit diverged",
+                         where=str(output_dir), fix="lower --lr (e.g. 3e-3) or --steps, and train again")
     cfg = {"medusa_num_heads": heads.num_heads, "medusa_num_layers": L,
            "base_model_name_or_path": str(base_dir)}
     if heads.lm_heads is None:
@@ -652,7 +663,23 @@ def train(opts: TrainOptions) -> TrainResult:
                         fix="pass --overwrite to replace it, or choose another --output_dir")
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
     work = Path(opts.work_dir) if opts.work_dir else out.parent / f"{out.name}.train"
-    work.mkdir(parents=True, exist_ok=True)
+    inputs = {"--model_dir": Path(opts.model_dir)}
+    inputs.update({flag: Path(v) for flag, v in (("--prompts", opts.prompts_file), ("--data", opts.data_file),
+                                                 ("--tokenizer_dir", opts.tokenizer_dir)) if v})
+    try:  # the corpus and training state live there: never an input, its parent, the output or a file
+        guard_output_dir(work, inputs)
+    except PortError as exc:
+        raise PortError(exc.what.replace("--output_dir", "--work_dir"), where=exc.where,
+                        fix=(exc.fix or "").replace("--output_dir", "--work_dir")) from None
+    if work.resolve() == out.resolve():
+        raise PortError("--work_dir is the --output_dir", where=str(work), fix="give the training state its own folder")
+    if work.exists() and not work.is_dir():
+        raise PortError("--work_dir exists and is not a directory", where=str(work), fix="choose another --work_dir")
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PortError(f"cannot create --work_dir ({exc.strerror})", where=str(work),
+                        fix="choose a writable --work_dir") from None
     model = load_base(opts.model_dir, device)
     tok_cache: list = []
 

@@ -200,6 +200,7 @@ class ReferenceModel:
         self.exclude = (cfg.get("quantization") or {}).get("exclude_modules")
         self.dtype = to_torch(cfg["dtype"]) if cfg.get("dtype") in CHECKPOINT_DTYPES else torch.float32
         self._check_replicas()
+        self._check_finite()
 
     # -- tensors ---------------------------------------------------------------------
     def stage_ranks(self, pp_rank: int) -> list[int]:
@@ -254,6 +255,20 @@ class ReferenceModel:
 
     def has(self, rank: int, name: str) -> bool:
         return self.ckpt.has(rank, name)
+
+    def _check_finite(self) -> None:
+        """Every floating tensor of every rank is finite, rows no prompt reaches included (an engine would serve
+        them): refused naming the rank file and tensor."""
+        for r, tensors in enumerate(self.ckpt.ranks):
+            for name, lazy in tensors.items():
+                if lazy.dtype_name not in ("float32", "float16", "bfloat16", "float8_e4m3fn"):
+                    continue
+                t = lazy.load()
+                if not bool(torch.isfinite(t.float() if t.dtype == torch.float8_e4m3fn else t).all()):
+                    raise CheckpointError(f"tensor {name!r} holds NaN/Inf",
+                                          where=str(self.ckpt.path / f"rank{r}.safetensors"),
+                                          fix="the checkpoint is damaged: convert again")
+                del t
 
     def _check_replicas(self) -> None:
         """Every rank of a stage holds the same tensor names and shapes, and the replicated
