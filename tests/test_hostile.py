@@ -78,6 +78,13 @@ def _edit_weights(ws: Path, fn: Callable[[dict], None], where: str = "base/model
     save_file(sd, str(p))
 
 
+def _drop_config_field(ws: Path, key: str) -> None:
+    p = ws / "base" / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg.pop(key)
+    p.write_text(json.dumps(cfg))
+
+
 def _nested(depth: int) -> str:
     return "[" * depth + "]" * depth
 
@@ -247,6 +254,10 @@ CASES = [
        "num_hidden_layers", "expected a positive integer"),
     _c("config-kv-heads-zero", lambda ws: (_edit_config(ws, num_key_value_heads=0), _convert(ws))[1], 1,
        "num_key_value_heads is 0"),
+    _c("config-hidden-size-missing", lambda ws: (_drop_config_field(ws, "hidden_size"), _convert(ws))[1], 1,
+       "field 'hidden_size'", "is missing"),
+    _c("config-vocab-size-missing", lambda ws: (_drop_config_field(ws, "vocab_size"), _convert(ws))[1], 1,
+       "field 'vocab_size'"),
     _c("config-hidden-negative", lambda ws: (_edit_config(ws, hidden_size=-64), _convert(ws))[1], 1,
        "hidden_size is -64"),
     _c("config-rope-string", lambda ws: (_edit_config(ws, rope_theta="big"), _convert(ws))[1], 1,

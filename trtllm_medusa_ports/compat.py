@@ -681,6 +681,8 @@ def check(
     findings: list[Finding] = []
     problems: list[str] = []
     try:
+        if adapter is not None:
+            adapter.require_sizes(hf)  # a missing size named, not transformers' default compared with the weights
         if weight_files(Path(model_dir)):  # a config.json alone is checked without weights
             problems = HFModel(model_dir).weight_problems(adapter.ignored_hf_tensors if adapter else ())
     except PortError as exc:

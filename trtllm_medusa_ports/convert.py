@@ -596,6 +596,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             fix="use the number of nodes of your tree (63 for the presets)",
         )
 
+    adapter.require_sizes(model.config)
     problems = model.weight_problems(adapter.ignored_hf_tensors)
     if problems:
         raise ModelError(

@@ -355,6 +355,14 @@ class ArchAdapter:
     ignored_hf_tensors: ClassVar[tuple[str, ...]] = (r".*rotary_emb\.inv_freq", r"medusa_head\..*")
 
     # -- config ---------------------------------------------------------------------------
+    def require_sizes(self, hf: HFConfig) -> None:
+        """The sizes every conversion reads, from config.json itself, naming a missing field; checked before
+        the weights are compared with the shapes transformers builds (which would fill in its own defaults)."""
+        self.hidden_size(hf)
+        self.num_attention_heads(hf)
+        self.num_hf_layers(hf)
+        hf.require("vocab_size")
+
     def hidden_size(self, hf: HFConfig) -> int:
         return int(hf.require("hidden_size", int, "n_embd", "d_model"))
 
