@@ -367,3 +367,34 @@ def test_a_weight_only_conversion_moves_the_float_bytes_without_torch(tmp_path, 
         assert (tmp_path / "wo" / f"rank{r}.safetensors").read_bytes() == \
             (tmp_path / "float" / f"rank{r}.safetensors").read_bytes()
     assert json.loads((tmp_path / "wo" / "config.json").read_text())["quantization"]["quant_algo"] == "W4A16"
+
+
+def _rope_families():
+    from trtllm_medusa_ports.archs import registry
+    from trtllm_medusa_ports.archs.base import PositionEmbedding
+
+    return sorted({c.hf_architectures[0] for c in registry().values() if c.position_embedding is not PositionEmbedding.ALIBI})
+
+
+@pytest.mark.parametrize("arch", _rope_families())
+def test_every_family_verifies_in_fp8_with_a_quantized_kv_cache_at_tp2(tmp_path, store, arch):
+    # the tiny Qwen2's 7 query heads per KV head have no XQA kernel with a quantized cache (rule quant-kv-cache)
+    base = tiny_base(store, arch, **({"num_key_value_heads": 14} if arch == "Qwen2ForCausalLM" else {}))
+    c = tiny_config(arch)
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2, seed=5), tmp_path / "h")
+    ckpt = convert_to(tmp_path / "c", base, heads, tp_size=2, dtype="bfloat16", qformat="fp8", kv_cache_dtype="int8",
+                      calib_dataset=_calib(tmp_path, c.vocab_size, n=3), calib_size=3,
+                      allow_unsupported=arch == "Gemma2ForCausalLM")
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    assert rep.parity and rep.greedy_equal and not rep.quant_scale_mismatches, rep.render()
+    assert rep.quant_scales_checked >= 2 * c.num_hidden_layers * 4  # weight + activation scales of every linear
+
+
+def test_pipeline_parallel_fp8_verifies(tmp_path, store):
+    base = tiny_base(store, "MistralForCausalLM")
+    c = tiny_config("MistralForCausalLM")
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2, seed=5), tmp_path / "h")
+    ckpt = convert_to(tmp_path / "c", base, heads, tp_size=2, pp_size=2, dtype="float16", qformat="fp8",
+                      kv_cache_dtype="fp8", calib_dataset=_calib(tmp_path, c.vocab_size, n=3), calib_size=3)
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    assert rep.ok, rep.render()
