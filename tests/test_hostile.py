@@ -579,3 +579,58 @@ def test_tree_parser_on_random_text(text):
         return
     assert all(isinstance(p, list) and p and all(isinstance(v, int) for v in p) for p in paths)
     validate_choices(paths)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--batch_size", "-1"], "-1 is outside 0..any"),
+    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--steps", "0"], "0 is outside 1..any"),
+    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--num_heads", "x"], "'x' is not an integer"),
+    (["tune-tree", "--model_dir", "m", "--medusa_model_dir", "h", "--output", "t", "--top_k", "0"], "outside 1..1000"),
+    (["tune-tree", "--model_dir", "m", "--medusa_model_dir", "h", "--output", "t", "--top_k", "10000000"],
+     "outside 1..1000"),
+    (["tune-tree", "--model_dir", "m", "--medusa_model_dir", "h", "--output", "t", "--new_tokens", "-1"],
+     "-1 is outside"),
+    (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--max_quant_error", "nan"], "must be a number >= 0"),
+    (["convert", "--model_dir", "m", "--medusa_model_dir", "h", "--calib_size", "-3"], "must be at least 1"),
+    (["check", "--model_dir", "m", "--gpu_memory_gb", "-1"], "must be a number >= 0"),
+])
+def test_numeric_flags_are_range_checked_by_the_parser(argv, says, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_train_heads_refuses_a_device_torch_does_not_have(ws, capsys):
+    assert main(_train(ws, "--device", "bogus")) == 1
+    err = capsys.readouterr().err
+    assert "--device 'bogus' is not a torch device" in err and "Traceback" not in err
+    assert not (ws / "out").exists()
+
+
+def test_a_closed_stdout_is_not_a_traceback(ws, monkeypatch):
+    class Closed:
+        def write(self, _):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr("sys.stdout", Closed())
+    assert main(["tree", "--choices", "mc_sim_7b_63", "--json"]) == 141
+
+
+def test_a_tensorrt_llm_that_imports_badly_is_one_line(ws, capsys, monkeypatch):
+    import importlib
+
+    real = importlib.import_module
+
+    def broken(name, *a, **k):
+        if name == "tensorrt_llm":
+            raise OSError("libcuda.so.1: cannot open shared object file")
+        return real(name, *a, **k)
+
+    assert main(_convert(ws, out="ck")) == 0
+    monkeypatch.setattr(importlib, "import_module", broken)
+    assert main(["build", "--checkpoint_dir", str(ws / "ck"), "--output_dir", str(ws / "eng")]) == 1
+    err = capsys.readouterr().err
+    assert "its import failed (OSError: libcuda.so.1" in err and "Traceback" not in err and err.count("error:") == 1

@@ -6,7 +6,9 @@ Exit codes: 0 success, 1 a problem with the input or a failed check, 2 usage err
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -38,6 +40,19 @@ def _positive(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be at least 1")
     return v
+
+
+def _int_in(lo: int, hi: int | None = None):
+    """An argparse type: an integer in [lo, hi] (hi None: no upper bound), named in the error."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is outside {lo}..{hi if hi is not None else 'any'}")
+        return v
+    return parse
 
 
 def _non_negative(text: str) -> float:
@@ -521,20 +536,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=run_train_heads)
     s.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
     s.add_argument("--output_dir", required=True, help="where to write the heads (FasterDecoding layout)")
-    s.add_argument("--num_heads", "--medusa_num_heads", dest="num_heads", type=int, default=4)
-    s.add_argument("--num_layers", "--medusa_num_layers", dest="num_layers", type=int, default=1)
+    s.add_argument("--num_heads", "--medusa_num_heads", dest="num_heads", type=_int_in(1, 64), default=4)
+    s.add_argument("--num_layers", "--medusa_num_layers", dest="num_layers", type=_int_in(1, 64), default=1)
     s.add_argument("--prompts", default=None,
                    help="text file, one prompt per line (\\n for a line break); default: the packaged prompts")
     s.add_argument("--data", default=None, help='JSON lines: {"prompt": ...} (continued by the base), {"text": ...} '
                    '(used as it is), {"prompt_ids": [...]}, {"input_ids": [...]}')
     s.add_argument("--tokenizer_dir", default=None, help="default: --model_dir")
-    s.add_argument("--new_tokens", type=int, default=64, help="greedy tokens generated per prompt (cached)")
+    s.add_argument("--new_tokens", type=_int_in(1, 1 << 16), default=64,
+                   help="greedy tokens generated per prompt (cached)")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="dtype the base runs in to write the corpus: bfloat16 is about twice as fast where the "
                    "hardware has it (AVX512-BF16/AMX CPUs, GPUs) and matches a bfloat16-served base")
-    s.add_argument("--steps", type=int, default=1000)
+    s.add_argument("--steps", type=_int_in(1), default=1000)
     s.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (warm-up, then cosine decay)")
-    s.add_argument("--batch_size", type=int, default=256, help="positions per head per step (0: all)")
+    s.add_argument("--batch_size", type=_int_in(0), default=256, help="positions per head per step (0: all)")
     s.add_argument("--share_lm_head", action="store_true",
                    help="heads use the base lm_head (FasterDecoding version 2): smaller, faster to train")
     s.add_argument("--full_vocab", action="store_true",
@@ -550,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the hardware has it; the loss, the heads and the optimiser stay float32")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--resume", action="store_true", help="continue the saved run (same flags)")
-    s.add_argument("--save_every", type=int, default=100, help="steps between saved training states")
+    s.add_argument("--save_every", type=_int_in(1), default=100, help="steps between saved training states")
     s.add_argument("--work_dir", default=None, help="cached corpus and training state (default: OUTPUT_DIR.train)")
     s.add_argument("--device", default=None, help="default: cuda when present, else cpu")
     s.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
@@ -565,10 +581,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out text to measure on, one prompt per line (default: the packaged held-out prompts)")
     g.add_argument("--prompt_ids", default=None, help="token ids: 1,2,3 (';' separates prompts)")
     s.add_argument("--tokenizer_dir", default=None, help="default: --model_dir")
-    s.add_argument("--new_tokens", type=int, default=64, help="greedy tokens generated per prompt")
-    s.add_argument("--max_nodes", type=int, default=63, help="node budget (the engine's max_draft_len)")
-    s.add_argument("--max_draft_len", type=int, default=63, help="refuse a budget above this (check's limit)")
-    s.add_argument("--top_k", type=int, default=10, help="candidates per head considered")
+    s.add_argument("--new_tokens", type=_int_in(1, 1 << 16), default=64, help="greedy tokens generated per prompt")
+    s.add_argument("--max_nodes", type=_int_in(1, 4096), default=63, help="node budget (the engine's max_draft_len)")
+    s.add_argument("--max_draft_len", type=_int_in(1, 4096), default=63,
+                   help="refuse a budget above this (check's limit)")
+    s.add_argument("--top_k", type=_int_in(1, 1000), default=10, help="candidates per head considered")
     s.add_argument("--estimate", default="product", choices=["product", "joint"],
                    help="node value: product of per-head accuracies (Medusa paper), or joint counts")
     s.add_argument("--baseline", default="mc_sim_7b_63", help="tree to compare with ('' for none)")
@@ -614,3 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; nothing was left half-written", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (`... | head`): not an error of ours, and no traceback
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout again at exit)
+        return 141

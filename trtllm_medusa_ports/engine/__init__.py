@@ -46,9 +46,17 @@ def require_tensorrt_llm() -> ModuleType:
     try:
         return importlib.import_module("tensorrt_llm")
     except ImportError as exc:
+        if getattr(exc, "name", None) not in (None, "tensorrt_llm"):  # installed, but a library of it is missing
+            raise EngineUnavailable(
+                f"TensorRT-LLM is installed but cannot be imported ({exc})",
+                fix="run on a machine with an NVIDIA GPU, its driver and CUDA libraries, and TensorRT-LLM's own "
+                    "dependencies; convert, check and verify work without it") from None
         raise EngineUnavailable(
             f"TensorRT-LLM is not installed ({exc})",
             fix=f"on a machine with an NVIDIA GPU: pip install 'tensorrt_llm{SUPPORTED_TRTLLM}' "
             "--extra-index-url https://pypi.nvidia.com (1.2.x is the last release with trtllm-build); "
             "convert, check and verify work without it",
         ) from None
+    except Exception as exc:  # its import runs CUDA and plugin initialisation: any error is the environment's
+        raise EngineUnavailable(f"TensorRT-LLM is installed but its import failed ({type(exc).__name__}: {exc})",
+                                fix="run on a machine with an NVIDIA GPU and a working CUDA installation") from None

@@ -662,6 +662,14 @@ def train(opts: TrainOptions) -> TrainResult:
         raise PortError("output directory is not empty", where=str(out),
                         fix="pass --overwrite to replace it, or choose another --output_dir")
     device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise PortError(f"--device {device!r} is not a torch device ({exc})", fix="use --device cpu or cuda") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise PortError(f"--device {device}: torch sees no CUDA device here", fix="use --device cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise PortError(f"--device {device}: only cpu and cuda are supported", fix="use --device cpu")
     work = Path(opts.work_dir) if opts.work_dir else out.parent / f"{out.name}.train"
     inputs = {"--model_dir": Path(opts.model_dir)}
     inputs.update({flag: Path(v) for flag, v in (("--prompts", opts.prompts_file), ("--data", opts.data_file),
