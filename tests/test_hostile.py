@@ -634,3 +634,20 @@ def test_a_tensorrt_llm_that_imports_badly_is_one_line(ws, capsys, monkeypatch):
     assert main(["build", "--checkpoint_dir", str(ws / "ck"), "--output_dir", str(ws / "eng")]) == 1
     err = capsys.readouterr().err
     assert "its import failed (OSError: libcuda.so.1" in err and "Traceback" not in err and err.count("error:") == 1
+
+
+def test_a_second_train_heads_on_one_work_dir_is_refused(ws, capsys):
+    import fcntl
+
+    work = ws / "out.train"
+    work.mkdir()
+    fd = os.open(work / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a first run holds it
+    try:
+        assert main(_train(ws)) == 1
+        err = capsys.readouterr().err
+        assert "another train-heads is running with this --work_dir" in err and "Traceback" not in err
+        assert not (ws / "out").exists()
+    finally:
+        os.close(fd)
+    assert main(_train(ws)) == 0 and (ws / "out" / "medusa_lm_head.safetensors").is_file()

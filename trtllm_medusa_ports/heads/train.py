@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -688,6 +689,28 @@ def train(opts: TrainOptions) -> TrainResult:
     except OSError as exc:
         raise PortError(f"cannot create --work_dir ({exc.strerror})", where=str(work),
                         fix="choose a writable --work_dir") from None
+    lock = _lock_work_dir(work)  # one run at a time per work dir: a second would overwrite the first's state
+    try:
+        return _train_locked(opts, out, work, device)
+    finally:
+        os.close(lock)
+
+
+def _lock_work_dir(work: Path) -> int:
+    import fcntl
+
+    fd = os.open(work / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise PortError("another train-heads is running with this --work_dir", where=str(work),
+                        fix="wait for it to finish, or give this run its own --output_dir / --work_dir") from None
+    return fd
+
+
+def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> TrainResult:
+    f = opts.fit
     model = load_base(opts.model_dir, device)
     tok_cache: list = []
 
