@@ -413,3 +413,44 @@ def test_verify_reports_tokens_per_step_until_the_end_token(tmp_path, llama_trai
     rep = verify_mod.verify(base, ckpt, medusa_choices=choices, prompts=[prompt], max_new_tokens=24, quiet=True)
     assert rep.prompts_ending_early == 0 and rep.tokens_per_step_until_end == rep.mean_accepted_tokens_per_step
     assert "until end token" not in rep.render()
+
+
+@pytest.mark.parametrize("signame, when", [("SIGINT", "step"), ("SIGTERM", "step"), ("SIGINT", "save"),
+                                           ("SIGTERM", "save")])
+def test_a_signal_at_any_point_of_the_fit_resumes_bit_for_bit(tmp_path, monkeypatch, signame, when):
+    """SIGINT / SIGTERM take effect at the next step boundary: the saved state holds exactly its steps (a save
+    in progress finishes first), and --resume ends with the uninterrupted run's weights."""
+    import os
+    import signal
+
+    import trtllm_medusa_ports.heads.train as train_mod
+    from trtllm_medusa_ports.heads.train import TrainingInterrupted
+
+    hidden, targets, lm = _toy()
+    opts = FitOptions(num_heads=2, steps=12, lr=1e-2, batch_size=32, share_lm_head=False, save_every=5)
+    straight, _ = fit_heads(hidden, targets, lm, None, opts)
+    sig = getattr(signal, signame)
+    real_lr, real_save = train_mod.lr_at, train_mod.save_state
+    if when == "step":  # in the middle of step 8 (before its update)
+        monkeypatch.setattr(train_mod, "lr_at", lambda s, o: (os.kill(os.getpid(), sig) if s == 8 else None,
+                                                             real_lr(s, o))[1])
+    else:  # during the periodic save after step 5
+        def save_state(path, o, state):
+            os.kill(os.getpid(), sig)
+            real_save(path, o, state)
+        monkeypatch.setattr(train_mod, "save_state", save_state)
+    state = tmp_path / "state.pt"
+    with pytest.raises(TrainingInterrupted) as exc:
+        fit_heads(hidden, targets, lm, None, opts, state_path=state)
+    want = 9 if when == "step" else 5
+    assert exc.value.step == want and exc.value.signum == sig
+    assert torch.load(state, weights_only=True)["step"] == want
+    monkeypatch.setattr(train_mod, "lr_at", real_lr)
+    monkeypatch.setattr(train_mod, "save_state", real_save)
+    resumed, hist = fit_heads(hidden, targets, lm, None, opts, state_path=state, resume=True)
+    assert hist[-1]["step"] == 12
+    for a, b in zip(resumed.blocks, straight.blocks, strict=True):
+        for (wa, ba), (wb, bb) in zip(a, b, strict=True):
+            assert torch.equal(wa, wb) and torch.equal(ba, bb)
+    assert all(torch.equal(a, b) for a, b in zip(resumed.lm_heads, straight.lm_heads, strict=True))
+    assert signal.getsignal(signal.SIGINT) is not None  # handlers restored after the fit

@@ -294,11 +294,22 @@ def run_train_heads(args: argparse.Namespace) -> int:
                         new_tokens=args.new_tokens, dtype=args.dtype,
                         work_dir=Path(args.work_dir) if args.work_dir else None,
                         resume=args.resume, overwrite=args.overwrite, device=args.device, fit=fit)
+    from trtllm_medusa_ports.heads.train import TrainingInterrupted
+
     try:
         result = train(opts)
+    except TrainingInterrupted as exc:
+        code = 128 + int(exc.signum)
+        if exc.step is not None:
+            print(f"interrupted after step {exc.step}; the training state holds exactly those steps: run the same "
+                  "command with --resume to continue (the result equals an uninterrupted run's)", file=sys.stderr)
+        else:
+            print("interrupted; the last periodic training state (if any) stands: run the same command with "
+                  "--resume to continue from it", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
-        print("interrupted; the training state is saved: run the same command with --resume to continue",
-              file=sys.stderr)
+        print("interrupted before training began: no training state was saved (a finished corpus is cached); "
+              "run the same command again", file=sys.stderr)
         return 130
     print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.summary())
     return 0

@@ -36,6 +36,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -468,8 +469,12 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     end = opts.steps if stop_after is None else min(opts.steps, start + stop_after)
     bar = tqdm(total=opts.steps, initial=start, desc="train heads", unit="step", disable=opts.quiet, file=sys.stderr)
     step = start
+    stop = _DeferredStop()
     try:
+        stop.install()
         for step in range(start, end):
+            if stop.signum is not None:
+                break
             g = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, opts)
@@ -522,12 +527,19 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
             bar.update(1)
             if opts.save_every and (step + 1) % opts.save_every == 0 and step + 1 < end:
                 save(step + 1)
-        step = end
-    except KeyboardInterrupt:
-        save(step)
+        else:
+            step = end
+        if stop.signum is not None:  # the steps before `step` are done, none after: exactly what is saved
+            save(step)
+            bar.close()
+            raise TrainingInterrupted(step, stop.signum)
+    except KeyboardInterrupt as exc:  # not deferred (another thread, no handler): the last whole save stands
         bar.close()
-        raise
+        if isinstance(exc, TrainingInterrupted):
+            raise
+        raise TrainingInterrupted(None, signal.SIGINT) from None
     finally:
+        stop.restore()
         if flushed:
             torch.set_flush_denormal(False)
     bar.close()
@@ -535,6 +547,38 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     heads = HeadWeights([[(w.detach().cpu().clone(), b.detach().cpu().clone()) for w, b in row] for row in blocks],
                         None if lms is None else [t.detach().cpu().clone() for t in lms])
     return heads, history
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped by SIGINT / SIGTERM; ``step``: the steps the saved state holds (None: the last periodic
+    save, if any, stands)."""
+
+    def __init__(self, step: int | None, signum: int):
+        super().__init__(step)
+        self.step, self.signum = step, signum
+
+
+class _DeferredStop:
+    """SIGINT and SIGTERM recorded instead of raised, while installed (main thread only)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._old: dict = {}
+
+    def _handler(self, signum, frame) -> None:  # noqa: ARG002
+        self.signum = signum
+
+    def install(self) -> None:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handler)
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
 
 
 def save_state(path: Path, opts: FitOptions, state: FitState) -> None:
