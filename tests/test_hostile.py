@@ -78,6 +78,11 @@ def _edit_weights(ws: Path, fn: Callable[[dict], None], where: str = "base/model
     save_file(sd, str(p))
 
 
+def _sparse(path: Path, size: int) -> None:
+    with open(path, "wb") as f:
+        f.truncate(size)
+
+
 def _drop_config_field(ws: Path, key: str) -> None:
     p = ws / "base" / "config.json"
     cfg = json.loads(p.read_text())
@@ -390,6 +395,17 @@ CASES = [
     _c("train-data-fifo", lambda ws: (_fifo(ws / "d.jsonl"), _train(ws, "--data", str(ws / "d.jsonl")))[1], 1,
        "is not a regular file"),
     _c("train-lr-diverges", lambda ws: _train(ws, "--lr", "1e30", "--steps", "3"), 1, "NaN/Inf", "lower --lr"),
+    _c("train-data-deeply-nested", lambda ws: ((ws / "d.jsonl").write_text("[" * 100000 + "]" * 100000 + "\n"),
+                                               _train(ws, "--data", str(ws / "d.jsonl")))[1], 1,
+       "nests JSON deeper than can be read"),
+    _c("train-prompt-beyond-positions", lambda ws: ((ws / "d.jsonl").write_text(
+        json.dumps({"prompt_ids": [1] * (CFG.max_position_embeddings + 1)}) + "\n"),
+        _train(ws, "--data", str(ws / "d.jsonl")))[1], 1, "max_position_embeddings", "shorten the prompt"),
+    _c("tree-file-utf8-bom", lambda ws: ((ws / "t.json").write_bytes(b"\xef\xbb\xbf[[0], [1]]"),
+                                         ["tree", "--choices", f"@{ws / 't.json'}"])[1], 0),
+    _c("tree-file-huge-sparse", lambda ws: (_sparse(ws / "t.json", 1 << 22),
+                                            ["tree", "--choices", f"@{ws / 't.json'}"])[1], 1,
+       "more than any tree needs"),
     _c("tune-output-inside-model-dir", lambda ws: _tune(ws, out=ws / "base" / "tree.json"), 1,
        "inside the input --model_dir"),
     _c("tune-output-is-heads-config", lambda ws: _tune(ws, "--overwrite", out=ws / "heads" / "config.json"), 1,

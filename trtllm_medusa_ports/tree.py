@@ -35,6 +35,10 @@ DEFAULT_TOP_K = 10
 Path_ = tuple[int, ...]
 
 
+#: the largest @FILE tree read (a tree of thousands of nodes takes tens of kB)
+MAX_CHOICES_FILE_BYTES = 1 << 20
+
+
 def load_presets() -> dict[str, list[list[int]]]:
     """The FasterDecoding trees (medusa/model/medusa_choices.py), shipped as data."""
     text = resources.files("trtllm_medusa_ports").joinpath("data/medusa_presets.json").read_text()
@@ -64,8 +68,11 @@ def parse_choices(spec: str | list) -> list[list[int]]:
             origin = str(path)
             fix = "pass @PATH to a readable file holding a JSON list of paths"
             require_regular_file(path, TreeError, fix)
+            if path.stat().st_size > MAX_CHOICES_FILE_BYTES:  # never read a huge (or sparse) file whole
+                raise TreeError(f"the tree file is {path.stat().st_size} bytes, more than any tree needs "
+                                f"({MAX_CHOICES_FILE_BYTES})", where=str(path), fix=fix)
             try:
-                text = path.read_text(encoding="utf-8").strip()
+                text = path.read_text(encoding="utf-8-sig").strip()  # a UTF-8 byte-order mark is read as one
             except OSError as exc:
                 raise TreeError(f"cannot read the tree file ({exc.strerror})", where=str(path), fix=fix) from None
             except UnicodeDecodeError:

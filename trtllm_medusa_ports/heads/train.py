@@ -138,6 +138,8 @@ def read_data_file(path: str | Path, tokenize) -> list[Item]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PortError(f"line {n} is not JSON ({exc.msg})", where=str(path), fix=fix) from None
+        except RecursionError:
+            raise PortError(f"line {n} nests JSON deeper than can be read", where=str(path), fix=fix) from None
         if not isinstance(obj, dict):
             raise PortError(f"line {n} is not a JSON object", where=str(path), fix=fix)
         if isinstance(obj.get("prompt"), str):
@@ -769,11 +771,16 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> Tra
         texts = read_prompts_file(opts.prompts_file) if opts.prompts_file else packaged_prompts()
         items = [Item(tokenize(t)) for t in texts]
     vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else lm_head_of(model)[0].shape[0]
-    for it in items:
+    max_pos = getattr(model.config, "max_position_embeddings", None)
+    for n, it in enumerate(items):
         bad = [t for t in it.ids if not 0 <= t < vocab]
         if bad or not it.ids:
             raise PortError(f"token ids {bad[:3] or '(empty)'} are outside the vocabulary 0..{vocab - 1}",
                             fix="use the base's own tokenizer (--tokenizer_dir) or valid ids")
+        if max_pos and len(it.ids) + (opts.new_tokens if it.continue_it else 0) > max_pos:
+            raise PortError(f"prompt {n} has {len(it.ids)} tokens; with --new_tokens {opts.new_tokens} it passes the "
+                            f"base's max_position_embeddings {max_pos}",
+                            fix="shorten the prompt (one prompt per line) or lower --new_tokens")
     key = corpus_key(Path(opts.model_dir), items, opts.new_tokens, opts.dtype)
     corpus = load_corpus(work / "corpus.pt", key)
     lm_head, lm_bias = (t.clone() if t is not None else None for t in lm_head_of(model))  # float32, as loaded
