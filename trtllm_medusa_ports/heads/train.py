@@ -757,6 +757,10 @@ def _lock_work_dir(work: Path) -> int:
 
 def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> TrainResult:
     f = opts.fit
+    if f.quiet:  # --quiet silences transformers' loading bars too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     model = load_base(opts.model_dir, device)
     tok_cache: list = []
 
