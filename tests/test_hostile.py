@@ -78,6 +78,13 @@ def _edit_weights(ws: Path, fn: Callable[[dict], None], where: str = "base/model
     save_file(sd, str(p))
 
 
+def _nan_pt_heads(path: Path) -> None:
+    save_heads(random_heads(H, V, num_heads=2, seed=1), path, "fasterdecoding-pt")
+    sd = torch.load(path / "medusa_lm_head.pt", weights_only=True)
+    sd["0.0.linear.weight"].view(-1)[3] = float("nan")
+    torch.save(sd, path / "medusa_lm_head.pt")
+
+
 def _sparse(path: Path, size: int) -> None:
     with open(path, "wb") as f:
         f.truncate(size)
@@ -406,6 +413,9 @@ CASES = [
     _c("tree-file-huge-sparse", lambda ws: (_sparse(ws / "t.json", 1 << 22),
                                             ["tree", "--choices", f"@{ws / 't.json'}"])[1], 1,
        "more than any tree needs"),
+    _c("heads-pt-with-nan-names-the-source-tensor", lambda ws: (shutil.rmtree(ws / "heads"),
+                                                               _nan_pt_heads(ws / "heads"), _convert(ws))[2], 1,
+       "medusa_lm_head.pt [0.0.linear.weight]", "holds NaN/Inf"),
     _c("tune-output-inside-model-dir", lambda ws: _tune(ws, out=ws / "base" / "tree.json"), 1,
        "inside the input --model_dir"),
     _c("tune-output-is-heads-config", lambda ws: _tune(ws, "--overwrite", out=ws / "heads" / "config.json"), 1,

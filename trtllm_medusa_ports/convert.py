@@ -425,6 +425,7 @@ def plan(
                         _first_input,
                         Split.COLUMN,
                         [(r, f"{base}.{part}") for r in last],
+                        sources=(ref.where(),) if ref is not None else (),
                         lazy=lazy,
                     )
                 )
@@ -449,6 +450,7 @@ def plan(
                     _first_input,
                     Split.VOCAB,
                     [(r, f"medusa_heads.{h}.lm_head.weight") for r in last],
+                    sources=(ref.where(),),
                     lazy=lazy,
                 )
             )
@@ -796,7 +798,8 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
                 return err(
                     f"tensor for {job.label} holds NaN/Inf after casting to {dtype}"
                     + (f" (from {', '.join(job.sources)})" if job.sources else ""),
-                    fix="the weights are damaged, or overflow this dtype: try --dtype float32/bfloat16",
+                    fix="the source holds NaN/Inf (damaged weights: save them again)" if dtype == "float32" else
+                        f"the source holds NaN/Inf, or its values overflow {dtype}: try --dtype bfloat16 or float32",
                 )
 
             whole_tensors = threading.Semaphore(opts.workers)
