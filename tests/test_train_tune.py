@@ -454,3 +454,19 @@ def test_a_signal_at_any_point_of_the_fit_resumes_bit_for_bit(tmp_path, monkeypa
             assert torch.equal(wa, wb) and torch.equal(ba, bb)
     assert all(torch.equal(a, b) for a, b in zip(resumed.lm_heads, straight.lm_heads, strict=True))
     assert signal.getsignal(signal.SIGINT) is not None  # handlers restored after the fit
+
+
+def test_a_damaged_training_state_is_refused_by_name(tmp_path):
+    from trtllm_medusa_ports.errors import HeadsError
+    from trtllm_medusa_ports.heads.train import load_state
+
+    hidden, targets, lm = _toy()
+    opts = FitOptions(num_heads=2, steps=4, lr=1e-2, batch_size=32, share_lm_head=True)
+    state = tmp_path / "state.pt"
+    fit_heads(hidden, targets, lm, None, opts, state_path=state, stop_after=2)
+    d = torch.load(state, weights_only=True)
+    d.pop("optimizer")
+    torch.save(d, state)
+    with pytest.raises(HeadsError, match="incomplete or damaged") as exc:
+        load_state(state, opts)
+    assert exc.value.where == str(state) and "without --resume" in exc.value.fix

@@ -602,8 +602,15 @@ def load_state(path: Path, opts: FitOptions) -> FitState:
         diff = sorted(k for k in opts.signature() if d.get("options", {}).get(k) != opts.signature()[k])
         raise HeadsError(f"the saved run used other settings ({', '.join(diff)})", where=str(path),
                          fix="resume with the same flags, or train without --resume to start over")
-    return FitState(d["step"], [[tuple(wb) for wb in row] for row in d["blocks"]], d["lm_heads"], d["optimizer"],
-                    d.get("history", []))
+    try:
+        state = FitState(int(d["step"]), [[tuple(wb) for wb in row] for row in d["blocks"]], d["lm_heads"],
+                         d["optimizer"], d.get("history", []))
+        if len(state.blocks) != opts.num_heads or any(len(row) != opts.num_layers for row in state.blocks):
+            raise ValueError
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise HeadsError("the saved training state is incomplete or damaged (a key or a head missing)",
+                         where=str(path), fix="remove the file and train without --resume") from None
+    return state
 
 
 # -- writing --------------------------------------------------------------------------------
@@ -634,9 +641,14 @@ def write_heads(heads: HeadWeights, output_dir: Path, *, overwrite: bool, base_d
         cfg["version"] = "2"
     if extra:
         cfg.update(extra)
-    with atomic_output_dir(output_dir, overwrite=overwrite, inputs=inputs or {"--model_dir": base_dir}) as tmp:
-        save_file(sd, str(tmp / "medusa_lm_head.safetensors"))
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    try:
+        with atomic_output_dir(output_dir, overwrite=overwrite, inputs=inputs or {"--model_dir": base_dir}) as tmp:
+            save_file(sd, str(tmp / "medusa_lm_head.safetensors"))
+            (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    except OSError as exc:  # a full disk, a read-only output: nothing half-written is left
+        raise HeadsError(f"could not write the heads ({exc.strerror or exc})", where=str(output_dir),
+                         fix="free space or choose a writable --output_dir; the training state is kept, so "
+                             "--resume writes them without training again") from None
     return output_dir
 
 
