@@ -677,3 +677,68 @@ def test_a_second_train_heads_on_one_work_dir_is_refused(ws, capsys):
     finally:
         os.close(fd)
     assert main(_train(ws)) == 0 and (ws / "out" / "medusa_lm_head.safetensors").is_file()
+
+
+# -- the text readers added for train-heads, tune-tree and calibration, on arbitrary bytes ----------------
+_lines = st.lists(st.one_of(st.binary(max_size=40), st.sampled_from([
+    b'{"prompt_ids": [1, 2]}', b'{"input_ids": []}', b'{"text": 3}', b'{"prompt": "hi"}', b"[1, 2]", b"{",
+    b'{"input_ids": [1, 99999999999999999999]}', b'{"input_ids": [true, 2]}', b"\xef\xbb\xbfhello", b"\x00"])),
+    max_size=6)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_lines, st.integers(1, 4))
+def test_prompt_data_and_calibration_readers_on_arbitrary_bytes(tmp_path, lines, size):
+    """Each reader gives its items or one PortError naming the file; never another exception."""
+    from trtllm_medusa_ports.heads.train import read_data_file, read_prompts_file
+    from trtllm_medusa_ports.quant.calibrate import read_calibration_samples
+
+    p = tmp_path / "f.txt"
+    p.write_bytes(b"\n".join(lines))
+
+    def tokenize(text: str) -> list[int]:
+        return [ord(c) % 97 for c in text] or [0]
+
+    for read in (read_prompts_file, lambda q: read_data_file(q, tokenize)):
+        try:
+            items = read(p)
+        except PortError as exc:
+            assert exc.where == str(p)
+        else:
+            assert items
+    try:
+        samples, source = read_calibration_samples(p, tmp_path, size=size, max_seq_length=8)
+    except PortError as exc:
+        assert exc.where in (str(p.resolve()), str(p)) or "tokenizer" in exc.what
+    else:
+        assert len(samples) == size and all(1 <= len(s) <= 8 and all(isinstance(t, int) for t in s) for s in samples)
+
+
+def test_ctrl_c_while_the_corpus_is_built_claims_no_saved_state(ws, capsys, monkeypatch):
+    import trtllm_medusa_ports.heads.train as train_mod
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_mod, "build_corpus", interrupted)
+    assert main(_train(ws)) == 130
+    err = capsys.readouterr().err
+    assert "no training state was saved" in err and "--resume" not in err and not (ws / "out").exists()
+
+
+def test_a_state_write_cut_short_leaves_the_last_whole_state(ws, tmp_path):
+    """SIGKILL during a save: the state is written to a temporary file and renamed, so the last whole state
+    stands and --resume continues from it (what a killed save leaves is a stray .tmp, ignored)."""
+    from trtllm_medusa_ports.heads.train import FitOptions, fit_heads
+
+    g = torch.Generator().manual_seed(0)
+    hidden, lm = torch.randn(200, 16, generator=g), torch.randn(30, 16, generator=g)
+    targets = torch.randint(0, 30, (200, 2), generator=g)
+    opts = FitOptions(num_heads=2, steps=6, lr=1e-2, batch_size=32, share_lm_head=True, save_every=2)
+    straight, _ = fit_heads(hidden, targets, lm, None, opts)
+    state = tmp_path / "state.pt"
+    fit_heads(hidden, targets, lm, None, opts, state_path=state, stop_after=4)
+    state.with_suffix(".tmp").write_bytes(b"\x80half a pickle")  # the killed save's leftover
+    resumed, hist = fit_heads(hidden, targets, lm, None, opts, state_path=state, resume=True)
+    assert hist[-1]["step"] == 6
+    assert all(torch.equal(a[0][0], b[0][0]) for a, b in zip(resumed.blocks, straight.blocks, strict=True))
