@@ -27,3 +27,15 @@ def test_nothing_imports_tensorrt_llm_outside_engine():
             "print(any(m.startswith('tensorrt_llm') for m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "False"
+
+
+def test_top_level_help_speaks_to_users_with_one_example_per_command(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "thin command line" not in out and "exit codes:" in out
+    for command in ("check", "convert", "verify", "build", "train-heads", "tune-tree", "tree", "inspect-heads", "demo"):
+        assert f"  trtllm-medusa {command} " in out or out.rstrip().endswith(f"trtllm-medusa {command}") or \
+            f"  trtllm-medusa {command}\n" in out, command

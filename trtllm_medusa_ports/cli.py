@@ -1,4 +1,4 @@
-"""``trtllm-medusa``: thin command line over the library (parse, call, print, exit code).
+"""``trtllm-medusa``: the command line (parse the flags, call the library, print, exit code).
 
 Exit codes: 0 success, 1 a problem with the input or a failed check, 2 usage errors.
 """
@@ -481,10 +481,31 @@ def run_demo(args: argparse.Namespace) -> int:
     return demo(Path(args.workdir), quiet=args.quiet, architecture=args.architecture)
 
 
+USAGE = """Medusa speculative decoding in TensorRT-LLM 1.2 for base models other than Llama: check what the
+engine can serve, convert a Hugging Face base and its Medusa heads (float, FP8, INT8/INT4 weight-only),
+prove the checkpoint on CPU, and build it.
+
+examples:
+  trtllm-medusa check --model_dir ./Qwen2-7B --medusa_model_dir ./heads --tp_size 2 --qformat int4_wo \\
+      --max_batch_size 8 --max_seq_len 4096 --gpu_memory_gb 24
+  trtllm-medusa convert --model_dir ./Qwen2-7B --medusa_model_dir ./heads --output_dir ./ckpt --tp_size 2
+  trtllm-medusa verify --model_dir ./Qwen2-7B --checkpoint_dir ./ckpt --prompt "Hello"
+  trtllm-medusa build --checkpoint_dir ./ckpt --output_dir ./engine --max_batch_size 4
+  trtllm-medusa train-heads --model_dir ./Qwen2-0.5B --output_dir ./heads --share_lm_head
+  trtllm-medusa tune-tree --model_dir ./Qwen2-0.5B --medusa_model_dir ./heads --output tree.json
+  trtllm-medusa tree --choices mc_sim_7b_63 --draw
+  trtllm-medusa inspect-heads ./heads
+  trtllm-medusa demo
+
+exit codes: 0 success, 1 a problem with the input or a failed check, 2 a usage error.
+docs: docs/user-guide.md (commands), docs/compatibility-rules.md (every check rule)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trtllm_medusa_ports import __version__
 
-    p = argparse.ArgumentParser(prog="trtllm-medusa", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="trtllm-medusa", description=USAGE,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=__version__)
     sub = p.add_subparsers(dest="command", required=True)
 
