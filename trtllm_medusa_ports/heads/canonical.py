@@ -90,7 +90,9 @@ class MedusaHeads:
             "num_heads": self.num_heads,
             "num_layers": self.num_layers,
             "hidden_size": self.hidden_size,
-            "vocab_size": self.vocab_size,
+            # heads projecting with the base lm_head have no vocabulary of their own: they take the base's
+            "vocab_size": self.vocab_size if self.vocab_size is not None else
+            ("the base's (the heads use its lm_head)" if self.shares_base_lm_head else None),
             "shares_base_lm_head": self.shares_base_lm_head,
             "has_own_shared_lm_head": self.shared_lm_head is not None,
             "truncated_vocab": self.token_map is not None,
