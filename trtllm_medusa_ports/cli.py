@@ -338,8 +338,12 @@ def run_tune_tree(args: argparse.Namespace) -> int:
         return 0
     print(f"measured on {res.positions} positions; each head's cumulative top-k accuracy:")
     print_table(res.accuracy)
-    print(f"tree: {len(res.paths)} nodes, depth {max(map(len, res.paths))} -> {args.output} "
+    depth = max(map(len, res.paths))
+    print(f"tree: {len(res.paths)} nodes, depth {depth} -> {args.output} "
           f"(use it as --medusa_choices @{args.output})")
+    if depth < len(res.accuracy):  # the deeper heads never propose a node of this tree
+        print(f"note: the tree uses {depth} of the {len(res.accuracy)} heads: heads {depth}..{len(res.accuracy) - 1} "
+              "are computed by the engine but no tree node reads them", file=sys.stderr)
     print(f"predicted tokens per step: {res.predicted_tokens_per_step:.2f} ({res.estimate} estimate); "
           f"on the measured text: {res.measured_on_text:.2f}")
     if res.baseline:
