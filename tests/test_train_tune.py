@@ -470,3 +470,17 @@ def test_a_damaged_training_state_is_refused_by_name(tmp_path):
     with pytest.raises(HeadsError, match="incomplete or damaged") as exc:
         load_state(state, opts)
     assert exc.value.where == str(state) and "without --resume" in exc.value.fix
+
+
+def test_tune_tree_says_when_the_tree_leaves_heads_unused(tmp_path, monkeypatch, capsys):
+    import trtllm_medusa_ports.tune as tune_mod
+    from trtllm_medusa_ports.cli import main as cli_main
+
+    shallow = tune_mod.TuneResult(paths=[[0], [1]], accuracy=[[0.5, 0.2], [0.1, 0.1], [0.05, 0.05]],
+                                  predicted_tokens_per_step=1.7, measured_on_text=1.6, positions=10, estimate="product")
+    monkeypatch.setattr(tune_mod, "tune", lambda *a, **k: shallow)
+    out = tmp_path / "t.json"
+    assert cli_main(["tune-tree", "--model_dir", str(tmp_path / "m"), "--medusa_model_dir", str(tmp_path / "h"),
+                     "--output", str(out), "--prompt_ids", "1,2"]) == 0
+    assert "the tree uses 1 of the 3 heads: heads 1..2" in capsys.readouterr().err
+    assert json.loads(out.read_text()) == [[0], [1]]
