@@ -398,3 +398,18 @@ def test_pipeline_parallel_fp8_verifies(tmp_path, store):
                       kv_cache_dtype="fp8", calib_dataset=_calib(tmp_path, c.vocab_size, n=3), calib_size=3)
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
     assert rep.ok, rep.render()
+
+
+def test_fp8_arithmetic_is_the_engines():
+    """FP8Linear: x / s_a with s_a cast to the model dtype, saturated to +-448, rounded to float8_e4m3fn; weights
+    (w / s_w) cast the same way (ModelOpt to_quantized_weight)."""
+    from trtllm_medusa_ports.quant import fp8_activation, fp8_scale, fp8_weight
+
+    assert fp8_scale(448.0) == 1.0 and fp8_scale(0.0) == 1.0  # an amax of 0 gives scale 1 (export_amax)
+    x = torch.tensor([1000.0, -1000.0, 1.0625, 0.0, 3.0])
+    assert fp8_activation(x, 1.0, torch.float16).tolist() == [448.0, -448.0, 1.0, 0.0, 3.0]  # saturated, RNE
+    s = 1.0 / 3.0  # cast to bfloat16 first: 0.333984375, not 1/3
+    got = fp8_activation(torch.tensor([1.0]), s, torch.bfloat16)
+    assert got.item() == torch.tensor(1.0 / 0.333984375).to(torch.float8_e4m3fn).float().item()
+    w = torch.tensor([[0.5, -2.0]], dtype=torch.float16)
+    assert fp8_weight(w, 2.0 / 448).float().tolist() == [[112.0, -448.0]]

@@ -94,8 +94,11 @@ def _where(mapping: Mapping, num_layers: int, i: int) -> tuple[int, int]:
 
 
 def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdapter, *, rederive: bool = True,
-          quiet: bool = True) -> Emulation:
-    """Quantize ``model`` (in place) as the checkpoint is quantized; compare every written scale."""
+          quiet: bool = True, activations: bool = True) -> Emulation:
+    """Quantize ``model`` (in place) as the checkpoint is quantized; compare every written scale.
+
+    ``activations=False`` leaves FP8 linears' inputs unquantized (verify's exact checks: that rounding
+    amplifies float-order noise between two implementations; its effect is reported apart)."""
     cfg = ckpt.config
     spec = QuantSpec.from_config(cfg)
     exclude = (cfg.get("quantization") or {}).get("exclude_modules")
@@ -146,6 +149,8 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
                 for name in lin.modules:
                     m = modules[name]
                     m.weight.copy_(fp8_weight(m.weight, s_w).float() * s_w)
+                    if not activations:
+                        continue
 
                     def pre(_m, args, s_a=s_a):
                         return (fp8_activation(args[0], s_a, dtype) * s_a,) + tuple(args[1:])

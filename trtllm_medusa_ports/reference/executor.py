@@ -190,6 +190,10 @@ class ReferenceModel:
         # quantized per rank as preprocess_weights does at load; FP8 linears quantize their input with the
         # written activation scale; a quantized KV cache holds q(k), q(v)
         self.quant = QuantSpec.from_config(cfg)
+        #: the rounding steps that amplify float noise: FP8Linear's input quantization and the quantized KV
+        #: cache (a 1e-7 difference can flip a rounding); verify turns them off for its exact checks
+        self.quantize_activations = True
+        self.quantize_kv = True
         if self.quant.quant_algo not in EMULATED:
             raise CheckpointError(
                 f"quant_algo {self.quant.quant_algo} is not emulated by the reference executor (it computes "
@@ -224,7 +228,8 @@ class ReferenceModel:
     def linear_input(self, x: torch.Tensor, rank: int, linear: str) -> torch.Tensor:
         """The input of checkpoint linear ``linear`` as it multiplies the weight: FP8 linears quantize it
         (``FP8Linear.forward``: ``x / s_a`` saturated to float8_e4m3fn; the product is scaled by ``s_a``)."""
-        if self.quant.quant_algo != "FP8" or not fp8_quantized(linear + ".weight", self.exclude):
+        if (not self.quantize_activations or self.quant.quant_algo != "FP8"
+                or not fp8_quantized(linear + ".weight", self.exclude)):
             return x
         key = (rank, linear + ".activation_scaling_factor")
         if key not in self._weights:
@@ -233,7 +238,7 @@ class ReferenceModel:
         return fp8_activation(x, float(scale.reshape(-1)[0]), self.dtype) * scale
 
     def _kv_scale(self, rank: int, prefix: str) -> float | None:
-        if not self.quant.kv_cache_quant_algo:
+        if not self.quant.kv_cache_quant_algo or not self.quantize_kv:
             return None
         key = (rank, prefix + "kv_cache_scaling_factor")
         if key not in self._weights:
