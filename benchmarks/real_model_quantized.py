@@ -99,9 +99,12 @@ def main() -> int:
               f"tokens/step {results[name]['tokens_per_step']:.3f} weights {res.memory.weight_bytes(0) / 1e6:.1f} MB/rank "
               f"convert {convert_s:.1f} s" + (f" (calibration {cal['seconds']:.1f} s, {cal['samples']} samples)"
                                               if cal else ""), flush=True)
-    if args.out:
-        Path(args.out).write_text(json.dumps({"model": "SmolLM2-135M-Instruct", "tp": args.tp,
-                                              "new_tokens": args.new_tokens, "results": results}, indent=2))
+    if args.out:  # formats measured in an earlier run into the same file are kept (one file, several runs)
+        out = Path(args.out)
+        old = json.loads(out.read_text()).get("results", {}) if out.is_file() else {}
+        out.write_text(json.dumps({"model": "SmolLM2-135M-Instruct", "tp": args.tp, "new_tokens": args.new_tokens,
+                                   "verify_prompts": args.verify_prompts, "measure_prompts": args.measure_prompts,
+                                   "results": {**old, **results}}, indent=2))
     return 0 if all(r["ok"] for r in results.values()) else 1
 
 
