@@ -342,6 +342,8 @@ CASES = [
        "is not valid JSON"),
     _c("demo-architecture-typo", lambda ws: ["demo", "--workdir", str(ws / "d"), "--architecture", "Qwen9"], 1,
        "has no tiny demo model", "Qwen2ForCausalLM"),
+    _c("demo-workdir-not-creatable", lambda ws: ["demo", "--workdir", "/proc/no-such-dir/demo"], 1,
+       "cannot create the demo's --workdir", "--workdir /tmp/demo-output"),
     _c("demo-foreign-workdir", lambda ws: ["demo", "--workdir", str(ws / "heads")], 1,
        "was not made by the demo"),
     _c("check-prompt-beyond-vocab", lambda ws: ["check", "--model_dir", str(ws / "base"), "--prompt_ids", "999999"],

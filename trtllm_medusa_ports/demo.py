@@ -44,9 +44,13 @@ def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2Fo
         for name in ("base", "medusa_heads", "trtllm_checkpoint"):  # only what an earlier demo made
             if (workdir / name).exists():
                 shutil.rmtree(workdir / name)
-    workdir.mkdir(parents=True, exist_ok=True)
-    marker.write_text("made by trtllm-medusa demo; `demo --workdir` may replace base/, medusa_heads/, "
-                      "trtllm_checkpoint/ here\n")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        marker.write_text("made by trtllm-medusa demo; `demo --workdir` may replace base/, medusa_heads/, "
+                          "trtllm_checkpoint/ here\n")
+    except OSError as exc:  # a read-only working directory, a path under a file or under /proc
+        raise PortError(f"cannot create the demo's --workdir ({exc.strerror})", where=str(workdir),
+                        fix="run the demo where you can write, or pass --workdir /tmp/demo-output") from None
     base, heads_dir, ckpt = workdir / "base", workdir / "medusa_heads", workdir / "trtllm_checkpoint"
 
     say(f"[1/5] building a small random {architecture} base in {base}")
