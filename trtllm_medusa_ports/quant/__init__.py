@@ -158,6 +158,12 @@ def scale_group(linear: str) -> str:
     return linear[: -len(".gate")] + ".fc" if linear.endswith("mlp.gate") else linear
 
 
+def scale_members(linear: str) -> tuple[str, ...]:
+    """The linears of ``linear``'s scale group (see :func:`scale_group`)."""
+    group = scale_group(linear)
+    return (group, group[: -len(".fc")] + ".gate") if group.endswith("mlp.fc") else (group,)
+
+
 # -- arithmetic --------------------------------------------------------------------------------------
 def _round_half_away(x: torch.Tensor) -> torch.Tensor:
     import torch

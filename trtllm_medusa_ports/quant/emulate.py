@@ -34,6 +34,7 @@ from trtllm_medusa_ports.quant import (
     kv_scale,
     linear_of,
     scale_group,
+    scale_members,
     weight_only_dequantized,
     weight_only_quantized,
 )
@@ -190,8 +191,7 @@ def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, ex
         rank, local = _where(mapping, n_layers, lin.layer)
         base = f"transformer.layers.{local}.{lin.short}"
         if spec.quant_algo == "FP8" and fp8_quantized(base + ".weight", exclude):
-            group = scale_group(lin.short)
-            members = [s for s in (group, group[: -len(".fc")] + ".gate") if (lin.layer, s) in cal.inputs]
+            members = [s for s in scale_members(lin.short) if (lin.layer, s) in cal.inputs]
             want = fp8_scale(max(cal.inputs[(lin.layer, s)] for s in members or [lin.short]))
             compare(f"rank{rank} {base}.activation_scaling_factor",
                     float(ckpt.tensor(rank, base + ".activation_scaling_factor").float().reshape(-1)[0]), want)

@@ -21,6 +21,7 @@ from trtllm_medusa_ports.quant import (
     fp8_weight,
     kv_scale,
     scale_group,
+    scale_members,
 )
 from trtllm_medusa_ports.sharding import Split
 
@@ -74,7 +75,7 @@ def quantize_jobs(jobs: list, cfg: dict, spec: QuantSpec, dtype: str, calibratio
             i, short, _ = linears[job.label]
             group = scale_group(short)
             w_scale = fp8_scale(weight_amax[(i, group)])
-            members = [s for s in (group, group[: -len(".fc")] + ".gate") if (i, s) in calibration.inputs] or [short]
+            members = [s for s in scale_members(short) if (i, s) in calibration.inputs] or [short]
             if (i, short) not in calibration.inputs:
                 raise ConversionError(f"calibration saw no input of layers.{i}.{short}",
                                       fix="the transformers model did not run this layer; report it")
