@@ -352,6 +352,8 @@ CASES = [
     _c("quant-calib-fifo", lambda ws: (_fifo(ws / "calib.txt"),
                                        _convert(ws, "--qformat", "fp8", "--calib_dataset", str(ws / "calib.txt")))[1],
        1, "not a regular file", "calib.txt"),
+    _c("quant-calib-hub-name", lambda ws: _convert(ws, "--qformat", "fp8", "--calib_dataset", "ccdv/cnn_dailymail"),
+       1, "is not fetched", "omit --calib_dataset"),
     _c("quant-calib-missing", lambda ws: _convert(ws, "--qformat", "fp8", "--calib_dataset", str(ws / "nope.jsonl")),
        1, "not a regular file"),
     _c("quant-calib-not-utf8", lambda ws: ((ws / "calib.txt").write_bytes(b"\xff\xfe\xfa"),

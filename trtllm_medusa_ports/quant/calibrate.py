@@ -98,8 +98,12 @@ def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, 
         source = str(Path(path).resolve())
         p = Path(path)
         if not p.is_file():
-            raise PortError("the calibration dataset is not a regular file", where=str(p),
-                            fix="pass a text file (one sample per line) or JSON lines with text / input_ids")
+            hub = not p.exists() and "/" in str(path) and not str(path).startswith((".", "/"))
+            raise PortError("the calibration dataset is not a regular file"
+                            + (" (a dataset name like upstream's ccdv/cnn_dailymail is not fetched: no hub access)"
+                               if hub else ""), where=str(p),
+                            fix="pass a text file (one sample per line) or JSON lines with text / input_ids"
+                                + ("; omit --calib_dataset for the packaged prompts" if hub else ""))
         head = p.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
         if head == "{":
             items = [it.ids for it in read_data_file(p, tokenize)]
