@@ -73,7 +73,13 @@ def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_s
             detail += "; FP8 (E4M3) caches need SM 8.9 or later"
         else:
             detail += "; the builder switches paged context FMHA off with an INT8 KV cache (tensorrt_llm/builder.py)"
-        out.append(Finding("quant-kv-cache", ERROR if not jit and head != 128 else INFO, detail,
-                           "Medusa cannot be served with this KV-cache dtype on this base; drop --kv_cache_dtype"
-                           if not jit and head != 128 else "nothing to do; validate on GPU"))
+        # precompiled multi-query-token kernels with an INT8 / E4M3 cache were read for head size 128 only; the
+        # float ones exist for 64 too (compat.XQA_PRECOMPILED_HEAD_SIZES): 64 is a warning (unconfirmed), others
+        # an error
+        severity = INFO if jit or head == 128 else WARNING if head == 64 else ERROR
+        out.append(Finding("quant-kv-cache", severity, detail,
+                           {ERROR: "Medusa cannot be served with this KV-cache dtype on this base; drop --kv_cache_dtype",
+                            WARNING: "validate on GPU (scripts/validate_on_gpu.sh) before serving, or drop "
+                                     "--kv_cache_dtype",
+                            INFO: "nothing to do; validate on GPU"}[severity]))
     return out
