@@ -49,6 +49,7 @@ def main() -> int:
     from transformers import AutoTokenizer
 
     from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.errors import PortError
     from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate
     from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
@@ -73,9 +74,14 @@ def main() -> int:
         flags = FORMATS[name]
         ckpt = work / f"ckpt-q-{name}"
         t0 = time.time()
-        res = convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=ckpt, tp_size=args.tp,
-                                     dtype="bfloat16", overwrite=True, quiet=True, calib_size=args.calib_size,
-                                     calib_max_seq_length=args.calib_max_seq_length, **flags))
+        try:
+            res = convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=ckpt, tp_size=args.tp,
+                                         dtype="bfloat16", overwrite=True, quiet=True, calib_size=args.calib_size,
+                                         calib_max_seq_length=args.calib_max_seq_length, **flags))
+        except PortError as exc:  # a format check refuses for this base: recorded, not a crash
+            results[name] = {"refused": str(exc)}
+            print(f"{name:15s} refused: {exc.what.splitlines()[0]}", flush=True)
+            continue
         convert_s = time.time() - t0
         t0 = time.time()
         rep = verify(base, ckpt, medusa_choices="mc_sim_7b_63", prompts=prompts[: args.verify_prompts],
@@ -99,13 +105,13 @@ def main() -> int:
               f"tokens/step {results[name]['tokens_per_step']:.3f} weights {res.memory.weight_bytes(0) / 1e6:.1f} MB/rank "
               f"convert {convert_s:.1f} s" + (f" (calibration {cal['seconds']:.1f} s, {cal['samples']} samples)"
                                               if cal else ""), flush=True)
-    if args.out:  # formats measured in an earlier run into the same file are kept (one file, several runs)
-        out = Path(args.out)
-        old = json.loads(out.read_text()).get("results", {}) if out.is_file() else {}
-        out.write_text(json.dumps({"model": "SmolLM2-135M-Instruct", "tp": args.tp, "new_tokens": args.new_tokens,
-                                   "verify_prompts": args.verify_prompts, "measure_prompts": args.measure_prompts,
-                                   "results": {**old, **results}}, indent=2))
-    return 0 if all(r["ok"] for r in results.values()) else 1
+        if args.out:  # after every format (a later failure keeps the ones done); earlier runs' formats kept
+            out = Path(args.out)
+            old = json.loads(out.read_text()).get("results", {}) if out.is_file() else {}
+            out.write_text(json.dumps({"model": "SmolLM2-135M-Instruct", "tp": args.tp, "new_tokens": args.new_tokens,
+                                       "verify_prompts": args.verify_prompts, "measure_prompts": args.measure_prompts,
+                                       "results": {**old, **results}}, indent=2))
+    return 0 if all(r.get("ok", True) for r in results.values()) else 1
 
 
 if __name__ == "__main__":
