@@ -342,3 +342,16 @@ def test_check_reads_weight_headers_against_config(tmp_path):
     _, findings = check(base)
     f = next(f for f in findings if f.rule == "weights-config-mismatch")
     assert f.severity == "error" and "implies [300, 64]" in f.message
+
+
+def test_falcon_biases_at_tp2_are_flagged_as_unconfirmed(tmp_path):
+    from conftest import tiny_base
+
+    base = tiny_base(tmp_path, "FalconForCausalLM", bias=True)
+    _, two = check(base, tp_size=2)
+    f = next(f for f in two if f.rule == "engine-tp-unconfirmed")
+    assert f.severity == "warning" and "tp_size times" in f.message and "validate on GPU" in f.fix
+    _, one = check(base, tp_size=1)
+    assert "engine-tp-unconfirmed" not in rules(one)
+    _, nobias = check(tiny_base(tmp_path, "FalconForCausalLM"), tp_size=2)
+    assert "engine-tp-unconfirmed" not in rules(nobias)

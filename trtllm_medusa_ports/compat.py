@@ -59,7 +59,7 @@ RULES: set[str] = {
     "tree-depth1-gaps", "parallel-size", "tp-attention-heads", "tp-kv-heads", "tp-kv-replication",
     "tp-intermediate-size", "tp-hidden-size", "tp-embedding", "vocab-padding", "pp-layers",
     "engine-pipeline-parallel", "engine-fusion-multiplier", "engine-build-flag",
-    "quant-weight-only-shape", "quant-fp8-gpu", "quant-int8-blackwell", "quant-kv-cache",
+    "engine-tp-unconfirmed", "quant-weight-only-shape", "quant-fp8-gpu", "quant-int8-blackwell", "quant-kv-cache",
     "heads-checkpoint", "heads-count", "heads-dtype", "heads-hidden-size", "heads-truncated-vocab", "heads-vocab-size",
 }
 
@@ -597,6 +597,9 @@ def check_parallel(
         out.append(Finding("pp-layers", WARNING, f"{layers} layers do not divide by pp_size {pp_size}: the first "
                            f"{layers % pp_size} stage(s) take one extra layer (Mapping.pp_layers); TensorRT-LLM's "
                            "Python GenerationSession asserts an even split", "prefer a pp_size that divides the layer count"))
+    if adapter is not None:
+        out += [Finding("engine-tp-unconfirmed", WARNING, problem, fix)
+                for problem, fix in adapter.parallel_warnings(hf, tp_size)]
     return out
 
 

@@ -423,6 +423,11 @@ class ArchAdapter:
                  f"(tensorrt_llm/models/{self.trtllm_module}/model.py passes no eps)",
                  f"this base cannot be built exactly by TensorRT-LLM's {self.trtllm_base_class}")]
 
+    def parallel_warnings(self, hf: HFConfig, tp_size: int) -> list[tuple[str, str]]:
+        """``(problem, fix)`` pairs for a tensor-parallel layout whose engine behaviour could not be confirmed
+        from the upstream source read (rule ``engine-tp-unconfirmed``, a warning)."""
+        return []
+
     def engine_divergences(self, hf: HFConfig) -> list[tuple[str, str]]:
         """``(problem, fix)`` pairs for configs the engine class *can* build but computes differently
         from Hugging Face (rule ``engine-divergence``, overridable: the reference executor computes

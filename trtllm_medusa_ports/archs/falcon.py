@@ -84,6 +84,16 @@ class FalconAdapter(ArchAdapter):
     def parallel(self, hf: HFConfig) -> bool:
         return bool(hf.get("new_decoder_architecture") or hf.get("parallel_attn", True))
 
+    def parallel_warnings(self, hf: HFConfig, tp_size: int) -> list[tuple[str, str]]:
+        if tp_size > 1 and hf.get("bias", False) and self.parallel(hf):
+            return [("Falcon with parallel attention and biases at tp > 1: newer copies of "
+                     "tensorrt_llm/models/falcon/model.py are reported to build the dense and MLP output layers "
+                     "without a tp_group and all-reduce their sum once, which would add each rank's row biases "
+                     "tp_size times; the copy read here adds them once (as the reference executor does), and the "
+                     "1.2 file could not be read to settle it",
+                     "validate on GPU (scripts/validate_on_gpu.sh) before serving, or serve at tp 1")]
+        return []
+
     def alibi_reason(self, hf: HFConfig) -> str | None:
         return "Falcon with alibi = true" if hf.get("alibi") else None
 
