@@ -746,3 +746,21 @@ def test_a_state_write_cut_short_leaves_the_last_whole_state(ws, tmp_path):
     resumed, hist = fit_heads(hidden, targets, lm, None, opts, state_path=state, resume=True)
     assert hist[-1]["step"] == 6
     assert all(torch.equal(a[0][0], b[0][0]) for a, b in zip(resumed.blocks, straight.blocks, strict=True))
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EROFS"])
+def test_train_heads_on_a_full_or_read_only_disk_is_one_message_and_keeps_the_state(ws, capsys, monkeypatch,
+                                                                                   errno_name):
+    import errno
+
+    import safetensors.torch as st_torch
+
+    def failing(*a, **k):
+        raise OSError(getattr(errno, errno_name), os.strerror(getattr(errno, errno_name)))
+
+    monkeypatch.setattr(st_torch, "save_file", failing)
+    assert main(_train(ws)) == 1
+    err = capsys.readouterr().err
+    assert "could not write the heads" in err and "--resume" in err and "Traceback" not in err
+    assert not (ws / "out").exists() and (ws / "out.train" / "state.pt").is_file()
+    assert not list(ws.glob(".out.partial*"))
