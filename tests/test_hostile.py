@@ -612,8 +612,8 @@ def test_tree_parser_on_random_text(text):
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--batch_size", "-1"], "-1 is outside 0..any"),
-    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--steps", "0"], "0 is outside 1..any"),
+    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--batch_size", "-1"], "-1 must be at least 0"),
+    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--steps", "0"], "0 must be at least 1"),
     (["train-heads", "--model_dir", "m", "--output_dir", "o", "--num_heads", "x"], "'x' is not an integer"),
     (["tune-tree", "--model_dir", "m", "--medusa_model_dir", "h", "--output", "t", "--top_k", "0"], "outside 1..1000"),
     (["tune-tree", "--model_dir", "m", "--medusa_model_dir", "h", "--output", "t", "--top_k", "10000000"],

@@ -32,16 +32,6 @@ _NOT_SUPPORTED = {
 _FROM_CONFIG = ("--vocab_size", "--n_positions", "--n_layer", "--hidden_act", "--rotary_base", "--rotary_scaling")
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
-    return v
-
-
 def _int_in(lo: int, hi: int | None = None):
     """An argparse type: an integer in [lo, hi] (hi None: no upper bound), named in the error."""
     def parse(text: str) -> int:
@@ -49,8 +39,10 @@ def _int_in(lo: int, hi: int | None = None):
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo and hi is None:
+            raise argparse.ArgumentTypeError(f"{v} must be at least {lo}")
         if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"{v} is outside {lo}..{hi if hi is not None else 'any'}")
+            raise argparse.ArgumentTypeError(f"{v} is outside {lo}..{hi}")
         return v
     return parse
 
@@ -76,14 +68,6 @@ def add_quant_format_args(p: argparse.ArgumentParser):
     q.add_argument("--kv_cache_dtype", default=None, choices=["fp8", "int8"], help="quantized KV cache")
     q.add_argument("--int8_kv_cache", action="store_true", help="= --kv_cache_dtype int8")
     return q
-
-
-def _quant_spec(args: argparse.Namespace):
-    from trtllm_medusa_ports.quant import resolve_spec
-
-    return resolve_spec(qformat=args.qformat, use_weight_only=args.use_weight_only,
-                        weight_only_precision=args.weight_only_precision, kv_cache_dtype=args.kv_cache_dtype,
-                        int8_kv_cache=args.int8_kv_cache)
 
 
 def add_convert_args(p: argparse.ArgumentParser) -> None:
@@ -117,8 +101,8 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--calib_dataset", default=None,
                    help="calibration text (one sample per line) or JSON lines with text / input_ids; default: the "
                    "packaged prompts, tokenized with the base's tokenizer")
-    q.add_argument("--calib_size", type=_positive, default=512, help="calibration samples (default 512)")
-    q.add_argument("--calib_max_seq_length", type=_positive, default=512, help="tokens per sample at most (512)")
+    q.add_argument("--calib_size", type=_int_in(1), default=512, help="calibration samples (default 512)")
+    q.add_argument("--calib_max_seq_length", type=_int_in(1), default=512, help="tokens per sample at most (512)")
     q.add_argument("--tokenizer_dir", default=None, help="tokenizer for text calibration (default --model_dir)")
     q.add_argument("--device", default="cpu", help="torch device of the calibration pass (default cpu)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
@@ -392,21 +376,20 @@ def _add_prompt_args(s: argparse.ArgumentParser, what: str) -> None:
     s.add_argument("--tokenizer_dir", default=None, help="for --prompt / --prompts_file (default: --model_dir)")
 
 
-def _memory_plan(args: argparse.Namespace, spec):
+def _memory_plan(args: argparse.Namespace):
     """The memory plan of what check was asked about, or None where the inputs cannot give one (the findings
     say why)."""
     from trtllm_medusa_ports.convert import ConvertOptions, plan_layout
     from trtllm_medusa_ports.memory import memory_plan
-    from trtllm_medusa_ports.quant import QFORMATS
 
     try:
-        qformat = {v: k for k, v in QFORMATS.items()}.get(spec.quant_algo)
-        kv = {"FP8": "fp8", "INT8": "int8"}.get(spec.kv_cache_quant_algo)
         opts = ConvertOptions(model_dir=Path(args.model_dir),
                               medusa_model_dir=Path(args.medusa_model_dir) if args.medusa_model_dir else None,
                               output_dir=Path("unused"), dtype=args.dtype or "float16", tp_size=args.tp_size,
                               pp_size=args.pp_size, max_draft_len=args.max_draft_len or 63,
-                              share_lm_head=args.share_lm_head, qformat=qformat, kv_cache_dtype=kv)
+                              share_lm_head=args.share_lm_head, qformat=args.qformat,
+                              use_weight_only=args.use_weight_only, weight_only_precision=args.weight_only_precision,
+                              kv_cache_dtype=args.kv_cache_dtype, int8_kv_cache=args.int8_kv_cache)
         return memory_plan(*plan_layout(opts))
     except (PortError, ValueError, KeyError, ZeroDivisionError, RuntimeError):
         return None
@@ -414,8 +397,9 @@ def _memory_plan(args: argparse.Namespace, spec):
 
 def run_check(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.compat import activation_range_finding, check, errors_of
+    from trtllm_medusa_ports.quant import spec_from_flags
 
-    spec = _quant_spec(args)
+    spec = spec_from_flags(args)
     arch, findings = check(
         args.model_dir,
         args.medusa_model_dir,
@@ -427,7 +411,7 @@ def run_check(args: argparse.Namespace) -> int:
         num_medusa_heads=args.num_medusa_heads,
         quantization=spec,
     )
-    plan = _memory_plan(args, spec)
+    plan = _memory_plan(args)
     prompts = _prompts(args, args.model_dir)
     if prompts:
         from trtllm_medusa_ports.verify import measure_activation_range
@@ -543,8 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--share_lm_head", action="store_true", help="plan the heads sharing the base lm_head")
     add_quant_format_args(s)
     m = s.add_argument_group("memory plan (weights per rank, KV cache; does it fit?)")
-    m.add_argument("--max_batch_size", type=_positive, default=None, help="sequences served at once")
-    m.add_argument("--max_seq_len", type=_positive, default=None, help="tokens per sequence (prompt + output)")
+    m.add_argument("--max_batch_size", type=_int_in(1), default=None, help="sequences served at once")
+    m.add_argument("--max_seq_len", type=_int_in(1), default=None, help="tokens per sequence (prompt + output)")
     m.add_argument("--gpu_memory_gb", type=_non_negative, default=None, help="memory of one GPU, in GB")
     _add_prompt_args(s, "to measure the activation range on (rule float16-range)")
     s.add_argument("--json", action="store_true")

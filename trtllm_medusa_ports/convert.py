@@ -62,6 +62,7 @@ from trtllm_medusa_ports.files.lazy_tensors import LazyTensor
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
 from trtllm_medusa_ports.memory import memory_plan
+from trtllm_medusa_ports.quant import spec_from_flags
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
 
 if TYPE_CHECKING:
@@ -256,7 +257,7 @@ def build_config(
     cfg.update(fam)
     cfg.update(
         {
-            "quantization": _spec_of(opts).config(),
+            "quantization": spec_from_flags(opts).config(),
             "mapping": mapping.to_dict(),
             "use_parallel_embedding": opts.use_parallel_embedding,
             "embedding_sharding_dim": opts.embedding_sharding_dim,
@@ -277,14 +278,6 @@ def build_config(
         }
     )
     return cfg
-
-
-def _spec_of(opts: ConvertOptions):
-    from trtllm_medusa_ports.quant import resolve_spec
-
-    return resolve_spec(qformat=opts.qformat, use_weight_only=opts.use_weight_only,
-                        weight_only_precision=opts.weight_only_precision, kv_cache_dtype=opts.kv_cache_dtype,
-                        int8_kv_cache=opts.int8_kv_cache)
 
 
 def _choose_sharing(heads: MedusaHeads, opts: ConvertOptions, warnings: list[str], model: HFModel,
@@ -615,7 +608,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         )
         opts = dataclasses.replace(opts, use_parallel_embedding=forced, embedding_sharding_dim=0)
     dtype = _target_dtype(opts, model)
-    spec = _spec_of(opts)
+    spec = spec_from_flags(opts)
     if spec.any and dtype == "float32":
         raise ConversionError(f"{spec.quant_algo or spec.kv_cache_quant_algo} from a float32 checkpoint: TensorRT-LLM "
                               "serves quantized Medusa engines in float16 or bfloat16 (and refuses float32 with "

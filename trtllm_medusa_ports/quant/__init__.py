@@ -130,6 +130,13 @@ def resolve_spec(*, qformat: str | None = None, use_weight_only: bool = False,
     return QuantSpec(algo, kv)
 
 
+def spec_from_flags(flags) -> QuantSpec:
+    """:func:`resolve_spec` of anything carrying the flag attributes (parsed arguments, ConvertOptions)."""
+    return resolve_spec(qformat=flags.qformat, use_weight_only=flags.use_weight_only,
+                        weight_only_precision=flags.weight_only_precision, kv_cache_dtype=flags.kv_cache_dtype,
+                        int8_kv_cache=flags.int8_kv_cache)
+
+
 def is_excluded(name: str, exclude: list[str] | None) -> bool:
     """tensorrt_llm/quantization/quantize.py: ``fnmatch.fnmatchcase`` on the full dotted name."""
     return any(fnmatch.fnmatchcase(name, p) for p in (exclude or []))

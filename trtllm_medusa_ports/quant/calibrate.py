@@ -23,6 +23,7 @@ from trtllm_medusa_ports.archs.base import ArchAdapter, layer_sources
 from trtllm_medusa_ports.errors import ModelError, PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.quant import linear_of
+from trtllm_medusa_ports.sharding import Split
 
 #: upstream's defaults (examples/quantization/quantize.py --calib_size 512 --calib_max_seq_length 512)
 DEFAULT_CALIB_SIZE = 512
@@ -59,6 +60,32 @@ class Calibration:
         """What config.json keeps of it (``medusa_ports.calibration``): enough for ``verify`` to redo it."""
         return {"source": self.source, "samples": self.samples, "tokens": self.tokens, "sha256": self.digest,
                 "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class HFLinear:
+    layer: int  # HF layer index
+    short: str  # checkpoint linear within the layer: attention.qkv, mlp.fc, ...
+    split: Split
+    modules: tuple[str, ...]  # the transformers modules whose weights it is made of
+
+
+def hf_linears(modules: dict[str, torch.nn.Module], adapter: ArchAdapter, hf: HFConfig, where: str) -> list[HFLinear]:
+    """Every checkpoint linear TensorRT-LLM may quantize, with the transformers modules it comes from (the
+    family's weight table: a linear's source tensors name them; used by calibration and by verify)."""
+    out = []
+    for i in range(adapter.num_hf_layers(hf)):
+        for rule in layer_sources(adapter.layer_rules(hf), i):
+            lin = linear_of(f"transformer.layers.{i}.{rule.name}")
+            if lin is None or f"transformer.layers.{i}.{rule.name}" != lin + ".weight":
+                continue
+            names = next((c for c in rule.candidates() if all(n[: -len(".weight")] in modules for n in c)), None)
+            if names is None:
+                raise ModelError(f"no transformers module holds {', '.join(rule.sources)} (layer {i})", where=where,
+                                 fix="the base's modelling code differs from its family's")
+            out.append(HFLinear(i, rule.name[: -len(".weight")], rule.split,
+                                tuple(n[: -len(".weight")] for n in names)))
+    return out
 
 
 def samples_digest(samples: list[list[int]]) -> str:
@@ -145,28 +172,18 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
     modules = dict(model.named_modules())
     cal = Calibration(source=source, digest=samples_digest(samples), samples=len(samples),
                       tokens=sum(len(s) for s in samples))
-    handles = []
-    rules = adapter.layer_rules(hf)
 
     def keep(store: dict, key, value: float) -> None:
         store[key] = max(store.get(key, 0.0), value)
 
-    for i in range(adapter.num_hf_layers(hf)):
-        for rule in layer_sources(rules, i):
-            lin = linear_of(f"transformer.layers.{i}.{rule.name}")
-            if lin is None or rule.name != lin.split(f"layers.{i}.", 1)[1] + ".weight":
-                continue
-            short = rule.name[: -len(".weight")]
-            names = next((c for c in rule.candidates() if all(n[: -len(".weight")] in modules for n in c)), None)
-            if names is None:
-                raise ModelError(f"no transformers module holds {', '.join(rule.sources)} (for {short} of layer {i})",
-                                 where=str(model_dir), fix="the base's modelling code differs from its family's")
-            for n in names:
-                def hook(_m, args, out, i=i, short=short):
-                    keep(cal.inputs, (i, short), float(args[0].detach().abs().max()))
-                    if short == "attention.qkv":
-                        keep(cal.qkv_outputs, i, float(out.detach().abs().max()))
-                handles.append(modules[n[: -len(".weight")]].register_forward_hook(hook))
+    handles = []
+    for lin in hf_linears(modules, adapter, hf, str(model_dir)):
+        for name in lin.modules:
+            def hook(_m, args, out, i=lin.layer, short=lin.short):
+                keep(cal.inputs, (i, short), float(args[0].detach().abs().max()))
+                if short == "attention.qkv":
+                    keep(cal.qkv_outputs, i, float(out.detach().abs().max()))
+            handles.append(modules[name].register_forward_hook(hook))
     t0 = time.monotonic()
     try:
         with torch.no_grad():

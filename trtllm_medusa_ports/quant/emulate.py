@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, layer_sources
-from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.quant import (
     QuantSpec,
@@ -32,42 +32,17 @@ from trtllm_medusa_ports.quant import (
     fp8_scale,
     fp8_weight,
     kv_scale,
-    linear_of,
     scale_group,
     scale_members,
     weight_only_dequantized,
     weight_only_quantized,
 )
+from trtllm_medusa_ports.quant.calibrate import hf_linears
 from trtllm_medusa_ports.sharding import Mapping, Split
 
 #: relative difference allowed between a written scale and the re-derived one (thread counts change the
 #: order of float32 sums in the calibration run; a wrong scale is off by far more)
 SCALE_RTOL = 1e-3
-
-
-@dataclass(frozen=True)
-class HFLinear:
-    layer: int  # HF layer index
-    short: str  # checkpoint linear within the layer: attention.qkv, mlp.fc, ...
-    split: Split
-    modules: tuple[str, ...]  # the transformers modules whose weights it is made of
-
-
-def hf_linears(modules: dict[str, torch.nn.Module], adapter: ArchAdapter, hf: HFConfig, where: str) -> list[HFLinear]:
-    """Every checkpoint linear TensorRT-LLM may quantize, with the transformers modules it comes from."""
-    out = []
-    for i in range(adapter.num_hf_layers(hf)):
-        for rule in layer_sources(adapter.layer_rules(hf), i):
-            lin = linear_of(f"transformer.layers.{i}.{rule.name}")
-            if lin is None or f"transformer.layers.{i}.{rule.name}" != lin + ".weight":
-                continue
-            names = next((c for c in rule.candidates() if all(n[: -len(".weight")] in modules for n in c)), None)
-            if names is None:
-                raise ModelError(f"no transformers module holds {', '.join(rule.sources)} (layer {i})", where=where,
-                                 fix="the base's modelling code differs from its family's")
-            out.append(HFLinear(i, rule.name[: -len(".weight")], rule.split,
-                                tuple(n[: -len(".weight")] for n in names)))
-    return out
 
 
 @dataclass
@@ -103,7 +78,7 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
     cfg = ckpt.config
     spec = QuantSpec.from_config(cfg)
     exclude = (cfg.get("quantization") or {}).get("exclude_modules")
-    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(cfg["dtype"], torch.float32)
+    dtype = to_torch(cfg["dtype"]) if cfg["dtype"] in CHECKPOINT_DTYPES else torch.float32
     hf = HFConfig.read(model_dir)
     modules = dict(model.named_modules())
     linears = hf_linears(modules, adapter, hf, str(model_dir))
