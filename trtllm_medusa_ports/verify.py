@@ -559,6 +559,7 @@ def _verify(
             divergence["first_differing_tensor"] = first_differing_tensor(model_dir, ckpt)
             break
     parity = max_diff <= tolerance
+    exact_logits = [rl for _, _, rl, _ in runs] if spec.any else []
     if spec.any:  # greedy equivalence is against the quantized base's own greedy text (the executor's)
         expected_tokens = [plain_generate(ref, p, max_new_tokens) for p in prompts]
     del runs
@@ -603,8 +604,8 @@ def _verify(
         seqs.append(p + expected)
         per_prompt.append({"prompt": p, "greedy_equal": same, "steps": run.steps,
                            "mean_accepted_tokens_per_step": run.mean_accepted_tokens_per_step})
-    quant_effect = _quant_effect(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens) \
-        if spec.any else None
+    quant_effect = _quant_effect(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens,
+                                 exact_logits, expected_tokens) if spec.any else None
     top1, topk = head_hit_rates(ref, seqs, [len(p) for p in prompts])
     predicted = predicted_tokens_per_step(ref, tree, seqs, [len(p) for p in prompts])
     return VerifyReport(
@@ -647,14 +648,17 @@ def _verify(
 
 
 def _quant_effect(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]], float_logits: list[torch.Tensor],
-                  float_greedy: list[list[int]], tree: MedusaTree, max_new_tokens: int) -> dict:
+                  float_greedy: list[list[int]], tree: MedusaTree, max_new_tokens: int,
+                  exact_logits: list[torch.Tensor], exact_greedy: list[list[int]]) -> dict:
     """The quantized model as the engine computes it - every rounding on - against the float base: logits and
     greedy text; and Medusa against plain decoding with those roundings (where float noise can flip a near tie)."""
+    rounding = spec.quant_algo == "FP8" or bool(spec.kv_cache_quant_algo)
     ref.quantize_activations = ref.quantize_kv = True
-    logits = [ref.forward(p, ref.new_cache())[0] for p in prompts]
+    # without those roundings the exact pass already computed the engine's logits and greedy text
+    logits = [ref.forward(p, ref.new_cache())[0] for p in prompts] if rounding else exact_logits
     diffs = [q - f for q, f in zip(logits, float_logits, strict=True)]
     agree = [(q.argmax(-1) == f.argmax(-1)).float() for q, f in zip(logits, float_logits, strict=True)]
-    plain = [plain_generate(ref, p, max_new_tokens) for p in prompts]
+    plain = [plain_generate(ref, p, max_new_tokens) for p in prompts] if rounding else exact_greedy
 
     def agreed(a: list[int], b: list[int]) -> int:
         return next((j for j, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
@@ -667,7 +671,7 @@ def _quant_effect(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]]
         "greedy_equal_prompts": sum(q == f for q, f in zip(plain, float_greedy, strict=True)),
         "greedy_agreed_fraction": sum(agreed(q, f) for q, f in zip(plain, float_greedy, strict=True)) / total,
     }
-    if spec.quant_algo == "FP8" or spec.kv_cache_quant_algo:
+    if rounding:
         medusa = [medusa_generate(ref, p, tree, max_new_tokens).tokens for p in prompts]
         effect["medusa_vs_plain_with_rounding"] = sum(agreed(m, q) for m, q in zip(medusa, plain, strict=True)) / total
     return effect
