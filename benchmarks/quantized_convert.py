@@ -10,8 +10,13 @@ Inputs: the synthetic Qwen2 bases and Medusa heads of benchmarks/convert.py (sam
   the conversion moves the same bytes as the float one;
 * fp8: FP8 weights with per-tensor scales, in two timed phases: the calibration (the base in float32 over
   --calib_size samples of --calib_tokens ids; time per sample and its peak RSS reported apart) and the
-  conversion given that calibration (two passes over every quantized weight: amax, then the cast), whose
-  peak anonymous RSS is sampled after the calibration model is gone.
+  conversion given that calibration (two chunked passes over every quantized weight on the byte path:
+  amax, then the scaled cast), whose peak anonymous RSS is sampled after the calibration model is gone.
+
+Ratios: ``over_cp`` is the whole process (start, imports, conversion) over ``cp -r``; ``phase_over_cp``
+the conversion phase alone (``convert()`` inside the process), which for FP8 is what a real run adds
+after its calibration (the calibration has imported torch by then; this child imports it afresh, about
+1-3 s here, counted in ``over_cp``).
 
 Run: python benchmarks/quantized_convert.py [--sizes 1,4] [--repeat 2] [--out F]
 """
@@ -137,6 +142,11 @@ def main() -> None:
         for k in FORMATS:
             case["over_cp"][k] = round(best[k]["wall_s"] / cp, 2)  # fp8: given its calibration (run apart)
         case["over_float"] = {k: round(best[k]["wall_s"] / best["float"]["wall_s"], 2) for k in FORMATS}
+        # the conversion phase alone (convert() inside the process, its imports done): for FP8 this is the
+        # conversion after its calibration, where a real run has imported torch already (calibrating needs it)
+        phase = {k: min(r["convert_s"] for r in runs[k] if r["ok"]) for k in FORMATS}
+        case["phase_over_cp"] = {k: round(v / cp, 2) for k, v in phase.items()}
+        case["phase_s"] = {k: round(v, 3) for k, v in phase.items()}
         case["calibration"] = {key: best["calibrate"].get(key) for key in (
             "calibration_s", "calibration_s_per_sample", "calibration_peak_anon_mb")} | {
             "samples": args.calib_size, "tokens_per_sample": args.calib_tokens, "peak_rss_mb": best["calibrate"]["peak_rss_mb"]}

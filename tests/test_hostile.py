@@ -694,7 +694,7 @@ _lines = st.lists(st.one_of(st.binary(max_size=40), st.sampled_from([
 @given(_lines, st.integers(1, 4))
 def test_prompt_data_and_calibration_readers_on_arbitrary_bytes(tmp_path, lines, size):
     """Each reader gives its items or one PortError naming the file; never another exception."""
-    from trtllm_medusa_ports.heads.train import read_data_file, read_prompts_file
+    from trtllm_medusa_ports.files.prompts import read_data_file, read_prompts_file
     from trtllm_medusa_ports.quant.calibrate import read_calibration_samples
 
     p = tmp_path / "f.txt"

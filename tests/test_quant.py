@@ -413,3 +413,123 @@ def test_fp8_arithmetic_is_the_engines():
     assert got.item() == torch.tensor(1.0 / 0.333984375).to(torch.float8_e4m3fn).float().item()
     w = torch.tensor([[0.5, -2.0]], dtype=torch.float16)
     assert fp8_weight(w, 2.0 / 448).float().tolist() == [[112.0, -448.0]]
+
+
+@pytest.fixture(scope="module")
+def fp8_calibrations(tmp_path_factory, store):
+    """One calibration per (family, checkpoint dtype), run once for the byte-path tests below."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.quant.calibrate import calibrate
+
+    cache = {}
+
+    def get(arch, base, dtype):
+        if (arch, dtype) not in cache:
+            vocab = tiny_config(arch).vocab_size
+            samples = [[(11 * i + 7 * j + 3) % vocab for i in range(8)] for j in range(2)]
+            cache[arch, dtype] = calibrate(base, adapter_for(arch), dtype, samples, source="test ids")
+        return cache[arch, dtype]
+
+    return get
+
+
+@pytest.mark.parametrize("arch, source_dtype, dtype", [
+    ("LlamaForCausalLM", torch.float16, "float16"),  # separate q/k/v: byte ranges, row splits strided
+    ("Phi3ForCausalLM", torch.bfloat16, "float16"),  # fused qkv and gate_up sources, cast on the way
+    ("GPTNeoXForCausalLM", torch.float32, "bfloat16"),  # per-head interleaved q/k/v rows
+    ("FalconForCausalLM", torch.float16, "bfloat16"),
+])
+def test_fp8_weights_on_the_byte_path_equal_the_tensor_paths(tmp_path, store, fp8_calibrations, arch, source_dtype,
+                                                             dtype):
+    """Pass 1 (amax on the bits) and pass 2 (the chunked scaled cast) write every rank file byte for byte as the
+    whole-tensor FP8 path does; the FP8 linears take the byte path."""
+    from test_byte_moves import _both
+
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_base
+
+    base = save_tiny_base(arch, tmp_path / "base", seed=4, dtype=source_dtype)
+    c = tiny_config(arch)
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2, seed=5), tmp_path / "heads")
+    res = _both(tmp_path, base, heads, tp_size=2, dtype=dtype, qformat="fp8", kv_cache_dtype="fp8",
+                calibration=fp8_calibrations(arch, base, dtype))
+    fp8 = {k for k, v in res.moves.items() if v == "fp8-cast"}
+    assert {"layers.0.attention.qkv.weight", "layers.0.attention.dense.weight", "layers.0.mlp.fc.weight",
+            "layers.0.mlp.proj.weight"} <= fp8, res.moves
+    w = load_file(tmp_path / "fastTrue" / "rank1.safetensors")
+    assert w["transformer.layers.0.mlp.fc.weight"].dtype == torch.float8_e4m3fn
+    assert w["transformer.layers.0.mlp.fc.weights_scaling_factor"].dtype == torch.float32
+
+
+def test_fp8_amax_pass_reads_each_element_once_and_finds_the_largest_magnitude(tmp_path):
+    import numpy as np
+
+    from trtllm_medusa_ports.files.byte_moves import (
+        ByteMover,
+        MoveKind,
+        MovePlan,
+        NonFinite,
+        Piece,
+        Source,
+        amax_regions,
+    )
+
+    def plan(*pieces, rows=8, width=4):
+        return MovePlan(MoveKind.FP8, [Source(tmp_path / "w.bin", 16, (rows, width), "float16")],
+                        [Piece(0, *p, "t", 0) for p in pieces], dtype="float8_e4m3fn")
+
+    # every rank's column slice of the same rows: one rectangle, whole rows
+    assert amax_regions(plan((0, 8, 0, 2, 0), (0, 8, 2, 4, 1))) == [(0, 0, 8, 0, 4)]
+    # q/k/v style row ranges of two ranks
+    assert amax_regions(plan((0, 2, 0, 4, 0), (4, 6, 0, 4, 0), (2, 4, 0, 4, 1), (6, 8, 0, 4, 1))) == [(0, 0, 8, 0, 4)]
+    # a replica is read once; a gap keeps the pieces apart; an L shape is not one rectangle
+    assert amax_regions(plan((0, 8, 0, 4, 0), (0, 8, 0, 4, 1))) == [(0, 0, 8, 0, 4)]
+    assert amax_regions(plan((0, 2, 0, 4, 0), (4, 6, 0, 4, 1))) == [(0, 0, 2, 0, 4), (0, 4, 6, 0, 4)]
+    assert amax_regions(plan((0, 4, 0, 4, 0), (4, 8, 0, 2, 1))) == [(0, 0, 4, 0, 4), (0, 4, 8, 0, 2)]
+
+    torch.manual_seed(0)
+    for dtype, np_bits in ((torch.float16, np.uint16), (torch.bfloat16, np.uint16), (torch.float32, np.uint32)):
+        w = torch.randn(8, 4).to(dtype) * 3
+        w[5, 3] = -40.0  # the largest magnitude is negative, outside the first piece
+        w[0, 0] = torch.finfo(dtype).tiny / 4  # a subnormal
+        raw = w.view(torch.int16 if np_bits is np.uint16 else torch.int32).numpy().tobytes()
+        (tmp_path / "w.bin").write_bytes(b"\0" * 16 + raw)
+        name = str(dtype).removeprefix("torch.")
+        mover = ByteMover(lambda r, n: 0, lambda r: -1)
+
+        def amax(*pieces, name=name, mover=mover):
+            p = plan(*pieces)
+            p.sources[0] = Source(tmp_path / "w.bin", 16, (8, 4), name)
+            return mover.amax(p)
+
+        assert amax((0, 8, 0, 2, 0), (0, 8, 2, 4, 1)) == 40.0
+        assert amax((0, 4, 0, 4, 0)) == float(w[:4].abs().max().float())  # only the rows the pieces take
+        assert amax((0, 8, 0, 3, 0)) == float(w[:, :3].abs().max().float())
+        for bad in (float("nan"), float("-inf")):
+            w2 = w.clone()
+            w2[7, 1] = bad
+            raw = w2.view(torch.int16 if np_bits is np.uint16 else torch.int32).numpy().tobytes()
+            (tmp_path / "w.bin").write_bytes(b"\0" * 16 + raw)
+            with pytest.raises(NonFinite):
+                amax((0, 8, 0, 4, 0))
+            assert amax((0, 7, 0, 4, 0)) == 40.0  # the bad row is not taken
+        mover.close()
+
+
+def test_fp8_conversion_refuses_a_non_finite_or_overflowing_weight_and_writes_nothing(tmp_path, store,
+                                                                                     fp8_calibrations):
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_base
+
+    base = save_tiny_base("LlamaForCausalLM", tmp_path / "base", seed=4, dtype=torch.float32)
+    c = tiny_config("LlamaForCausalLM")
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2, seed=5), tmp_path / "heads")
+    cal = fp8_calibrations("LlamaForCausalLM", base, "float16")
+    w = load_file(base / "model.safetensors")
+    for value, needle in ((float("nan"), "NaN/Inf"), (1e6, "overflow float16")):
+        bad = dict(w)
+        bad["model.layers.1.mlp.down_proj.weight"] = bad["model.layers.1.mlp.down_proj.weight"].clone()
+        bad["model.layers.1.mlp.down_proj.weight"][3, 2] = value
+        save_file(bad, base / "model.safetensors")
+        with pytest.raises(PortError, match=needle) as e:
+            convert_to(tmp_path / "out", base, heads, tp_size=2, dtype="float16", qformat="fp8", calibration=cal)
+        assert "layers.1.mlp.proj.weight" in str(e.value)
+        assert not (tmp_path / "out").exists()

@@ -11,6 +11,7 @@ import torch
 
 from tests.conftest import tiny_base
 from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.files.prompts import PromptInputs, heldout_prompts, packaged_prompts
 from trtllm_medusa_ports.heads import load_heads
 from trtllm_medusa_ports.heads.train import (
     FitOptions,
@@ -18,7 +19,6 @@ from trtllm_medusa_ports.heads.train import (
     fit_heads,
     lm_head_of,
     load_base,
-    packaged_prompts,
 )
 from trtllm_medusa_ports.tree import MedusaTree, validate_choices
 from trtllm_medusa_ports.tune import (
@@ -27,7 +27,6 @@ from trtllm_medusa_ports.tune import (
     build_tree,
     draw,
     expected_tokens_per_step,
-    heldout_prompts,
     joint_values,
     measured_acceptance,
     rank_of_targets,
@@ -252,7 +251,7 @@ def test_corpus_in_bfloat16_is_cached_apart_from_float32(tmp_path, store):
     runs, keys, hidden = {}, {}, {}
     for dtype in ("float32", "bfloat16"):
         runs[dtype] = train(TrainOptions(model_dir=base, output_dir=tmp_path / "h", work_dir=tmp_path / "w",
-                                         data_file=data,
+                                         prompts=PromptInputs(data=data),
                                          new_tokens=8, dtype=dtype, overwrite=True,
                                          fit=FitOptions(num_heads=2, steps=3, batch_size=16)))
         saved = torch.load(tmp_path / "w" / "corpus.pt", weights_only=True)

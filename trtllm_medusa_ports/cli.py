@@ -57,6 +57,13 @@ def _non_negative(text: str) -> float:
     return v
 
 
+def _fraction(text: str) -> float:
+    v = _non_negative(text)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"{v} must be below 1")
+    return v
+
+
 def add_quant_format_args(p: argparse.ArgumentParser):
     q = p.add_argument_group("quantization (upstream's spellings; Medusa heads, lm_head, embedding and norms stay "
                              "in --dtype)")
@@ -119,7 +126,7 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.api import ConvertOptions, convert
 
     for flag, what in _NOT_SUPPORTED.items():
         if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
@@ -175,10 +182,6 @@ def run_convert(args: argparse.Namespace) -> int:
         tokenizer_dir=Path(args.tokenizer_dir) if args.tokenizer_dir else None,
         device=args.device,
     )
-    if opts.calib_dataset is not None:  # never write where the calibration text lives
-        from trtllm_medusa_ports.files.checkpoint import guard_output_dir
-
-        guard_output_dir(opts.output_dir, {"--calib_dataset": opts.calib_dataset})
     result = convert(opts)
     for f in result.findings:
         if f.severity != "info":
@@ -190,7 +193,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def _add_heads(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.quant.prequantized import add_heads
+    from trtllm_medusa_ports.api import AddHeadsOptions, add_heads
 
     asked = [f for f, v in (("--qformat", args.qformat), ("--use_weight_only", args.use_weight_only),
                             ("--kv_cache_dtype", args.kv_cache_dtype), ("--int8_kv_cache", args.int8_kv_cache),
@@ -200,36 +203,31 @@ def _add_heads(args: argparse.Namespace) -> int:
         print(f"error: {', '.join(asked)} with --base_checkpoint_dir: the base keeps its own quantization and "
               "mapping\n  fix: drop them (quantize and shard the base with NVIDIA's tools)", file=sys.stderr)
         return 2
-    result = add_heads(Path(args.base_checkpoint_dir), Path(args.medusa_model_dir), Path(args.output_dir),
-                       max_draft_len=args.max_medusa_token_len, overwrite=args.overwrite)
+    result = add_heads(AddHeadsOptions(Path(args.base_checkpoint_dir), Path(args.medusa_model_dir),
+                                       Path(args.output_dir), max_draft_len=args.max_medusa_token_len,
+                                       overwrite=args.overwrite))
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(json.dumps({"output_dir": str(result.output_dir), "config": result.config}, indent=2)
-          if args.json else result.summary())
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
     return 0
 
 
 # -- other subcommands --------------------------------------------------------------------
-def run_inspect_heads(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.heads import load_heads
+def _out(args: argparse.Namespace, result) -> None:
+    """The command's result: ``to_dict()`` as JSON with --json, else its text."""
+    print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.render())
 
-    heads = load_heads(args.path)
-    if not args.no_data_check:
-        heads.check_finite()
-    summary = heads.summary()
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        for k, v in summary.items():
-            if k != "warnings":
-                print(f"{k:22s}: {v}")
-        for w in summary["warnings"]:
-            print(f"warning: {w}")
+
+def run_inspect_heads(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.api import inspect_heads
+
+    _out(args, inspect_heads(args.path, data_check=not args.no_data_check))
     return 0
 
 
 def run_tree(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.tree import MedusaTree, preset_names, resolve_choices, upstream_quirks
+    from trtllm_medusa_ports.api import TreeOptions, tree
+    from trtllm_medusa_ports.tree import preset_names
 
     if args.list_presets:
         print("\n".join(preset_names()))
@@ -237,51 +235,44 @@ def run_tree(args: argparse.Namespace) -> int:
     if not args.choices:
         print("error: --choices is required (a preset, @file, or a JSON list)", file=sys.stderr)
         return 2
-    paths, pruned = resolve_choices(args.choices, args.num_heads)
-    tree = MedusaTree.from_spec(paths, top_k=args.top_k, num_heads=args.num_heads, max_draft_len=args.max_draft_len)
-    if pruned:
-        print(f"note: {pruned}", file=sys.stderr)
-    d = tree.to_dict()
-    d["warnings"] = upstream_quirks([list(p) for p in tree.paths])
-    if args.json:
-        print(json.dumps(d))
-    elif args.draw:
-        from trtllm_medusa_ports.tune import draw
-
-        print(draw(tree))
-        for w in d["warnings"]:
-            print(f"warning: {w}")
-    else:
-        print(f"nodes: {d['num_nodes']} (+ root), depth: {d['depth']}, top-k per depth: {d['medusa_topks']}")
-        print(f"position_offsets: {d['position_offsets']}")
-        print(f"leaf paths: {len(d['paths_indices'])}")
-        for w in d["warnings"]:
-            print(f"warning: {w}")
+    result = tree(TreeOptions(args.choices, num_heads=args.num_heads, max_draft_len=args.max_draft_len,
+                              top_k=args.top_k))
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(json.dumps(result.to_dict()) if args.json else result.render(draw=args.draw))
     return 0
 
 
-def run_train_heads(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
+def _prompt_inputs(args: argparse.Namespace):
+    """--prompt / --prompts_file / --prompt_ids / --data, as every command reads them (files/prompts.py)."""
+    from trtllm_medusa_ports.files.prompts import PromptInputs, parse_prompt_ids
 
-    if args.prompts and args.data:
-        print("error: give --prompts or --data, not both", file=sys.stderr)
-        return 2
+    return PromptInputs(prompt=list(args.prompt or []),
+                        prompts_file=Path(args.prompts_file) if args.prompts_file else None,
+                        prompt_ids=parse_prompt_ids(args.prompt_ids) if args.prompt_ids else None,
+                        data=Path(args.data) if args.data else None)
+
+
+def _path(v) -> Path | None:
+    return Path(v) if v else None
+
+
+def run_train_heads(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.api import FitOptions, TrainOptions, train_heads
+    from trtllm_medusa_ports.heads.train import TrainingInterrupted
+
     fit = FitOptions(num_heads=args.num_heads, num_layers=args.num_layers, steps=args.steps, lr=args.lr,
                      batch_size=args.batch_size or None, share_lm_head=args.share_lm_head, seed=args.seed,
                      full_vocab=args.full_vocab, distill=args.distill, save_every=args.save_every,
-                     negatives=args.negatives, matmul_dtype=args.fit_dtype,
+                     negatives=args.negatives, matmul_dtype=args.fit_dtype, heldout_fraction=args.heldout_fraction,
                      quiet=args.quiet)
     opts = TrainOptions(model_dir=Path(args.model_dir), output_dir=Path(args.output_dir),
-                        prompts_file=Path(args.prompts) if args.prompts else None,
-                        data_file=Path(args.data) if args.data else None,
-                        tokenizer_dir=Path(args.tokenizer_dir) if args.tokenizer_dir else None,
-                        new_tokens=args.new_tokens, dtype=args.dtype,
-                        work_dir=Path(args.work_dir) if args.work_dir else None,
-                        resume=args.resume, overwrite=args.overwrite, device=args.device, fit=fit)
-    from trtllm_medusa_ports.heads.train import TrainingInterrupted
-
+                        prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir),
+                        new_tokens=args.new_tokens, dtype=args.dtype, work_dir=_path(args.work_dir),
+                        resume=args.resume, overwrite=args.overwrite, device=args.device, fit=fit,
+                        threads=args.threads)
     try:
-        result = train(opts)
+        result = train_heads(opts)
     except TrainingInterrupted as exc:
         code = 128 + int(exc.signum)
         if exc.step is not None:
@@ -295,165 +286,67 @@ def run_train_heads(args: argparse.Namespace) -> int:
         print("interrupted before training began: no training state was saved (a finished corpus is cached); "
               "run the same command again", file=sys.stderr)
         return 130
-    print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.summary())
+    print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
     return 0
 
 
 def run_tune_tree(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.heads.train import read_prompts_file
-    from trtllm_medusa_ports.tune import print_table, tune, write_choices
+    from trtllm_medusa_ports.api import TuneOptions, tune_tree
 
-    out = Path(args.output).resolve()
-    for flag, src in (("--model_dir", args.model_dir), ("--medusa_model_dir", args.medusa_model_dir),
-                      ("--tokenizer_dir", args.tokenizer_dir), ("--prompts", args.prompts)):
-        s = Path(src).resolve() if src else None
-        if s is not None and (out == s or s in out.parents):  # never write over or into an input
-            raise PortError(f"--output {args.output} is {'the input' if out == s else 'inside the input'} {flag}",
-                            where=str(args.output), fix=f"write the tree outside {flag}, e.g. --output ./tree.json")
-    prompts = read_prompts_file(args.prompts) if args.prompts else None
-    ids = _parse_ids(args.prompt_ids) if args.prompt_ids else None
-    res = tune(args.model_dir, args.medusa_model_dir, prompts=prompts, prompt_ids=ids,
-               tokenizer_dir=args.tokenizer_dir, max_nodes=args.max_nodes, max_draft_len=args.max_draft_len,
-               top_k=args.top_k, new_tokens=args.new_tokens, estimate=args.estimate,
-               baseline=args.baseline or None, quiet=args.quiet)
-    write_choices(res.paths, args.output, overwrite=args.overwrite)
-    if args.json:
-        print(json.dumps({"output": args.output, **res.to_dict()}, indent=2))
-        return 0
-    print(f"measured on {res.positions} positions; each head's cumulative top-k accuracy:")
-    print_table(res.accuracy)
-    depth = max(map(len, res.paths))
-    print(f"tree: {len(res.paths)} nodes, depth {depth} -> {args.output} "
-          f"(use it as --medusa_choices @{args.output})")
-    if depth < len(res.accuracy):  # the deeper heads never propose a node of this tree
-        print(f"note: the tree uses {depth} of the {len(res.accuracy)} heads: heads {depth}..{len(res.accuracy) - 1} "
-              "are computed by the engine but no tree node reads them", file=sys.stderr)
-    print(f"predicted tokens per step: {res.predicted_tokens_per_step:.2f} ({res.estimate} estimate); "
-          f"on the measured text: {res.measured_on_text:.2f}")
-    if res.baseline:
-        b = res.baseline
-        print(f"{b['name']} ({b['num_nodes']} nodes at the heads' depth): predicted {b['predicted_tokens_per_step']:.2f}, "
-              f"on the measured text: {b['acceptance_on_measured_text']:.2f}")
+    result = tune_tree(TuneOptions(
+        model_dir=Path(args.model_dir), medusa_model_dir=Path(args.medusa_model_dir), output=Path(args.output),
+        prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir), new_tokens=args.new_tokens,
+        max_nodes=args.max_nodes, max_draft_len=args.max_draft_len, top_k=args.top_k, estimate=args.estimate,
+        baseline=args.baseline or None, overwrite=args.overwrite, threads=args.threads, quiet=args.quiet))
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    _out(args, result)
     return 0
 
 
-def _prompts(args: argparse.Namespace, model_dir: str) -> list[list[int]] | None:
-    """Token ids from --prompt_ids, or --prompt / --prompts_file through the tokenizer; None if none given."""
-    texts = list(args.prompt or [])
-    if args.prompts_file:
-        from trtllm_medusa_ports.files.jsonfile import require_regular_file
-
-        require_regular_file(Path(args.prompts_file), PortError, "pass a UTF-8 text file with one prompt per line")
-        try:
-            texts += [line.strip() for line in Path(args.prompts_file).read_text(encoding="utf-8").splitlines()
-                      if line.strip()]
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PortError(f"cannot read the prompts ({exc})", where=args.prompts_file,
-                            fix="pass a UTF-8 text file with one prompt per line") from None
-        if not texts:
-            raise PortError("no prompts in the file", where=args.prompts_file, fix="write one prompt per line")
-    if args.prompt_ids:
-        return _parse_ids(args.prompt_ids)
-    if not texts:
-        return None
-    from transformers import AutoTokenizer
-
-    tok_dir = args.tokenizer_dir or model_dir
-    try:
-        tok = AutoTokenizer.from_pretrained(tok_dir)
-    except Exception as exc:
-        raise PortError(f"no usable tokenizer in {tok_dir} ({type(exc).__name__})",
-                        fix="pass --tokenizer_dir, or --prompt_ids instead of --prompt") from None
-    return [tok(t)["input_ids"] for t in texts]
-
-
-def _add_prompt_args(s: argparse.ArgumentParser, what: str) -> None:
+def _add_prompt_args(s: argparse.ArgumentParser, what: str, file_aliases: tuple[str, ...] = ()) -> None:
+    """The four spellings of text input, the same on every command (files/prompts.py)."""
     g = s.add_mutually_exclusive_group()
     g.add_argument("--prompt", action="append", default=None,
                    help=f"text {what} (needs a tokenizer); repeat for several prompts")
-    g.add_argument("--prompts_file", default=None, help="text file, one prompt per line")
+    g.add_argument("--prompts_file", *file_aliases, dest="prompts_file", default=None,
+                   help="text file, one prompt per line (\\n for a line break)")
     g.add_argument("--prompt_ids", default=None, help="token ids: 1,2,3 (';' separates prompts)")
-    s.add_argument("--tokenizer_dir", default=None, help="for --prompt / --prompts_file (default: --model_dir)")
+    g.add_argument("--data", default=None, help='JSON lines: {"prompt": ...} or {"prompt_ids": [...]} (prompts), '
+                   '{"text": ...} or {"input_ids": [...]} (used as they are)')
+    s.add_argument("--tokenizer_dir", default=None, help="for text prompts (default: --model_dir)")
 
 
-def _memory_plan(args: argparse.Namespace):
-    """The memory plan of what check was asked about, or None where the inputs cannot give one (the findings
-    say why)."""
-    from trtllm_medusa_ports.convert import ConvertOptions, plan_layout
-    from trtllm_medusa_ports.memory import memory_plan
-
-    try:
-        opts = ConvertOptions(model_dir=Path(args.model_dir),
-                              medusa_model_dir=Path(args.medusa_model_dir) if args.medusa_model_dir else None,
-                              output_dir=Path("unused"), dtype=args.dtype or "float16", tp_size=args.tp_size,
-                              pp_size=args.pp_size, max_draft_len=args.max_draft_len or 63,
-                              share_lm_head=args.share_lm_head, qformat=args.qformat,
-                              use_weight_only=args.use_weight_only, weight_only_precision=args.weight_only_precision,
-                              kv_cache_dtype=args.kv_cache_dtype, int8_kv_cache=args.int8_kv_cache)
-        return memory_plan(*plan_layout(opts))
-    except (PortError, ValueError, KeyError, ZeroDivisionError, RuntimeError):
-        return None
+def _add_threads_arg(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--threads", type=_int_in(1), default=None,
+                   help="torch threads (default: the idle cores, measured at the start)")
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.compat import activation_range_finding, check, errors_of
-    from trtllm_medusa_ports.quant import spec_from_flags
+    from trtllm_medusa_ports.api import CheckOptions, check
 
-    spec = spec_from_flags(args)
-    arch, findings = check(
-        args.model_dir,
-        args.medusa_model_dir,
-        medusa_choices=args.medusa_choices,
-        tp_size=args.tp_size,
-        pp_size=args.pp_size,
-        max_draft_len=args.max_draft_len,
-        dtype=args.dtype,
-        num_medusa_heads=args.num_medusa_heads,
-        quantization=spec,
-    )
-    plan = _memory_plan(args)
-    prompts = _prompts(args, args.model_dir)
-    if prompts:
-        from trtllm_medusa_ports.verify import measure_activation_range
-
-        findings.append(activation_range_finding(*measure_activation_range(args.model_dir, prompts), args.dtype))
-    compatible = not errors_of(findings)
-    fit = dict(batch=args.max_batch_size, seq_len=args.max_seq_len, gpu_memory_gb=args.gpu_memory_gb)
-    if args.json:
-        print(json.dumps({"compatible": compatible, "architecture": arch,
-                          "findings": [f.to_dict() for f in findings],
-                          "memory": plan.to_dict(**fit) if plan else None}, indent=2))
-    else:
-        print(f"architecture: {arch}")
-        width = max(len(f.rule) for f in findings)
-        for f in findings:
-            print(f"{f.severity.upper():8s} {f.rule:{width}s}  {f.message}")
-            print(f"{'':8s} {'':{width}s}  fix: {f.fix}")
-        if plan:
-            print(plan.render(**fit))
-        print("COMPATIBLE" if compatible else "NOT COMPATIBLE")
-    return 0 if compatible else 1
-
-
-def _parse_ids(text: str) -> list[list[int]]:
-    prompts = []
-    for chunk in text.split(";"):
-        try:
-            prompts.append([int(x) for x in chunk.split(",") if x.strip()])
-        except ValueError:
-            raise PortError(f"--prompt_ids {text!r}: expected comma-separated integers (';' between prompts)",
-                            fix="e.g. --prompt_ids 1,2,3;4,5,6") from None
-    return prompts
+    result = check(CheckOptions(
+        model_dir=Path(args.model_dir), medusa_model_dir=_path(args.medusa_model_dir),
+        medusa_choices=args.medusa_choices, tp_size=args.tp_size, pp_size=args.pp_size,
+        max_draft_len=args.max_draft_len, num_medusa_heads=args.num_medusa_heads, dtype=args.dtype,
+        share_lm_head=args.share_lm_head, qformat=args.qformat, use_weight_only=args.use_weight_only,
+        weight_only_precision=args.weight_only_precision, kv_cache_dtype=args.kv_cache_dtype,
+        int8_kv_cache=args.int8_kv_cache, max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len,
+        gpu_memory_gb=args.gpu_memory_gb, prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir),
+        threads=args.threads))
+    _out(args, result)
+    return 0 if result.compatible else 1
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.verify import report_json, verify
+    from trtllm_medusa_ports.api import VerifyOptions, verify
 
-    prompts = _prompts(args, args.model_dir)
-    report = verify(args.model_dir, args.checkpoint_dir, medusa_choices=args.medusa_choices,
-                    prompts=prompts, max_new_tokens=args.max_new_tokens, quiet=args.quiet,
-                    medusa_model_dir=args.medusa_model_dir, max_quant_error=args.max_quant_error)
-    print(report_json(report) if args.json else report.render())
+    report = verify(VerifyOptions(
+        model_dir=Path(args.model_dir), checkpoint_dir=Path(args.checkpoint_dir), medusa_choices=args.medusa_choices,
+        prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir), max_new_tokens=args.max_new_tokens,
+        medusa_model_dir=_path(args.medusa_model_dir), max_quant_error=args.max_quant_error, threads=args.threads,
+        quiet=args.quiet))
+    _out(args, report)
     return 0 if report.ok else 1
 
 
@@ -531,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--max_seq_len", type=_int_in(1), default=None, help="tokens per sequence (prompt + output)")
     m.add_argument("--gpu_memory_gb", type=_non_negative, default=None, help="memory of one GPU, in GB")
     _add_prompt_args(s, "to measure the activation range on (rule float16-range)")
+    _add_threads_arg(s)
     s.add_argument("--json", action="store_true")
 
     s = sub.add_parser("convert", help="HF base + Medusa heads -> TensorRT-LLM checkpoint")
@@ -545,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max_new_tokens", type=int, default=32)
     s.add_argument("--medusa_model_dir", default=None,
                    help="the heads the checkpoint was converted from (default: the path recorded at conversion)")
-    _add_prompt_args(s, "to decode")
+    _add_prompt_args(s, "to decode (default: a few prompts of token ids)")
+    _add_threads_arg(s)
     s.add_argument("--max_quant_error", type=_non_negative, default=None,
                    help="quantized checkpoints: fail when the logits differ from the float base's by more "
                    "(default: the difference is reported, not judged)")
@@ -558,11 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output_dir", required=True, help="where to write the heads (FasterDecoding layout)")
     s.add_argument("--num_heads", "--medusa_num_heads", dest="num_heads", type=_int_in(1, 64), default=4)
     s.add_argument("--num_layers", "--medusa_num_layers", dest="num_layers", type=_int_in(1, 64), default=1)
-    s.add_argument("--prompts", default=None,
-                   help="text file, one prompt per line (\\n for a line break); default: the packaged prompts")
-    s.add_argument("--data", default=None, help='JSON lines: {"prompt": ...} (continued by the base), {"text": ...} '
-                   '(used as it is), {"prompt_ids": [...]}, {"input_ids": [...]}')
-    s.add_argument("--tokenizer_dir", default=None, help="default: --model_dir")
+    _add_prompt_args(s, "to train on (continued by the base; default: the packaged prompts)", file_aliases=("--prompts",))
+    s.add_argument("--heldout_fraction", type=_fraction, default=0.05,
+                   help="share of the sequences kept out of training, to report each head's held-out top-1 accuracy "
+                   "(default 0.05: every 20th; 0: none)")
+    _add_threads_arg(s)
+    s.add_argument("--json", action="store_true", help="print the result (accuracies, history) as JSON")
     s.add_argument("--new_tokens", type=_int_in(1, 1 << 16), default=64,
                    help="greedy tokens generated per prompt (cached)")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
@@ -596,11 +492,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=run_tune_tree)
     s.add_argument("--model_dir", required=True)
     s.add_argument("--medusa_model_dir", required=True)
-    g = s.add_mutually_exclusive_group()
-    g.add_argument("--prompts", default=None,
-                   help="held-out text to measure on, one prompt per line (default: the packaged held-out prompts)")
-    g.add_argument("--prompt_ids", default=None, help="token ids: 1,2,3 (';' separates prompts)")
-    s.add_argument("--tokenizer_dir", default=None, help="default: --model_dir")
+    _add_prompt_args(s, "to measure the heads on (default: the packaged held-out prompts)", file_aliases=("--prompts",))
+    _add_threads_arg(s)
     s.add_argument("--new_tokens", type=_int_in(1, 1 << 16), default=64, help="greedy tokens generated per prompt")
     s.add_argument("--max_nodes", type=_int_in(1, 4096), default=63, help="node budget (the engine's max_draft_len)")
     s.add_argument("--max_draft_len", type=_int_in(1, 4096), default=63,

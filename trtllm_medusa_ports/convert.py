@@ -190,6 +190,8 @@ class _Job:
     stored_dtype: str | None = None
     #: applied to each rank's shard before it is written (FP8: the cast with the tensor's scale)
     post: Callable | None = None
+    #: FP8 weights: the (layer, scale group) whose measured scale the cast uses (quant/jobs.py)
+    fp8_group: tuple[int, str] | None = None
 
 
 def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:
@@ -662,7 +664,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             calibration = calibrate(opts.model_dir, adapter, dtype, samples, source=source, device=opts.device,
                                     quiet=opts.quiet)
             cfg["medusa_ports"]["calibration"] = {**calibration.record(), "max_seq_length": opts.calib_max_seq_length}
-        jobs = quantize_jobs(jobs, cfg, spec, dtype, calibration, adapter.num_hf_layers(model.config))
+        jobs, fp8_scales = quantize_jobs(jobs, cfg, spec, dtype, calibration, adapter.num_hf_layers(model.config))
 
     # Plan every rank file's layout from the source shapes (no data read).
     entries: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
@@ -673,11 +675,19 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         for rank, name in job.targets:
             planned[rank, name] = planned_shape(job, cfg, rank, traced)
             entries[rank].append((name, job.stored_dtype or dtype, planned[rank, name]))
-        if job.post is not None or job.cast_to is not None:
-            moves.append(MovePlan(MoveKind.TENSOR, why="quantized (FP8 cast or a float32 scale)"))
+        if not opts.fast_path:
+            moves.append(MovePlan(MoveKind.TENSOR, why="fast path off"))
+        elif job.fp8_group is not None:  # FP8 weight: the same pieces, cast chunk by chunk with its scale
+            moves.append(move_plan(job, cfg, "float8_e4m3fn", planned, traced).as_fp8(dtype))
+        elif job.post is not None or job.cast_to is not None:
+            moves.append(MovePlan(MoveKind.TENSOR, why="a generated float32 scale"))
         else:
-            moves.append(move_plan(job, cfg, dtype, planned, traced) if opts.fast_path else
-                         MovePlan(MoveKind.TENSOR, why="fast path off"))
+            moves.append(move_plan(job, cfg, dtype, planned, traced))
+    if spec.quant_algo == "FP8":  # pass 1 of 2, before anything is written: every FP8 weight's amax
+        from trtllm_medusa_ports.quant.jobs import measure_weights
+
+        measure_weights(jobs, moves, fp8_scales, dtype, threads=max(opts.workers, 2), quiet=opts.quiet,
+                        on_non_finite=lambda job: _non_finite_error(job, dtype))
 
     padded_vocab = mapping.padded_vocab(cfg["vocab_size"])
     saved = heads.num_heads * padded_vocab * heads.hidden_size * itemsize(dtype) if share else 0
@@ -764,12 +774,23 @@ class _Silent:
         pass
 
 
-def _progress(total: int, quiet: bool):
+def _progress(total: int, quiet: bool, desc: str = "convert", unit: str = "tensor"):
     if quiet:
         return _Silent()
     from tqdm import tqdm
 
-    return tqdm(total=total, desc="convert", unit="tensor", file=sys.stderr)
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr)
+
+
+def _non_finite_error(job: _Job, dtype: str) -> Exception:
+    """The error for a job whose values hold NaN/Inf in the checkpoint dtype."""
+    err = HeadsError if job.label.startswith("medusa_heads") else ModelError
+    return err(
+        f"tensor for {job.label} holds NaN/Inf after casting to {dtype}"
+        + (f" (from {', '.join(job.sources)})" if job.sources else ""),
+        fix="the source holds NaN/Inf (damaged weights: save them again)" if dtype == "float32" else
+            f"the source holds NaN/Inf, or its values overflow {dtype}: try --dtype bfloat16 or float32",
+    )
 
 
 def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict,
@@ -787,13 +808,7 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
             bar = _progress(sum(len(j.targets) for j in jobs), opts.quiet)
 
             def non_finite(job: _Job) -> Exception:
-                err = HeadsError if job.label.startswith("medusa_heads") else ModelError
-                return err(
-                    f"tensor for {job.label} holds NaN/Inf after casting to {dtype}"
-                    + (f" (from {', '.join(job.sources)})" if job.sources else ""),
-                    fix="the source holds NaN/Inf (damaged weights: save them again)" if dtype == "float32" else
-                        f"the source holds NaN/Inf, or its values overflow {dtype}: try --dtype bfloat16 or float32",
-                )
+                return _non_finite_error(job, dtype)
 
             whole_tensors = threading.Semaphore(opts.workers)
             if torch_casts or any(m.kind is MoveKind.TENSOR or m.needs_torch for m in moves):

@@ -149,17 +149,21 @@ def build_tree(acc: list[list[float]] | None = None, max_nodes: int = 63, *, max
 
 # -- measuring on a base + heads --------------------------------------------------------------
 @torch.no_grad()
-def measure_ranks(model, heads, seqs: list[list[int]], starts: list[int], top_k: int = DEFAULT_TOP_K) -> torch.Tensor:
+def measure_ranks(model, heads, seqs: list[list[int]], starts: list[int], top_k: int = DEFAULT_TOP_K, *,
+                  quiet: bool = True) -> torch.Tensor:
     """``[N, heads]``: rank of the base's next tokens among each head's top-k at every continuation position.
 
     ``model`` is the HF base (float32), ``heads`` a :class:`~trtllm_medusa_ports.heads.MedusaHeads`;
     head d at position t is scored against the token at t + d + 2 (-1 where the text ends)."""
+    from tqdm import tqdm
+
     from trtllm_medusa_ports.heads.train import final_hidden
     from trtllm_medusa_ports.verify import source_heads_logits
 
     vocab = model.get_output_embeddings().weight.shape[0]
     rows = []
-    for seq, start in zip(seqs, starts, strict=True):
+    for seq, start in zip(tqdm(seqs, desc="measure heads", unit="sequence", disable=quiet, file=sys.stderr), starts,
+                          strict=True):
         if len(seq) - start < 2:
             continue
         hidden = final_hidden(model, torch.tensor([seq]))[0, start:].float()
@@ -233,6 +237,8 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
         raise PortError(f"--max_nodes {max_nodes} is above --max_draft_len {max_draft_len}: TensorRT-LLM could not "
                         "run the tree", fix=f"pass --max_nodes {max_draft_len} or less")
     heads = load_heads(medusa_model_dir)
+    if not quiet:
+        print(f"tune-tree: loading the base from {model_dir}", file=sys.stderr, flush=True)
     model = load_base(model_dir)
     hidden, vocab = int(model.config.hidden_size), int(model.config.vocab_size)
     if heads.hidden_size != hidden or (heads.vocab_size is not None and heads.vocab_size != vocab
@@ -246,14 +252,14 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
             raise PortError(f"--prompt_ids {bad[:3] or '(an empty prompt)'} outside the vocabulary 0..{vocab - 1}",
                             fix="pass ids of the base's tokenizer, e.g. --prompt_ids 1,2,3;4,5")
     if prompt_ids is None:
-        from trtllm_medusa_ports.heads.train import _tokenizer
+        from trtllm_medusa_ports.files.prompts import heldout_prompts, tokenizer_for
 
-        tok = _tokenizer(Path(tokenizer_dir or model_dir))
+        tok = tokenizer_for(Path(tokenizer_dir or model_dir))
         texts = prompts if prompts is not None else heldout_prompts()
         prompt_ids = [tok(t)["input_ids"] for t in texts]
     conts = continue_greedily(model, prompt_ids, new_tokens, quiet=quiet)
     seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
-    ranks = measure_ranks(model, heads, seqs, [len(p) - 1 for p in prompt_ids], top_k)
+    ranks = measure_ranks(model, heads, seqs, [len(p) - 1 for p in prompt_ids], top_k, quiet=quiet)
     acc = accuracy_table(ranks, top_k)
     joint = joint_values(ranks, top_k) if estimate == "joint" else None
     paths = build_tree(acc, max_nodes, max_depth=heads.num_heads, top_k=top_k, joint=joint)
@@ -272,18 +278,6 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
                 "acceptance_on_measured_text": round(measured_acceptance(bpaths, ranks), 4)}
     return TuneResult(paths, acc, expected_tokens_per_step(paths, acc, joint), measured_acceptance(paths, ranks),
                       ranks.shape[0], estimate, base)
-
-
-def heldout_prompts() -> list[str]:
-    """Prompts shipped for measuring heads (300), none of which is among the training prompts."""
-    from importlib import resources
-
-    from trtllm_medusa_ports.heads.train import _prompt_lines
-
-    data = resources.files("trtllm_medusa_ports").joinpath("data")
-    # 30 written by hand, then 270 of the training prompts' kinds that scripts/make_prompts.py left out
-    return [p for name in ("heldout_prompts.txt", "tune_prompts.txt")
-            for p in _prompt_lines(data.joinpath(name).read_text(encoding="utf-8"))]
 
 
 def write_choices(paths: list[list[int]], output: str | Path, *, overwrite: bool = False) -> Path:

@@ -12,10 +12,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -33,6 +31,7 @@ from trtllm_medusa_ports.heads.train import end_token_ids
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
+from trtllm_medusa_ports.threads import default_threads, torch_threads
 from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
 
 #: max |logit difference| accepted between HF and the executor (both float32 on the same weights),
@@ -380,32 +379,6 @@ def measure_activation_range(model_dir: str | Path, prompts: list[list[int]]) ->
     finally:
         rng.close()
     return rng.max, rng.where
-
-
-def default_threads() -> int:
-    """torch threads for ``verify``: the cores nobody else is using, at least one.
-
-    Verification runs thousands of small operations; when torch's threads outnumber the idle cores,
-    every operation waits for a descheduled thread, and a run that takes 13 s on one thread took
-    290 s on two (SmolLM2-135M on 2 cores busy with other work). On an idle machine this is torch's
-    own default.
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-        idle = round(cores - os.getloadavg()[0])
-    except (AttributeError, OSError):
-        return torch.get_num_threads()
-    return max(1, min(torch.get_num_threads(), idle))
-
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def verify(

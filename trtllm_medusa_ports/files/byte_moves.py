@@ -11,6 +11,12 @@ with numpy, bit for bit what torch's cast (the tensor path's ``t.to(dtype)``) gi
 (files/dtypes.py ``cast_bits``, tested on every 16-bit pattern); other casts use torch's, the
 only step here that imports it. So a conversion of safetensors inputs runs without torch.
 
+FP8 weights (quantized checkpoints, trtllm_medusa_ports/quant) take the same pieces in two
+passes: :meth:`ByteMover.amax` reads what the pieces take once, in chunks, for the per-tensor
+scale (the largest magnitude, found on the values' bits); then the pieces are cast chunk by chunk
+to float8_e4m3fn with that scale, through torch's own ops (the tensor path's
+``quant.fp8_weight``, op for op), so no whole weight is ever in memory.
+
 Which bytes go where is not worked out a second time here: the job's own combine and
 split rule run on small integer *stand-ins* (numpy int64 arrays, one value per source row
 and column chunk, naming the source, the row and the chunk; see trtllm_medusa_ports/arrays.py),
@@ -97,6 +103,7 @@ class MoveKind(str, enum.Enum):
     BYTE_COPY = "byte-copy"  # same dtype, whole rows: the kernel copies byte ranges
     STRIDED = "strided"  # same dtype, column slices (dim-1 splits): chunked reads, numpy slicing
     CONVERT = "convert"  # dtype change of a pure layout: chunked reads, cast per chunk (numpy; torch for float64)
+    FP8 = "fp8-cast"  # FP8 weight of a pure layout: chunked reads, scaled cast per chunk (torch), see Fp8Cast
     TENSOR = "tensor"  # value transforms, pickles, generated tensors: the whole-tensor path
 
 
@@ -150,19 +157,41 @@ class Piece:
 
 
 @dataclass
+class Fp8Cast:
+    """How an FP8 plan's values are made: rounded to the checkpoint dtype ``via`` (as the tensor path's
+    sources are), then ``(w / scale)`` in float32, saturated to +-448 and rounded to float8_e4m3fn
+    (quant.fp8_weight). ``scale`` is set once the amax pass has measured the tensor's scale group."""
+
+    via: str
+    scale: float | None = None
+    table: object = None  # the 16-bit pattern -> FP8 table of this scale (made at the first chunk)
+
+
+@dataclass
 class MovePlan:
     kind: MoveKind
     sources: list[Source] = field(default_factory=list)
     pieces: list[Piece] = field(default_factory=list)
     targets: list[tuple[int, str]] = field(default_factory=list)
-    dtype: str = "float32"  # the checkpoint dtype, by name
+    dtype: str = "float32"  # the stored dtype, by name (the checkpoint dtype, or float8_e4m3fn)
     why: str = ""  # for TENSOR: why the fast path does not apply
+    fp8: Fp8Cast | None = None  # for FP8
 
     @property
     def needs_torch(self) -> bool:
-        """A cast numpy does not do here (float64 sources): torch's own."""
+        """A cast numpy does not do here (float64 sources, FP8): torch's own."""
+        if self.kind is MoveKind.FP8:
+            return True
         return self.kind is MoveKind.CONVERT and not all(can_cast_without_torch(s.dtype, self.dtype)
                                                          for s in self.sources)
+
+    def as_fp8(self, via: str) -> MovePlan:
+        """This plan (traced with dtype float8_e4m3fn) as the FP8 cast of values in checkpoint dtype ``via``;
+        a TENSOR plan stays one."""
+        if self.kind is MoveKind.TENSOR:
+            return self
+        assert self.dtype == "float8_e4m3fn", self.dtype
+        return MovePlan(MoveKind.FP8, self.sources, self.pieces, self.targets, self.dtype, fp8=Fp8Cast(via))
 
 
 def standin(index: int, shape: tuple[int, ...], tp_size: int) -> np.ndarray:
@@ -353,7 +382,9 @@ class ByteMover:
                 s = plan.sources[p.source]
                 self._copy(s, self._fd(s.path), p.row_start * s.row_bytes, self.rank_fd(p.rank),
                            self.slot_offset(p.rank, p.name) + p.dest_offset, (p.row_end - p.row_start) * s.row_bytes)
-        elif plan.kind in (MoveKind.STRIDED, MoveKind.CONVERT):
+        elif plan.kind in (MoveKind.STRIDED, MoveKind.CONVERT, MoveKind.FP8):
+            if plan.kind is MoveKind.FP8 and plan.fp8.scale is None:
+                raise AssertionError("an FP8 plan runs before its scale is measured")
             for p in pieces:
                 self._chunked(plan, p)
         else:
@@ -413,9 +444,9 @@ class ByteMover:
         rows_per = max(1, CHUNK_BYTES // max(1, s.row_bytes))
         buf = scratch("chunk-read", min(p.row_end - p.row_start, rows_per) * s.row_bytes, np.uint8)
         out_item = itemsize(plan.dtype)
-        convert = s.dtype != plan.dtype
+        convert = s.dtype != plan.dtype and plan.kind is not MoveKind.FP8
         by_numpy = can_cast_without_torch(s.dtype, plan.dtype) and not self.torch_casts
-        if convert and not by_numpy:
+        if (convert and not by_numpy) or plan.kind is MoveKind.FP8:
             import torch  # the cast is torch's, element for element the tensor path's
         out_spec = _EXPONENT.get(plan.dtype)
         whole = p.whole_rows(s.width)
@@ -433,7 +464,9 @@ class ByteMover:
                 cols = rows[:, p.col_start * s.itemsize : p.col_end * s.itemsize]
                 part = scratch("chunk-columns", cols.size, np.uint8).reshape(cols.shape)
                 np.copyto(part, cols)
-            if convert:  # element by element what the tensor path's t.to(dtype) gives
+            if plan.kind is MoveKind.FP8:
+                bits = _fp8_bits(part, s.dtype, plan.fp8)
+            elif convert:  # element by element what the tensor path's t.to(dtype) gives
                 if by_numpy:
                     n = part.nbytes // s.itemsize
                     out = scratch("chunk-cast", n, out_spec[0])
@@ -446,6 +479,118 @@ class ByteMover:
             if out_spec is not None and _non_finite(bits, out_spec[1]):
                 raise NonFinite(s.path)
             _pwrite_all(fd_out, bits if bits is not None else part, dest + (a - p.row_start) * dest_row)
+
+
+    # -- FP8: the amax pass ---------------------------------------------------------------------
+    def amax(self, plan: MovePlan) -> float:
+        """The largest magnitude among the values ``plan``'s pieces take (every rank), in the sources'
+        dtype, read once in bounded chunks; :class:`NonFinite` where one of them is NaN/Inf.
+
+        Found on the bits: with the sign bit cleared, a float's bit pattern orders as its magnitude
+        (finite values below every NaN/Inf pattern), so the largest masked pattern is the amax.
+        """
+        best = 0.0
+        for index, r0, r1, c0, c1 in amax_regions(plan):
+            s = plan.sources[index]
+            bits_dtype, exponent = _EXPONENT[s.dtype]
+            top = self._max_magnitude_bits(s, r0, r1, c0, c1, np.dtype(bits_dtype))
+            if top & exponent == exponent:
+                raise NonFinite(s.path)
+            best = max(best, _bits_value(top, s.dtype))
+        return best
+
+    def _max_magnitude_bits(self, s: Source, r0: int, r1: int, c0: int, c1: int, bits_dtype: np.dtype) -> int:
+        fd = self._fd(s.path)
+        rows_per = max(1, CHUNK_BYTES // max(1, s.row_bytes))
+        buf = scratch("amax-read", min(r1 - r0, rows_per) * s.row_bytes, np.uint8)
+        sign_cleared = bits_dtype.type((1 << (8 * bits_dtype.itemsize - 1)) - 1)
+        top = 0
+        for a in range(r0, r1, rows_per):
+            b = min(r1, a + rows_per)
+            view = memoryview(buf)[: (b - a) * s.row_bytes]
+            _pread_into(fd, view, s.offset + a * s.row_bytes, s.path)
+            bits = np.frombuffer(view, dtype=bits_dtype).reshape(b - a, s.width)[:, c0:c1]
+            if bits.size == 0:
+                continue
+            temp = scratch("amax-bits", bits.size, bits_dtype).reshape(bits.shape)
+            np.bitwise_and(bits, sign_cleared, out=temp)
+            top = max(top, int(temp.max()))
+        return top
+
+
+def _bits_value(bits: int, dtype: str) -> float:
+    """The float a non-negative bit pattern of ``dtype`` (float32, float16, bfloat16) stands for."""
+    if dtype == "bfloat16":
+        return float(np.array([bits << 16], dtype=np.uint32).view(np.float32)[0])
+    np_bits, _ = _EXPONENT[dtype]
+    return float(np.array([bits], dtype=np_bits).view({"float32": np.float32, "float16": np.float16,
+                                                       "float64": np.float64}[dtype])[0])
+
+
+def amax_regions(plan: MovePlan) -> list[tuple[int, int, int, int, int]]:
+    """``(source, row_start, row_end, col_start, col_end)`` rectangles covering exactly the elements the
+    plan's pieces take: one rectangle per source where its pieces tile one (every rank's column slice
+    of the same rows, q/k/v's row ranges), else each distinct piece (a replicated piece is read once)."""
+    out = []
+    for index in sorted({p.source for p in plan.pieces}):
+        rects = sorted({(p.row_start, p.row_end, p.col_start, p.col_end) for p in plan.pieces if p.source == index})
+        rows = sorted({r for a, b, _, _ in rects for r in (a, b)})
+        cols = sorted({c for _, _, c, d in rects for c in (c, d)})
+        if len(rows) * len(cols) * len(rects) <= 1 << 16 and all(
+                any(a <= r0 and r1 <= b and c <= c0 and c1 <= d for a, b, c, d in rects)
+                for r0, r1 in zip(rows, rows[1:]) for c0, c1 in zip(cols, cols[1:])):
+            out.append((index, rows[0], rows[-1], cols[0], cols[-1]))
+        else:
+            out.extend((index, *r) for r in rects)
+    return out
+
+
+#: elements per block of :func:`_fp8_bits`: its index temporary stays in the core's cache, and each block's
+#: two calls (their Python side holds the GIL) are few enough for two lanes to cast side by side. Float16 ->
+#: FP8 on two lanes of 2 cores: 2.2 GB/s of source by table in 2^18-element blocks (1.7 in 2^16); torch's own
+#: chain of float32 ops (widen, divide, clamp, convert) gave 1.69 at best, its float32 -> FP8 step being slow
+_FP8_BLOCK = 1 << 18
+
+
+def _fp8_table(cast: Fp8Cast):
+    """uint8 ``[65536]``: the FP8 bits quant.fp8_weight makes of every 16-bit pattern of ``cast.via`` with
+    ``cast.scale`` (the tensor path's own function, so every element is by construction what it writes)."""
+    import torch
+
+    from trtllm_medusa_ports.quant import fp8_weight
+
+    if cast.table is None:
+        patterns = torch.from_numpy(np.arange(1 << 16, dtype=np.uint16).view(np.int16)).view(to_torch(cast.via))
+        cast.table = fp8_weight(patterns, cast.scale).view(torch.uint8).contiguous()
+    return cast.table
+
+
+def _fp8_bits(part, src: str, cast: Fp8Cast) -> np.ndarray:
+    """float8_e4m3fn bits of one chunk of ``src`` values, as quant.fp8_weight makes them from the tensor
+    path's shard: rounded to ``cast.via`` (the checkpoint dtype, 16-bit: numpy's exact cast, files/dtypes.py
+    ``cast_bits``), then looked up in :func:`_fp8_table`; in cache-sized blocks through this thread's buffers."""
+    import torch
+
+    if itemsize(cast.via) != 2:  # no table: torch's chain, op for op quant.fp8_weight (the checkpoint is 16-bit)
+        from trtllm_medusa_ports.quant import fp8_weight
+
+        x = torch.frombuffer(part, dtype=to_torch(src)).to(to_torch(cast.via))
+        return fp8_weight(x, cast.scale).view(torch.uint8).numpy()
+    n = len(part) // itemsize(src) if isinstance(part, memoryview) else part.nbytes // itemsize(src)
+    if src == cast.via:
+        bits = np.frombuffer(part, dtype=np.uint16)
+    else:
+        bits = cast_bits(part, src, cast.via, out=scratch("fp8-via", n, np.uint16))
+    table = _fp8_table(cast)
+    out = scratch("fp8-out", n, np.uint8)
+    out_t = torch.from_numpy(out)
+    index = scratch("fp8-index", min(n, _FP8_BLOCK), np.int32)
+    index_t = torch.from_numpy(index)
+    for a in range(0, n, _FP8_BLOCK):
+        b = min(n, a + _FP8_BLOCK)
+        np.copyto(index[: b - a], bits[a:b], casting="safe")
+        torch.index_select(table, 0, index_t[: b - a], out=out_t[a:b])
+    return out
 
 
 def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -40,13 +40,19 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import torch
 
 from trtllm_medusa_ports.errors import HeadsError, ModelError, PortError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
+from trtllm_medusa_ports.files.prompts import (
+    Item,
+    PromptInputs,
+    lazy_tokenizer,
+    packaged_prompts,
+    read_items,
+)
 
 CORPUS_VERSION = 1
 
@@ -81,84 +87,6 @@ class HeadWeights:
                 y = x @ base_lm_head.T
                 outs.append(y if base_lm_bias is None else y + base_lm_bias)
         return torch.stack(outs)
-
-
-# -- prompts --------------------------------------------------------------------------------
-@dataclass
-class Item:
-    """One training item: ``ids`` to continue greedily, or a ``text`` sequence used as it is."""
-
-    ids: list[int]
-    continue_it: bool = True
-
-
-def packaged_prompts() -> list[str]:
-    """The prompts shipped with the package (varied topics, code, lists, Q&A; offline use)."""
-    text = resources.files("trtllm_medusa_ports").joinpath("data/prompts.txt").read_text(encoding="utf-8")
-    return _prompt_lines(text)
-
-
-def _prompt_lines(text: str) -> list[str]:
-    # one prompt per line; a literal backslash-n stands for a line break inside a prompt
-    return [line.replace("\\n", "\n") for line in text.splitlines() if line.strip()]
-
-
-def read_prompts_file(path: str | Path) -> list[str]:
-    from trtllm_medusa_ports.files.jsonfile import require_regular_file
-
-    path = Path(path)
-    require_regular_file(path, PortError, "pass a UTF-8 text file with one prompt per line")  # a FIFO would block
-    try:
-        lines = _prompt_lines(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PortError(f"cannot read the prompts ({exc})", where=str(path),
-                        fix="pass a UTF-8 text file with one prompt per line") from None
-    if not lines:
-        raise PortError("no prompts in the file", where=str(path), fix="write one prompt per line")
-    return lines
-
-
-def read_data_file(path: str | Path, tokenize) -> list[Item]:
-    """JSON lines: ``{"prompt": str}`` or ``{"prompt_ids": [int]}`` (continued by the base) or
-    ``{"text": str}`` / ``{"input_ids": [int]}`` (used as they are, not continued)."""
-    from trtllm_medusa_ports.files.jsonfile import require_regular_file
-
-    path = Path(path)
-    fix = 'one JSON object per line: {"prompt": "..."}, {"text": "..."}, {"prompt_ids": [..]} or {"input_ids": [..]}'
-    require_regular_file(path, PortError, fix)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PortError(f"cannot read the data ({exc})", where=str(path), fix=fix) from None
-    items = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PortError(f"line {n} is not JSON ({exc.msg})", where=str(path), fix=fix) from None
-        except RecursionError:
-            raise PortError(f"line {n} nests JSON deeper than can be read", where=str(path), fix=fix) from None
-        if not isinstance(obj, dict):
-            raise PortError(f"line {n} is not a JSON object", where=str(path), fix=fix)
-        if isinstance(obj.get("prompt"), str):
-            items.append(Item(tokenize(obj["prompt"]), True))
-        elif isinstance(obj.get("text"), str):
-            items.append(Item(tokenize(obj["text"]), False))
-        elif _int_list(obj.get("prompt_ids")):
-            items.append(Item(list(obj["prompt_ids"]), True))
-        elif _int_list(obj.get("input_ids")):
-            items.append(Item(list(obj["input_ids"]), False))
-        else:
-            raise PortError(f"line {n} has none of prompt, text, prompt_ids, input_ids", where=str(path), fix=fix)
-    if not items:
-        raise PortError("no items in the data file", where=str(path), fix=fix)
-    return items
-
-
-def _int_list(v) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
 
 
 # -- the base -------------------------------------------------------------------------------
@@ -291,6 +219,9 @@ def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, qu
     hidden, index = [], []
     keep = [i for i, s in enumerate(seqs) if len(s) - starts[i] >= 3]  # else nothing for a head to predict
     keep.sort(key=lambda i: len(seqs[i]))
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(keep), desc="hidden states", unit="sequence", disable=quiet, file=sys.stderr)
     for b in range(0, len(keep), batch):  # right-padded batches: causal attention never sees the padding
         idx = keep[b:b + batch]
         width = max(len(seqs[i]) for i in idx)
@@ -303,10 +234,36 @@ def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, qu
         for r, i in enumerate(idx):
             hidden.append(hs[r, starts[i]:len(seqs[i])])
             index.append(torch.stack([torch.full((len(seqs[i]) - starts[i],), i), torch.arange(starts[i], len(seqs[i]))], 1))
+        bar.update(len(idx))
+    bar.close()
     if not hidden:
         raise ModelError("the prompts gave no text to learn from (every sequence is shorter than 3 tokens)",
                          fix="pass longer prompts or raise --new_tokens")
     return Corpus(seqs, starts, torch.cat(hidden), torch.cat(index), key)
+
+
+def heldout_rows(corpus: Corpus, fraction: float) -> torch.Tensor:
+    """``[N]`` bool: the corpus rows of the held-out sequences (every ``round(1 / fraction)``-th sequence, the
+    last of each run of that many; none when there are fewer sequences than that)."""
+    if not fraction > 0:
+        return torch.zeros(corpus.index.shape[0], dtype=torch.bool)
+    every = max(2, round(1 / fraction))
+    return (corpus.index[:, 0] % every) == every - 1
+
+
+@torch.no_grad()
+def heldout_accuracy(heads: HeadWeights, hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor,
+                     lm_bias: torch.Tensor | None, chunk: int = 1024) -> list[float]:
+    """Each head's top-1 accuracy at the rows where it has a target (-1: none), in chunks of rows."""
+    hits = torch.zeros(heads.num_heads)
+    counts = torch.zeros(heads.num_heads)
+    for a in range(0, hidden.shape[0], chunk):
+        logits = heads.apply(hidden[a:a + chunk].float(), lm_head, lm_bias)  # [heads, rows, vocab]
+        y = targets[a:a + chunk, : heads.num_heads].T
+        ok = y >= 0
+        hits += ((logits.argmax(-1) == y) & ok).sum(1).float()
+        counts += ok.sum(1).float()
+    return [round(float(h / c), 3) if c else 0.0 for h, c in zip(hits, counts, strict=True)]
 
 
 def save_corpus(corpus: Corpus, path: Path) -> None:
@@ -353,6 +310,9 @@ class FitOptions:
     matmul_dtype: str = "float32"
     save_every: int = 100
     quiet: bool = True
+    #: share of the corpus' sequences kept out of the fit (every round(1/f)-th sequence), on which each head's
+    #: top-1 accuracy is measured at the end; 0: none held out
+    heldout_fraction: float = 0.05
 
     def signature(self) -> dict:
         d = asdict(self)
@@ -657,8 +617,8 @@ def write_heads(heads: HeadWeights, output_dir: Path, *, overwrite: bool, base_d
 class TrainOptions:
     model_dir: Path
     output_dir: Path
-    prompts_file: Path | None = None
-    data_file: Path | None = None
+    #: what to train on (--prompt, --prompts_file, --prompt_ids, --data; files/prompts.py); none: the packaged prompts
+    prompts: PromptInputs = field(default_factory=PromptInputs)
     tokenizer_dir: Path | None = None
     new_tokens: int = 64
     #: the dtype the base runs in to write the corpus (continuations, hidden states): bfloat16 is about
@@ -670,6 +630,8 @@ class TrainOptions:
     device: str | None = None
     fit: FitOptions = field(default_factory=FitOptions)
     stop_after: int | None = None
+    #: torch threads (None: the idle cores, api.default_threads)
+    threads: int | None = None
 
 
 @dataclass
@@ -682,22 +644,35 @@ class TrainResult:
     heads: HeadWeights | None = None
     corpus_seconds: float = 0.0  # 0 when the cached corpus was used
     fit_seconds: float = 0.0
+    #: each head's top-1 accuracy on the held-out sequences (None: none held out, or the run stopped early)
+    heldout_top1: list[float] | None = None
+    heldout_positions: int = 0
+    heldout_sequences: int = 0
+
+    def to_dict(self) -> dict:
+        last = self.history[-1] if self.history else {}
+        return {"output_dir": str(self.output_dir) if self.output_dir else None, "steps": self.steps,
+                "positions": self.positions, "sequences": self.sequences,
+                "last_batch_loss": last.get("loss"), "last_batch_top1": last.get("top1"),
+                "heldout_top1": self.heldout_top1, "heldout_positions": self.heldout_positions,
+                "heldout_sequences": self.heldout_sequences,
+                "corpus_seconds": self.corpus_seconds, "fit_seconds": self.fit_seconds, "history": self.history}
 
     def summary(self) -> str:
         last = self.history[-1] if self.history else {}
         where = f"wrote {self.output_dir}" if self.output_dir else "stopped (state saved; continue with --resume)"
-        return (f"{where}: {self.steps} steps on {self.positions} positions of {self.sequences} sequences; "
-                f"last batch loss {last.get('loss')}, top-1 per head {last.get('top1')}")
+        text = (f"{where}: {self.steps} steps on {self.positions} positions of {self.sequences} sequences; "
+                f"last batch loss {last.get('loss')}, top-1 per head {last.get('top1')} (training batch)")
+        if self.heldout_top1 is not None:
+            text += (f"; held out ({self.heldout_sequences} sequences, {self.heldout_positions} positions): top-1 per "
+                     f"head {self.heldout_top1}")
+        return text
 
 
 def _tokenizer(tok_dir: Path):
-    from transformers import AutoTokenizer
+    from trtllm_medusa_ports.files.prompts import tokenizer_for
 
-    try:
-        return AutoTokenizer.from_pretrained(str(tok_dir))
-    except Exception as exc:
-        raise ModelError(f"no usable tokenizer in {tok_dir} ({type(exc).__name__})",
-                         fix="pass --tokenizer_dir, or --data with prompt_ids / input_ids") from None
+    return tokenizer_for(tok_dir)
 
 
 def train(opts: TrainOptions) -> TrainResult:
@@ -714,6 +689,9 @@ def train(opts: TrainOptions) -> TrainResult:
     if opts.dtype not in CHECKPOINT_DTYPES:
         raise PortError(f"--dtype {opts.dtype} is not one of {', '.join(CHECKPOINT_DTYPES)}", fix="e.g. --dtype bfloat16")
     _check_fit_dtype(f.matmul_dtype)  # before the corpus is built, not minutes later
+    if not 0 <= f.heldout_fraction < 1:
+        raise PortError(f"--heldout_fraction {f.heldout_fraction} must be at least 0 and below 1",
+                        fix="e.g. --heldout_fraction 0.05 (0: nothing held out)")
     if not 0 <= f.distill <= 1:
         raise PortError(f"--distill {f.distill} must be between 0 and 1", fix="e.g. --distill 0.5 (0: hard targets only)")
     out = guard_output_dir(Path(opts.output_dir), {"--model_dir": Path(opts.model_dir)})
@@ -731,8 +709,9 @@ def train(opts: TrainOptions) -> TrainResult:
         raise PortError(f"--device {device}: only cpu and cuda are supported", fix="use --device cpu")
     work = Path(opts.work_dir) if opts.work_dir else out.parent / f"{out.name}.train"
     inputs = {"--model_dir": Path(opts.model_dir)}
-    inputs.update({flag: Path(v) for flag, v in (("--prompts", opts.prompts_file), ("--data", opts.data_file),
-                                                 ("--tokenizer_dir", opts.tokenizer_dir)) if v})
+    inputs.update(opts.prompts.paths())
+    if opts.tokenizer_dir:
+        inputs["--tokenizer_dir"] = Path(opts.tokenizer_dir)
     try:  # the corpus and training state live there: never an input, its parent, the output or a file
         guard_output_dir(work, inputs)
     except PortError as exc:
@@ -773,19 +752,11 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> Tra
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+    if not f.quiet:
+        print(f"train-heads: loading the base from {opts.model_dir}", file=sys.stderr, flush=True)
     model = load_base(opts.model_dir, device)
-    tok_cache: list = []
-
-    def tokenize(text: str) -> list[int]:  # the tokenizer is loaded only when text needs it
-        if not tok_cache:
-            tok_cache.append(_tokenizer(Path(opts.tokenizer_dir or opts.model_dir)))
-        return tok_cache[0](text)["input_ids"]
-
-    if opts.data_file:
-        items = read_data_file(opts.data_file, tokenize)
-    else:
-        texts = read_prompts_file(opts.prompts_file) if opts.prompts_file else packaged_prompts()
-        items = [Item(tokenize(t)) for t in texts]
+    tokenize = lazy_tokenizer(opts.tokenizer_dir or opts.model_dir)  # loaded only when text needs it
+    items = read_items(opts.prompts, tokenize, default=packaged_prompts)
     vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else lm_head_of(model)[0].shape[0]
     max_pos = getattr(model.config, "max_position_embeddings", None)
     for n, it in enumerate(items):
@@ -799,6 +770,8 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> Tra
                             fix="shorten the prompt (one prompt per line) or lower --new_tokens")
     key = corpus_key(Path(opts.model_dir), items, opts.new_tokens, opts.dtype)
     corpus = load_corpus(work / "corpus.pt", key)
+    if corpus is not None and not f.quiet:
+        print(f"train-heads: the cached corpus of {work} ({len(corpus.seqs)} sequences)", file=sys.stderr, flush=True)
     lm_head, lm_bias = (t.clone() if t is not None else None for t in lm_head_of(model))  # float32, as loaded
     t0 = time.monotonic()
     if corpus is None:
@@ -807,13 +780,23 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> Tra
         save_corpus(corpus, work / "corpus.pt")
     corpus_s = time.monotonic() - t0
     del model
-    heads, history = fit_heads(corpus.hidden, corpus.targets(f.num_heads), lm_head, lm_bias, f,
+    held = heldout_rows(corpus, f.heldout_fraction)
+    fit_rows = ~held
+    if not bool(fit_rows.any()):
+        raise PortError("every sequence is held out: nothing is left to train on",
+                        fix="pass more prompts or a smaller --heldout_fraction")
+    targets = corpus.targets(f.num_heads)
+    heads, history = fit_heads(corpus.hidden[fit_rows], targets[fit_rows], lm_head, lm_bias, f,
                                state_path=work / "state.pt", resume=opts.resume, stop_after=opts.stop_after,
-                               device=device, index=corpus.index)
+                               device=device, index=corpus.index[fit_rows])
     fit_s = time.monotonic() - t0 - corpus_s
     done = history and history[-1]["step"] >= f.steps
-    result = TrainResult(None, history[-1]["step"] if history else 0, corpus.hidden.shape[0], len(corpus.seqs),
+    result = TrainResult(None, history[-1]["step"] if history else 0, int(fit_rows.sum()), len(corpus.seqs),
                          history, heads, round(corpus_s, 1), round(fit_s, 1))
+    if done and bool(held.any()):
+        result.heldout_top1 = heldout_accuracy(heads, corpus.hidden[held], targets[held], lm_head, lm_bias)
+        result.heldout_positions = int(held.sum())
+        result.heldout_sequences = len(set(corpus.index[held, 0].tolist()))
     if done:
         extra = {"medusa_ports_training": {"steps": f.steps, "lr": f.lr, "batch_size": f.batch_size,
                                            "positions": corpus.hidden.shape[0], "sequences": len(corpus.seqs),

@@ -96,31 +96,26 @@ def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, 
                              tokenizer_dir: str | Path | None = None) -> tuple[list[list[int]], str]:
     """The calibration samples (token ids, one per line or prompt, cut at ``max_seq_length``) and their source.
 
-    ``path``: text lines (one sample each, ``\\n`` for a line break) or JSON lines with ``text``, ``prompt``,
-    ``input_ids`` or ``prompt_ids`` (ids used as they are, no token added); None: the packaged prompts.
+    ``path`` (``--calib_dataset``): text lines (one sample each, ``\\n`` for a line break), read as
+    ``--prompts_file``, or JSON lines with ``text``, ``prompt``, ``input_ids`` or ``prompt_ids``, read as
+    ``--data`` (ids used as they are, no token added; files/prompts.py); None: the packaged prompts.
     Fewer samples than ``size`` is an error, never a silent smaller calibration.
     """
-    from trtllm_medusa_ports.heads.train import (
-        _tokenizer,
+    from trtllm_medusa_ports.files.prompts import (
+        PromptInputs,
+        lazy_tokenizer,
+        looks_like_json_lines,
         packaged_prompts,
-        read_data_file,
-        read_prompts_file,
+        read_items,
     )
 
     if size < 1 or max_seq_length < 1:
         raise PortError(f"--calib_size {size} and --calib_max_seq_length {max_seq_length} must be at least 1",
                         fix="e.g. --calib_size 512 --calib_max_seq_length 512 (upstream's defaults)")
-    tok: list = []
-
-    def tokenize(text: str) -> list[int]:
-        if not tok:
-            tok.append(_tokenizer(Path(tokenizer_dir or model_dir)))
-        return list(tok[0](text)["input_ids"])
-
+    tokenize = lazy_tokenizer(tokenizer_dir or model_dir)
     if path is None:
         source = "packaged prompts"
-        texts = packaged_prompts()[:size]
-        items = [tokenize(t) for t in texts]
+        items = read_items(PromptInputs(), tokenize, default=lambda: packaged_prompts()[:size])
     else:
         source = str(Path(path).resolve())
         p = Path(path)
@@ -131,17 +126,13 @@ def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, 
                                if hub else ""), where=str(p),
                             fix="pass a text file (one sample per line) or JSON lines with text / input_ids"
                                 + ("; omit --calib_dataset for the packaged prompts" if hub else ""))
-        head = p.read_text(encoding="utf-8", errors="replace").lstrip()[:1]
-        if head == "{":
-            items = [it.ids for it in read_data_file(p, tokenize)]
-        else:
-            items = [tokenize(t) for t in read_prompts_file(p)]
-    items = [ids for ids in items if ids]
-    if len(items) < size:
-        raise PortError(f"the calibration set has {len(items)} non-empty sample(s), --calib_size asks for {size}",
-                        where=source, fix=f"pass --calib_size {len(items)} or a larger --calib_dataset")
-    samples = [ids[:max_seq_length] for ids in items[:size]]
-    return samples, source
+        inputs = PromptInputs(data=p) if looks_like_json_lines(p) else PromptInputs(prompts_file=p)
+        items = read_items(inputs, tokenize)
+    samples = [it.ids for it in items if it.ids]
+    if len(samples) < size:
+        raise PortError(f"the calibration set has {len(samples)} non-empty sample(s), --calib_size asks for {size}",
+                        where=source, fix=f"pass --calib_size {len(samples)} or a larger --calib_dataset")
+    return [ids[:max_seq_length] for ids in samples[:size]], source
 
 
 def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: list[list[int]], *,

@@ -1,0 +1,439 @@
+"""The Python API: every ``trtllm-medusa`` command as a function a pipeline calls (docs/api.md).
+
+Each function takes one options dataclass, whose fields and defaults are the command's flags, and
+returns a result dataclass whose ``to_dict()`` is exactly what the command prints with ``--json``
+(and whose ``render()`` is its text output). The command line (cli.py) parses flags into these
+options, calls these functions and prints; it adds nothing else.
+
+Every problem with the inputs raises :class:`~trtllm_medusa_ports.errors.PortError` (or a subclass)
+carrying ``rule`` (the check rule id, where a rule refused), ``where`` (the file, tensor or field),
+``what`` and ``fix``; nothing is left half-written when one is raised. A failed *verification* is a
+result, not an error: ``VerifyReport.ok`` is False.
+
+    from trtllm_medusa_ports import api
+    res = api.convert(api.ConvertOptions(model_dir=..., medusa_model_dir=..., output_dir=...))
+    report = api.verify(api.VerifyOptions(model_dir=..., checkpoint_dir=res.output_dir))
+
+Names exported here are the promised surface; everything else in the package may change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtllm_medusa_ports.compat import Finding
+from trtllm_medusa_ports.convert import ConvertOptions, ConvertResult
+from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.files.prompts import PromptInputs
+from trtllm_medusa_ports.tree import MedusaTree
+
+#: defined with the training (heads/train.py, which imports torch): read from there when first asked for, so that
+#: importing the API stays torch-free for the commands that need no torch (a float or weight-only convert)
+_TRAINING = ("TrainOptions", "FitOptions", "TrainResult")
+
+
+def __getattr__(name: str):
+    if name in _TRAINING:
+        from trtllm_medusa_ports.heads import train
+
+        return getattr(train, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+__all__ = [
+    "PortError", "PromptInputs", "MedusaTree", "Finding",
+    "ConvertOptions", "ConvertResult", "convert",
+    "AddHeadsOptions", "AddHeadsResult", "add_heads",
+    "CheckOptions", "CheckResult", "check",
+    "VerifyOptions", "verify",
+    "TrainOptions", "FitOptions", "TrainResult", "train_heads",  # noqa: F822  (module __getattr__)
+    "TuneOptions", "TuneTreeResult", "tune_tree",
+    "TreeOptions", "TreeResult", "tree",
+    "HeadsInfo", "inspect_heads",
+    "BuildOptions", "BuildResult", "build",
+    "default_threads",
+]
+
+
+from trtllm_medusa_ports.threads import default_threads, torch_threads  # noqa: E402
+
+
+def _check_threads(threads: int | None) -> None:
+    if threads is not None and threads < 1:
+        raise PortError(f"--threads {threads} must be at least 1", fix="omit --threads to choose by the idle cores")
+
+
+def _ids(prompts: PromptInputs, model_dir: Path, tokenizer_dir: Path | None) -> list[list[int]] | None:
+    """Token ids of the given prompts (text through the tokenizer), or None when none were given."""
+    from trtllm_medusa_ports.files.prompts import lazy_tokenizer, read_items
+
+    items = read_items(prompts, lazy_tokenizer(tokenizer_dir or model_dir))
+    return None if items is None else [it.ids for it in items]
+
+
+# -- convert ------------------------------------------------------------------------------------
+def convert(opts: ConvertOptions) -> ConvertResult:
+    """``trtllm-medusa convert``: a Hugging Face base and its Medusa heads -> a TensorRT-LLM checkpoint."""
+    from trtllm_medusa_ports.convert import convert as _convert
+    from trtllm_medusa_ports.files.checkpoint import guard_output_dir
+
+    if opts.calib_dataset is not None:  # never write where the calibration text lives
+        guard_output_dir(Path(opts.output_dir), {"--calib_dataset": Path(opts.calib_dataset)})
+    return _convert(opts)
+
+
+@dataclass
+class AddHeadsOptions:
+    """``convert --base_checkpoint_dir``: heads added to a TensorRT-LLM checkpoint NVIDIA's tools quantized."""
+
+    base_checkpoint_dir: Path
+    medusa_model_dir: Path
+    output_dir: Path = Path("tllm_checkpoint")
+    max_draft_len: int = 63
+    overwrite: bool = False
+
+
+@dataclass
+class AddHeadsResult:
+    output_dir: Path
+    config: dict
+    warnings: list[str] = field(default_factory=list)
+    text: str = ""
+
+    def to_dict(self) -> dict:
+        return {"output_dir": str(self.output_dir), "config": self.config}
+
+    def render(self) -> str:
+        return self.text
+
+
+def add_heads(opts: AddHeadsOptions) -> AddHeadsResult:
+    from trtllm_medusa_ports.quant.prequantized import add_heads as _add
+
+    res = _add(Path(opts.base_checkpoint_dir), Path(opts.medusa_model_dir), Path(opts.output_dir),
+               max_draft_len=opts.max_draft_len, overwrite=opts.overwrite)
+    return AddHeadsResult(res.output_dir, res.config, list(res.warnings), res.summary())
+
+
+# -- check --------------------------------------------------------------------------------------
+@dataclass
+class CheckOptions:
+    """``trtllm-medusa check``: what TensorRT-LLM 1.2 serves for this base (heads, tree, parallelism, quantization)."""
+
+    model_dir: Path
+    medusa_model_dir: Path | None = None
+    medusa_choices: str | None = None
+    tp_size: int = 1
+    pp_size: int = 1
+    max_draft_len: int = 63
+    num_medusa_heads: int | None = None
+    dtype: str | None = None
+    share_lm_head: bool = False
+    qformat: str | None = None
+    use_weight_only: bool = False
+    weight_only_precision: str | None = None
+    kv_cache_dtype: str | None = None
+    int8_kv_cache: bool = False
+    #: the memory plan's serving sizes (None: not judged)
+    max_batch_size: int | None = None
+    max_seq_len: int | None = None
+    gpu_memory_gb: float | None = None
+    #: prompts to measure the activation range on (rule float16-range); none: not measured
+    prompts: PromptInputs = field(default_factory=PromptInputs)
+    tokenizer_dir: Path | None = None
+    threads: int | None = None
+
+
+@dataclass
+class CheckResult:
+    compatible: bool
+    architecture: str | None
+    findings: list[Finding]
+    memory: object = None  # memory.MemoryPlan, or None where the inputs give none
+    fit: dict = field(default_factory=dict)  # the serving sizes the plan is judged at
+
+    def to_dict(self) -> dict:
+        return {"compatible": self.compatible, "architecture": self.architecture,
+                "findings": [f.to_dict() for f in self.findings],
+                "memory": self.memory.to_dict(**self.fit) if self.memory else None}
+
+    def render(self) -> str:
+        lines = [f"architecture: {self.architecture}"]
+        width = max((len(f.rule) for f in self.findings), default=0)
+        for f in self.findings:
+            lines.append(f"{f.severity.upper():8s} {f.rule:{width}s}  {f.message}")
+            lines.append(f"{'':8s} {'':{width}s}  fix: {f.fix}")
+        if self.memory:
+            lines.append(self.memory.render(**self.fit))
+        lines.append("COMPATIBLE" if self.compatible else "NOT COMPATIBLE")
+        return "\n".join(lines)
+
+
+def _memory_plan(opts: CheckOptions):
+    """The memory plan of what check was asked about, or None where the inputs cannot give one (the findings
+    say why)."""
+    from trtllm_medusa_ports.convert import plan_layout
+    from trtllm_medusa_ports.memory import memory_plan
+
+    try:
+        copts = ConvertOptions(model_dir=Path(opts.model_dir),
+                               medusa_model_dir=Path(opts.medusa_model_dir) if opts.medusa_model_dir else None,
+                               output_dir=Path("unused"), dtype=opts.dtype or "float16", tp_size=opts.tp_size,
+                               pp_size=opts.pp_size, max_draft_len=opts.max_draft_len or 63,
+                               share_lm_head=opts.share_lm_head, qformat=opts.qformat,
+                               use_weight_only=opts.use_weight_only, weight_only_precision=opts.weight_only_precision,
+                               kv_cache_dtype=opts.kv_cache_dtype, int8_kv_cache=opts.int8_kv_cache)
+        return memory_plan(*plan_layout(copts))
+    except (PortError, ValueError, KeyError, ZeroDivisionError, RuntimeError):
+        return None
+
+
+def check(opts: CheckOptions) -> CheckResult:
+    from trtllm_medusa_ports.compat import activation_range_finding, errors_of
+    from trtllm_medusa_ports.compat import check as _check
+    from trtllm_medusa_ports.quant import spec_from_flags
+
+    _check_threads(opts.threads)
+    spec = spec_from_flags(opts)
+    arch, findings = _check(opts.model_dir, opts.medusa_model_dir, medusa_choices=opts.medusa_choices,
+                            tp_size=opts.tp_size, pp_size=opts.pp_size, max_draft_len=opts.max_draft_len,
+                            dtype=opts.dtype, num_medusa_heads=opts.num_medusa_heads, quantization=spec)
+    plan = _memory_plan(opts)
+    prompts = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
+    if prompts:
+        from trtllm_medusa_ports.verify import measure_activation_range
+
+        with torch_threads(opts.threads):
+            findings.append(activation_range_finding(*measure_activation_range(opts.model_dir, prompts), opts.dtype))
+    fit = dict(batch=opts.max_batch_size, seq_len=opts.max_seq_len, gpu_memory_gb=opts.gpu_memory_gb)
+    return CheckResult(not errors_of(findings), arch, findings, plan, fit)
+
+
+# -- verify -------------------------------------------------------------------------------------
+@dataclass
+class VerifyOptions:
+    """``trtllm-medusa verify``: logits parity, heads parity and greedy equivalence of a checkpoint, on CPU."""
+
+    model_dir: Path
+    checkpoint_dir: Path
+    medusa_choices: str | None = None  # default: mc_sim_7b_63 cut to the heads' depth
+    prompts: PromptInputs = field(default_factory=PromptInputs)  # none: a few prompts of ids
+    tokenizer_dir: Path | None = None
+    max_new_tokens: int = 32
+    medusa_model_dir: Path | None = None  # default: the path recorded at conversion
+    max_quant_error: float | None = None
+    threads: int | None = None
+    quiet: bool = False
+
+
+def verify(opts: VerifyOptions):
+    """A :class:`~trtllm_medusa_ports.verify.VerifyReport` (``ok``, ``to_dict()``, ``render()``)."""
+    from trtllm_medusa_ports.verify import verify as _verify
+
+    _check_threads(opts.threads)
+    prompts = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
+    return _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
+                   max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
+                   threads=opts.threads, max_quant_error=opts.max_quant_error)
+
+
+# -- train-heads ----------------------------------------------------------------------------------
+def train_heads(opts):
+    """``trtllm-medusa train-heads`` (:class:`TrainOptions` -> :class:`TrainResult`)."""
+    # Raises heads.train.TrainingInterrupted (a KeyboardInterrupt) when stopped by a signal; the saved state
+    # continues with resume=True.
+    from trtllm_medusa_ports.heads.train import train
+
+    _check_threads(opts.threads)
+    with torch_threads(opts.threads):
+        return train(opts)
+
+
+# -- tune-tree ------------------------------------------------------------------------------------
+@dataclass
+class TuneOptions:
+    """``trtllm-medusa tune-tree``: a medusa_choices tree from the heads' measured accuracy."""
+
+    model_dir: Path
+    medusa_model_dir: Path
+    output: Path | None = None  # the choices file to write (None: not written)
+    prompts: PromptInputs = field(default_factory=PromptInputs)  # none: the packaged held-out prompts
+    tokenizer_dir: Path | None = None
+    new_tokens: int = 64
+    max_nodes: int = 63
+    max_draft_len: int = 63
+    top_k: int = 10
+    estimate: str = "product"
+    baseline: str | None = "mc_sim_7b_63"
+    overwrite: bool = False
+    threads: int | None = None
+    quiet: bool = False
+
+
+@dataclass
+class TuneTreeResult:
+    output: Path | None
+    result: object  # tune.TuneResult
+
+    @property
+    def paths(self) -> list[list[int]]:
+        return self.result.paths
+
+    @property
+    def unused_heads(self) -> list[int]:
+        """Heads no node of the tree reads (the engine computes them anyway)."""
+        depth = max(map(len, self.result.paths), default=0)
+        return list(range(depth, len(self.result.accuracy)))
+
+    @property
+    def notes(self) -> list[str]:
+        """What a user should know beside the tree (the command prints these on stderr)."""
+        if not self.unused_heads:
+            return []
+        depth = max(map(len, self.result.paths))
+        return [f"the tree uses {depth} of the {len(self.result.accuracy)} heads: heads {self.unused_heads[0]}.."
+                f"{self.unused_heads[-1]} are computed by the engine but no tree node reads them"]
+
+    def to_dict(self) -> dict:
+        return {"output": str(self.output) if self.output else None, **self.result.to_dict(),
+                "unused_heads": self.unused_heads, "notes": self.notes}
+
+    def render(self) -> str:
+        import io
+
+        from trtllm_medusa_ports.tune import print_table
+
+        res, buf = self.result, io.StringIO()
+        print(f"measured on {res.positions} positions; each head's cumulative top-k accuracy:", file=buf)
+        print_table(res.accuracy, file=buf)
+        depth = max(map(len, res.paths))
+        where = f" -> {self.output} (use it as --medusa_choices @{self.output})" if self.output else ""
+        print(f"tree: {len(res.paths)} nodes, depth {depth}{where}", file=buf)
+        print(f"predicted tokens per step: {res.predicted_tokens_per_step:.2f} ({res.estimate} estimate); "
+              f"on the measured text: {res.measured_on_text:.2f}", file=buf)
+        if res.baseline:
+            b = res.baseline
+            print(f"{b['name']} ({b['num_nodes']} nodes at the heads' depth): predicted "
+                  f"{b['predicted_tokens_per_step']:.2f}, on the measured text: {b['acceptance_on_measured_text']:.2f}",
+                  file=buf)
+        return buf.getvalue().rstrip("\n")
+
+
+def tune_tree(opts: TuneOptions) -> TuneTreeResult:
+    from trtllm_medusa_ports.tune import tune, write_choices
+
+    _check_threads(opts.threads)
+    if opts.output is not None:
+        out = Path(opts.output).resolve()
+        inputs = {"--model_dir": opts.model_dir, "--medusa_model_dir": opts.medusa_model_dir,
+                  "--tokenizer_dir": opts.tokenizer_dir, **opts.prompts.paths()}
+        for flag, src in inputs.items():
+            s = Path(src).resolve() if src else None
+            if s is not None and (out == s or s in out.parents):  # never write over or into an input
+                raise PortError(f"--output {opts.output} is {'the input' if out == s else 'inside the input'} {flag}",
+                                where=str(opts.output),
+                                fix=f"write the tree outside {flag}, e.g. --output ./tree.json")
+    ids = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
+    with torch_threads(opts.threads):
+        res = tune(opts.model_dir, opts.medusa_model_dir, prompt_ids=ids, tokenizer_dir=opts.tokenizer_dir,
+                   max_nodes=opts.max_nodes, max_draft_len=opts.max_draft_len, top_k=opts.top_k,
+                   new_tokens=opts.new_tokens, estimate=opts.estimate, baseline=opts.baseline or None,
+                   quiet=opts.quiet)
+    if opts.output is not None:
+        write_choices(res.paths, opts.output, overwrite=opts.overwrite)
+    return TuneTreeResult(Path(opts.output) if opts.output is not None else None, res)
+
+
+# -- tree -----------------------------------------------------------------------------------------
+@dataclass
+class TreeOptions:
+    """``trtllm-medusa tree``: a medusa_choices tree (preset, @file or JSON list) and TensorRT-LLM's buffers."""
+
+    choices: str
+    num_heads: int | None = None
+    max_draft_len: int | None = None
+    top_k: int = 10
+
+
+@dataclass
+class TreeResult:
+    tree: MedusaTree
+    notes: list[str] = field(default_factory=list)  # what was done to the input (a preset pruned)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {**self.tree.to_dict(), "warnings": self.warnings}
+
+    def render(self, draw: bool = False) -> str:
+        if draw:
+            from trtllm_medusa_ports.tune import draw as draw_tree
+
+            lines = [draw_tree(self.tree)]
+        else:
+            d = self.tree.to_dict()
+            lines = [f"nodes: {d['num_nodes']} (+ root), depth: {d['depth']}, top-k per depth: {d['medusa_topks']}",
+                     f"position_offsets: {d['position_offsets']}", f"leaf paths: {len(d['paths_indices'])}"]
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+
+
+def tree(opts: TreeOptions) -> TreeResult:
+    from trtllm_medusa_ports.tree import resolve_choices, upstream_quirks
+
+    paths, pruned = resolve_choices(opts.choices, opts.num_heads)
+    t = MedusaTree.from_spec(paths, top_k=opts.top_k, num_heads=opts.num_heads, max_draft_len=opts.max_draft_len)
+    return TreeResult(t, [pruned] if pruned else [], upstream_quirks([list(p) for p in t.paths]))
+
+
+# -- inspect-heads --------------------------------------------------------------------------------
+@dataclass
+class HeadsInfo:
+    summary: dict
+    heads: object = None  # heads.MedusaHeads (lazy tensors)
+
+    def to_dict(self) -> dict:
+        return self.summary
+
+    def render(self) -> str:
+        lines = [f"{k:22s}: {v}" for k, v in self.summary.items() if k != "warnings"]
+        return "\n".join(lines + [f"warning: {w}" for w in self.summary["warnings"]])
+
+
+def inspect_heads(path: str | Path, *, data_check: bool = True) -> HeadsInfo:
+    """``trtllm-medusa inspect-heads``: a Medusa head checkpoint of any layout; ``data_check``: scan for NaN/Inf."""
+    from trtllm_medusa_ports.heads import load_heads
+
+    heads = load_heads(path)
+    if data_check:
+        heads.check_finite()
+    return HeadsInfo(heads.summary(), heads)
+
+
+# -- build ----------------------------------------------------------------------------------------
+@dataclass
+class BuildOptions:
+    """``trtllm-medusa build``: ``trtllm-build`` with this project's architectures registered (needs tensorrt_llm
+    1.2; not installable on CPU-only machines)."""
+
+    checkpoint_dir: Path
+    args: list[str] = field(default_factory=list)  # trtllm-build's own flags (--output_dir, --max_batch_size, ...)
+    allow_unsupported: bool = False
+
+
+@dataclass
+class BuildResult:
+    checkpoint_dir: Path
+    returncode: int
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def to_dict(self) -> dict:
+        return {"checkpoint_dir": str(self.checkpoint_dir), "returncode": self.returncode, "ok": self.ok}
+
+
+def build(opts: BuildOptions) -> BuildResult:
+    from trtllm_medusa_ports.engine.build import main as build_main
+
+    rc = build_main(str(opts.checkpoint_dir), list(opts.args), allow_unsupported=opts.allow_unsupported)
+    return BuildResult(Path(opts.checkpoint_dir), rc)
