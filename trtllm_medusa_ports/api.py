@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtllm_medusa_ports.compat import Finding
-from trtllm_medusa_ports.convert import ConvertOptions, ConvertResult
+from trtllm_medusa_ports.convert import ConvertOptions as _ConvertOptions
+from trtllm_medusa_ports.convert import ConvertResult
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.prompts import PromptInputs
 from trtllm_medusa_ports.tree import MedusaTree
@@ -33,12 +34,37 @@ from trtllm_medusa_ports.tree import MedusaTree
 _TRAINING = ("TrainOptions", "FitOptions", "TrainResult")
 
 
+_training: dict = {}
+
+
 def __getattr__(name: str):
     if name in _TRAINING:
-        from trtllm_medusa_ports.heads import train
-
-        return getattr(train, name)
+        if not _training:
+            _training.update(_training_types())
+        return _training[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _training_types() -> dict:
+    """train-heads' options with the command's defaults (4 heads, --distill 0.5, progress shown)."""
+    from trtllm_medusa_ports.heads import train
+
+    @dataclass
+    class FitOptions(train.FitOptions):
+        __doc__ = "How the heads are fitted; the defaults are train-heads' flags."
+        num_heads: int = 4
+        distill: float = 0.5
+        quiet: bool = False
+
+    @dataclass
+    class TrainOptions(train.TrainOptions):
+        __doc__ = ("train-heads: ``model_dir`` and ``output_dir``, what to train on (``prompts``), how to fit "
+                   "(``fit``); the defaults are the command's flags.")
+        fit: train.FitOptions = field(default_factory=FitOptions)
+
+    for cls in (FitOptions, TrainOptions):
+        cls.__module__, cls.__qualname__ = __name__, cls.__name__
+    return {"FitOptions": FitOptions, "TrainOptions": TrainOptions, "TrainResult": train.TrainResult}
 
 __all__ = [
     "PortError", "PromptInputs", "MedusaTree", "Finding",
@@ -72,6 +98,15 @@ def _ids(prompts: PromptInputs, model_dir: Path, tokenizer_dir: Path | None) -> 
 
 
 # -- convert ------------------------------------------------------------------------------------
+@dataclass
+class ConvertOptions(_ConvertOptions):
+    """``trtllm-medusa convert``'s options (convert.ConvertOptions) with the command's defaults: ``--dtype float16``
+    (upstream's Medusa script's), ``--output_dir tllm_checkpoint``."""
+
+    output_dir: Path = Path("tllm_checkpoint")
+    dtype: str = "float16"
+
+
 def convert(opts: ConvertOptions) -> ConvertResult:
     """``trtllm-medusa convert``: a Hugging Face base and its Medusa heads -> a TensorRT-LLM checkpoint."""
     from trtllm_medusa_ports.convert import convert as _convert

@@ -639,6 +639,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
             "the compatibility check failed; nothing was written:\n"
             + "\n".join(f"  [{f.rule}] {f.message}\n    fix: {f.fix}" for f in errors),
             fix="address the errors above (`trtllm-medusa check` shows every finding)",
+            rules=[f.rule for f in errors],
         )
 
     # a float16 checkpoint of a base known to overflow float16 carries the finding, so that `build` refuses it

@@ -9,13 +9,28 @@ from __future__ import annotations
 
 
 class PortError(Exception):
-    """Base class: a problem with the user's input, explained."""
+    """Base class: a problem with the user's input, explained.
 
-    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None):
+    ``what``: what is wrong and what was expected; ``where``: the file, tensor or config field (or None);
+    ``fix``: how to fix it; ``rule``: the compatibility rule id that refused (docs/compatibility-rules.md),
+    where a rule did, else None. ``rules``: every rule that refused.
+    """
+
+    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None,
+                 rules: list[str] | None = None):
         self.what = what
         self.where = where
         self.fix = fix
+        self.rules = list(rules or [])
         super().__init__(self._render())
+
+    @property
+    def rule(self) -> str | None:
+        return self.rules[0] if self.rules else None
+
+    def to_dict(self) -> dict:
+        return {"error": type(self).__name__, "rule": self.rule, "rules": self.rules, "where": self.where,
+                "what": self.what, "fix": self.fix}
 
     def _render(self) -> str:
         text = f"{self.where}: {self.what}" if self.where else self.what

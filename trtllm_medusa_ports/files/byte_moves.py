@@ -164,7 +164,6 @@ class Fp8Cast:
 
     via: str
     scale: float | None = None
-    table: object = None  # the 16-bit pattern -> FP8 table of this scale (made at the first chunk)
 
 
 @dataclass
@@ -552,17 +551,29 @@ def amax_regions(plan: MovePlan) -> list[tuple[int, int, int, int, int]]:
 _FP8_BLOCK = 1 << 18
 
 
+_tables = threading.local()
+#: FP8 tables a lane keeps (its pieces come plan by plan, so the last few are all it reuses)
+_TABLES_KEPT = 4
+
+
 def _fp8_table(cast: Fp8Cast):
     """uint8 ``[65536]``: the FP8 bits quant.fp8_weight makes of every 16-bit pattern of ``cast.via`` with
-    ``cast.scale`` (the tensor path's own function, so every element is by construction what it writes)."""
+    ``cast.scale`` (the tensor path's own function, so every element is by construction what it writes).
+    Each lane keeps its last few tables, never one per weight of the model."""
     import torch
 
     from trtllm_medusa_ports.quant import fp8_weight
 
-    if cast.table is None:
+    kept = getattr(_tables, "kept", None)
+    if kept is None:
+        kept = _tables.kept = {}
+    key = (cast.via, cast.scale)
+    if key not in kept:
+        while len(kept) >= _TABLES_KEPT:
+            kept.pop(next(iter(kept)))
         patterns = torch.from_numpy(np.arange(1 << 16, dtype=np.uint16).view(np.int16)).view(to_torch(cast.via))
-        cast.table = fp8_weight(patterns, cast.scale).view(torch.uint8).contiguous()
-    return cast.table
+        kept[key] = fp8_weight(patterns, cast.scale).view(torch.uint8).contiguous()
+    return kept[key]
 
 
 def _fp8_bits(part, src: str, cast: Fp8Cast) -> np.ndarray:
