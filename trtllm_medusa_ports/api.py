@@ -177,6 +177,7 @@ class CheckOptions:
     prompts: PromptInputs = field(default_factory=PromptInputs)
     tokenizer_dir: Path | None = None
     threads: int | None = None
+    quiet: bool = False
 
 
 @dataclass
@@ -236,8 +237,13 @@ def check(opts: CheckOptions) -> CheckResult:
     plan = _memory_plan(opts)
     prompts = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     if prompts:
+        import sys
+
         from trtllm_medusa_ports.verify import measure_activation_range
 
+        if not opts.quiet:
+            print(f"check: measuring the activation range on {len(prompts)} prompt(s) with transformers",
+                  file=sys.stderr, flush=True)
         with torch_threads(opts.threads):
             findings.append(activation_range_finding(*measure_activation_range(opts.model_dir, prompts), opts.dtype))
     fit = dict(batch=opts.max_batch_size, seq_len=opts.max_seq_len, gpu_memory_gb=opts.gpu_memory_gb)

@@ -333,7 +333,7 @@ def run_check(args: argparse.Namespace) -> int:
         weight_only_precision=args.weight_only_precision, kv_cache_dtype=args.kv_cache_dtype,
         int8_kv_cache=args.int8_kv_cache, max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len,
         gpu_memory_gb=args.gpu_memory_gb, prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir),
-        threads=args.threads))
+        threads=args.threads, quiet=args.quiet))
     _out(args, result)
     return 0 if result.compatible else 1
 
@@ -426,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prompt_args(s, "to measure the activation range on (rule float16-range)")
     _add_threads_arg(s)
     s.add_argument("--json", action="store_true")
+    s.add_argument("--quiet", action="store_true", help="no status line")
 
     s = sub.add_parser("convert", help="HF base + Medusa heads -> TensorRT-LLM checkpoint")
     s.set_defaults(func=run_convert)

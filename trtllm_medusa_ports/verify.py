@@ -420,9 +420,15 @@ def _verify(
         hf_logging.disable_progress_bar()
     if max_new_tokens < 1:
         raise ModelError(f"--max_new_tokens {max_new_tokens} must be at least 1", fix="e.g. --max_new_tokens 32")
+    def status(text: str) -> None:  # the phases without a progress bar of their own
+        if not quiet:
+            print(f"verify: {text}", file=sys.stderr, flush=True)
+
+    status(f"reading {checkpoint_dir} (every tensor checked for NaN/Inf)")
     ckpt = read_checkpoint(checkpoint_dir)
     ref = ReferenceModel(ckpt)
     dtype = to_torch(_checkpoint_dtype(ckpt.config))
+    status(f"loading the base from {model_dir} with transformers")
     hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")))
     ends = end_token_ids(hf)  # where a runtime would stop each run (hf is freed before the runs)
     arithmetic = engine_arithmetic(hf, ref.semantics)
@@ -484,6 +490,7 @@ def _verify(
     # Phase 1, transformers alone: its logits, hidden states, activation range, greedy continuations
     # and the heads' logits from their source. Its model is then freed, so that it and the executor's
     # weights are never in memory together (peak: one float32 model, not two).
+    status(f"transformers' logits and hidden states on {len(prompts)} prompt(s)")
     hf_runs = []
     activations = ActivationRange(hf)
     for p in prompts:
@@ -515,6 +522,7 @@ def _verify(
         gc.collect()
 
     # Phase 2, the checkpoint on the reference executor. 1. parity
+    status(f"logits parity of the checkpoint on the reference executor ({len(prompts)} prompt(s))")
     max_diff = 0.0
     scale = 1.0
     divergence = None
@@ -579,6 +587,7 @@ def _verify(
                            "mean_accepted_tokens_per_step": run.mean_accepted_tokens_per_step})
     quant_effect = _quant_effect(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens,
                                  exact_logits, expected_tokens) if spec.any else None
+    status("the heads' hit rates and the tree's predicted tokens per step")
     top1, topk = head_hit_rates(ref, seqs, [len(p) for p in prompts])
     predicted = predicted_tokens_per_step(ref, tree, seqs, [len(p) for p in prompts])
     return VerifyReport(
