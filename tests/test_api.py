@@ -187,7 +187,7 @@ def test_every_promised_name_exists_and_the_cli_calls_the_api():
     for name in api.__all__:
         assert getattr(api, name) is not None, name
     cli = (ROOT / "trtllm_medusa_ports" / "cli.py").read_text()
-    for fn in ("check", "convert", "add_heads", "verify", "train_heads", "tune_tree", "tree", "inspect_heads"):
+    for fn in ("check", "convert", "add_heads", "verify", "train_heads", "tune_tree", "tree", "inspect_heads", "build"):
         assert re.search(rf"from trtllm_medusa_ports\.api import [^\n]*\b{fn}\b", cli), fn
 
 

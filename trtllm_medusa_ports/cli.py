@@ -351,9 +351,9 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_build(args: argparse.Namespace, rest: list[str]) -> int:
-    from trtllm_medusa_ports.engine.build import main as build_main
+    from trtllm_medusa_ports.api import BuildOptions, build
 
-    return build_main(args.checkpoint_dir, rest, allow_unsupported=args.allow_unsupported)
+    return build(BuildOptions(Path(args.checkpoint_dir), list(rest), allow_unsupported=args.allow_unsupported)).returncode
 
 
 def run_demo(args: argparse.Namespace) -> int:
