@@ -11,10 +11,10 @@ import pytest
 import torch
 from conftest import tiny_base
 from safetensors.torch import load_file, save_file
-from test_families import VARIANTS
 
 import trtllm_medusa_ports
 from trtllm_medusa_ports.archs import adapter_for
+from trtllm_medusa_ports.archs.base import family_test_cases
 from trtllm_medusa_ports.convert import ConvertOptions, convert
 from trtllm_medusa_ports.errors import HeadsError, ModelError
 from trtllm_medusa_ports.files import byte_moves
@@ -27,7 +27,7 @@ from trtllm_medusa_ports.fixtures.synthetic import (
 )
 
 ALL = [("LlamaForCausalLM", {}), ("MistralForCausalLM", {}), ("Qwen2ForCausalLM", {}),
-       ("BloomForCausalLM", {}), ("MptForCausalLM", {})] + VARIANTS
+       ("BloomForCausalLM", {}), ("MptForCausalLM", {})] + family_test_cases()["variants"]
 
 
 def _heads(base, path, layout="fasterdecoding-safetensors"):

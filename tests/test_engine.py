@@ -18,7 +18,7 @@ from conftest import convert_to, tiny_base
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.archs import adapter_for, registry
-from trtllm_medusa_ports.archs.base import PositionEmbedding
+from trtllm_medusa_ports.archs.base import PositionEmbedding, family_test_cases
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
@@ -250,24 +250,8 @@ def _set(cfg, **kw):
     return cfg
 
 
-KEY_CASES = {
-    "LlamaForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6),
-    "MistralForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6),
-    "Qwen2ForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6, seq_length=777),
-    "Qwen3ForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6),
-    "GemmaForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6),
-    "Gemma2ForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6, query_pre_attn_scalar=64),
-    "Gemma3ForCausalLM": dict(rms_norm_eps=3e-6, query_pre_attn_scalar=64),
-    "Phi3ForCausalLM": dict(rope_theta=12345.0, rms_norm_eps=3e-6, partial_rotary_factor=0.5),
-    "PhiForCausalLM": dict(rope_theta=12345.0, partial_rotary_factor=0.5),
-    "GPTNeoXForCausalLM": dict(rope_theta=12345.0, partial_rotary_factor=0.5),
-    "FalconForCausalLM": dict(rope_theta=12345.0),  # ln_f takes the default eps: see engine-class-limit
-    "RWForCausalLM": dict(rope_theta=12345.0),
-    "Starcoder2ForCausalLM": dict(rope_theta=12345.0, norm_epsilon=3e-6, partial_rotary_factor=0.5),
-    "BloomForCausalLM": dict(),
-    "MptForCausalLM": dict(),
-    "MPTForCausalLM": dict(),
-}
+#: (architecture, tiny architecture, values): every family's ArchAdapter.key_cases, aliases included
+KEY_CASES = {arch: (tiny, keys) for arch, tiny, keys in family_test_cases()["key_cases"]}
 
 
 @pytest.mark.parametrize("arch", sorted(KEY_CASES))
@@ -275,8 +259,7 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
     """A key written under a name the class does not read (``rotary_emb_base`` vs ``rotary_base``,
     ``rotary_pct`` vs ``partial_rotary_factor``) silently takes upstream's default; here every
     value differs from the default, so a typo fails."""
-    tiny_arch = "FalconForCausalLM" if arch == "RWForCausalLM" else "MptForCausalLM" if arch == "MPTForCausalLM" \
-        else arch
+    tiny_arch, want = KEY_CASES[arch]
     base_src = tiny_base(store, tiny_arch)
     base = tmp_path / "base"
     base.mkdir()
@@ -284,14 +267,13 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
         (base / f.name).write_bytes(f.read_bytes())
     cfg = json.loads((base / "config.json").read_text())
     cfg["architectures"] = [arch]
-    (base / "config.json").write_text(json.dumps(_set(cfg, **KEY_CASES[arch])))
+    (base / "config.json").write_text(json.dumps(_set(cfg, **want)))
     ckpt = _checkpoint(store, tmp_path, arch, base=base)
     model = _engine_model(ckpt)
     written = json.loads((ckpt / "config.json").read_text())
     hf = HFConfig.read(base)
     layers = list(model.transformer.layers)
     att = layers[0].attention
-    want = KEY_CASES[arch]
     if "rope_theta" in want:
         assert all(layer.attention.rotary_embedding_base == want["rope_theta"] for layer in layers)
         assert model.rotary_tables["base"] == want["rope_theta"]  # the tables the kernels read

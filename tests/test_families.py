@@ -7,7 +7,7 @@ import torch
 from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
 
 from trtllm_medusa_ports.archs import adapter_for, registry, supported_architectures
-from trtllm_medusa_ports.archs.base import PositionEmbedding
+from trtllm_medusa_ports.archs.base import PositionEmbedding, family_test_cases
 from trtllm_medusa_ports.compat import check
 from trtllm_medusa_ports.errors import ConversionError
 from trtllm_medusa_ports.files.hf_model import HFConfig
@@ -19,31 +19,9 @@ from trtllm_medusa_ports.verify import verify
 TREE = "[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]"
 ALIBI = {cls.hf_architectures[0] for cls in registry().values() if cls.position_embedding is PositionEmbedding.ALIBI}
 
-# (architecture, overrides): several shapes per family - GQA/MQA, tied/untied, biases on/off
-VARIANTS = [
-    ("Qwen3ForCausalLM", {}),
-    ("Qwen3ForCausalLM", {"tie_word_embeddings": True, "num_key_value_heads": 1}),
-    ("GemmaForCausalLM", {}),
-    ("GemmaForCausalLM", {"num_key_value_heads": 4}),
-    ("Gemma2ForCausalLM", {}),
-    ("Gemma3ForCausalLM", {}),
-    ("Phi3ForCausalLM", {}),
-    ("Phi3ForCausalLM", {"num_key_value_heads": 4, "partial_rotary_factor": 0.5}),
-    ("PhiForCausalLM", {}),
-    ("PhiForCausalLM", {"tie_word_embeddings": True, "partial_rotary_factor": 0.25}),
-    ("GPTNeoXForCausalLM", {}),
-    ("GPTNeoXForCausalLM", {"tie_word_embeddings": True, "rotary_pct": 0.5}),
-    ("FalconForCausalLM", {}),  # 7B style: multi-query, parallel attention, no bias
-    ("FalconForCausalLM", {"new_decoder_architecture": True, "num_kv_heads": 2, "bias": True}),  # 40B style
-    ("FalconForCausalLM", {"multi_query": False, "parallel_attn": False, "bias": True}),
-    ("Starcoder2ForCausalLM", {}),
-    ("Starcoder2ForCausalLM", {"use_bias": False, "tie_word_embeddings": False}),
-    ("BloomForCausalLM", {}),
-    ("GraniteForCausalLM", {}),
-    ("GraniteForCausalLM", {"tie_word_embeddings": False, "attention_multiplier": 1.0}),
-    ("MptForCausalLM", {}),
-    ("MptForCausalLM", {"n_heads": 2, "attn_config": {"alibi": True, "clip_qkv": 0.5}}),
-]
+#: (architecture, overrides): the shapes each family declares (ArchAdapter.test_variants)
+CASES = family_test_cases()
+VARIANTS = CASES["variants"]
 
 
 def _heads_for(base, tmp_path):
@@ -65,9 +43,13 @@ def test_family_converts_and_verifies(tmp_path, store, arch, overrides):
         assert rep.parity and rep.greedy_equal, f"tp={tp}\n{rep.render()}"
 
 
-def test_every_registered_family_has_a_tiny_config_and_a_variant():
-    assert set(supported_architectures()) - {"RWForCausalLM", "MPTForCausalLM"} <= set(TINY_CONFIGS)
-    assert {a for a, _ in VARIANTS} | {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"} >= set(TINY_CONFIGS)
+def test_every_registered_family_has_a_tiny_config_and_its_test_data():
+    primary = {cls.hf_architectures[0] for cls in registry().values()}
+    assert primary <= set(TINY_CONFIGS)
+    aliases = set(supported_architectures()) - primary
+    assert aliases <= {a for a, _, _ in CASES["key_cases"]}  # an alias reaches the engine class as its family does
+    # every family is verified in some shape: its own variants, or (Llama, Mistral, Qwen2) the tests built on them
+    assert {a for a, _ in VARIANTS} | {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"} >= primary
 
 
 @pytest.mark.parametrize("arch", sorted(ALIBI))
@@ -181,7 +163,7 @@ def test_gemma_embedding_is_split_as_gemmaconfig_imposes(store, tmp_path):
     assert rep.parity and rep.greedy_equal
 
 
-@pytest.mark.parametrize("arch", ["Gemma3ForCausalLM", "FalconForCausalLM", "Starcoder2ForCausalLM"])
+@pytest.mark.parametrize("arch", CASES["pipeline"])
 def test_pipeline_parallel_families(store, tmp_path, arch):
     """Per-layer behaviour keyed on the global layer index (Gemma3 local/global RoPE) and families
     whose TensorRT-LLM class sends hidden states between stages, under pp 2."""
@@ -191,8 +173,7 @@ def test_pipeline_parallel_families(store, tmp_path, arch):
     assert rep.parity and rep.greedy_equal, rep.render()
 
 
-@pytest.mark.parametrize("arch", ["PhiForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM", "BloomForCausalLM",
-                                  "MptForCausalLM"])
+@pytest.mark.parametrize("arch", CASES["no_pipeline"])
 def test_pipeline_parallel_refused_where_the_engine_class_has_none(store, tmp_path, arch):
     base = tiny_base(store, arch)
     with pytest.raises(ConversionError) as err:
@@ -202,22 +183,9 @@ def test_pipeline_parallel_refused_where_the_engine_class_has_none(store, tmp_pa
 
 
 #: non-default values per family for the keys its adapter writes and its reference semantics reads
-#: back (families whose TensorRT-LLM class fixes the LayerNorm epsilon keep 1e-5: engine-class-limit)
-ROUND_TRIP = {
-    "LlamaForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
-    "MistralForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
-    "Qwen2ForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
-    "Qwen3ForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
-    "GemmaForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
-    "Gemma2ForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
-    "Gemma3ForCausalLM": {"rms_norm_eps": 3e-6},
-    "Phi3ForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "partial_rotary_factor": 0.5},
-    "PhiForCausalLM": {"rope_theta": 12345.0, "partial_rotary_factor": 0.5},
-    "GPTNeoXForCausalLM": {"rope_theta": 12345.0, "partial_rotary_factor": 0.5},
-    "FalconForCausalLM": {"rope_theta": 12345.0},
-    "Starcoder2ForCausalLM": {"rope_theta": 12345.0, "norm_epsilon": 3e-6, "partial_rotary_factor": 0.5},
-    "GraniteForCausalLM": {"rope_theta": 12345.0, "rms_norm_eps": 3e-6},
-}
+#: back (ArchAdapter.key_cases; families whose TensorRT-LLM class fixes the LayerNorm epsilon keep 1e-5:
+#: engine-class-limit); ALiBi families have no RoPE keys to read back
+ROUND_TRIP = {arch: keys for arch, tiny, keys in CASES["key_cases"] if arch == tiny and arch not in ALIBI}
 
 
 @pytest.mark.parametrize("arch", sorted(ROUND_TRIP))

@@ -331,6 +331,17 @@ class ArchAdapter:
     #: a tiny random model of the family (Hugging Face config kwargs with ``model_type``), declared by
     #: the class that serves ``hf_architectures[0]``; tests and the demo build it
     tiny_config: ClassVar[dict | None] = None
+    #: the family's test data, read by every family-wide test (each class declares its own; see
+    #: :func:`family_test_cases`): shapes beyond the tiny default (``tiny_config`` overrides: GQA/MQA,
+    #: tied/untied, biases), each converted and verified at tp 1 and 2 in the test dtypes
+    test_variants: ClassVar[tuple[dict, ...]] = ()
+    #: non-default values of the config keys the adapter writes (HF names), which the tests read back from
+    #: the reference semantics and from the engine class: a key written under another name fails.
+    #: None: not checked that way
+    key_cases: ClassVar[dict | None] = None
+    #: verified at pp 2 too (a family whose layers depend on the global layer index, or whose class sends
+    #: hidden states between stages); classes without pipeline parallelism are tested for the refusal
+    pipeline_test: ClassVar[bool] = False
     #: TensorRT-LLM 1.2.x class the engine derives from (tensorrt_llm/models/__init__.py MODEL_MAP)
     trtllm_base_class: ClassVar[str] = ""
     #: True when upstream MedusaForCausalLM (tensorrt_llm/models/medusa/model.py) builds this base
@@ -567,6 +578,34 @@ def adapter_for_model_type(model_type: str) -> ArchAdapter | None:
 
 def supported_architectures() -> list[str]:
     return sorted(registry())
+
+
+def own(cls: type, name: str, default=None):
+    """A class attribute as ``cls`` itself declares it (not inherited from its parent family)."""
+    return cls.__dict__.get(name, default)
+
+
+def family_test_cases() -> dict[str, list]:
+    """The family-wide test data, derived from the adapters (so adding a family adds its tests):
+
+    * ``variants``: ``(architecture, overrides)`` of every class's own ``test_variants``;
+    * ``key_cases``: ``(architecture, tiny architecture, values)`` for every architecture name of a class
+      declaring ``key_cases`` (aliases such as ``RWForCausalLM`` use the class's tiny model);
+    * ``pipeline``: architectures verified at pp 2; ``no_pipeline``: those whose engine class has none.
+    """
+    classes = list(dict.fromkeys(registry().values()))
+    out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": []}
+    for cls in classes:
+        primary = cls.hf_architectures[0]
+        out["variants"] += [(primary, dict(v)) for v in own(cls, "test_variants", ())]
+        keys = own(cls, "key_cases")
+        if keys is not None:
+            out["key_cases"] += [(arch, primary, dict(keys)) for arch in cls.hf_architectures]
+        if own(cls, "pipeline_test", False):
+            out["pipeline"].append(primary)
+        if not cls.engine_pipeline_parallel and own(cls, "tiny_config") is not None:
+            out["no_pipeline"].append(primary)
+    return out
 
 
 def rope_inv_freq(rotary_dim: int, base: float, scaling: dict | None) -> torch.Tensor:

@@ -39,6 +39,11 @@ _L = "transformer.h.{i}."
 @register
 class BloomAdapter(ArchAdapter):
     hf_architectures = ("BloomForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({},)
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {}
     family = "bloom"
     model_types = ("bloom",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

@@ -37,6 +37,12 @@ _L = "transformer.h.{i}."
 @register
 class FalconAdapter(ArchAdapter):
     hf_architectures = ("FalconForCausalLM", "RWForCausalLM")
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {'new_decoder_architecture': True, 'num_kv_heads': 2, 'bias': True}, {'multi_query': False, 'parallel_attn': False, 'bias': True})  # 7B style (multi-query, parallel attention, no bias), 40B style, the plain variant
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0}
+    pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "falcon"
     model_types = ("falcon", "RefinedWeb", "RefinedWebModel")
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

@@ -39,6 +39,11 @@ _L = "model.layers.{i}."
 @register
 class GemmaAdapter(LlamaAdapter):
     hf_architectures = ("GemmaForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "gemma"
     model_types = ("gemma",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)
@@ -87,6 +92,11 @@ class GemmaAdapter(LlamaAdapter):
 @register
 class Gemma2Adapter(GemmaAdapter):
     hf_architectures = ("Gemma2ForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({},)
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'query_pre_attn_scalar': 64}
     family = "gemma2"
     model_types = ("gemma2",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)
@@ -133,6 +143,12 @@ class Gemma2Adapter(GemmaAdapter):
 @register
 class Gemma3Adapter(Gemma2Adapter):
     hf_architectures = ("Gemma3ForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({},)
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rms_norm_eps': 3e-06, 'query_pre_attn_scalar': 64}
+    pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "gemma3"
     model_types = ("gemma3_text", "gemma3")
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

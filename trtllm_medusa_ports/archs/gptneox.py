@@ -36,6 +36,11 @@ _L = "gpt_neox.layers.{i}."
 @register
 class GPTNeoXAdapter(ArchAdapter):
     hf_architectures = ("GPTNeoXForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'rotary_pct': 0.5})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
     family = "gpt_neox"
     model_types = ("gpt_neox", "gptneox")
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

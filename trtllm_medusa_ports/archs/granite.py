@@ -36,6 +36,11 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class GraniteAdapter(LlamaAdapter):
     hf_architectures = ("GraniteForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': False, 'attention_multiplier': 1.0})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "granite"
     model_types = ("granite",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

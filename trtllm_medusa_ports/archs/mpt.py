@@ -39,6 +39,11 @@ _L = "transformer.blocks.{i}."
 @register
 class MPTAdapter(ArchAdapter):
     hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {'n_heads': 2, 'attn_config': {'alibi': True, 'clip_qkv': 0.5}})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {}
     family = "mpt"
     model_types = ("mpt",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

@@ -31,6 +31,11 @@ _L = "model.layers.{i}."
 @register
 class PhiAdapter(ArchAdapter):
     hf_architectures = ("PhiForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'partial_rotary_factor': 0.25})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
     family = "phi"
     model_types = ("phi",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

@@ -40,6 +40,11 @@ def _up_then_gate(ts: list[Array]) -> Array:
 @register
 class Phi3Adapter(LlamaAdapter):
     hf_architectures = ("Phi3ForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4, 'partial_rotary_factor': 0.5})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'partial_rotary_factor': 0.5}
     family = "phi3"
     model_types = ("phi3",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

@@ -16,6 +16,9 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen2Adapter(LlamaAdapter):
     hf_architectures = ("Qwen2ForCausalLM",)
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'seq_length': 777}
     family = "qwen2"
     model_types = ("qwen2",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

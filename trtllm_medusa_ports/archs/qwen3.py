@@ -22,6 +22,11 @@ _A = "model.layers.{i}.self_attn."
 @register
 class Qwen3Adapter(Qwen2Adapter):
     hf_architectures = ("Qwen3ForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'num_key_value_heads': 1})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "qwen3"
     model_types = ("qwen3",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

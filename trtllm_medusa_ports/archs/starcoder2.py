@@ -31,6 +31,12 @@ _L = "model.layers.{i}."
 @register
 class Starcoder2Adapter(LlamaAdapter):
     hf_architectures = ("Starcoder2ForCausalLM",)
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {'use_bias': False, 'tie_word_embeddings': False})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'norm_epsilon': 3e-06, 'partial_rotary_factor': 0.5}
+    pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "starcoder2"
     model_types = ("starcoder2",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)
