@@ -1,42 +1,30 @@
 """tensorrt_llm/models/__init__.py: the classes and the ``MODEL_MAP`` keys this project meets
-(upstream's full map has many more; these names and targets are upstream's)."""
+(upstream's full map has many more; these names and targets are upstream's).
 
-from ..models.bloom.model import BloomForCausalLM
-from ..models.falcon.model import FalconForCausalLM
-from ..models.gemma.model import GemmaForCausalLM
-from ..models.gpt.model import GPTForCausalLM
-from ..models.gptneox.model import GPTNeoXForCausalLM
-from ..models.llama.model import LLaMAForCausalLM
-from ..models.medusa.model import MedusaForCausalLm
+Upstream writes ``MODEL_MAP`` by hand; here it is assembled from each stand-in class's
+``MODEL_MAP_KEYS`` (the names upstream maps to it), so that a family's stand-in is one folder
+(``<upstream folder>/model.py``) and nothing else. Each class is also exported by name, as upstream's.
+"""
+
+import importlib
+import pkgutil
+
 from ..models.modeling_utils import PretrainedConfig, PretrainedModel
-from ..models.mpt.model import MPTForCausalLM
-from ..models.phi.model import PhiForCausalLM
-from ..models.phi3.model import Phi3ForCausalLM
-from ..models.qwen.model import QWenForCausalLM
 
-MODEL_MAP = {
-    "LlamaForCausalLM": LLaMAForCausalLM,
-    "MistralForCausalLM": LLaMAForCausalLM,
-    "GraniteForCausalLM": LLaMAForCausalLM,
-    "QWenForCausalLM": QWenForCausalLM,
-    "Qwen2ForCausalLM": QWenForCausalLM,
-    "Qwen3ForCausalLM": QWenForCausalLM,
-    "GemmaForCausalLM": GemmaForCausalLM,
-    "Gemma2ForCausalLM": GemmaForCausalLM,
-    "Gemma3ForCausalLM": GemmaForCausalLM,
-    "Phi3ForCausalLM": Phi3ForCausalLM,
-    "PhiForCausalLM": PhiForCausalLM,
-    "GPTNeoXForCausalLM": GPTNeoXForCausalLM,
-    "FalconForCausalLM": FalconForCausalLM,
-    "RWForCausalLM": FalconForCausalLM,
-    "GPTForCausalLM": GPTForCausalLM,
-    "Starcoder2ForCausalLM": GPTForCausalLM,
-    "BloomForCausalLM": BloomForCausalLM,
-    "MPTForCausalLM": MPTForCausalLM,
-    "MptForCausalLM": MPTForCausalLM,
-    "MedusaForCausalLM": MedusaForCausalLm,
-}
+MODEL_MAP: dict = {}
+__all__ = ["MODEL_MAP", "PretrainedConfig", "PretrainedModel"]
 
-__all__ = ["MODEL_MAP", "BloomForCausalLM", "FalconForCausalLM", "GPTForCausalLM", "GPTNeoXForCausalLM",
-           "GemmaForCausalLM", "LLaMAForCausalLM", "MPTForCausalLM", "MedusaForCausalLm", "Phi3ForCausalLM",
-           "PhiForCausalLM", "PretrainedConfig", "PretrainedModel", "QWenForCausalLM"]
+for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    if not _info.ispkg:
+        continue
+    _module = importlib.import_module(f"{__name__}.{_info.name}.model")
+    for _obj in list(vars(_module).values()):
+        _keys = _obj.__dict__.get("MODEL_MAP_KEYS") if isinstance(_obj, type) else None
+        if not _keys or _obj.__module__ != _module.__name__:
+            continue
+        for _key in _keys:
+            if _key in MODEL_MAP and MODEL_MAP[_key] is not _obj:
+                raise AssertionError(f"MODEL_MAP key {_key} declared by {MODEL_MAP[_key].__name__} and {_obj.__name__}")
+            MODEL_MAP[_key] = _obj
+        globals()[_obj.__name__] = _obj
+        __all__.append(_obj.__name__)

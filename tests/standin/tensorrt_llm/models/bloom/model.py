@@ -57,6 +57,9 @@ class BloomModel(Module):
 
 
 class BloomForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('BloomForCausalLM',)
+
     def __init__(self, config):
         transformer = BloomModel(config)
         share = transformer.vocab_embedding.weight if config.share_embedding_table else None

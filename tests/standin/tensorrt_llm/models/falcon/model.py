@@ -90,6 +90,9 @@ class FalconModel(Module):
 
 
 class FalconForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('FalconForCausalLM', 'RWForCausalLM')
+
     config_class = FalconConfig
 
     def __init__(self, config):

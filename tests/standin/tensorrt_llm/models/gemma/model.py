@@ -125,6 +125,9 @@ class GemmaModel(Module):
 
 
 class GemmaForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('GemmaForCausalLM', 'Gemma2ForCausalLM', 'Gemma3ForCausalLM')
+
     config_class = GemmaConfig
 
     def __init__(self, config):

@@ -95,6 +95,9 @@ class GPTModel(Module):
 
 
 class GPTForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('GPTForCausalLM', 'Starcoder2ForCausalLM')
+
     config_class = GPTConfig
 
     def __init__(self, config):

@@ -57,6 +57,9 @@ class GPTNeoXModel(Module):
 
 
 class GPTNeoXForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('GPTNeoXForCausalLM',)
+
     def __init__(self, config):
         transformer = GPTNeoXModel(config)
         lm_head = lm_head_for(config, bias=False, every_stage=True)

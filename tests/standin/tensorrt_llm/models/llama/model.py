@@ -75,6 +75,9 @@ class LLaMAModel(Module):
 
 
 class LLaMAForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('LlamaForCausalLM', 'MistralForCausalLM', 'GraniteForCausalLM')
+
     config_class = LLaMAConfig
 
     def __init__(self, config):

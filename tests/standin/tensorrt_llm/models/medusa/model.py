@@ -69,6 +69,9 @@ class MedusaHead(Module):
 
 
 class MedusaForCausalLm(PretrainedModel):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('MedusaForCausalLM',)
+
     config_class = MedusaConfig
 
     def __init__(self, config):

@@ -57,6 +57,9 @@ class MPTModel(Module):
 
 
 class MPTForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('MPTForCausalLM', 'MptForCausalLM')
+
     def __init__(self, config):
         transformer = MPTModel(config)
         lm_head = lm_head_for(config, bias=config.bias)

@@ -64,6 +64,9 @@ class PhiModel(Module):
 
 
 class PhiForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('PhiForCausalLM',)
+
     config_class = PhiConfig
 
     def __init__(self, config):

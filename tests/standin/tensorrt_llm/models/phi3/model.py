@@ -70,6 +70,9 @@ class Phi3Model(Module):
 
 
 class Phi3ForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('Phi3ForCausalLM',)
+
     config_class = Phi3Config
 
     def __init__(self, config):

@@ -87,6 +87,9 @@ class QWenModel(Module):
 
 
 class QWenForCausalLM(DecoderModelForCausalLM):
+    #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
+    MODEL_MAP_KEYS = ('QWenForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM')
+
     config_class = QWenConfig
 
     def __init__(self, config):
