@@ -139,6 +139,23 @@ def test_family_tables_are_the_ones_the_adapters_render(document, kind):
         assert f"`{arch}`" in families.render(kind), arch
 
 
+@pytest.mark.parametrize("document", ["docs/engine.md", "docs/compatibility-rules.md", "docs/porting-guide.md"])
+def test_family_lists_in_the_docs_are_derived_from_the_adapters(document, monkeypatch):
+    from pathlib import Path
+
+    from trtllm_medusa_ports import families
+    from trtllm_medusa_ports.archs.phi import PhiAdapter
+
+    path = Path(__file__).resolve().parents[1] / document
+    text = path.read_text()
+    assert "<!-- families:" in text
+    assert families.rendered_lists(text) == text, f"{document}: run python -m trtllm_medusa_ports.families --write"
+    if "no-pipeline-parallel" in text:  # a family that gained pipeline parallelism leaves the list by itself
+        assert "`PhiForCausalLM`" in families.LISTS["no-pipeline-parallel"]()
+        monkeypatch.setattr(PhiAdapter, "engine_pipeline_parallel", True)
+        assert "`PhiForCausalLM`" not in families.LISTS["no-pipeline-parallel"]()
+
+
 def test_family_table_refuses_a_class_that_inherits_its_parents_row():
     from trtllm_medusa_ports import families
     from trtllm_medusa_ports.archs.llama import LlamaAdapter

@@ -122,9 +122,9 @@ def _alibi_finding(reason: str) -> Finding:
         "fails at run time with 'No available XQA kernels are found for speculative decoding mode' "
         "(attentionOp.cpp); only the precompiled kernels, chosen when the group size does not divide 64, "
         "run and drop the slopes silently - the 'very poor accuracy' Bloom reports.",
-        "use a RoPE or learned-position base (Llama, Qwen2, Gemma, Phi-3, GPT-NeoX, Falcon-7B/40B, "
-        "StarCoder2 ...), serve this model without Medusa, or use a framework whose tree attention "
-        "supports ALiBi. --allow_unsupported writes the checkpoint anyway for experiments.",
+        f"use a RoPE or learned-position base ({_rope_families()} ...), serve this model without Medusa, or "
+        "use a framework whose tree attention supports ALiBi. --allow_unsupported writes the checkpoint anyway "
+        "for experiments.",
         overridable=True,
     )
 
@@ -198,6 +198,13 @@ def base_rule(*ids: str) -> Callable:
         return fn
 
     return deco
+
+
+def _rope_families() -> str:
+    """Supported architectures with rotary positions (derived from the adapters)."""
+    from trtllm_medusa_ports.archs import registry
+
+    return ", ".join(sorted({cls.hf_architectures[0] for cls in registry().values() if cls.position_embedding.is_rope}))
 
 
 def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:

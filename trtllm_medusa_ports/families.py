@@ -3,8 +3,11 @@
 Each registered adapter class declares its own row (``display_note``, ``position_summary``,
 ``medusa_status``); the guide's table lists each module of ``archs/`` with the architectures it
 registers and the first line of its docstring. The documents hold the rendered tables between
-``<!-- families:begin -->`` and ``<!-- families:end -->`` markers; ``tests/test_families.py``
-fails when they differ, and ``python -m trtllm_medusa_ports.families --write`` rewrites them.
+``<!-- families:begin -->`` and ``<!-- families:end -->`` markers, and lists of families inline
+between ``<!-- families:NAME -->`` and ``<!-- /families -->`` (:data:`LISTS`: the engine classes
+without pipeline parallelism, without spec-decoding plumbing, ...), so that no document holds a
+family list written by hand; ``tests/test_families.py`` fails when they differ, and
+``python -m trtllm_medusa_ports.families --write`` rewrites them.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from trtllm_medusa_ports.archs.base import ArchAdapter, PositionEmbedding
 BEGIN, END = "<!-- families:begin -->", "<!-- families:end -->"
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = {"README.md": "readme", "docs/porting-guide.md": "guide"}
+#: documents holding inline lists (``<!-- families:NAME -->...<!-- /families -->``, see :data:`LISTS`)
+LIST_DOCUMENTS = ("README.md", "docs/porting-guide.md", "docs/engine.md", "docs/compatibility-rules.md")
+_INLINE = re.compile(r"(<!-- families:([a-z-]+) -->)(.*?)(<!-- /families -->)", re.S)
 
 
 def adapter_classes() -> list[type[ArchAdapter]]:
@@ -73,6 +79,38 @@ def _first_sentence(doc: str) -> str:
     return (paragraph[: end.start() + 1] if end else paragraph).replace("``", "`")
 
 
+def engine_classes(keep) -> list[str]:
+    """The TensorRT-LLM classes (with their upstream folder) of the families for which ``keep(cls)`` holds."""
+    seen: dict[str, str] = {}
+    for cls in adapter_classes():
+        if keep(cls) and cls.trtllm_base_class:
+            seen.setdefault(cls.trtllm_base_class, cls.trtllm_module)
+    return [f"`{name}` (`models/{module}/`)" for name, module in seen.items()]
+
+
+def _words(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else "none"
+
+
+#: the named lists documents hold inline, each derived from the adapters
+LISTS = {
+    "no-pipeline-parallel": lambda: _words(engine_classes(lambda c: not c.engine_pipeline_parallel)),
+    "no-spec-plumbing": lambda: _words(engine_classes(lambda c: not c.upstream_spec_decoding_plumbing)),
+    "spec-plumbing": lambda: _words(engine_classes(lambda c: c.upstream_spec_decoding_plumbing)),
+    "upstream-medusa-bases": lambda: _words(engine_classes(lambda c: c.upstream_medusa_base)),
+}
+
+
+def rendered_lists(text: str) -> str:
+    """``text`` with every inline list re-rendered from the adapters."""
+    def one(m: re.Match) -> str:
+        if m.group(2) not in LISTS:
+            raise ValueError(f"unknown family list {m.group(2)!r} (known: {', '.join(LISTS)})")
+        return m.group(1) + LISTS[m.group(2)]() + m.group(4)
+
+    return _INLINE.sub(one, text)
+
+
 def render(kind: str) -> str:
     return readme_table() if kind == "readme" else guide_table()
 
@@ -84,10 +122,13 @@ def between_markers(text: str, where: str) -> tuple[int, int]:
     return start + len(BEGIN), end
 
 
-def rendered_document(path: Path, kind: str) -> str:
+def rendered_document(path: Path, kind: str | None) -> str:
+    """The document with its family table (``kind``: readme, guide; None: none) and inline lists rendered."""
     text = path.read_text(encoding="utf-8")
-    start, end = between_markers(text, str(path))
-    return text[:start] + "\n" + render(kind) + "\n" + text[end:]
+    if kind is not None:
+        start, end = between_markers(text, str(path))
+        text = text[:start] + "\n" + render(kind) + "\n" + text[end:]
+    return rendered_lists(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,10 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write:
         print(readme_table() + "\n\n" + guide_table())
         return 0
-    for rel, kind in DOCUMENTS.items():
+    for rel in dict.fromkeys([*DOCUMENTS, *LIST_DOCUMENTS]):
         path = ROOT / rel
-        path.write_text(rendered_document(path, kind), encoding="utf-8")
-        print(f"wrote the family table of {rel}")
+        path.write_text(rendered_document(path, DOCUMENTS.get(rel)), encoding="utf-8")
+        print(f"wrote the family tables and lists of {rel}")
     return 0
 
 

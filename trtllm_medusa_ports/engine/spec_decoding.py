@@ -1,10 +1,10 @@
 """Give a TensorRT-LLM base model the ``spec_decoding_params`` plumbing it lacks.
 
 Upstream 1.2.x passes ``spec_decoding_params`` from ``DecoderModelForCausalLM.forward``
-to ``<Family>Model.forward`` and on to every attention layer only for LLaMA, QWen
-and GPT (tensorrt_llm/models/{llama,qwen,gpt}/model.py). Bloom, Falcon, Gemma,
-GPT-NeoX, Phi, Phi-3 and MPT have no such parameter, so a speculative-decoding build
-fails (or, with hand edits that drop it, builds attention without the tree mask).
+to ``<Family>Model.forward`` and on to every attention layer only for some classes (each
+adapter's ``upstream_spec_decoding_plumbing`` says which; docs/engine.md lists them). The others
+have no such parameter, so a speculative-decoding build fails (or, with hand edits that drop
+it, builds attention without the tree mask).
 
 Rather than re-writing each family's decoder layer, the model instance is given:
 * a ``forward`` that accepts ``spec_decoding_params`` and hands it to every
