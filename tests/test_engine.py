@@ -284,7 +284,8 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
         assert att.rotary_embedding_percentage == want["partial_rotary_factor"]
     if arch == "Gemma3ForCausalLM":
         assert model.rotary_tables["local_base"] == hf.get("rope_local_base_freq", 10000.0)
-    eps = want.get("rms_norm_eps") or want.get("layer_norm_epsilon") or want.get("norm_epsilon")
+    eps = (want.get("rms_norm_eps") or want.get("layer_norm_epsilon") or want.get("norm_epsilon")
+           or want.get("layer_norm_eps"))
     if eps:
         assert layers[0].input_layernorm.eps == eps
     if "query_pre_attn_scalar" in want:

@@ -223,7 +223,7 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
     want = ROUND_TRIP[arch]
     if "rope_theta" in want:
         assert sem.rotary_base == want["rope_theta"]
-    eps = want.get("rms_norm_eps") or want.get("norm_epsilon")
+    eps = want.get("rms_norm_eps") or want.get("norm_epsilon") or want.get("layer_norm_eps")
     assert sem.norm_epsilon == (eps or 1e-5)
     head = json.loads((ckpt / "config.json").read_text())["head_size"]
     assert sem.rotary_dim == int(head * want.get("partial_rotary_factor", 1.0))

@@ -268,6 +268,11 @@ def _engine_class_limit(f: BaseFacts) -> list[Finding]:
     return [Finding("engine-class-limit", ERROR, problem, fix) for problem, fix in f.adapter.engine_limits(f.hf)]
 
 
+@base_rule("port-limit")
+def _port_limit(f: BaseFacts) -> list[Finding]:
+    return [Finding("port-limit", ERROR, problem, fix) for problem, fix in f.adapter.port_limits(f.hf)]
+
+
 @base_rule("engine-divergence")
 def _engine_divergence(f: BaseFacts) -> list[Finding]:
     return [Finding("engine-divergence", ERROR, problem, fix, overridable=True)

@@ -425,6 +425,12 @@ class ArchAdapter:
         """``(problem, fix)`` pairs for configs the family's TensorRT-LLM class cannot represent."""
         return []
 
+    def port_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        """``(problem, fix)`` pairs for configs TensorRT-LLM's class may serve but *this port* does not convert
+        (yet): a feature the adapter, the converter or the reference executor lacks (rule ``port-limit``).
+        Engine limits go to :meth:`engine_limits`."""
+        return []
+
     def default_epsilon_limit(self, hf: HFConfig, key: str, norms: str) -> list[tuple[str, str]]:
         """A limit for classes that build ``norms`` with LayerNorm's default epsilon (1e-5)."""
         eps = float(hf.get(key, 1e-5))
