@@ -277,9 +277,10 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
     if "rope_theta" in want:
         assert all(layer.attention.rotary_embedding_base == want["rope_theta"] for layer in layers)
         assert model.rotary_tables["base"] == want["rope_theta"]  # the tables the kernels read
-    if arch not in ALIBI:
+    if arch not in ALIBI:  # GPT-J counts rotated features (rotary_dim), the others a share of the head
         pct = want.get("partial_rotary_factor", hf.partial_rotary_factor)
-        assert model.rotary_tables["dim"] == int(written["head_size"] * pct)
+        rotary = want.get("rotary_dim") or hf.get("rotary_dim") or int(written["head_size"] * pct)
+        assert model.rotary_tables["dim"] == rotary
     if "partial_rotary_factor" in want:
         assert att.rotary_embedding_percentage == want["partial_rotary_factor"]
     if arch == "Gemma3ForCausalLM":

@@ -23,6 +23,10 @@ class Split(enum.Enum):
     VOCAB = "vocab"  # lm_head: rows padded to a multiple of tp, then dim 0
     EMBEDDING = "embedding"  # vocab_embedding: replicated, or split per embedding_sharding_dim
     COLUMN_PAIR = "column_pair"  # two stacked column-parallel halves (fused swiglu fc): each split, re-stacked
+    #: the bias of a row-parallel layer that every rank adds before one all-reduce of the layer's sum
+    #: (GPT-J, tensorrt_llm/models/gptj/model.py): whole on tp rank 0, zeros on the others
+    #: (tensorrt_llm/models/gptj/convert.py "Only rank0 will get bias"), so that it is added once
+    FIRST_RANK = "first_rank"
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,8 @@ def shard(
     assert not isinstance(tensor, tuple), f"{rule} takes one tensor"
     if rule is Split.REPLICATE:
         return tensor
+    if rule is Split.FIRST_RANK:
+        return tensor if tp_rank == 0 else zeros_like_rows(tensor, tensor.shape[0])
     if rule is Split.COLUMN:
         return split(tensor, tp_size, tp_rank, 0)
     if rule is Split.COLUMN_PAIR:

@@ -238,6 +238,8 @@ class Deviation:
     combine: Combine | None = None
     split: Split | None = None
     trtllm_name: str | None = None
+    #: the bias's own split, where it is not the one that follows the weight's (``Split.FIRST_RANK``)
+    bias_split: Split | None = None
 
 
 class NormKind(str, enum.Enum):
@@ -312,6 +314,9 @@ class Semantics:
     alibi_bias_max: float = 8.0
     alibi_style: AlibiStyle = AlibiStyle.BLOOM
     clip_qkv: float | None = None  # MPT
+    #: the row-parallel layers' biases are added by every rank before one all-reduce (GPT-J): the checkpoint
+    #: holds them on tp rank 0 and zeros on the others (``Split.FIRST_RANK``), and the executor sums them
+    row_bias_every_rank: bool = False
 
 
 class ArchAdapter:
@@ -342,6 +347,8 @@ class ArchAdapter:
     #: verified at pp 2 too (a family whose layers depend on the global layer index, or whose class sends
     #: hidden states between stages); classes without pipeline parallelism are tested for the refusal
     pipeline_test: ClassVar[bool] = False
+    #: checkpoint dtypes (beyond the tiny model's float32) the family's first shape is verified in at tp 1 and 2
+    test_dtypes: ClassVar[tuple[str, ...]] = ()
     #: TensorRT-LLM 1.2.x class the engine derives from (tensorrt_llm/models/__init__.py MODEL_MAP)
     trtllm_base_class: ClassVar[str] = ""
     #: True when upstream MedusaForCausalLM (tensorrt_llm/models/medusa/model.py) builds this base
@@ -496,7 +503,7 @@ class ArchAdapter:
                     tied = (f"{sources[Role.EMBEDDING]}.weight",) if self.tied_embeddings(hf) else None
                     alternatives = tuple((f"{n}.weight",) for n in self.lm_head_fallbacks) + ((tied,) if tied else ())
                 # a row-parallel layer's bias is added once after the all-reduce: replicated
-                part = split if kind == "weight" else _BIAS_SPLIT.get(split, split)
+                part = split if kind == "weight" else deviation.bias_split or _BIAS_SPLIT.get(split, split)
                 rules.append(WeightRule(f"{name}.{kind}", names, part, combine, alternatives))
         return rules
 
@@ -597,10 +604,11 @@ def family_test_cases() -> dict[str, list]:
     * ``variants``: ``(architecture, overrides)`` of every class's own ``test_variants``;
     * ``key_cases``: ``(architecture, tiny architecture, values)`` for every architecture name of a class
       declaring ``key_cases`` (aliases such as ``RWForCausalLM`` use the class's tiny model);
-    * ``pipeline``: architectures verified at pp 2; ``no_pipeline``: those whose engine class has none.
+    * ``pipeline``: architectures verified at pp 2; ``no_pipeline``: those whose engine class has none;
+    * ``dtypes``: ``(architecture, checkpoint dtype)`` verified beyond float32.
     """
     classes = list(dict.fromkeys(registry().values()))
-    out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": []}
+    out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": [], "dtypes": []}
     for cls in classes:
         primary = cls.hf_architectures[0]
         out["variants"] += [(primary, dict(v)) for v in own(cls, "test_variants", ())]
@@ -609,6 +617,7 @@ def family_test_cases() -> dict[str, list]:
             out["key_cases"] += [(arch, primary, dict(keys)) for arch in cls.hf_architectures]
         if own(cls, "pipeline_test", False):
             out["pipeline"].append(primary)
+        out["dtypes"] += [(primary, dtype) for dtype in own(cls, "test_dtypes", ())]
         if not cls.engine_pipeline_parallel and own(cls, "tiny_config") is not None:
             out["no_pipeline"].append(primary)
     return out

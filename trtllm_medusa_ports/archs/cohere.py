@@ -23,7 +23,14 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import NormKind, PositionEmbedding, Role, Semantics, Source, register
+from trtllm_medusa_ports.archs.base import (
+    NormKind,
+    PositionEmbedding,
+    Role,
+    Semantics,
+    Source,
+    register,
+)
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
@@ -38,6 +45,7 @@ class CohereAdapter(LlamaAdapter):
     #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "layer_norm_eps": 3e-6}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
+    test_dtypes: ClassVar[tuple[str, ...]] = ("bfloat16", "float16")  # verified in these too, at tp 1 and 2
     family = "cohere"
     model_types = ("cohere",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

@@ -76,6 +76,8 @@ _ACTS = {
 }
 
 
+#: the biases of row-parallel layers
+_ROW_BIAS = r".*\.(attention\.dense|mlp\.proj)\.bias"
 #: checkpoint tensors that TensorRT-LLM keeps whole on every tensor-parallel rank: norms, and
 #: the biases of row-parallel layers (added once, after the all-reduce)
 _REPLICATED = tuple(
@@ -83,7 +85,7 @@ _REPLICATED = tuple(
     for p in (
         r".*layernorm\.(weight|bias)",
         r"transformer\.(ln_f|ln_embed)\.(weight|bias)",
-        r".*\.(attention\.dense|mlp\.proj)\.bias",
+        _ROW_BIAS,
         r".*_scaling_factor",  # FP8 and KV-cache scales: those of the unsplit tensor, on every rank
     )
 )
@@ -285,6 +287,8 @@ class ReferenceModel:
         (bit for bit), one at a time.
         """
         replicated = _REPLICATED
+        if self.semantics.row_bias_every_rank:  # whole on rank 0, zeros elsewhere: not replicas
+            replicated = tuple(p for p in replicated if p.pattern != _ROW_BIAS)
         if not (self.config.get("use_parallel_embedding") and self.tp > 1):
             replicated = replicated + (re.compile(r"transformer\.vocab_embedding\.weight"),)
         for stage in range(self.pp):
@@ -461,9 +465,7 @@ class ReferenceModel:
             context = self.linear_input(context.reshape(num_tokens, q_heads * head_size), r, prefix + "dense")
             part = context @ self.weight(r, prefix + "dense.weight").T
             out = part if out is None else out + part  # all-reduce
-        if self.has(self.stage_ranks(stage)[0], prefix + "dense.bias"):
-            out = out + self.weight(self.stage_ranks(stage)[0], prefix + "dense.bias")
-        return out
+        return self._row_bias(out, stage, prefix + "dense.bias")
 
     def mlp(self, x: torch.Tensor, stage: int, local: int) -> torch.Tensor:
         prefix = f"transformer.layers.{local}.mlp."
@@ -485,9 +487,19 @@ class ReferenceModel:
                 h = self.act(h)
             part = self.linear_input(h, r, prefix + "proj") @ self.weight(r, prefix + "proj.weight").T
             out = part if out is None else out + part
-        if self.has(ranks[0], prefix + "proj.bias"):
-            out = out + self.weight(ranks[0], prefix + "proj.bias")
-        return out
+        return self._row_bias(out, stage, prefix + "proj.bias")
+
+    def _row_bias(self, out: torch.Tensor, stage: int, name: str) -> torch.Tensor:
+        """A row-parallel layer's all-reduced output plus its bias: added once after the all-reduce (rank 0's
+        copy, every rank holds the same), or by every rank before it (``row_bias_every_rank``: their sum)."""
+        ranks = self.stage_ranks(stage)
+        if not self.has(ranks[0], name):
+            return out
+        if self.semantics.row_bias_every_rank:
+            for r in ranks:
+                out = out + self.weight(r, name)
+            return out
+        return out + self.weight(ranks[0], name)
 
     def decoder_layer(self, x, stage, local, layer_cache, positions, all_positions, visible, global_layer,
                       rotary=None):
