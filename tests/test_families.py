@@ -43,6 +43,35 @@ def test_family_converts_and_verifies(tmp_path, store, arch, overrides):
         assert rep.parity and rep.greedy_equal, f"tp={tp}\n{rep.render()}"
 
 
+@pytest.mark.parametrize("arch, dtype", CASES["dtypes"])
+def test_family_verifies_in_half_precision(tmp_path, store, arch, dtype):
+    base = tiny_base(store, arch)
+    heads = _heads_for(base, tmp_path)
+    for tp in (1, 2):
+        ckpt = convert_to(tmp_path / f"tp{tp}", base, heads, tp_size=tp, dtype=dtype)
+        assert json.loads((ckpt / "config.json").read_text())["dtype"] == dtype
+        rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=8)
+        assert rep.parity and rep.greedy_equal, f"{dtype} tp={tp}\n{rep.render()}"
+
+
+def test_gptj_mlp_bias_is_added_once_across_ranks(tmp_path, store):
+    """GPT-J's layer all-reduces attention + MLP once and every rank adds its fc_out bias: rank 0 holds it,
+    the others zeros (tensorrt_llm/models/gptj/convert.py). The same bias on every rank counts it twice."""
+    from safetensors.torch import load_file, save_file
+
+    base = tiny_base(store, "GPTJForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2)
+    hf = load_file(base / "model.safetensors")
+    name = "transformer.layers.1.mlp.proj.bias"
+    ranks = [load_file(ckpt / f"rank{r}.safetensors") for r in (0, 1)]
+    assert torch.equal(ranks[0][name], hf["transformer.h.1.mlp.fc_out.bias"]) and not ranks[1][name].any()
+    assert verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).parity
+    ranks[1][name] = ranks[0][name].clone()  # replicated as other families' row biases are
+    save_file(ranks[1], ckpt / "rank1.safetensors", metadata={"format": "pt"})
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert not rep.parity and "layers.1" in rep.render()
+
+
 def test_every_registered_family_has_a_tiny_config_and_its_test_data():
     primary = {cls.hf_architectures[0] for cls in registry().values()}
     assert primary <= set(TINY_CONFIGS)
@@ -226,7 +255,7 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
     eps = want.get("rms_norm_eps") or want.get("norm_epsilon") or want.get("layer_norm_eps")
     assert sem.norm_epsilon == (eps or 1e-5)
     head = json.loads((ckpt / "config.json").read_text())["head_size"]
-    assert sem.rotary_dim == int(head * want.get("partial_rotary_factor", 1.0))
+    assert sem.rotary_dim == (want.get("rotary_dim") or int(head * want.get("partial_rotary_factor", 1.0)))
     assert sem.position_embedding.is_rope
 
 
