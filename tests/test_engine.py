@@ -57,7 +57,7 @@ def _checkpoint(store, tmp_path, arch, tp=1, pp=1, name="ckpt", base=None, **con
                        tmp_path / f"{name}-heads")
     # Gemma 2/3 overflow float16 (rule float16-range, which build enforces): bfloat16 as they are published
     convert_kw.setdefault("dtype", "bfloat16" if ad.float16_unsafe else "float16")
-    return convert_to(tmp_path / name, base, heads, tp_size=tp, pp_size=pp, allow_unsupported=arch in ALIBI | {"Gemma2ForCausalLM"},
+    return convert_to(tmp_path / name, base, heads, tp_size=tp, pp_size=pp, allow_unsupported=arch in family_test_cases()["unsupported"],
                       **convert_kw)
 
 

@@ -34,7 +34,7 @@ def _heads_for(base, tmp_path):
 def test_family_converts_and_verifies(tmp_path, store, arch, overrides):
     base = tiny_base(store, arch, **overrides)
     heads = _heads_for(base, tmp_path)
-    unsupported = arch in ALIBI or arch == "Gemma2ForCausalLM"
+    unsupported = arch in CASES["unsupported"]
     for tp in (1, 2):
         ckpt = convert_to(tmp_path / f"tp{tp}", base, heads, tp_size=tp, allow_unsupported=unsupported)
         cfg = json.loads((ckpt / "config.json").read_text())
@@ -72,6 +72,44 @@ def test_gptj_mlp_bias_is_added_once_across_ranks(tmp_path, store):
     assert not rep.parity and "layers.1" in rep.render()
 
 
+def test_every_family_declares_its_own_hf_defaults_and_they_are_transformers():
+    """A family reads config.json with its Hugging Face config class's defaults, never Llama's: each class
+    declares its own (a subclass inheriting its parent's would read Llama's epsilon for a LayerNorm family)."""
+    import transformers
+
+    from trtllm_medusa_ports.archs.base import own
+
+    checked = 0
+    for cls in dict.fromkeys(registry().values()):
+        tiny = own(cls, "tiny_config")
+        if tiny is None:
+            continue
+        defaults = own(cls, "hf_defaults")
+        assert defaults, f"{cls.__name__} declares no hf_defaults of its own"
+        assert {"tie_word_embeddings", cls.norm_epsilon_key} <= set(defaults), cls.__name__
+        hf = transformers.AutoConfig.for_model(tiny["model_type"])
+        for key, value in defaults.items():
+            theirs = getattr(hf, key, None)
+            if theirs is not None:
+                assert theirs == value, f"{cls.__name__}: hf_defaults[{key!r}] = {value!r}, transformers has {theirs!r}"
+                checked += 1
+    assert checked >= 40
+
+
+def test_a_family_value_read_without_a_default_fails_loudly(tmp_path):
+    from trtllm_medusa_ports.archs.llama import LlamaAdapter
+
+    class NoDefaults(LlamaAdapter):
+        hf_architectures = ("NoDefaultsForCausalLM",)
+        hf_defaults = {}
+
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["NoDefaultsForCausalLM"]}))
+    hf = HFConfig.read(tmp_path)
+    with pytest.raises(AssertionError, match="reads 'tie_word_embeddings' with no default of its own"):
+        NoDefaults().tied_embeddings(hf)
+    assert LlamaAdapter().tied_embeddings(hf) is False and adapter_for("CohereForCausalLM").tied_embeddings(hf) is True
+
+
 def test_every_registered_family_has_a_tiny_config_and_its_test_data():
     primary = {cls.hf_architectures[0] for cls in registry().values()}
     assert primary <= set(TINY_CONFIGS)
@@ -100,17 +138,7 @@ def test_alibi_families_are_refused_without_override(tmp_path, store, arch):
     assert cfg["architecture"].startswith("MedusaPorts")
 
 
-@pytest.mark.parametrize("arch, verdict", [
-    ("Qwen3ForCausalLM", set()),
-    ("GemmaForCausalLM", set()),
-    ("Gemma2ForCausalLM", {"attention-softcapping"}),
-    ("Gemma3ForCausalLM", set()),
-    ("Phi3ForCausalLM", set()),
-    ("PhiForCausalLM", set()),
-    ("GPTNeoXForCausalLM", set()),
-    ("FalconForCausalLM", set()),
-    ("Starcoder2ForCausalLM", set()),
-])
+@pytest.mark.parametrize("arch, verdict", CASES["verdicts"])
 def test_checker_verdict_per_family(store, tmp_path, arch, verdict):
     base = tiny_base(store, arch)
     _, findings = check(base, _heads_for(base, tmp_path))
@@ -247,7 +275,7 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
         (cfg["rope_parameters"] if k in ("rope_theta", "partial_rotary_factor") and "rope_parameters" in cfg
          else cfg)[k] = v
     (base / "config.json").write_text(json.dumps(cfg))
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), allow_unsupported=arch == "Gemma2ForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), allow_unsupported=arch in CASES["unsupported"])
     sem = ReferenceModel(ckpt).semantics
     want = ROUND_TRIP[arch]
     if "rope_theta" in want:

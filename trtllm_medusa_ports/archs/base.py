@@ -221,6 +221,22 @@ ROLES: dict[Role, RoleSpec] = {
     Role.LM_HEAD: RoleSpec("lm_head", Split.VOCAB, Place.LAST),
 }
 
+#: The Hugging Face names of every role in a Llama decoder - the table a family overrides only where it
+#: differs (``ArchAdapter.names``). Layer roles are relative to the family's ``layer_prefix``
+#: (``model.layers.{i}.``); the others are whole names. ``.weight`` / ``.bias`` are appended.
+LLAMA_NAMES: dict[Role, str | tuple[str, str, str]] = {
+    Role.EMBEDDING: "model.embed_tokens",
+    Role.INPUT_NORM: "input_layernorm",
+    Role.QKV: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    Role.DENSE: "self_attn.o_proj",
+    Role.POST_ATTENTION_NORM: "post_attention_layernorm",
+    Role.FC: "mlp.gate_proj",  # the activated branch
+    Role.GATE: "mlp.up_proj",
+    Role.PROJ: "mlp.down_proj",
+    Role.FINAL_NORM: "model.norm",
+    Role.LM_HEAD: "lm_head",
+}
+
 NORMS = frozenset({Role.EMBEDDING_NORM, Role.INPUT_NORM, Role.Q_NORM, Role.K_NORM, Role.POST_ATTENTION_NORM,
                    Role.MLP_NORM, Role.PRE_FEEDFORWARD_NORM, Role.POST_FEEDFORWARD_NORM, Role.FINAL_NORM})
 LINEARS = frozenset({Role.QKV, Role.DENSE, Role.FC, Role.GATE, Role.PROJ})
@@ -349,6 +365,9 @@ class ArchAdapter:
     pipeline_test: ClassVar[bool] = False
     #: checkpoint dtypes (beyond the tiny model's float32) the family's first shape is verified in at tp 1 and 2
     test_dtypes: ClassVar[tuple[str, ...]] = ()
+    #: the error rules ``check`` gives the family's tiny model (and so its tests convert it with
+    #: ``--allow_unsupported``): ALiBi, attention soft-capping, ...; empty: servable
+    expected_check_errors: ClassVar[frozenset[str]] = frozenset()
     #: TensorRT-LLM 1.2.x class the engine derives from (tensorrt_llm/models/__init__.py MODEL_MAP)
     trtllm_base_class: ClassVar[str] = ""
     #: True when upstream MedusaForCausalLM (tensorrt_llm/models/medusa/model.py) builds this base
@@ -362,9 +381,38 @@ class ArchAdapter:
     engine_pipeline_parallel: ClassVar[bool] = True
     #: TensorRT-LLM ``position_embedding_type`` the family writes (a config may still override it)
     position_embedding: ClassVar[PositionEmbedding] = PositionEmbedding.ROPE_GPT_NEOX
-    #: the family's weight table: role -> HF source (see ``Role`` and the shared ``ROLES``); the rules
+    #: the Hugging Face config class's defaults of the keys read with a fallback (``hf_value``): config.json
+    #: written by ``save_pretrained`` leaves out values equal to them, so a missing ``tie_word_embeddings``
+    #: means True for Cohere and False for Llama. Each family class declares its own (a test compares them
+    #: with transformers' config class); a key read without a declared default fails loudly
+    hf_defaults: ClassVar[dict] = {}
+    #: the config.json key of the norms' epsilon
+    norm_epsilon_key: ClassVar[str] = "rms_norm_eps"
+    #: the prefix of the Hugging Face decoder layers' tensor names (``{i}``: the layer index), written once
+    layer_prefix: ClassVar[str] = "model.layers.{i}."
+    #: where the family's Hugging Face names differ from :data:`LLAMA_NAMES` (layer roles relative to
+    #: ``layer_prefix``; None: the family has no such tensor). Merged down the class hierarchy: a family
+    #: written as "X, except ..." lists only its exceptions
+    names: ClassVar[dict[Role, Source | None]] = {}
+    #: the family's weight table, role -> full HF source, made from ``LLAMA_NAMES``, ``names`` and
+    #: ``layer_prefix`` when the class is defined (see ``Role`` and the shared ``ROLES``); the rules
     #: come from it, with the family's ``biased_roles`` and ``deviations``
     weights: ClassVar[dict[Role, Source]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "weights" in cls.__dict__:
+            raise TypeError(f"{cls.__name__} defines weights: declare names (and layer_prefix) instead")
+        merged: dict = dict(LLAMA_NAMES)
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get("names", {}))
+        cls.weights = {role: cls.layer_name(src) if ROLES[role].place is Place.LAYER else src
+                       for role, src in merged.items() if src is not None}
+
+    @classmethod
+    def layer_name(cls, source: Source) -> Source:
+        """A layer-relative name (or q/k/v triple) with the family's ``layer_prefix``."""
+        return tuple(cls.layer_prefix + s for s in source) if isinstance(source, tuple) else cls.layer_prefix + source
     #: HF names tried for lm_head after ``weights[Role.LM_HEAD]`` (tied embeddings come last)
     lm_head_fallbacks: ClassVar[tuple[str, ...]] = ()
     #: True for families whose real models overflow float16 (check warns on --dtype float16)
@@ -373,6 +421,16 @@ class ArchAdapter:
     ignored_hf_tensors: ClassVar[tuple[str, ...]] = (r".*rotary_emb\.inv_freq", r"medusa_head\..*")
 
     # -- config ---------------------------------------------------------------------------
+    def hf_value(self, hf: HFConfig, key: str):
+        """``key`` of config.json, or the family's declared default for it (``hf_defaults``)."""
+        value = hf.get(key)
+        if value is not None:
+            return value
+        if key not in self.hf_defaults:
+            raise AssertionError(f"{type(self).__name__} reads {key!r} with no default of its own: add it to its "
+                                 "hf_defaults (the Hugging Face config class's default)")
+        return self.hf_defaults[key]
+
     def require_sizes(self, hf: HFConfig) -> None:
         """The sizes every conversion reads, from config.json itself, naming a missing field; checked before
         the weights are compared with the shapes transformers builds (which would fill in its own defaults)."""
@@ -415,8 +473,8 @@ class ArchAdapter:
             "intermediate_size": self.intermediate_size(hf),
             "vocab_size": hf.require("vocab_size"),
             "max_position_embeddings": hf.get("max_position_embeddings") or 2048,
-            "hidden_act": hf.get("hidden_act", "silu"),
-            "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
+            "hidden_act": self.hf_value(hf, "hidden_act"),
+            "norm_epsilon": float(self.hf_value(hf, self.norm_epsilon_key)),
             "position_embedding_type": self.position_embedding.value,
             **({"rotary_base": hf.rope_theta, "rotary_scaling": hf.rope_scaling} if self.position_embedding.is_rope else {}),
             "model_type": self.family,
@@ -426,7 +484,7 @@ class ArchAdapter:
         return int(hf.require("intermediate_size"))
 
     def tied_embeddings(self, hf: HFConfig) -> bool:
-        return bool(hf.get("tie_word_embeddings", False))
+        return bool(self.hf_value(hf, "tie_word_embeddings"))
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         """``(problem, fix)`` pairs for configs the family's TensorRT-LLM class cannot represent."""
@@ -440,7 +498,7 @@ class ArchAdapter:
 
     def default_epsilon_limit(self, hf: HFConfig, key: str, norms: str) -> list[tuple[str, str]]:
         """A limit for classes that build ``norms`` with LayerNorm's default epsilon (1e-5)."""
-        eps = float(hf.get(key, 1e-5))
+        eps = float(self.hf_value(hf, key))
         if abs(eps - 1e-5) <= 1e-12:
             return []
         return [(f"{key} {eps} differs from the 1e-5 TensorRT-LLM's {self.trtllm_base_class} uses for {norms} "
@@ -605,10 +663,12 @@ def family_test_cases() -> dict[str, list]:
     * ``key_cases``: ``(architecture, tiny architecture, values)`` for every architecture name of a class
       declaring ``key_cases`` (aliases such as ``RWForCausalLM`` use the class's tiny model);
     * ``pipeline``: architectures verified at pp 2; ``no_pipeline``: those whose engine class has none;
-    * ``dtypes``: ``(architecture, checkpoint dtype)`` verified beyond float32.
+    * ``dtypes``: ``(architecture, checkpoint dtype)`` verified beyond float32;
+    * ``verdicts``: ``(architecture, error rules check gives its tiny model)``; ``unsupported``: those with any.
     """
     classes = list(dict.fromkeys(registry().values()))
-    out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": [], "dtypes": []}
+    out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": [], "dtypes": [],
+                            "verdicts": [], "unsupported": []}
     for cls in classes:
         primary = cls.hf_architectures[0]
         out["variants"] += [(primary, dict(v)) for v in own(cls, "test_variants", ())]
@@ -618,6 +678,11 @@ def family_test_cases() -> dict[str, list]:
         if own(cls, "pipeline_test", False):
             out["pipeline"].append(primary)
         out["dtypes"] += [(primary, dtype) for dtype in own(cls, "test_dtypes", ())]
+        if own(cls, "tiny_config") is not None:
+            errors = own(cls, "expected_check_errors", frozenset())
+            out["verdicts"].append((primary, set(errors)))
+            if errors:
+                out["unsupported"] += list(cls.hf_architectures)
         if not cls.engine_pipeline_parallel and own(cls, "tiny_config") is not None:
             out["no_pipeline"].append(primary)
     return out

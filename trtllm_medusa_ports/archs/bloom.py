@@ -33,12 +33,15 @@ from trtllm_medusa_ports.archs.base import (
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
-_L = "transformer.h.{i}."
-
 
 @register
 class BloomAdapter(ArchAdapter):
     hf_architectures = ("BloomForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
+    norm_epsilon_key = 'layer_norm_epsilon'
+    #: what check refuses on the tiny model (tests convert it with --allow_unsupported)
+    expected_check_errors: ClassVar[frozenset[str]] = frozenset({"alibi-position-embedding"})
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -58,17 +61,12 @@ class BloomAdapter(ArchAdapter):
     trtllm_module = "bloom"
     engine_pipeline_parallel = False  # tensorrt_llm/models/bloom/model.py: no send/recv between stages
     position_embedding = PositionEmbedding.ALIBI
-    weights: ClassVar[dict[Role, Source]] = {
-        Role.EMBEDDING: "transformer.word_embeddings",
-        Role.EMBEDDING_NORM: "transformer.word_embeddings_layernorm",
-        Role.INPUT_NORM: _L + "input_layernorm",
-        Role.QKV: _L + "self_attention.query_key_value",
-        Role.DENSE: _L + "self_attention.dense",
-        Role.POST_ATTENTION_NORM: _L + "post_attention_layernorm",
-        Role.FC: _L + "mlp.dense_h_to_4h",
-        Role.PROJ: _L + "mlp.dense_4h_to_h",
+    layer_prefix = "transformer.h.{i}."
+    names: ClassVar[dict[Role, Source | None]] = {
+        Role.EMBEDDING: "transformer.word_embeddings", Role.EMBEDDING_NORM: "transformer.word_embeddings_layernorm",
+        Role.QKV: "self_attention.query_key_value", Role.DENSE: "self_attention.dense",
+        Role.FC: "mlp.dense_h_to_4h", Role.GATE: None, Role.PROJ: "mlp.dense_4h_to_h",
         Role.FINAL_NORM: "transformer.ln_f",
-        Role.LM_HEAD: "lm_head",
     }
 
     def intermediate_size(self, hf: HFConfig) -> int:
@@ -85,7 +83,7 @@ class BloomAdapter(ArchAdapter):
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
-        cfg.update({"norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)), "hidden_act": "gelu",
+        cfg.update({"hidden_act": "gelu",
                     # BloomForCausalLM reads it and PretrainedConfig has no default for it
                     # (tensorrt_llm/models/bloom/model.py); lm_head.weight is written on its own
                     "share_embedding_table": False})

@@ -38,6 +38,9 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class CohereAdapter(LlamaAdapter):
     hf_architectures = ("CohereForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'silu'}
+    norm_epsilon_key = 'layer_norm_eps'
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"attention_bias": True, "tie_word_embeddings": False,
                                                       "num_key_value_heads": 4})
@@ -65,12 +68,7 @@ class CohereAdapter(LlamaAdapter):
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/commandr/model.py CohereDecoderLayer.forward
     position_embedding = PositionEmbedding.ROPE_GPTJ
-    weights: ClassVar[dict[Role, Source]] = {
-        role: source for role, source in LlamaAdapter.weights.items() if role is not Role.POST_ATTENTION_NORM
-    }
-
-    def tied_embeddings(self, hf: HFConfig) -> bool:
-        return bool(hf.get("tie_word_embeddings", True))  # CohereConfig's default
+    names: ClassVar[dict[Role, Source | None]] = {Role.POST_ATTENTION_NORM: None}  # one norm for both branches
 
     def attn_bias(self, hf: HFConfig) -> bool:
         return bool(hf.get("attention_bias", False))
@@ -87,7 +85,6 @@ class CohereAdapter(LlamaAdapter):
         cfg = super().trtllm_config(hf)
         cfg.pop("mlp_bias")  # CohereConfig has no such field
         cfg.pop("rotary_scaling")  # not read by CohereConfig (engine_limits refuses a scaled RoPE)
-        cfg["norm_epsilon"] = float(hf.get("layer_norm_eps", 1e-5))
         cfg["output_multiplier_scale"] = float(hf.get("logit_scale", 0.0625))
         return cfg
 

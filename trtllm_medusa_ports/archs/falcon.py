@@ -31,12 +31,13 @@ from trtllm_medusa_ports.archs.base import (
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
-_L = "transformer.h.{i}."
-
 
 @register
 class FalconAdapter(ArchAdapter):
     hf_architectures = ("FalconForCausalLM", "RWForCausalLM")
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
+    norm_epsilon_key = 'layer_norm_epsilon'
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'new_decoder_architecture': True, 'num_kv_heads': 2, 'bias': True}, {'multi_query': False, 'parallel_attn': False, 'bias': True})  # 7B style (multi-query, parallel attention, no bias), 40B style, the plain variant
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -60,15 +61,11 @@ class FalconAdapter(ArchAdapter):
     trtllm_base_class = "FalconForCausalLM"
     trtllm_module = "falcon"
     #: norms as in Falcon-7B (parallel attention, one shared norm); ``weight_sources`` adapts them
-    weights: ClassVar[dict[Role, Source]] = {
-        Role.EMBEDDING: "transformer.word_embeddings",
-        Role.INPUT_NORM: _L + "input_layernorm",
-        Role.QKV: _L + "self_attention.query_key_value",
-        Role.DENSE: _L + "self_attention.dense",
-        Role.FC: _L + "mlp.dense_h_to_4h",
-        Role.PROJ: _L + "mlp.dense_4h_to_h",
-        Role.FINAL_NORM: "transformer.ln_f",
-        Role.LM_HEAD: "lm_head",
+    layer_prefix = "transformer.h.{i}."
+    names: ClassVar[dict[Role, Source | None]] = {
+        Role.EMBEDDING: "transformer.word_embeddings", Role.QKV: "self_attention.query_key_value",
+        Role.DENSE: "self_attention.dense", Role.POST_ATTENTION_NORM: None, Role.FC: "mlp.dense_h_to_4h",
+        Role.GATE: None, Role.PROJ: "mlp.dense_4h_to_h", Role.FINAL_NORM: "transformer.ln_f",
     }
 
     def num_kv_heads(self, hf: HFConfig) -> int:
@@ -78,9 +75,6 @@ class FalconAdapter(ArchAdapter):
 
     def intermediate_size(self, hf: HFConfig) -> int:
         return int(hf.get("ffn_hidden_size") or 4 * self.hidden_size(hf))
-
-    def tied_embeddings(self, hf: HFConfig) -> bool:
-        return bool(hf.get("tie_word_embeddings", True))
 
     def two_norms(self, hf: HFConfig) -> bool:
         if not hf.get("new_decoder_architecture"):
@@ -111,7 +105,6 @@ class FalconAdapter(ArchAdapter):
         cfg = super().trtllm_config(hf)
         cfg.update(
             {
-                "norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)),
                 "hidden_act": "gelu",
                 "bias": bool(hf.get("bias", False)),
                 "parallel_attention": self.parallel(hf),
@@ -125,9 +118,9 @@ class FalconAdapter(ArchAdapter):
     def weight_sources(self, hf: HFConfig) -> dict[Role, Source]:
         sources = dict(self.weights)
         if self.two_norms(hf):
-            sources[Role.INPUT_NORM], sources[Role.MLP_NORM] = _L + "ln_attn", _L + "ln_mlp"
+            sources[Role.INPUT_NORM], sources[Role.MLP_NORM] = self.layer_name("ln_attn"), self.layer_name("ln_mlp")
         elif not self.parallel(hf):
-            sources[Role.POST_ATTENTION_NORM] = _L + "post_attention_layernorm"
+            sources[Role.POST_ATTENTION_NORM] = self.layer_name("post_attention_layernorm")
         return sources
 
     def biased_roles(self, hf: HFConfig) -> frozenset[Role]:

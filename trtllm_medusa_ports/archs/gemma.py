@@ -33,12 +33,12 @@ from trtllm_medusa_ports.archs.base import (
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
-_L = "model.layers.{i}."
-
 
 @register
 class GemmaAdapter(LlamaAdapter):
     hf_architectures = ("GemmaForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4})
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -66,9 +66,6 @@ class GemmaAdapter(LlamaAdapter):
     def attn_bias(self, hf: HFConfig) -> bool:
         return bool(hf.get("attention_bias", False))
 
-    def tied_embeddings(self, hf: HFConfig) -> bool:
-        return bool(hf.get("tie_word_embeddings", True))
-
     def forced_parallel_embedding(self, tp_size: int) -> bool | None:
         # GemmaConfig.__init__ ignores the checkpoint's flag and sets
         # use_parallel_embedding = tp_size > 1 (tensorrt_llm/models/gemma/config.py), so the
@@ -92,6 +89,10 @@ class GemmaAdapter(LlamaAdapter):
 @register
 class Gemma2Adapter(GemmaAdapter):
     hf_architectures = ("Gemma2ForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
+    #: what check refuses on the tiny model (tests convert it with --allow_unsupported)
+    expected_check_errors: ClassVar[frozenset[str]] = frozenset({"attention-softcapping"})
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -113,10 +114,8 @@ class Gemma2Adapter(GemmaAdapter):
         attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
     )
     float16_unsafe = True  # Gemma 2/3: bfloat16 models, hidden states of 1e5 (Gemma 3 inherits)
-    weights: ClassVar[dict[Role, Source]] = {
-        **GemmaAdapter.weights,
-        Role.PRE_FEEDFORWARD_NORM: _L + "pre_feedforward_layernorm",
-        Role.POST_FEEDFORWARD_NORM: _L + "post_feedforward_layernorm",
+    names: ClassVar[dict[Role, Source | None]] = {
+        Role.PRE_FEEDFORWARD_NORM: "pre_feedforward_layernorm", Role.POST_FEEDFORWARD_NORM: "post_feedforward_layernorm",
     }
 
     def trtllm_config(self, hf: HFConfig) -> dict:
@@ -143,6 +142,8 @@ class Gemma2Adapter(GemmaAdapter):
 @register
 class Gemma3Adapter(Gemma2Adapter):
     hf_architectures = ("Gemma3ForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -164,11 +165,7 @@ class Gemma3Adapter(Gemma2Adapter):
         max_position_embeddings=256, query_pre_attn_scalar=32, sliding_window=128,
         layer_types=["sliding_attention", "full_attention"], _sliding_window_pattern=2,
     )
-    weights: ClassVar[dict[Role, Source]] = {
-        **Gemma2Adapter.weights,
-        Role.Q_NORM: _L + "self_attn.q_norm",
-        Role.K_NORM: _L + "self_attn.k_norm",
-    }
+    names: ClassVar[dict[Role, Source | None]] = {Role.Q_NORM: "self_attn.q_norm", Role.K_NORM: "self_attn.k_norm"}
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)

@@ -34,7 +34,6 @@ from trtllm_medusa_ports.archs.base import (
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
-_L = "transformer.h.{i}."
 #: activations TensorRT-LLM's "gelu" (the tanh approximation) computes exactly
 _TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 
@@ -42,6 +41,9 @@ _TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 @register
 class GPTJAdapter(ArchAdapter):
     hf_architectures = ("GPTJForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}
+    norm_epsilon_key = 'layer_norm_epsilon'
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"rotary_dim": 16, "tie_word_embeddings": True})
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -64,15 +66,12 @@ class GPTJAdapter(ArchAdapter):
     trtllm_module = "gptj"
     engine_pipeline_parallel = False  # tensorrt_llm/models/gptj/model.py: no send/recv between stages
     position_embedding = PositionEmbedding.ROPE_GPTJ
-    weights: ClassVar[dict[Role, Source]] = {
-        Role.EMBEDDING: "transformer.wte",
-        Role.INPUT_NORM: _L + "ln_1",
-        Role.QKV: (_L + "attn.q_proj", _L + "attn.k_proj", _L + "attn.v_proj"),
-        Role.DENSE: _L + "attn.out_proj",
-        Role.FC: _L + "mlp.fc_in",
-        Role.PROJ: _L + "mlp.fc_out",
+    layer_prefix = "transformer.h.{i}."
+    names: ClassVar[dict[Role, Source | None]] = {
+        Role.EMBEDDING: "transformer.wte", Role.INPUT_NORM: "ln_1",
+        Role.QKV: ("attn.q_proj", "attn.k_proj", "attn.v_proj"), Role.DENSE: "attn.out_proj",
+        Role.POST_ATTENTION_NORM: None, Role.FC: "mlp.fc_in", Role.GATE: None, Role.PROJ: "mlp.fc_out",
         Role.FINAL_NORM: "transformer.ln_f",
-        Role.LM_HEAD: "lm_head",
     }
     # older checkpoints carry the causal-mask buffers of transformers' GPTJAttention
     ignored_hf_tensors = ArchAdapter.ignored_hf_tensors + (r".*attn\.(masked_)?bias", r".*attn\.embed_positions")
@@ -87,7 +86,6 @@ class GPTJAdapter(ArchAdapter):
         cfg = super().trtllm_config(hf)
         cfg.pop("rotary_scaling")  # GPTJConfig reads no scaling (transformers' GPT-J has none)
         cfg["max_position_embeddings"] = int(hf.get("n_positions") or hf.get("max_position_embeddings") or 2048)
-        cfg["norm_epsilon"] = float(hf.get("layer_norm_epsilon", 1e-5))
         cfg["hidden_act"] = "gelu"  # GPTJDecoderLayer's own; the tanh form, which is gelu_new
         cfg["rotary_base"] = 10000.0  # GPT-J's, and what the engine's attention builds (no config key)
         cfg["rotary_dim"] = int(hf.get("rotary_dim") or self.head_size(hf))  # GPTJConfig's own field

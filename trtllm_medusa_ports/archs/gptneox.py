@@ -30,12 +30,13 @@ from trtllm_medusa_ports.archs.base import (
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
-_L = "gpt_neox.layers.{i}."
-
 
 @register
 class GPTNeoXAdapter(ArchAdapter):
     hf_architectures = ("GPTNeoXForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu'}
+    norm_epsilon_key = 'layer_norm_eps'
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'rotary_pct': 0.5})
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -58,16 +59,11 @@ class GPTNeoXAdapter(ArchAdapter):
     trtllm_base_class = "GPTNeoXForCausalLM"
     trtllm_module = "gptneox"
     engine_pipeline_parallel = False  # tensorrt_llm/models/gptneox/model.py: no send/recv between stages
-    weights: ClassVar[dict[Role, Source]] = {
-        Role.EMBEDDING: "gpt_neox.embed_in",
-        Role.INPUT_NORM: _L + "input_layernorm",
-        Role.POST_ATTENTION_NORM: _L + "post_attention_layernorm",
-        Role.QKV: _L + "attention.query_key_value",
-        Role.DENSE: _L + "attention.dense",
-        Role.FC: _L + "mlp.dense_h_to_4h",
-        Role.PROJ: _L + "mlp.dense_4h_to_h",
-        Role.FINAL_NORM: "gpt_neox.final_layer_norm",
-        Role.LM_HEAD: "embed_out",
+    layer_prefix = "gpt_neox.layers.{i}."
+    names: ClassVar[dict[Role, Source | None]] = {
+        Role.EMBEDDING: "gpt_neox.embed_in", Role.QKV: "attention.query_key_value", Role.DENSE: "attention.dense",
+        Role.FC: "mlp.dense_h_to_4h", Role.GATE: None, Role.PROJ: "mlp.dense_4h_to_h",
+        Role.FINAL_NORM: "gpt_neox.final_layer_norm", Role.LM_HEAD: "embed_out",
     }
     lm_head_fallbacks = ("lm_head",)
 
@@ -89,7 +85,6 @@ class GPTNeoXAdapter(ArchAdapter):
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
-        cfg["norm_epsilon"] = float(hf.get("layer_norm_eps", 1e-5))
         cfg["hidden_act"] = "gelu"
         cfg["rotary_pct"] = hf.partial_rotary_factor
         cfg["rotary_emb_base"] = hf.rope_theta  # the name GPTNeoXForCausalLM reads

@@ -36,6 +36,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class GraniteAdapter(LlamaAdapter):
     hf_architectures = ("GraniteForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': False, 'attention_multiplier': 1.0})
     #: non-default values of the keys this adapter writes, which the tests read back from the reference

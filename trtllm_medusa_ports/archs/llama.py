@@ -14,12 +14,12 @@ from typing import ClassVar
 from trtllm_medusa_ports.archs.base import ArchAdapter, Role, Source, register
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
-_L = "model.layers.{i}."
-
 
 @register
 class LlamaAdapter(ArchAdapter):
     hf_architectures = ("LlamaForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
     #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
@@ -39,18 +39,7 @@ class LlamaAdapter(ArchAdapter):
     )
     trtllm_base_class = "LLaMAForCausalLM"
     trtllm_module = "llama"
-    weights: ClassVar[dict[Role, Source]] = {
-        Role.EMBEDDING: "model.embed_tokens",
-        Role.INPUT_NORM: _L + "input_layernorm",
-        Role.QKV: (_L + "self_attn.q_proj", _L + "self_attn.k_proj", _L + "self_attn.v_proj"),
-        Role.DENSE: _L + "self_attn.o_proj",
-        Role.POST_ATTENTION_NORM: _L + "post_attention_layernorm",
-        Role.FC: _L + "mlp.gate_proj",  # the activated branch
-        Role.GATE: _L + "mlp.up_proj",
-        Role.PROJ: _L + "mlp.down_proj",
-        Role.FINAL_NORM: "model.norm",
-        Role.LM_HEAD: "lm_head",
-    }
+    names: ClassVar[dict[Role, Source | None]] = {}  # Llama's own names (LLAMA_NAMES)
     upstream_medusa_base = True
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/llama/model.py LLaMADecoderLayer.forward
 
@@ -84,6 +73,8 @@ class MistralAdapter(LlamaAdapter):
     """Mistral = Llama + (optional) sliding-window attention; same tensors and engine class."""
 
     hf_architectures = ("MistralForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
     #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}

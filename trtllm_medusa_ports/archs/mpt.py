@@ -33,12 +33,15 @@ from trtllm_medusa_ports.archs.base import (
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
-_L = "transformer.blocks.{i}."
-
 
 @register
 class MPTAdapter(ArchAdapter):
     hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
+    norm_epsilon_key = 'layer_norm_epsilon'
+    #: what check refuses on the tiny model (tests convert it with --allow_unsupported)
+    expected_check_errors: ClassVar[frozenset[str]] = frozenset({"alibi-position-embedding"})
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'n_heads': 2, 'attn_config': {'alibi': True, 'clip_qkv': 0.5}})
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -61,16 +64,11 @@ class MPTAdapter(ArchAdapter):
     trtllm_module = "mpt"
     engine_pipeline_parallel = False  # tensorrt_llm/models/mpt/model.py: no send/recv between stages
     position_embedding = PositionEmbedding.ALIBI
-    weights: ClassVar[dict[Role, Source]] = {  # no biases anywhere (MPT's no_bias)
-        Role.EMBEDDING: "transformer.wte",
-        Role.INPUT_NORM: _L + "norm_1",
-        Role.QKV: _L + "attn.Wqkv",
-        Role.DENSE: _L + "attn.out_proj",
-        Role.POST_ATTENTION_NORM: _L + "norm_2",
-        Role.FC: _L + "ffn.up_proj",
-        Role.PROJ: _L + "ffn.down_proj",
+    layer_prefix = "transformer.blocks.{i}."
+    names: ClassVar[dict[Role, Source | None]] = {  # no biases anywhere (MPT's no_bias)
+        Role.EMBEDDING: "transformer.wte", Role.INPUT_NORM: "norm_1", Role.QKV: "attn.Wqkv", Role.DENSE: "attn.out_proj",
+        Role.POST_ATTENTION_NORM: "norm_2", Role.FC: "ffn.up_proj", Role.GATE: None, Role.PROJ: "ffn.down_proj",
         Role.FINAL_NORM: "transformer.norm_f",
-        Role.LM_HEAD: "lm_head",
     }
 
     def attn_config(self, hf: HFConfig) -> dict:
@@ -110,7 +108,6 @@ class MPTAdapter(ArchAdapter):
         attn = self.attn_config(hf)
         cfg.update(
             {
-                "norm_epsilon": float(hf.get("layer_norm_epsilon", 1e-5)),
                 "hidden_act": "gelu",
                 "bias": False,
                 "clip_qkv": attn.get("clip_qkv"),

@@ -25,12 +25,13 @@ from trtllm_medusa_ports.archs.base import (
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
-_L = "model.layers.{i}."
-
 
 @register
 class PhiAdapter(ArchAdapter):
     hf_architectures = ("PhiForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}
+    norm_epsilon_key = 'layer_norm_eps'
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'partial_rotary_factor': 0.25})
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -52,15 +53,9 @@ class PhiAdapter(ArchAdapter):
     trtllm_base_class = "PhiForCausalLM"
     trtllm_module = "phi"
     engine_pipeline_parallel = False  # tensorrt_llm/models/phi/model.py: no send/recv between stages
-    weights: ClassVar[dict[Role, Source]] = {
-        Role.EMBEDDING: "model.embed_tokens",
-        Role.INPUT_NORM: _L + "input_layernorm",
-        Role.QKV: (_L + "self_attn.q_proj", _L + "self_attn.k_proj", _L + "self_attn.v_proj"),
-        Role.DENSE: _L + "self_attn.dense",
-        Role.FC: _L + "mlp.fc1",
-        Role.PROJ: _L + "mlp.fc2",
-        Role.FINAL_NORM: "model.final_layernorm",
-        Role.LM_HEAD: "lm_head",
+    names: ClassVar[dict[Role, Source | None]] = {
+        Role.DENSE: "self_attn.dense", Role.POST_ATTENTION_NORM: None, Role.FC: "mlp.fc1", Role.GATE: None,
+        Role.PROJ: "mlp.fc2", Role.FINAL_NORM: "model.final_layernorm",
     }
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
@@ -74,7 +69,6 @@ class PhiAdapter(ArchAdapter):
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
-        cfg["norm_epsilon"] = float(hf.get("layer_norm_eps", 1e-5))
         cfg["hidden_act"] = "gelu"  # gelu_new; TensorRT-LLM's gelu is the same tanh form
         cfg["rotary_pct"] = hf.partial_rotary_factor  # the name PhiDecoderLayer reads
         return cfg

@@ -28,8 +28,6 @@ from trtllm_medusa_ports.arrays import Array, cat, chunk
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
-_L = "model.layers.{i}."
-
 
 @layout_only
 def _up_then_gate(ts: list[Array]) -> Array:
@@ -40,6 +38,8 @@ def _up_then_gate(ts: list[Array]) -> Array:
 @register
 class Phi3Adapter(LlamaAdapter):
     hf_architectures = ("Phi3ForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4, 'partial_rotary_factor': 0.5})
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -64,10 +64,8 @@ class Phi3Adapter(LlamaAdapter):
     engine_pipeline_parallel = False  # tensorrt_llm/models/phi3/model.py: no send/recv between stages
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = False
-    weights: ClassVar[dict[Role, Source]] = {
-        **{role: src for role, src in LlamaAdapter.weights.items() if role is not Role.GATE},
-        Role.QKV: _L + "self_attn.qkv_proj",
-        Role.FC: _L + "mlp.gate_up_proj",
+    names: ClassVar[dict[Role, Source | None]] = {
+        Role.QKV: "self_attn.qkv_proj", Role.FC: "mlp.gate_up_proj", Role.GATE: None,
     }
 
     def attn_bias(self, hf: HFConfig) -> bool:

@@ -16,6 +16,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen2Adapter(LlamaAdapter):
     hf_architectures = ("Qwen2ForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
     #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'seq_length': 777}

@@ -16,12 +16,12 @@ from trtllm_medusa_ports.archs.base import Role, Semantics, Source, register
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
-_A = "model.layers.{i}.self_attn."
-
 
 @register
 class Qwen3Adapter(Qwen2Adapter):
     hf_architectures = ("Qwen3ForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'num_key_value_heads': 1})
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -42,9 +42,7 @@ class Qwen3Adapter(Qwen2Adapter):
         max_position_embeddings=256, rope_theta=1000000.0, tie_word_embeddings=False,
     )
     upstream_medusa_base = False
-    weights: ClassVar[dict[Role, Source]] = {
-        **Qwen2Adapter.weights, Role.Q_NORM: _A + "q_norm", Role.K_NORM: _A + "k_norm",
-    }
+    names: ClassVar[dict[Role, Source | None]] = {Role.Q_NORM: "self_attn.q_norm", Role.K_NORM: "self_attn.k_norm"}
 
     def attn_bias(self, hf: HFConfig) -> bool:
         return bool(hf.get("attention_bias", False))

@@ -25,12 +25,13 @@ from trtllm_medusa_ports.archs.base import (
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
-_L = "model.layers.{i}."
-
 
 @register
 class Starcoder2Adapter(LlamaAdapter):
     hf_architectures = ("Starcoder2ForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {'norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
+    norm_epsilon_key = 'norm_epsilon'
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'use_bias': False, 'tie_word_embeddings': False})
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
@@ -55,14 +56,7 @@ class Starcoder2Adapter(LlamaAdapter):
     trtllm_module = "gpt"
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/gpt/model.py GPTDecoderLayer.forward
-    weights: ClassVar[dict[Role, Source]] = {
-        **{role: src for role, src in LlamaAdapter.weights.items() if role is not Role.GATE},
-        Role.FC: _L + "mlp.c_fc",
-        Role.PROJ: _L + "mlp.c_proj",
-    }
-
-    def tied_embeddings(self, hf: HFConfig) -> bool:
-        return bool(hf.get("tie_word_embeddings", True))
+    names: ClassVar[dict[Role, Source | None]] = {Role.FC: "mlp.c_fc", Role.GATE: None, Role.PROJ: "mlp.c_proj"}
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
@@ -70,7 +64,6 @@ class Starcoder2Adapter(LlamaAdapter):
             {
                 "gpt_variant": "starcoder2",
                 "bias": bool(hf.get("use_bias", True)),
-                "norm_epsilon": float(hf.get("norm_epsilon", 1e-5)),
                 "hidden_act": "gelu",
                 "rotary_pct": hf.partial_rotary_factor,
             }
