@@ -43,17 +43,6 @@ def test_family_converts_and_verifies(tmp_path, store, arch, overrides):
         assert rep.parity and rep.greedy_equal, f"tp={tp}\n{rep.render()}"
 
 
-@pytest.mark.parametrize("arch, dtype", CASES["dtypes"])
-def test_family_verifies_in_half_precision(tmp_path, store, arch, dtype):
-    base = tiny_base(store, arch)
-    heads = _heads_for(base, tmp_path)
-    for tp in (1, 2):
-        ckpt = convert_to(tmp_path / f"tp{tp}", base, heads, tp_size=tp, dtype=dtype)
-        assert json.loads((ckpt / "config.json").read_text())["dtype"] == dtype
-        rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=8)
-        assert rep.parity and rep.greedy_equal, f"{dtype} tp={tp}\n{rep.render()}"
-
-
 def test_gptj_mlp_bias_is_added_once_across_ranks(tmp_path, store):
     """GPT-J's layer all-reduces attention + MLP once and every rank adds its fc_out bias: rank 0 holds it,
     the others zeros (tensorrt_llm/models/gptj/convert.py). The same bias on every rank counts it twice."""

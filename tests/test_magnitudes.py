@@ -37,7 +37,7 @@ def _ckpt(store, tmp_path, arch, dtype, tp=1, name="c", **base_kw):
 @pytest.mark.parametrize("arch", sorted(TINY_CONFIGS))
 def test_every_family_verifies_at_real_magnitudes_in_bf16_and_fp16(store, tmp_path, arch):
     for dtype, tp in itertools.product(("bfloat16", "float16"), (1, 2)):
-        base, ckpt = _ckpt(store, tmp_path, arch, dtype, tp, name=f"{dtype}-tp{tp}", norm_scale=1000.0)
+        base, ckpt = _ckpt(store, tmp_path, arch, dtype, tp, name=f"{dtype}-tp{tp}", norm_offset=1000.0)
         rep = verify(base, ckpt, medusa_choices=TREE, prompts=PROMPTS, max_new_tokens=6, quiet=True)
         assert rep.ok, f"{dtype} tp {tp}\n{rep.render()}"
         assert 100 < rep.max_activation < FLOAT16_MAX and not rep.float16_overflow
@@ -47,7 +47,7 @@ def test_every_family_verifies_at_real_magnitudes_in_bf16_and_fp16(store, tmp_pa
 def test_gemma_norms_are_compared_as_stored(store, tmp_path, arch):
     """The checkpoint holds round(w + 1): the transformers side must multiply by that, not by
     1 + round(w), which differs by a bfloat16 step at weights of 1e3 (the bug this guards)."""
-    base, ckpt = _ckpt(store, tmp_path, arch, "bfloat16", norm_scale=1500.0)
+    base, ckpt = _ckpt(store, tmp_path, arch, "bfloat16", norm_offset=1500.0)
     ref = ReferenceModel(read_checkpoint(ckpt))
     ref_logits, _ = ref.forward(PROMPTS[0], ref.new_cache())
     ids = torch.tensor([PROMPTS[0]])
@@ -66,7 +66,7 @@ def test_gemma_plus_one_is_added_in_float32_before_the_cast(store, tmp_path):
     round(round(w) + 1)."""
     from safetensors.torch import load_file
 
-    base, ckpt = _ckpt(store, tmp_path, "GemmaForCausalLM", "bfloat16", norm_scale=1500.0)
+    base, ckpt = _ckpt(store, tmp_path, "GemmaForCausalLM", "bfloat16", norm_offset=1500.0)
     src = load_file(str(base / "model.safetensors"))["model.layers.0.input_layernorm.weight"]
     stored = read_checkpoint(ckpt).tensor(0, "transformer.layers.0.input_layernorm.weight")
     assert torch.equal(stored, (src.float() + 1).to(torch.bfloat16).float())
@@ -75,14 +75,14 @@ def test_gemma_plus_one_is_added_in_float32_before_the_cast(store, tmp_path):
 
 
 def test_float16_is_refused_when_activations_exceed_its_range(store, tmp_path):
-    base, ckpt = _ckpt(store, tmp_path, "Qwen2ForCausalLM", "float16", name="f16", norm_scale=4000.0)
+    base, ckpt = _ckpt(store, tmp_path, "Qwen2ForCausalLM", "float16", name="f16", norm_offset=4000.0)
     rep = verify(base, ckpt, medusa_choices=TREE, prompts=PROMPTS, max_new_tokens=4, quiet=True)
     assert rep.parity and rep.greedy_equal  # the float32 reference cannot see it...
     assert rep.max_activation > FLOAT16_MAX and rep.float16_overflow and not rep.ok  # ...the range check does
     text = rep.render()
     assert "float16 range     : FAIL" in text and "--dtype bfloat16" in text and rep.max_activation_at in text
     assert json.loads(json.dumps(rep.to_dict()))["float16_overflow"] is True
-    _, ckpt = _ckpt(store, tmp_path, "Qwen2ForCausalLM", "bfloat16", name="bf16", norm_scale=4000.0)
+    _, ckpt = _ckpt(store, tmp_path, "Qwen2ForCausalLM", "bfloat16", name="bf16", norm_offset=4000.0)
     assert verify(base, ckpt, medusa_choices=TREE, prompts=PROMPTS, max_new_tokens=4, quiet=True).ok
 
 
@@ -100,7 +100,7 @@ def test_qk_norms_use_the_engines_epsilon(store, tmp_path, arch):
 def test_check_measures_the_activation_range_on_prompts(store, tmp_path, capsys):
     from trtllm_medusa_ports.cli import main
 
-    hot = tiny_base(store, "Qwen2ForCausalLM", norm_scale=4000.0)
+    hot = tiny_base(store, "Qwen2ForCausalLM", norm_offset=4000.0)
     cold = tiny_base(store, "Qwen2ForCausalLM")
     args = ["check", "--model_dir", str(hot), "--prompt_ids", "11,18,25,32;101,114,127", "--json"]
     assert main(args + ["--dtype", "float16"]) == 1

@@ -363,8 +363,6 @@ class ArchAdapter:
     #: verified at pp 2 too (a family whose layers depend on the global layer index, or whose class sends
     #: hidden states between stages); classes without pipeline parallelism are tested for the refusal
     pipeline_test: ClassVar[bool] = False
-    #: checkpoint dtypes (beyond the tiny model's float32) the family's first shape is verified in at tp 1 and 2
-    test_dtypes: ClassVar[tuple[str, ...]] = ()
     #: the error rules ``check`` gives the family's tiny model (and so its tests convert it with
     #: ``--allow_unsupported``): ALiBi, attention soft-capping, ...; empty: servable
     expected_check_errors: ClassVar[frozenset[str]] = frozenset()
@@ -663,11 +661,10 @@ def family_test_cases() -> dict[str, list]:
     * ``key_cases``: ``(architecture, tiny architecture, values)`` for every architecture name of a class
       declaring ``key_cases`` (aliases such as ``RWForCausalLM`` use the class's tiny model);
     * ``pipeline``: architectures verified at pp 2; ``no_pipeline``: those whose engine class has none;
-    * ``dtypes``: ``(architecture, checkpoint dtype)`` verified beyond float32;
     * ``verdicts``: ``(architecture, error rules check gives its tiny model)``; ``unsupported``: those with any.
     """
     classes = list(dict.fromkeys(registry().values()))
-    out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": [], "dtypes": [],
+    out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": [],
                             "verdicts": [], "unsupported": []}
     for cls in classes:
         primary = cls.hf_architectures[0]
@@ -677,7 +674,6 @@ def family_test_cases() -> dict[str, list]:
             out["key_cases"] += [(arch, primary, dict(keys)) for arch in cls.hf_architectures]
         if own(cls, "pipeline_test", False):
             out["pipeline"].append(primary)
-        out["dtypes"] += [(primary, dtype) for dtype in own(cls, "test_dtypes", ())]
         if own(cls, "tiny_config") is not None:
             errors = own(cls, "expected_check_errors", frozenset())
             out["verdicts"].append((primary, set(errors)))

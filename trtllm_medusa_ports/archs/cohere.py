@@ -48,7 +48,6 @@ class CohereAdapter(LlamaAdapter):
     #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "layer_norm_eps": 3e-6}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
-    test_dtypes: ClassVar[tuple[str, ...]] = ("bfloat16", "float16")  # verified in these too, at tp 1 and 2
     family = "cohere"
     model_types = ("cohere",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)

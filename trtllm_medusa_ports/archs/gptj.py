@@ -49,7 +49,6 @@ class GPTJAdapter(ArchAdapter):
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
     #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {"rotary_dim": 4}
-    test_dtypes: ClassVar[tuple[str, ...]] = ("bfloat16", "float16")  # verified in these too, at tp 1 and 2
     family = "gptj"
     model_types = ("gptj",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)
