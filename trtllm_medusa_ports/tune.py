@@ -28,91 +28,25 @@ import heapq
 import json
 import os
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from trtllm_medusa_ports.acceptance import (  # noqa: F401  (tune's measures, also read from here)
+    Path_,
+    accepted_length,
+    accuracy_table,
+    expected_tokens_per_step,
+    joint_values,
+    measured_acceptance,
+    path_value,
+    rank_of_targets,
+    rank_path,
+    reference_ranks,
+)
 from trtllm_medusa_ports.errors import PortError, TreeError
 from trtllm_medusa_ports.tree import DEFAULT_TOP_K, MedusaTree, upstream_quirks, validate_choices
-
-Path_ = tuple[int, ...]
-
-
-# -- accuracy -------------------------------------------------------------------------------
-def rank_of_targets(head_logits: torch.Tensor, targets: torch.Tensor, top_k: int) -> torch.Tensor:
-    """``[N]`` rank (0-based) of each target among a head's top-k logits ``[N, V]``; ``top_k`` if absent."""
-    top = head_logits.topk(top_k, dim=-1).indices
-    hit = top == targets.unsqueeze(-1)
-    return torch.where(hit.any(-1), hit.float().argmax(-1), torch.full_like(targets, top_k))
-
-
-def accuracy_table(ranks: torch.Tensor, top_k: int) -> list[list[float]]:
-    """``acc[d][k]``: how often head d's k-th candidate is right (``ranks [N, heads]``, -1 = no target)."""
-    out = []
-    for d in range(ranks.shape[1]):
-        r = ranks[:, d]
-        r = r[r >= 0]
-        n = max(1, r.numel())
-        out.append([float((r == k).sum()) / n for k in range(top_k)])
-    return out
-
-
-def joint_values(ranks: torch.Tensor, top_k: int) -> dict[Path_, float]:
-    """Fraction of positions at which the heads' ranks start with each path (paths of ranks < top_k).
-
-    Positions where a head has no target (the text ended) are counted only up to that head."""
-    counts: Counter = Counter()
-    n = ranks.shape[0]
-    for row in ranks.tolist():
-        path = rank_path(row, top_k)
-        for k in range(1, len(path) + 1):
-            counts[path[:k]] += 1
-    return {p: c / max(1, n) for p, c in counts.items()}
-
-
-def rank_path(row: list[int], top_k: int) -> Path_:
-    """One position's ranks of heads 1, 2, ... up to the first head whose top-k misses the true
-    token (or that has no target, rank -1): the longest tree path that position can accept."""
-    path: list[int] = []
-    for r in row:
-        if r < 0 or r >= top_k:
-            break
-        path.append(r)
-    return tuple(path)
-
-
-# -- expected acceptance --------------------------------------------------------------------
-def path_value(path: Path_, acc: list[list[float]]) -> float:
-    v = 1.0
-    for d, k in enumerate(path):
-        v *= acc[d][k] if d < len(acc) and k < len(acc[d]) else 0.0
-    return v
-
-
-def expected_tokens_per_step(paths, acc: list[list[float]] | None = None,
-                             joint: dict[Path_, float] | None = None) -> float:
-    """Tokens one step emits on average: 1 (the base's token) + the sum of the nodes' acceptance."""
-    if joint is not None:
-        return 1.0 + sum(joint.get(tuple(p), 0.0) for p in paths)
-    return 1.0 + sum(path_value(tuple(p), acc) for p in paths)
-
-
-def measured_acceptance(paths, ranks: torch.Tensor) -> float:
-    """Mean tokens per step the tree would emit at the measured positions (longest accepted path + 1)."""
-    tree = {tuple(p) for p in paths}
-    # ranks at or past top-k are in no tree, so the path need not be cut there
-    total = sum(accepted_length(rank_path(row, 1 << 62), tree) + 1 for row in ranks.tolist())
-    return total / max(1, ranks.shape[0])
-
-
-def accepted_length(path: Path_, tree: set) -> int:
-    """How many draft tokens a position with this rank path accepts: the longest prefix in the tree."""
-    n = 0
-    while n < len(path) and path[: n + 1] in tree:
-        n += 1
-    return n
 
 
 def build_tree(acc: list[list[float]] | None = None, max_nodes: int = 63, *, max_depth: int | None = None,
@@ -157,8 +91,8 @@ def measure_ranks(model, heads, seqs: list[list[int]], starts: list[int], top_k:
     head d at position t is scored against the token at t + d + 2 (-1 where the text ends)."""
     from tqdm import tqdm
 
-    from trtllm_medusa_ports.heads.train import final_hidden
-    from trtllm_medusa_ports.verify import source_heads_logits
+    from trtllm_medusa_ports.base_model import final_hidden
+    from trtllm_medusa_ports.heads.logits import source_heads_logits
 
     vocab = model.get_output_embeddings().weight.shape[0]
     rows = []
@@ -182,24 +116,6 @@ def measure_ranks(model, heads, seqs: list[list[int]], starts: list[int], top_k:
     return torch.cat(rows)
 
 
-@torch.no_grad()
-def reference_ranks(ref, seqs: list[list[int]], prompt_lens: list[int], top_k: int = DEFAULT_TOP_K) -> torch.Tensor:
-    """:func:`measure_ranks` on a converted checkpoint (the reference executor's heads), from each
-    prompt's last token on."""
-    rows = []
-    for seq, plen in zip(seqs, prompt_lens, strict=True):
-        start = plen - 1
-        if len(seq) - start < 2:
-            continue
-        _, hidden = ref.forward(seq, ref.new_cache(), compute_logits=False)
-        logits = ref.medusa_logits(hidden[start:])
-        ranks = torch.full((hidden.shape[0] - start, ref.num_medusa_heads), -1, dtype=torch.long)
-        for d in range(ref.num_medusa_heads):
-            n = len(seq) - start - d - 2
-            if n > 0:
-                ranks[:n, d] = rank_of_targets(logits[d, :n], torch.tensor(seq[start + d + 2:]), top_k)
-        rows.append(ranks)
-    return torch.cat(rows) if rows else torch.zeros((0, ref.num_medusa_heads), dtype=torch.long)
 
 
 @dataclass
@@ -225,8 +141,8 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
          max_draft_len: int | None = None, top_k: int = DEFAULT_TOP_K, new_tokens: int = 64,
          estimate: str = "product", baseline: str | None = "mc_sim_7b_63", quiet: bool = True) -> TuneResult:
     """Measure the heads on held-out text (the base's greedy continuations of ``prompts``) and build the tree."""
+    from trtllm_medusa_ports.base_model import continue_greedily, load_base
     from trtllm_medusa_ports.heads import load_heads
-    from trtllm_medusa_ports.heads.train import continue_greedily, load_base
     from trtllm_medusa_ports.tree import resolve_choices
 
     if estimate not in ("product", "joint"):

@@ -23,11 +23,12 @@ import torch
 
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.base import Semantics, ValueTransform, layer_sources
+from trtllm_medusa_ports.base_model import end_token_ids
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.heads.train import end_token_ids
+from trtllm_medusa_ports.heads.logits import source_heads_logits
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
@@ -706,33 +707,6 @@ def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
     return None
 
 
-@torch.no_grad()
-def source_heads_logits(heads, hidden: torch.Tensor, dtype: torch.dtype, base_lm_head: torch.nn.Module,
-                        use_base_lm_head: bool, vocab: int) -> torch.Tensor:
-    """``[heads, tokens, vocab]`` computed from the heads as read from their source, in float32 on
-    weights rounded to the checkpoint dtype: what the converted heads must reproduce."""
-    from trtllm_medusa_ports.heads.loader import expand_truncated
-
-    def rounded(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype).float()
-
-    outs = []
-    for h in range(heads.num_heads):
-        x = hidden
-        for block in heads.blocks[h]:
-            w = rounded(block.weight.load())
-            b = rounded(block.bias.load()) if block.bias is not None else torch.zeros(w.shape[0])
-            x = x + torch.nn.functional.silu(x @ w.T + b)
-        if use_base_lm_head:
-            y = base_lm_head(x)
-        else:
-            ref = heads.lm_heads[h] if heads.lm_heads is not None else heads.shared_lm_head
-            proj = ref.load()
-            if heads.token_map is not None:
-                proj = expand_truncated(proj, heads.token_map.load(), vocab)
-            y = x @ rounded(proj).T
-        outs.append(y[..., :vocab])
-    return torch.stack(outs)
 
 
 @dataclass
@@ -831,7 +805,7 @@ def head_hit_rates(ref: ReferenceModel, seqs: list[list[int]], prompt_lens: list
 def predicted_tokens_per_step(ref: ReferenceModel, tree: MedusaTree, seqs: list[list[int]],
                               prompt_lens: list[int]) -> tuple[float | None, float | None]:
     """What the tree should give on these sequences, from the checkpoint heads' ranks (tune.py)."""
-    from trtllm_medusa_ports.tune import (
+    from trtllm_medusa_ports.acceptance import (
         accuracy_table,
         expected_tokens_per_step,
         joint_values,

@@ -39,7 +39,6 @@ from trtllm_medusa_ports.archs.base import (
     PositionEmbedding,
     Semantics,
     adapter_for,
-    rope_inv_freq,
 )
 from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.files.checkpoint import Checkpoint, read_checkpoint
@@ -54,6 +53,7 @@ from trtllm_medusa_ports.quant import (
     weight_only_dequantized,
     weight_only_quantized,
 )
+from trtllm_medusa_ports.reference.rope import rope_inv_freq
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
 from trtllm_medusa_ports.tree import unpack_mask
 

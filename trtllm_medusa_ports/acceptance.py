@@ -1,0 +1,113 @@
+"""How many tokens a Medusa tree accepts: the heads' ranks of the base's own tokens and what a tree makes of them.
+
+Below both ``tune-tree`` (tune.py, which builds a tree from these measures) and ``verify`` (which reports
+them for a checkpoint): the Medusa paper's estimate (Cai et al. 2024, section 3.3.1) of a tree's expected
+acceptance length from each head's top-k accuracy - a node whose path picks candidates ``(k_0, ..., k_d)``
+is accepted with probability ``prod acc[i][k_i]``, a step emits ``1 + sum over nodes`` tokens - and the
+same from joint counts (no independence assumption), and the acceptance replayed on measured text.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from trtllm_medusa_ports.tree import DEFAULT_TOP_K
+
+Path_ = tuple[int, ...]
+
+
+# -- accuracy -------------------------------------------------------------------------------
+def rank_of_targets(head_logits: torch.Tensor, targets: torch.Tensor, top_k: int) -> torch.Tensor:
+    """``[N]`` rank (0-based) of each target among a head's top-k logits ``[N, V]``; ``top_k`` if absent."""
+    top = head_logits.topk(top_k, dim=-1).indices
+    hit = top == targets.unsqueeze(-1)
+    return torch.where(hit.any(-1), hit.float().argmax(-1), torch.full_like(targets, top_k))
+
+
+def accuracy_table(ranks: torch.Tensor, top_k: int) -> list[list[float]]:
+    """``acc[d][k]``: how often head d's k-th candidate is right (``ranks [N, heads]``, -1 = no target)."""
+    out = []
+    for d in range(ranks.shape[1]):
+        r = ranks[:, d]
+        r = r[r >= 0]
+        n = max(1, r.numel())
+        out.append([float((r == k).sum()) / n for k in range(top_k)])
+    return out
+
+
+def joint_values(ranks: torch.Tensor, top_k: int) -> dict[Path_, float]:
+    """Fraction of positions at which the heads' ranks start with each path (paths of ranks < top_k).
+
+    Positions where a head has no target (the text ended) are counted only up to that head."""
+    counts: Counter = Counter()
+    n = ranks.shape[0]
+    for row in ranks.tolist():
+        path = rank_path(row, top_k)
+        for k in range(1, len(path) + 1):
+            counts[path[:k]] += 1
+    return {p: c / max(1, n) for p, c in counts.items()}
+
+
+def rank_path(row: list[int], top_k: int) -> Path_:
+    """One position's ranks of heads 1, 2, ... up to the first head whose top-k misses the true
+    token (or that has no target, rank -1): the longest tree path that position can accept."""
+    path: list[int] = []
+    for r in row:
+        if r < 0 or r >= top_k:
+            break
+        path.append(r)
+    return tuple(path)
+
+
+# -- expected acceptance --------------------------------------------------------------------
+def path_value(path: Path_, acc: list[list[float]]) -> float:
+    v = 1.0
+    for d, k in enumerate(path):
+        v *= acc[d][k] if d < len(acc) and k < len(acc[d]) else 0.0
+    return v
+
+
+def expected_tokens_per_step(paths, acc: list[list[float]] | None = None,
+                             joint: dict[Path_, float] | None = None) -> float:
+    """Tokens one step emits on average: 1 (the base's token) + the sum of the nodes' acceptance."""
+    if joint is not None:
+        return 1.0 + sum(joint.get(tuple(p), 0.0) for p in paths)
+    return 1.0 + sum(path_value(tuple(p), acc) for p in paths)
+
+
+def measured_acceptance(paths, ranks: torch.Tensor) -> float:
+    """Mean tokens per step the tree would emit at the measured positions (longest accepted path + 1)."""
+    tree = {tuple(p) for p in paths}
+    # ranks at or past top-k are in no tree, so the path need not be cut there
+    total = sum(accepted_length(rank_path(row, 1 << 62), tree) + 1 for row in ranks.tolist())
+    return total / max(1, ranks.shape[0])
+
+
+def accepted_length(path: Path_, tree: set) -> int:
+    """How many draft tokens a position with this rank path accepts: the longest prefix in the tree."""
+    n = 0
+    while n < len(path) and path[: n + 1] in tree:
+        n += 1
+    return n
+
+
+@torch.no_grad()
+def reference_ranks(ref, seqs: list[list[int]], prompt_lens: list[int], top_k: int = DEFAULT_TOP_K) -> torch.Tensor:
+    """:func:`measure_ranks` on a converted checkpoint (the reference executor's heads), from each
+    prompt's last token on."""
+    rows = []
+    for seq, plen in zip(seqs, prompt_lens, strict=True):
+        start = plen - 1
+        if len(seq) - start < 2:
+            continue
+        _, hidden = ref.forward(seq, ref.new_cache(), compute_logits=False)
+        logits = ref.medusa_logits(hidden[start:])
+        ranks = torch.full((hidden.shape[0] - start, ref.num_medusa_heads), -1, dtype=torch.long)
+        for d in range(ref.num_medusa_heads):
+            n = len(seq) - start - d - 2
+            if n > 0:
+                ranks[:n, d] = rank_of_targets(logits[d, :n], torch.tensor(seq[start + d + 2:]), top_k)
+        rows.append(ranks)
+    return torch.cat(rows) if rows else torch.zeros((0, ref.num_medusa_heads), dtype=torch.long)
