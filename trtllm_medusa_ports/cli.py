@@ -382,20 +382,17 @@ exit codes: 0 success, 1 a problem with the input or a failed check, 2 a usage e
 docs: docs/user-guide.md (commands), docs/compatibility-rules.md (every check rule)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from trtllm_medusa_ports import __version__
-
-    p = argparse.ArgumentParser(prog="trtllm-medusa", description=USAGE,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=__version__)
-    sub = p.add_subparsers(dest="command", required=True)
-
+def _inspect_heads_parser(sub) -> None:
+    """``trtllm-medusa inspect-heads``'s flags."""
     s = sub.add_parser("inspect-heads", help="read a Medusa head checkpoint of any layout")
     s.set_defaults(func=run_inspect_heads)
     s.add_argument("path")
     s.add_argument("--json", action="store_true")
     s.add_argument("--no_data_check", action="store_true", help="skip the NaN/Inf scan (headers only)")
 
+
+def _tree_parser(sub) -> None:
+    """``trtllm-medusa tree``'s flags."""
     s = sub.add_parser("tree", help="parse and validate medusa_choices; print TensorRT-LLM's buffers")
     s.set_defaults(func=run_tree)
     s.add_argument("--choices", "--medusa_choices", dest="choices", help="preset name, @file, or JSON list of paths")
@@ -407,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--draw", action="store_true", help="print the tree as text, one line per node")
 
+
+def _check_parser(sub) -> None:
+    """``trtllm-medusa check``'s flags."""
     s = sub.add_parser("check", help="can TensorRT-LLM serve Medusa on this base (and heads, tree, parallelism)?")
     s.set_defaults(func=run_check)
     s.add_argument("--model_dir", required=True)
@@ -428,10 +428,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no status line")
 
+
+def _convert_parser(sub) -> None:
+    """``trtllm-medusa convert``'s flags."""
     s = sub.add_parser("convert", help="HF base + Medusa heads -> TensorRT-LLM checkpoint")
     s.set_defaults(func=run_convert)
     add_convert_args(s)
 
+
+def _verify_parser(sub) -> None:
+    """``trtllm-medusa verify``'s flags."""
     s = sub.add_parser("verify", help="prove parity and greedy equivalence of a checkpoint on CPU")
     s.set_defaults(func=run_verify)
     s.add_argument("--model_dir", required=True)
@@ -448,6 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 
+
+def _train_heads_parser(sub) -> None:
+    """``trtllm-medusa train-heads``'s flags."""
     s = sub.add_parser("train-heads", help="train Medusa heads for a base on its own greedy continuations")
     s.set_defaults(func=run_train_heads)
     s.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
@@ -489,6 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 
+
+def _tune_tree_parser(sub) -> None:
+    """``trtllm-medusa tune-tree``'s flags."""
     s = sub.add_parser("tune-tree", help="build a medusa_choices tree from the heads' measured accuracy")
     s.set_defaults(func=run_tune_tree)
     s.add_argument("--model_dir", required=True)
@@ -508,17 +520,42 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true")
 
+
+def _build_command_parser(sub) -> None:
+    """``trtllm-medusa build``'s flags."""
     s = sub.add_parser("build", help="trtllm-build with our architectures registered (needs tensorrt_llm)")
     s.set_defaults(func=run_build)
     s.add_argument("--checkpoint_dir", required=True)
     s.add_argument("--allow_unsupported", action="store_true",
                    help="build a float16 checkpoint whose base is known to overflow float16 (rule float16-range)")
 
+
+def _demo_parser(sub) -> None:
+    """``trtllm-medusa demo``'s flags."""
     s = sub.add_parser("demo", help="the end-to-end job on a small synthetic non-Llama base, offline")
     s.set_defaults(func=run_demo)
     s.add_argument("--workdir", default="demo-output")
     s.add_argument("--architecture", default="Qwen2ForCausalLM")
     s.add_argument("--quiet", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from trtllm_medusa_ports import __version__
+
+    p = argparse.ArgumentParser(prog="trtllm-medusa", description=USAGE,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=__version__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    _inspect_heads_parser(sub)
+    _tree_parser(sub)
+    _check_parser(sub)
+    _convert_parser(sub)
+    _verify_parser(sub)
+    _train_heads_parser(sub)
+    _tune_tree_parser(sub)
+    _build_command_parser(sub)
+    _demo_parser(sub)
     return p
 
 
