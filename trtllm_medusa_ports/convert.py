@@ -564,7 +564,13 @@ def base_jobs(model: HFModel, adapter: ArchAdapter, cfg: dict, dtype: str) -> li
 
 
 def convert(opts: ConvertOptions) -> ConvertResult:
-    """Convert, or raise a :class:`PortError` with nothing written at ``output_dir``."""
+    """Convert, or raise a :class:`PortError` with nothing written at ``output_dir``.
+
+    The steps: check the options and the inputs (:func:`_check_options`, :func:`_check_model`), apply what the
+    family's TensorRT-LLM class imposes (:func:`_imposed_options`), run the compatibility check
+    (:func:`_check_compatibility`), plan the jobs, quantize them (:func:`_quantized_jobs`), plan every rank
+    file's layout and byte moves (:func:`_layout`), then write (:func:`_write`).
+    """
     start = time.time()
     inputs = {"--model_dir": Path(opts.model_dir), "--medusa_model_dir": Path(opts.medusa_model_dir)}
     guard_output_dir(Path(opts.output_dir), inputs)  # before any work: never write into an input
@@ -572,76 +578,16 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     adapter = resolve_adapter(model, opts.model_type)
     heads = load_heads(opts.medusa_model_dir)
     warnings = list(heads.warnings)
-
-    if opts.num_medusa_heads is not None and opts.num_medusa_heads != heads.num_heads:
-        raise ConversionError(
-            f"--num_medusa_heads {opts.num_medusa_heads} but the heads checkpoint holds {heads.num_heads}",
-            where=str(opts.medusa_model_dir),
-            fix="omit --num_medusa_heads (it is read from the heads) or pass the right directory",
-        )
-    if opts.num_medusa_layers is not None and opts.num_medusa_layers != heads.num_layers:
-        raise ConversionError(
-            f"--num_medusa_layers {opts.num_medusa_layers} but the heads have {heads.num_layers} layer(s)",
-            where=str(opts.medusa_model_dir),
-            fix="omit --num_medusa_layers (it is read from the heads)",
-        )
-    if opts.workers < 1:
-        raise ConversionError(f"--workers {opts.workers} must be at least 1", fix="use --workers 1 or more")
-    if opts.max_draft_len <= 0:
-        raise ConversionError(
-            f"--max_medusa_token_len must be positive, got {opts.max_draft_len}",
-            fix="use the number of nodes of your tree (63 for the presets)",
-        )
-
-    adapter.require_sizes(model.config)
-    problems = model.weight_problems(adapter.ignored_hf_tensors)
-    if problems:
-        raise ModelError(
-            f"{len(problems)} base tensor(s) contradict config.json, e.g. " + "; ".join(problems[:3]),
-            where=str(model.path),
-            fix="the weights and config.json belong to different models, or the weights are damaged",
-        )
-    _check_tie(model, adapter)
-    forced = adapter.forced_parallel_embedding(opts.tp_size)
-    if forced is not None and forced != opts.use_parallel_embedding:
-        warnings.append(
-            f"use_parallel_embedding={forced}: {adapter.trtllm_base_class}'s config imposes it for "
-            f"tp_size {opts.tp_size} (the flag was {opts.use_parallel_embedding})"
-        )
-        opts = dataclasses.replace(opts, use_parallel_embedding=forced, embedding_sharding_dim=0)
+    _check_options(opts, heads)
+    _check_model(model, adapter)
+    opts = _imposed_options(opts, adapter, warnings)
     dtype = _target_dtype(opts, model)
     spec = spec_from_flags(opts)
     if spec.any and dtype == "float32":
         raise ConversionError(f"{spec.quant_algo or spec.kv_cache_quant_algo} from a float32 checkpoint: TensorRT-LLM "
                               "serves quantized Medusa engines in float16 or bfloat16 (and refuses float32 with "
                               "speculative decoding)", fix="pass --dtype float16 or bfloat16")
-    findings = check_conversion(
-        model.config,
-        adapter=adapter,
-        heads=heads,
-        tp_size=opts.tp_size,
-        pp_size=opts.pp_size,
-        max_draft_len=opts.max_draft_len,
-        medusa_choices=opts.medusa_choices,
-        use_parallel_embedding=opts.use_parallel_embedding,
-        embedding_sharding_dim=opts.embedding_sharding_dim,
-        dtype=dtype,
-        quantization=spec,
-    )
-    errors = errors_of(findings)
-    if errors and opts.allow_unsupported and all(f.overridable for f in errors):
-        warnings.append(
-            "WRITING A CHECKPOINT TENSORRT-LLM CANNOT SERVE CORRECTLY (--allow_unsupported): "
-            + "; ".join(f.rule for f in errors)
-        )
-    elif errors:
-        raise ConversionError(
-            "the compatibility check failed; nothing was written:\n"
-            + "\n".join(f"  [{f.rule}] {f.message}\n    fix: {f.fix}" for f in errors),
-            fix="address the errors above (`trtllm-medusa check` shows every finding)",
-            rules=[f.rule for f in errors],
-        )
-
+    findings = _check_compatibility(opts, model, adapter, heads, dtype, spec, warnings)
     # a float16 checkpoint of a base known to overflow float16 carries the finding, so that `build` refuses it
     warnings += [f"[float16-range] {f.message}" for f in findings
                  if f.rule == "float16-range" and f.severity != "info" and dtype == "float16"]
@@ -649,41 +595,8 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     cfg = build_config(adapter, model, heads, opts, dtype, share)
     jobs = plan(adapter, model, heads, cfg, dtype, share)
     mapping = Mapping(opts.tp_size, opts.pp_size)
-    if spec.needs_calibration:  # weight-only alone changes no job: TensorRT-LLM quantizes at load
-        from trtllm_medusa_ports.quant.jobs import quantize_jobs
-
-        calibration = None
-        if spec.needs_calibration and opts.calibration is not None:
-            calibration = opts.calibration
-            cfg["medusa_ports"]["calibration"] = {**calibration.record(), "max_seq_length": opts.calib_max_seq_length}
-        elif spec.needs_calibration:  # before anything is written: bad calibration input leaves nothing behind
-            from trtllm_medusa_ports.quant.calibrate import calibrate, read_calibration_samples
-
-            samples, source = read_calibration_samples(
-                opts.calib_dataset, opts.model_dir, size=opts.calib_size, max_seq_length=opts.calib_max_seq_length,
-                tokenizer_dir=opts.tokenizer_dir)
-            calibration = calibrate(opts.model_dir, adapter, dtype, samples, source=source, device=opts.device,
-                                    quiet=opts.quiet)
-            cfg["medusa_ports"]["calibration"] = {**calibration.record(), "max_seq_length": opts.calib_max_seq_length}
-        jobs, fp8_scales = quantize_jobs(jobs, cfg, spec, dtype, calibration, adapter.num_hf_layers(model.config))
-
-    # Plan every rank file's layout from the source shapes (no data read).
-    entries: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
-    planned: dict[tuple[int, str], tuple[int, ...]] = {}
-    moves: list[MovePlan] = []
-    for job in jobs:
-        traced: dict[int, Array] = {}  # this job's sharded stand-ins by rank, shared by its shapes and its byte plan
-        for rank, name in job.targets:
-            planned[rank, name] = planned_shape(job, cfg, rank, traced)
-            entries[rank].append((name, job.stored_dtype or dtype, planned[rank, name]))
-        if not opts.fast_path:
-            moves.append(MovePlan(MoveKind.TENSOR, why="fast path off"))
-        elif job.fp8_group is not None:  # FP8 weight: the same pieces, cast chunk by chunk with its scale
-            moves.append(move_plan(job, cfg, "float8_e4m3fn", planned, traced).as_fp8(dtype))
-        elif job.post is not None or job.cast_to is not None:
-            moves.append(MovePlan(MoveKind.TENSOR, why="a generated float32 scale"))
-        else:
-            moves.append(move_plan(job, cfg, dtype, planned, traced))
+    jobs, fp8_scales = _quantized_jobs(opts, jobs, cfg, spec, dtype, adapter, model)
+    entries, moves = _layout(opts, jobs, cfg, dtype)
     if spec.quant_algo == "FP8":  # pass 1 of 2, before anything is written: every FP8 weight's amax
         from trtllm_medusa_ports.quant.jobs import measure_weights
 
@@ -714,6 +627,135 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     )
 
 
+def _check_options(opts: ConvertOptions, heads: MedusaHeads) -> None:
+    """The flags against each other and against the heads."""
+    if opts.num_medusa_heads is not None and opts.num_medusa_heads != heads.num_heads:
+        raise ConversionError(
+            f"--num_medusa_heads {opts.num_medusa_heads} but the heads checkpoint holds {heads.num_heads}",
+            where=str(opts.medusa_model_dir),
+            fix="omit --num_medusa_heads (it is read from the heads) or pass the right directory",
+        )
+    if opts.num_medusa_layers is not None and opts.num_medusa_layers != heads.num_layers:
+        raise ConversionError(
+            f"--num_medusa_layers {opts.num_medusa_layers} but the heads have {heads.num_layers} layer(s)",
+            where=str(opts.medusa_model_dir),
+            fix="omit --num_medusa_layers (it is read from the heads)",
+        )
+    if opts.workers < 1:
+        raise ConversionError(f"--workers {opts.workers} must be at least 1", fix="use --workers 1 or more")
+    if opts.max_draft_len <= 0:
+        raise ConversionError(
+            f"--max_medusa_token_len must be positive, got {opts.max_draft_len}",
+            fix="use the number of nodes of your tree (63 for the presets)",
+        )
+
+
+
+def _check_model(model: HFModel, adapter: ArchAdapter) -> None:
+    """config.json's sizes, the weights against them, and the tie of lm_head and embedding."""
+    adapter.require_sizes(model.config)
+    problems = model.weight_problems(adapter.ignored_hf_tensors)
+    if problems:
+        raise ModelError(
+            f"{len(problems)} base tensor(s) contradict config.json, e.g. " + "; ".join(problems[:3]),
+            where=str(model.path),
+            fix="the weights and config.json belong to different models, or the weights are damaged",
+        )
+    _check_tie(model, adapter)
+
+
+def _imposed_options(opts: ConvertOptions, adapter: ArchAdapter, warnings: list[str]) -> ConvertOptions:
+    """``opts`` with what the family's TensorRT-LLM config class imposes (``use_parallel_embedding``)."""
+    forced = adapter.forced_parallel_embedding(opts.tp_size)
+    if forced is not None and forced != opts.use_parallel_embedding:
+        warnings.append(
+            f"use_parallel_embedding={forced}: {adapter.trtllm_base_class}'s config imposes it for "
+            f"tp_size {opts.tp_size} (the flag was {opts.use_parallel_embedding})"
+        )
+        opts = dataclasses.replace(opts, use_parallel_embedding=forced, embedding_sharding_dim=0)
+    return opts
+
+
+def _check_compatibility(opts: ConvertOptions, model: HFModel, adapter: ArchAdapter, heads: MedusaHeads,
+                         dtype: str, spec, warnings: list[str]) -> list[Finding]:
+    """The compatibility findings; errors refuse the conversion unless every one is overridable and
+    ``--allow_unsupported`` is given (then a loud warning is recorded)."""
+    findings = check_conversion(
+        model.config,
+        adapter=adapter,
+        heads=heads,
+        tp_size=opts.tp_size,
+        pp_size=opts.pp_size,
+        max_draft_len=opts.max_draft_len,
+        medusa_choices=opts.medusa_choices,
+        use_parallel_embedding=opts.use_parallel_embedding,
+        embedding_sharding_dim=opts.embedding_sharding_dim,
+        dtype=dtype,
+        quantization=spec,
+    )
+    errors = errors_of(findings)
+    if errors and opts.allow_unsupported and all(f.overridable for f in errors):
+        warnings.append(
+            "WRITING A CHECKPOINT TENSORRT-LLM CANNOT SERVE CORRECTLY (--allow_unsupported): "
+            + "; ".join(f.rule for f in errors)
+        )
+    elif errors:
+        raise ConversionError(
+            "the compatibility check failed; nothing was written:\n"
+            + "\n".join(f"  [{f.rule}] {f.message}\n    fix: {f.fix}" for f in errors),
+            fix="address the errors above (`trtllm-medusa check` shows every finding)",
+            rules=[f.rule for f in errors],
+        )
+
+    return findings
+
+
+def _quantized_jobs(opts: ConvertOptions, jobs: list[_Job], cfg: dict, spec, dtype: str, adapter: ArchAdapter,
+                    model: HFModel) -> tuple[list[_Job], object]:
+    """The jobs with FP8 casts and scale tensors (calibrating first where no calibration is given), and the
+    weight scales they read; weight-only alone changes no job (TensorRT-LLM quantizes at load)."""
+    fp8_scales = None
+    if spec.needs_calibration:  # weight-only alone changes no job: TensorRT-LLM quantizes at load
+        from trtllm_medusa_ports.quant.jobs import quantize_jobs
+
+        calibration = opts.calibration
+        if calibration is None:  # before anything is written: bad calibration input leaves nothing behind
+            from trtllm_medusa_ports.quant.calibrate import calibrate, read_calibration_samples
+
+            samples, source = read_calibration_samples(
+                opts.calib_dataset, opts.model_dir, size=opts.calib_size, max_seq_length=opts.calib_max_seq_length,
+                tokenizer_dir=opts.tokenizer_dir)
+            calibration = calibrate(opts.model_dir, adapter, dtype, samples, source=source, device=opts.device,
+                                    quiet=opts.quiet)
+        cfg["medusa_ports"]["calibration"] = {**calibration.record(), "max_seq_length": opts.calib_max_seq_length}
+        jobs, fp8_scales = quantize_jobs(jobs, cfg, spec, dtype, calibration, adapter.num_hf_layers(model.config))
+    return jobs, fp8_scales
+
+
+def _layout(opts: ConvertOptions, jobs: list[_Job], cfg: dict, dtype: str
+            ) -> tuple[dict[int, list[tuple[str, str, tuple[int, ...]]]], list[MovePlan]]:
+    """Every rank file's planned tensors ``(name, dtype, shape)`` from the source shapes (no data read), and
+    each job's byte moves."""
+    mapping = Mapping(opts.tp_size, opts.pp_size)
+    entries: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
+    planned: dict[tuple[int, str], tuple[int, ...]] = {}
+    moves: list[MovePlan] = []
+    for job in jobs:
+        traced: dict[int, Array] = {}  # this job's sharded stand-ins by rank, shared by its shapes and its byte plan
+        for rank, name in job.targets:
+            planned[rank, name] = planned_shape(job, cfg, rank, traced)
+            entries[rank].append((name, job.stored_dtype or dtype, planned[rank, name]))
+        if not opts.fast_path:
+            moves.append(MovePlan(MoveKind.TENSOR, why="fast path off"))
+        elif job.fp8_group is not None:  # FP8 weight: the same pieces, cast chunk by chunk with its scale
+            moves.append(move_plan(job, cfg, "float8_e4m3fn", planned, traced).as_fp8(dtype))
+        elif job.post is not None or job.cast_to is not None:
+            moves.append(MovePlan(MoveKind.TENSOR, why="a generated float32 scale"))
+        else:
+            moves.append(move_plan(job, cfg, dtype, planned, traced))
+    return entries, moves
+
+
 def plan_layout(opts: ConvertOptions) -> tuple[dict, dict[int, list[tuple[str, str, tuple[int, ...]]]]]:
     """The config and every rank file's planned tensors ``(name, dtype, shape)`` of a conversion, from the
     headers alone (nothing is read or written; no calibration): what `check` bases its memory plan on.
@@ -725,18 +767,12 @@ def plan_layout(opts: ConvertOptions) -> tuple[dict, dict[int, list[tuple[str, s
     else:
         heads = MedusaHeads(layout="none", source=model.path, num_heads=0, num_layers=0, hidden_size=0,
                             vocab_size=None, dtype_name="float32", blocks=[], lm_heads=None)
-    forced = adapter.forced_parallel_embedding(opts.tp_size)
-    if forced is not None:
-        opts = dataclasses.replace(opts, use_parallel_embedding=forced, embedding_sharding_dim=0)
+    opts = _imposed_options(opts, adapter, [])
     dtype = _target_dtype(opts, model)
     share = True if opts.medusa_model_dir is None else _choose_sharing(heads, opts, [], model, adapter)
     cfg = build_config(adapter, model, heads, opts, dtype, share)
-    jobs = plan(adapter, model, heads, cfg, dtype, share)
-    entries: dict[int, list] = {r: [] for r in range(Mapping(opts.tp_size, opts.pp_size).world_size)}
-    for job in jobs:
-        traced: dict[int, Array] = {}
-        for rank, name in job.targets:
-            entries[rank].append((name, job.stored_dtype or dtype, planned_shape(job, cfg, rank, traced)))
+    entries, _ = _layout(dataclasses.replace(opts, fast_path=False), plan(adapter, model, heads, cfg, dtype, share),
+                         cfg, dtype)
     return cfg, entries
 
 
