@@ -440,23 +440,7 @@ def _verify(
             where=str(model_dir),
             fix="pass the --model_dir the checkpoint was converted from",
         )
-    prompts = prompts or default_prompts(ref.vocab)
-    for p in prompts:
-        bad = [t for t in p if not 0 <= t < ref.vocab]
-        if bad or not p:
-            raise ModelError(
-                f"prompt ids {bad or '(empty)'} are outside the vocabulary 0..{ref.vocab - 1}",
-                fix="pass --prompt_ids with valid token ids",
-            )
-    if medusa_choices is None:
-        medusa_choices = "mc_sim_7b_63"
-    tree, pruned = _tree_for(medusa_choices, ref.num_medusa_heads)
-    draft = ckpt.config.get("max_draft_len")
-    if isinstance(draft, int) and tree.num_nodes > draft:  # TensorRT-LLM sizes the tree buffers by it
-        raise ModelError(f"the tree has {tree.num_nodes} nodes, the checkpoint's max_draft_len is {draft}: the engine "
-                         "could not run it", where=str(Path(checkpoint_dir) / "config.json"),
-                         fix=f"verify with a tree of at most {draft} nodes, or convert with --max_draft_len "
-                             f"{tree.num_nodes}")
+    prompts, tree, pruned = _prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir)
     notes = [pruned] if pruned else []
     # a checkpoint written over a refusing rule: the executor computes what the engine would, so a
     # parity failure is that rule's difference (say so beside it)
@@ -524,6 +508,87 @@ def _verify(
 
     # Phase 2, the checkpoint on the reference executor. 1. parity
     status(f"logits parity of the checkpoint on the reference executor ({len(prompts)} prompt(s))")
+    parity, max_diff, tolerance, divergence, runs = _parity_pass(ref, prompts, hf_runs, model_dir, ckpt)
+    exact_logits = [rl for _, _, rl, _ in runs] if spec.any else []
+    if spec.any:  # greedy equivalence is against the quantized base's own greedy text (the executor's)
+        expected_tokens = [plain_generate(ref, p, max_new_tokens) for p in prompts]
+    del runs
+
+    # 1b. the heads, against their source (recorded at conversion unless given)
+    heads = _heads_check(heads_source, source, medusa_model_dir, ref, hf_runs)
+
+    # 2. greedy equivalence, 3. speculation quality
+    g = _greedy_runs(ref, prompts, tree, max_new_tokens, expected_tokens, ends, quiet)
+    quant_effect = _quant_effect(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens,
+                                 exact_logits, expected_tokens) if spec.any else None
+    status("the heads' hit rates and the tree's predicted tokens per step")
+    top1, topk = head_hit_rates(ref, g.seqs, [len(p) for p in prompts])
+    predicted = predicted_tokens_per_step(ref, tree, g.seqs, [len(p) for p in prompts])
+    return VerifyReport(
+        parity=parity,
+        logits_max_abs_diff=max_diff,
+        tolerance=tolerance,
+        greedy_equal=g.equal,
+        tokens_generated=g.generated,
+        steps=g.steps,
+        mean_accepted_tokens_per_step=sum(g.accepted) / len(g.accepted) if g.accepted else 0.0,
+        head_top1=top1,
+        head_topk=topk,
+        checkpoint_dtype=str(ckpt.config.get("dtype")),
+        prompts=prompts,
+        first_divergence=g.first,
+        parity_divergence=divergence,
+        adjustments=adjustments,
+        engine_arithmetic_effect_max_abs_diff=effect,
+        per_prompt=g.per_prompt,
+        max_activation=activations.max,
+        max_activation_at=activations.where,
+        notes=notes,
+        heads_parity=heads["ok"],
+        heads_max_abs_diff=heads["max_abs_diff"],
+        heads_tolerance=heads["tolerance"],
+        heads_source=str(source) if heads["ok"] is not None else None,
+        heads_detail=heads["why"],
+        predicted_tokens_per_step=predicted[0],
+        predicted_tokens_per_step_joint=predicted[1],
+        tree_nodes=tree.num_nodes,
+        tokens_per_step_until_end=g.until_end[0] / g.until_end[1] if g.until_end[1] else None,
+        prompts_ending_early=g.ending_early,
+        quantization=format_name(spec) if spec.any else None,
+        quant_scales_checked=emulation.scales_checked if emulation else 0,
+        quant_scale_mismatches=emulation.scale_mismatches if emulation else [],
+        quant_scales_not_rederived=emulation.not_rederived if emulation else None,
+        quant_effect=quant_effect,
+        max_quant_error=max_quant_error,
+    )
+
+
+def _prompts_and_tree(prompts: list[list[int]] | None, medusa_choices: str | None, ref: ReferenceModel, ckpt,
+                      checkpoint_dir: str | Path) -> tuple[list[list[int]], MedusaTree, str | None]:
+    """The prompts (inside the vocabulary) and the tree (within the checkpoint's max_draft_len) to verify with."""
+    prompts = prompts or default_prompts(ref.vocab)
+    for p in prompts:
+        bad = [t for t in p if not 0 <= t < ref.vocab]
+        if bad or not p:
+            raise ModelError(
+                f"prompt ids {bad or '(empty)'} are outside the vocabulary 0..{ref.vocab - 1}",
+                fix="pass --prompt_ids with valid token ids",
+            )
+    if medusa_choices is None:
+        medusa_choices = "mc_sim_7b_63"
+    tree, pruned = _tree_for(medusa_choices, ref.num_medusa_heads)
+    draft = ckpt.config.get("max_draft_len")
+    if isinstance(draft, int) and tree.num_nodes > draft:  # TensorRT-LLM sizes the tree buffers by it
+        raise ModelError(f"the tree has {tree.num_nodes} nodes, the checkpoint's max_draft_len is {draft}: the engine "
+                         "could not run it", where=str(Path(checkpoint_dir) / "config.json"),
+                         fix=f"verify with a tree of at most {draft} nodes, or convert with --max_draft_len "
+                             f"{tree.num_nodes}")
+    return prompts, tree, pruned
+
+
+def _parity_pass(ref: ReferenceModel, prompts: list[list[int]], hf_runs: list, model_dir: str | Path, ckpt):
+    """Logits parity of every prompt against transformers' (``hf_runs``), and where the first failing one
+    parts ways; the runs ``(hf logits, hf states, executor logits, executor states)``."""
     max_diff = 0.0
     scale = 1.0
     divergence = None
@@ -541,12 +606,11 @@ def _verify(
             divergence["first_differing_tensor"] = first_differing_tensor(model_dir, ckpt)
             break
     parity = max_diff <= tolerance
-    exact_logits = [rl for _, _, rl, _ in runs] if spec.any else []
-    if spec.any:  # greedy equivalence is against the quantized base's own greedy text (the executor's)
-        expected_tokens = [plain_generate(ref, p, max_new_tokens) for p in prompts]
-    del runs
+    return parity, max_diff, tolerance, divergence, runs
 
-    # 1b. the heads, against their source (recorded at conversion unless given)
+
+def _heads_check(heads_source, source, medusa_model_dir, ref: ReferenceModel, hf_runs: list) -> dict:
+    """The checkpoint's heads against the heads read from their source, or why they were not compared."""
     heads = {"ok": None, "max_abs_diff": None, "tolerance": None, "why": None}
     if heads_source is not None:
         heads = heads_parity_of(heads_source, ref, [hs[-1] for _, hs in hf_runs])
@@ -557,8 +621,27 @@ def _verify(
                         f"{medusa_model_dir} does not exist") + "; pass --medusa_model_dir"
     else:
         heads["why"] = "the heads' source was not recorded; pass --medusa_model_dir to compare them"
+    return heads
 
-    # 2. greedy equivalence, 3. speculation quality
+
+@dataclass
+class _GreedyRuns:
+    equal: bool
+    first: dict | None
+    steps: int
+    accepted: list[int]
+    generated: int
+    per_prompt: list[dict]
+    seqs: list[list[int]]
+    until_end: list[int]  # tokens, steps
+    ending_early: int
+
+
+def _greedy_runs(ref: ReferenceModel, prompts: list[list[int]], tree: MedusaTree, max_new_tokens: int,
+                 expected_tokens: list[list[int]], ends: set[int], quiet: bool) -> _GreedyRuns:
+    """Greedy equivalence of the Medusa loop against the expected tokens, and its speculation figures."""
+    from tqdm import tqdm
+
     equal = True
     first = None
     steps = 0
@@ -586,48 +669,7 @@ def _verify(
         seqs.append(p + expected)
         per_prompt.append({"prompt": p, "greedy_equal": same, "steps": run.steps,
                            "mean_accepted_tokens_per_step": run.mean_accepted_tokens_per_step})
-    quant_effect = _quant_effect(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens,
-                                 exact_logits, expected_tokens) if spec.any else None
-    status("the heads' hit rates and the tree's predicted tokens per step")
-    top1, topk = head_hit_rates(ref, seqs, [len(p) for p in prompts])
-    predicted = predicted_tokens_per_step(ref, tree, seqs, [len(p) for p in prompts])
-    return VerifyReport(
-        parity=parity,
-        logits_max_abs_diff=max_diff,
-        tolerance=tolerance,
-        greedy_equal=equal,
-        tokens_generated=generated,
-        steps=steps,
-        mean_accepted_tokens_per_step=sum(accepted) / len(accepted) if accepted else 0.0,
-        head_top1=top1,
-        head_topk=topk,
-        checkpoint_dtype=str(ckpt.config.get("dtype")),
-        prompts=prompts,
-        first_divergence=first,
-        parity_divergence=divergence,
-        adjustments=adjustments,
-        engine_arithmetic_effect_max_abs_diff=effect,
-        per_prompt=per_prompt,
-        max_activation=activations.max,
-        max_activation_at=activations.where,
-        notes=notes,
-        heads_parity=heads["ok"],
-        heads_max_abs_diff=heads["max_abs_diff"],
-        heads_tolerance=heads["tolerance"],
-        heads_source=str(source) if heads["ok"] is not None else None,
-        heads_detail=heads["why"],
-        predicted_tokens_per_step=predicted[0],
-        predicted_tokens_per_step_joint=predicted[1],
-        tree_nodes=tree.num_nodes,
-        tokens_per_step_until_end=until_end[0] / until_end[1] if until_end[1] else None,
-        prompts_ending_early=ending_early,
-        quantization=format_name(spec) if spec.any else None,
-        quant_scales_checked=emulation.scales_checked if emulation else 0,
-        quant_scale_mismatches=emulation.scale_mismatches if emulation else [],
-        quant_scales_not_rederived=emulation.not_rederived if emulation else None,
-        quant_effect=quant_effect,
-        max_quant_error=max_quant_error,
-    )
+    return _GreedyRuns(equal, first, steps, accepted, generated, per_prompt, seqs, until_end, ending_early)
 
 
 def _quant_effect(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]], float_logits: list[torch.Tensor],
