@@ -451,26 +451,8 @@ def _verify(
 
     # Quantized checkpoints: the float base first (the quantization's effect is measured against it), then
     # the same transformers model quantized as the checkpoint is (quant/emulate.py)
-    spec = QuantSpec.from_config(ckpt.config)
-    emulation = None
-    float_logits: list[torch.Tensor] = []
-    float_greedy: list[list[int]] = []
-    if spec.any:
-        from trtllm_medusa_ports.quant import emulate
-
-        with torch.no_grad():
-            float_logits = [hf(input_ids=torch.tensor([p])).logits[0] for p in prompts]
-        float_greedy = [hf_greedy(hf, p, max_new_tokens) for p in prompts]
-        emulation = emulate.apply(hf, model_dir, ckpt, ref.adapter, quiet=quiet, activations=False)
-        notes.append(f"{format_name(spec)}: {emulation.description}")
-        if spec.quant_algo == "FP8" or spec.kv_cache_quant_algo:
-            # FP8 activation and KV-cache rounding turn float-order noise (another summation order, a tree step
-            # against a single token) into visible differences: parity and greedy equivalence are judged on
-            # the checkpoint's exact weights and scales without those two roundings, which are re-derived
-            # (scales) and measured apart (quant_effect: with them, against float and Medusa against plain)
-            ref.quantize_activations = ref.quantize_kv = False
-            notes.append("parity and greedy equivalence without the FP8 activation / KV-cache rounding (it amplifies "
-                         "float noise); its effect is reported under 'against float'")
+    spec, emulation, float_logits, float_greedy = _quantized_reference(hf, ref, ckpt, model_dir, prompts,
+                                                                       max_new_tokens, notes, quiet)
 
     # Phase 1, transformers alone: its logits, hidden states, activation range, greedy continuations
     # and the heads' logits from their source. Its model is then freed, so that it and the executor's
@@ -561,6 +543,35 @@ def _verify(
         quant_effect=quant_effect,
         max_quant_error=max_quant_error,
     )
+
+
+def _quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, prompts: list[list[int]],
+                         max_new_tokens: int, notes: list[str], quiet: bool):
+    """For a quantized checkpoint: the float base's logits and greedy text first (the quantization's effect is
+    measured against them), then the transformers model quantized as the checkpoint is (quant/emulate.py).
+    Returns ``(spec, emulation or None, float logits, float greedy)``; ``notes`` gets what was done."""
+    spec = QuantSpec.from_config(ckpt.config)
+    emulation = None
+    float_logits: list[torch.Tensor] = []
+    float_greedy: list[list[int]] = []
+    if spec.any:
+        from trtllm_medusa_ports.quant import emulate
+
+        with torch.no_grad():
+            float_logits = [hf(input_ids=torch.tensor([p])).logits[0] for p in prompts]
+        float_greedy = [hf_greedy(hf, p, max_new_tokens) for p in prompts]
+        emulation = emulate.apply(hf, model_dir, ckpt, ref.adapter, quiet=quiet, activations=False)
+        notes.append(f"{format_name(spec)}: {emulation.description}")
+        if spec.quant_algo == "FP8" or spec.kv_cache_quant_algo:
+            # FP8 activation and KV-cache rounding turn float-order noise (another summation order, a tree step
+            # against a single token) into visible differences: parity and greedy equivalence are judged on
+            # the checkpoint's exact weights and scales without those two roundings, which are re-derived
+            # (scales) and measured apart (quant_effect: with them, against float and Medusa against plain)
+            ref.quantize_activations = ref.quantize_kv = False
+            notes.append("parity and greedy equivalence without the FP8 activation / KV-cache rounding (it amplifies "
+                         "float noise); its effect is reported under 'against float'")
+
+    return spec, emulation, float_logits, float_greedy
 
 
 def _prompts_and_tree(prompts: list[list[int]] | None, medusa_choices: str | None, ref: ReferenceModel, ckpt,
