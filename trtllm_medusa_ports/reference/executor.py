@@ -314,14 +314,17 @@ class ReferenceModel:
                             )
                         del other
 
+    def _plus_bias(self, y: torch.Tensor, rank: int, name: str) -> torch.Tensor:
+        """``y`` plus rank ``rank``'s bias ``name`` where the checkpoint has one (the one place a
+        column-parallel or rank-local bias is added; row-parallel biases go through :meth:`_row_bias`)."""
+        return y + self.weight(rank, name) if self.has(rank, name) else y
+
     def _column_parallel(self, x: torch.Tensor, stage: int, weight: str, bias: str | None = None) -> torch.Tensor:
         """``x W^T (+ b)`` of a column-parallel layer: each rank's output, gathered (concatenated)."""
         outs = []
         for r in self.stage_ranks(stage):
             y = x @ self.weight(r, weight).T
-            if bias is not None:
-                y = y + self.weight(r, bias)
-            outs.append(y)
+            outs.append(self._plus_bias(y, r, bias) if bias is not None else y)
         return torch.cat(outs, dim=-1)
 
     # -- building blocks -------------------------------------------------------------
@@ -356,7 +359,7 @@ class ReferenceModel:
             x = self.norm(x, ranks[0], "transformer.ln_embed")
         return x
 
-    def is_local_layer(self, layer: int) -> bool:
+    def is_sliding_layer(self, layer: int) -> bool:
         pattern = self.semantics.sliding_window_pattern
         return bool(pattern) and bool((layer + 1) % pattern)
 
@@ -379,7 +382,7 @@ class ReferenceModel:
         """Rotate the first ``rotary_dim`` features of ``x`` ``[heads, T, D]`` at ``positions``."""
         rot = self.rotary_dim
         tables = tables if tables is not None else self.rotary_tables(positions)
-        local = self.semantics.local_rotary_base is not None and self.is_local_layer(layer)
+        local = self.semantics.local_rotary_base is not None and self.is_sliding_layer(layer)
         cos, sin = tables[local]
         rotated, passed = x[..., :rot], x[..., rot:]
         if self.semantics.position_embedding is PositionEmbedding.ROPE_GPTJ:
@@ -409,14 +412,14 @@ class ReferenceModel:
             slopes += [extra ** (2 * i + 1) for i in range(n - closest)]
         return torch.tensor(slopes)
 
-    def attention(self, x: torch.Tensor, stage: int, local: int, layer: LayerCache, positions: torch.Tensor,
+    def attention(self, x: torch.Tensor, stage: int, stage_layer: int, layer: LayerCache, positions: torch.Tensor,
                   all_positions: torch.Tensor, visible: torch.Tensor, global_layer: int = 0,
                   rotary: dict[bool, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
         """One layer's attention over the ranks of ``stage``; ``visible`` is ``[T, S]`` bool."""
         head_size, q_heads, kv_heads = self.head_size, self.local_attention_heads, self.local_kv_heads
         group = q_heads // kv_heads
         semantics = self.semantics
-        prefix = f"transformer.layers.{local}.attention."
+        prefix = f"transformer.layers.{stage_layer}.attention."
         out = None
         scale = semantics.attention_scale if semantics.attention_scale is not None else 1.0 / math.sqrt(head_size)
         if semantics.position_embedding.is_rope and rotary is None:
@@ -425,8 +428,7 @@ class ReferenceModel:
         num_tokens = x.shape[0]
         for tp_rank, r in enumerate(self.stage_ranks(stage)):
             qkv = self.linear_input(x, r, prefix + "qkv") @ self.weight(r, prefix + "qkv.weight").T
-            if self.has(r, prefix + "qkv.bias"):
-                qkv = qkv + self.weight(r, prefix + "qkv.bias")
+            qkv = self._plus_bias(qkv, r, prefix + "qkv.bias")
             if semantics.clip_qkv:
                 qkv = qkv.clamp(-semantics.clip_qkv, semantics.clip_qkv)
             q = qkv[:, : q_heads * head_size].reshape(num_tokens, q_heads, head_size).transpose(0, 1)
@@ -467,18 +469,16 @@ class ReferenceModel:
             out = part if out is None else out + part  # all-reduce
         return self._row_bias(out, stage, prefix + "dense.bias")
 
-    def mlp(self, x: torch.Tensor, stage: int, local: int) -> torch.Tensor:
-        prefix = f"transformer.layers.{local}.mlp."
+    def mlp(self, x: torch.Tensor, stage: int, stage_layer: int) -> torch.Tensor:
+        prefix = f"transformer.layers.{stage_layer}.mlp."
         out = None
         ranks = self.stage_ranks(stage)
         for r in ranks:
             h = self.linear_input(x, r, prefix + "fc") @ self.weight(r, prefix + "fc.weight").T
-            if self.has(r, prefix + "fc.bias"):
-                h = h + self.weight(r, prefix + "fc.bias")
+            h = self._plus_bias(h, r, prefix + "fc.bias")
             if self.semantics.mlp is MlpKind.GATED:
                 gate = self.linear_input(x, r, prefix + "gate") @ self.weight(r, prefix + "gate.weight").T
-                if self.has(r, prefix + "gate.bias"):
-                    gate = gate + self.weight(r, prefix + "gate.bias")
+                gate = self._plus_bias(gate, r, prefix + "gate.bias")
                 h = self.act(h) * gate
             elif self.semantics.mlp is MlpKind.SWIGLU:  # fused [up ; gate]: act on the second half
                 up, gate = h.chunk(2, dim=-1)
@@ -501,24 +501,24 @@ class ReferenceModel:
             return out
         return out + self.weight(ranks[0], name)
 
-    def decoder_layer(self, x, stage, local, layer_cache, positions, all_positions, visible, global_layer,
+    def decoder_layer(self, x, stage, stage_layer, layer_cache, positions, all_positions, visible, global_layer,
                       rotary=None):
         first_rank = self.stage_ranks(stage)[0]
-        prefix = f"transformer.layers.{local}."
+        prefix = f"transformer.layers.{stage_layer}."
         semantics = self.semantics
         normed = self.norm(x, first_rank, prefix + "input_layernorm")
-        attn = self.attention(normed, stage, local, layer_cache, positions, all_positions, visible, global_layer,
+        attn = self.attention(normed, stage, stage_layer, layer_cache, positions, all_positions, visible, global_layer,
                               rotary)
         if semantics.parallel_residual:
             mlp_in = normed if semantics.shared_input_norm else self.norm(x, first_rank, prefix + semantics.mlp_norm)
-            return x + attn + self.mlp(mlp_in, stage, local)
+            return x + attn + self.mlp(mlp_in, stage, stage_layer)
         if semantics.post_attention_norm_after:  # Gemma2/3 sandwich norms
             attn = self.norm(attn, first_rank, prefix + "post_layernorm")
             x = x + attn
-            mlp_out = self.mlp(self.norm(x, first_rank, prefix + "pre_feedforward_layernorm"), stage, local)
+            mlp_out = self.mlp(self.norm(x, first_rank, prefix + "pre_feedforward_layernorm"), stage, stage_layer)
             return x + self.norm(mlp_out, first_rank, prefix + "post_feedforward_layernorm")
         x = x + attn * semantics.residual_scale
-        mlp_out = self.mlp(self.norm(x, first_rank, prefix + semantics.mlp_norm), stage, local)
+        mlp_out = self.mlp(self.norm(x, first_rank, prefix + semantics.mlp_norm), stage, stage_layer)
         return x + mlp_out * semantics.residual_scale  # Granite's residual_multiplier (1 elsewhere)
 
     # -- model -------------------------------------------------------------------------
@@ -578,8 +578,8 @@ class ReferenceModel:
             record.append(x.clone())
         global_layer = 0
         for stage in range(self.pp):
-            for local, _ in enumerate(self.mapping.layers_of_stage(self.num_layers, stage)):
-                x = self.decoder_layer(x, stage, local, cache.layers[global_layer], positions, all_positions,
+            for stage_layer, _ in enumerate(self.mapping.layers_of_stage(self.num_layers, stage)):
+                x = self.decoder_layer(x, stage, stage_layer, cache.layers[global_layer], positions, all_positions,
                                        visible, global_layer, rotary)
                 global_layer += 1
                 if record is not None:
