@@ -245,7 +245,7 @@ def build_config(
     share_lm_head: bool,
 ) -> dict:
     mapping = Mapping(opts.tp_size, opts.pp_size)
-    fam = adapter.trtllm_config(model.config)
+    fam = adapter.engine_config(model.config)
     # Upstream MedusaForCausalLM gives the heads the base's hidden_act: right only for SiLU bases.
     silu_base = fam.get("hidden_act") == MEDUSA_HIDDEN_ACT
     # Upstream MedusaForCausalLm also builds its heads on every pipeline stage, where the checkpoint

@@ -220,6 +220,15 @@ ROLES: dict[Role, RoleSpec] = {
     Role.LM_HEAD: RoleSpec("lm_head", Split.VOCAB, Place.LAST),
 }
 
+#: config.json keys every TensorRT-LLM class reads: ``PretrainedConfig``'s fields, and the RoPE fields
+#: ``Attention.create_attention_const_params`` reads from any config (tensorrt_llm/models/modeling_utils.py,
+#: tensorrt_llm/layers/attention.py); ``model_type`` is this project's record of the family
+COMMON_CONFIG_KEYS = frozenset({
+    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_size",
+    "intermediate_size", "vocab_size", "max_position_embeddings", "hidden_act", "norm_epsilon",
+    "position_embedding_type", "rotary_base", "rotary_scaling", "rotary_pct", "rotary_dim", "model_type",
+})
+
 #: The Hugging Face names of every role in a Llama decoder - the table a family overrides only where it
 #: differs (``ArchAdapter.names``). Layer roles are relative to the family's ``layer_prefix``
 #: (``model.layers.{i}.``); the others are whole names. ``.weight`` / ``.bias`` are appended.
@@ -372,6 +381,10 @@ class ArchAdapter:
     upstream_medusa_base: ClassVar[bool] = False
     #: True when upstream's decoder layers pass spec_decoding_params to Attention
     upstream_spec_decoding_plumbing: ClassVar[bool] = False
+    #: the config.json keys ``trtllm_base_class`` reads beyond :data:`COMMON_CONFIG_KEYS` (its config class's
+    #: fields and the attributes its layers read): whatever else a family writes - a key its parent family's
+    #: class reads, say - is dropped by ``engine_config`` (declared by the class that names a new engine class)
+    engine_keys: ClassVar[frozenset[str]] = frozenset()
     #: folder of ``trtllm_base_class`` under tensorrt_llm/models/ (its 1.2.x module is ``.model``)
     trtllm_module: ClassVar[str] = ""
     #: False when the TensorRT-LLM class cannot run pipeline-parallel (no send/recv between stages)
@@ -398,6 +411,10 @@ class ArchAdapter:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        parent = cls.__mro__[1]
+        if cls.trtllm_base_class != getattr(parent, "trtllm_base_class", "") and "engine_keys" not in cls.__dict__:
+            raise TypeError(f"{cls.__name__} builds on {cls.trtllm_base_class} (its parent on "
+                            f"{getattr(parent, 'trtllm_base_class', '')}): declare the engine_keys that class reads")
         if "weights" in cls.__dict__:
             raise TypeError(f"{cls.__name__} defines weights: declare names (and layer_prefix) instead")
         merged: dict = dict(LLAMA_NAMES)
@@ -476,6 +493,12 @@ class ArchAdapter:
             **({"rotary_base": hf.rope_theta, "rotary_scaling": hf.rope_scaling} if self.position_embedding.is_rope else {}),
             "model_type": self.family,
         }
+
+    def engine_config(self, hf: HFConfig) -> dict:
+        """:meth:`trtllm_config` restricted to the keys the engine class reads (:data:`COMMON_CONFIG_KEYS` and
+        ``engine_keys``): what the checkpoint's config.json holds of the family."""
+        keep = COMMON_CONFIG_KEYS | self.engine_keys
+        return {k: v for k, v in self.trtllm_config(hf).items() if k in keep}
 
     def intermediate_size(self, hf: HFConfig) -> int:
         return int(hf.require("intermediate_size"))

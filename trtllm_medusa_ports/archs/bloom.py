@@ -58,6 +58,8 @@ class BloomAdapter(ArchAdapter):
     #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(model_type="bloom", hidden_size=64, n_layer=2, n_head=4, vocab_size=256)
     trtllm_base_class = "BloomForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['share_embedding_table'])
     trtllm_module = "bloom"
     engine_pipeline_parallel = False  # tensorrt_llm/models/bloom/model.py: no send/recv between stages
     position_embedding = PositionEmbedding.ALIBI

@@ -63,6 +63,8 @@ class CohereAdapter(LlamaAdapter):
         use_qk_norm=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
     )
     trtllm_base_class = "CohereForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['attn_bias', 'output_multiplier_scale'])
     trtllm_module = "commandr"
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/commandr/model.py CohereDecoderLayer.forward
@@ -82,7 +84,6 @@ class CohereAdapter(LlamaAdapter):
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
-        cfg.pop("mlp_bias")  # CohereConfig has no such field
         cfg.pop("rotary_scaling")  # not read by CohereConfig (engine_limits refuses a scaled RoPE)
         cfg["output_multiplier_scale"] = float(hf.get("logit_scale", 0.0625))
         return cfg

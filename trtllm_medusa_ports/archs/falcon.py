@@ -59,6 +59,8 @@ class FalconAdapter(ArchAdapter):
         new_decoder_architecture=False, bos_token_id=0, eos_token_id=0,
     )
     trtllm_base_class = "FalconForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['bias', 'new_decoder_architecture', 'num_ln_in_parallel_attn', 'parallel_attention'])
     trtllm_module = "falcon"
     #: norms as in Falcon-7B (parallel attention, one shared norm); ``weight_sources`` adapts them
     layer_prefix = "transformer.h.{i}."

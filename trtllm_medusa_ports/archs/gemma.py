@@ -59,6 +59,8 @@ class GemmaAdapter(LlamaAdapter):
         max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh",
     )
     trtllm_base_class = "GemmaForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['_sliding_window_pattern', 'attn_bias', 'attn_logit_softcapping', 'final_logit_softcapping', 'inter_layernorms', 'mlp_bias', 'qk_layernorm', 'query_pre_attn_scalar', 'rope_local_base_freq', 'sliding_window'])
     trtllm_module = "gemma"
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = False

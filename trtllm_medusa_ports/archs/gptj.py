@@ -62,6 +62,7 @@ class GPTJAdapter(ArchAdapter):
         bos_token_id=1, eos_token_id=2,
     )
     trtllm_base_class = "GPTJForCausalLM"
+    engine_keys: ClassVar[frozenset[str]] = frozenset()  # the engine class reads the common keys only
     trtllm_module = "gptj"
     engine_pipeline_parallel = False  # tensorrt_llm/models/gptj/model.py: no send/recv between stages
     position_embedding = PositionEmbedding.ROPE_GPTJ

@@ -57,6 +57,8 @@ class GPTNeoXAdapter(ArchAdapter):
         bos_token_id=0, eos_token_id=0,
     )
     trtllm_base_class = "GPTNeoXForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['rotary_emb_base'])
     trtllm_module = "gptneox"
     engine_pipeline_parallel = False  # tensorrt_llm/models/gptneox/model.py: no send/recv between stages
     layer_prefix = "gpt_neox.layers.{i}."

@@ -38,6 +38,8 @@ class LlamaAdapter(ArchAdapter):
         rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
     )
     trtllm_base_class = "LLaMAForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['attention_multiplier', 'attn_bias', 'embedding_multiplier', 'mlp_bias', 'output_multiplier_scale', 'residual_multiplier', 'sliding_window'])
     trtllm_module = "llama"
     names: ClassVar[dict[Role, Source | None]] = {}  # Llama's own names (LLAMA_NAMES)
     upstream_medusa_base = True

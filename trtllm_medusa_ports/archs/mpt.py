@@ -61,6 +61,8 @@ class MPTAdapter(ArchAdapter):
         attn_config={"alibi": True, "alibi_bias_max": 8},
     )
     trtllm_base_class = "MPTForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['alibi_bias_max', 'bias', 'clip_qkv'])
     trtllm_module = "mpt"
     engine_pipeline_parallel = False  # tensorrt_llm/models/mpt/model.py: no send/recv between stages
     position_embedding = PositionEmbedding.ALIBI

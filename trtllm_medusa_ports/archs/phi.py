@@ -51,6 +51,7 @@ class PhiAdapter(ArchAdapter):
         num_attention_heads=4, vocab_size=256, max_position_embeddings=256, partial_rotary_factor=0.5,
     )
     trtllm_base_class = "PhiForCausalLM"
+    engine_keys: ClassVar[frozenset[str]] = frozenset()  # the engine class reads the common keys only
     trtllm_module = "phi"
     engine_pipeline_parallel = False  # tensorrt_llm/models/phi/model.py: no send/recv between stages
     names: ClassVar[dict[Role, Source | None]] = {

@@ -60,6 +60,8 @@ class Phi3Adapter(LlamaAdapter):
         pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
     )
     trtllm_base_class = "Phi3ForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['longrope_scaling_long_factors', 'longrope_scaling_short_factors', 'original_max_position_embeddings'])
     trtllm_module = "phi3"
     engine_pipeline_parallel = False  # tensorrt_llm/models/phi3/model.py: no send/recv between stages
     upstream_medusa_base = False
@@ -74,8 +76,6 @@ class Phi3Adapter(LlamaAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "swiglu"
-        for k in ("attn_bias", "mlp_bias"):  # Phi3DecoderLayer hard-codes bias=False (phi3/model.py)
-            cfg.pop(k, None)
         cfg["rotary_pct"] = hf.partial_rotary_factor
         scaling = hf.rope_scaling
         if scaling and scaling.get("type") in ("su", "longrope"):

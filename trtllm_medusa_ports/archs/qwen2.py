@@ -38,6 +38,8 @@ class Qwen2Adapter(LlamaAdapter):
         # size that does not divide 64 needs a precompiled XQA head size (compat gqa-group-size)
     )
     trtllm_base_class = "QWenForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['attn_bias', 'mlp_bias', 'qk_layernorm', 'qwen_type', 'seq_length'])
     trtllm_module = "qwen"
     upstream_medusa_base = True  # MedusaConfig picks QWenConfig when model_type contains "qwen"
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/qwen/model.py QWenDecoderLayer.forward

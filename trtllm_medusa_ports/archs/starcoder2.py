@@ -53,6 +53,8 @@ class Starcoder2Adapter(LlamaAdapter):
         use_bias=True, bos_token_id=0, eos_token_id=0,
     )
     trtllm_base_class = "GPTForCausalLM"
+    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
+    engine_keys: ClassVar[frozenset[str]] = frozenset(['bias', 'gpt_variant', 'sliding_window'])
     trtllm_module = "gpt"
     upstream_medusa_base = False
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/gpt/model.py GPTDecoderLayer.forward
@@ -68,8 +70,6 @@ class Starcoder2Adapter(LlamaAdapter):
                 "rotary_pct": hf.partial_rotary_factor,
             }
         )
-        for k in ("attn_bias", "mlp_bias"):
-            cfg.pop(k, None)
         if hf.get("sliding_window"):
             cfg["sliding_window"] = int(hf.get("sliding_window"))
         return cfg

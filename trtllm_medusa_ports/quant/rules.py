@@ -19,7 +19,7 @@ def linear_shapes(hf: HFConfig, adapter: ArchAdapter, tp_size: int) -> dict[str,
     heads, kv = adapter.num_attention_heads(hf), adapter.num_kv_heads(hf)
     kv_local = kv_heads_per_rank(kv, tp_size)
     inter = adapter.intermediate_size(hf)
-    cfg = adapter.trtllm_config(hf)
+    cfg = adapter.engine_config(hf)
     fused = adapter.semantics({**cfg, "head_size": hs}).mlp is MlpKind.SWIGLU
     shapes = {"attention.qkv": (hidden, tp_size * (heads // tp_size + 2 * kv_local) * hs),
               "attention.dense": (heads * hs, hidden),
