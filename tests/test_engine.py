@@ -289,6 +289,8 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
            or want.get("layer_norm_eps"))
     if eps:
         assert layers[0].input_layernorm.eps == eps
+    if "num_experts_per_tok" in want:  # the experts' router reads the MoE config the checkpoint holds
+        assert all(layer.mlp.top_k == want["num_experts_per_tok"] for layer in layers)
     if "query_pre_attn_scalar" in want:
         assert abs(att.q_scaling - (64 / written["head_size"]) ** 0.5) < 1e-12
     if arch == "Qwen2ForCausalLM":

@@ -274,6 +274,8 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
     head = json.loads((ckpt / "config.json").read_text())["head_size"]
     assert sem.rotary_dim == (want.get("rotary_dim") or int(head * want.get("partial_rotary_factor", 1.0)))
     assert sem.position_embedding.is_rope
+    if "num_experts_per_tok" in want:
+        assert sem.moe_top_k == want["num_experts_per_tok"]
 
 
 def test_granite_multipliers_reach_the_reference_semantics(store, tmp_path):

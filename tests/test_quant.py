@@ -374,7 +374,8 @@ def _rope_families():
     from trtllm_medusa_ports.archs import registry
     from trtllm_medusa_ports.archs.base import PositionEmbedding
 
-    return sorted({c.hf_architectures[0] for c in registry().values() if c.position_embedding is not PositionEmbedding.ALIBI})
+    return sorted({c.hf_architectures[0] for c in registry().values()
+                   if c.position_embedding is not PositionEmbedding.ALIBI and "moe" not in c.engine_keys})
 
 
 @pytest.mark.parametrize("arch", _rope_families())
@@ -534,3 +535,20 @@ def test_fp8_conversion_refuses_a_non_finite_or_overflowing_weight_and_writes_no
             convert_to(tmp_path / "out", base, heads, tp_size=2, dtype="float16", qformat="fp8", calibration=cal)
         assert "layers.1.mlp.proj.weight" in str(e.value)
         assert not (tmp_path / "out").exists()
+
+
+def test_a_mixture_of_experts_base_is_refused_quantized_weights_but_takes_a_quantized_kv_cache(tmp_path, store):
+    """The experts' quantized layout is not written yet (rule port-limit); a KV-cache dtype alone changes no expert."""
+    base = tiny_base(store, "MixtralForCausalLM")
+    c = tiny_config("MixtralForCausalLM")
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2, seed=5), tmp_path / "h")
+    calib = _calib(tmp_path, c.vocab_size, n=3)
+    for flags in (dict(qformat="fp8"), dict(qformat="int8_wo"), dict(use_weight_only=True, weight_only_precision="int4")):
+        with pytest.raises(PortError) as e:
+            convert_to(tmp_path / "q", base, heads, dtype="bfloat16", calib_dataset=calib, calib_size=3, **flags)
+        assert e.value.rule == "port-limit" and "mixture-of-experts" in e.value.what
+        assert not (tmp_path / "q").exists()
+    ckpt = convert_to(tmp_path / "kv", base, heads, tp_size=2, dtype="bfloat16", kv_cache_dtype="int8",
+                      calib_dataset=calib, calib_size=3)
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4, prompts=[[5, 9, 13, 17]])
+    assert rep.parity and rep.greedy_equal and not rep.quant_scale_mismatches, rep.render()

@@ -384,6 +384,8 @@ def plan(
                 targets=targets,
                 sources=tuple(s.where() for s in srcs),
                 lazy=tuple(srcs),
+                cast_to=rule.dtype,
+                stored_dtype=rule.dtype,
             )
         )
 

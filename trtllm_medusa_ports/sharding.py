@@ -27,6 +27,10 @@ class Split(enum.Enum):
     #: (GPT-J, tensorrt_llm/models/gptj/model.py): whole on tp rank 0, zeros on the others
     #: (tensorrt_llm/models/gptj/convert.py "Only rank0 will get bias"), so that it is added once
     FIRST_RANK = "first_rank"
+    #: MoE expert fc ``[experts, 2 * inter, hidden]``: each half (up, then gate) split on the intermediate dim,
+    #: re-stacked (tensorrt_llm/layers/moe.py ``MOEWeightWrapper`` ``tp_dim=0`` of each expert); the expert
+    #: proj ``[experts, hidden, inter]`` is a ``ROW`` split (its last dim)
+    EXPERT_PAIR = "expert_pair"
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,9 @@ def shard(
         return tensor if tp_rank == 0 else zeros_like_rows(tensor, tensor.shape[0])
     if rule is Split.COLUMN:
         return split(tensor, tp_size, tp_rank, 0)
+    if rule is Split.EXPERT_PAIR:
+        a, b = chunk(tensor, 2, 1)
+        return cat([split(a, tp_size, tp_rank, 1), split(b, tp_size, tp_rank, 1)], dim=1)
     if rule is Split.COLUMN_PAIR:
         a, b = chunk(tensor, 2, 0)
         return cat([split(a, tp_size, tp_rank, 0), split(b, tp_size, tp_rank, 0)], dim=0)

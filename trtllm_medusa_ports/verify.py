@@ -218,10 +218,13 @@ def value_transforms(model_dir: str | Path, architecture: str | None) -> dict[st
     return {r.sources[0]: r.combine for r in rules if isinstance(r.combine, ValueTransform)}
 
 
-def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[str, ValueTransform] | None = None):
+def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[str, ValueTransform] | None = None,
+                  full_precision: tuple[str, ...] = ()):
     """The transformers model in float32 on weights that equal the checkpoint's values.
 
-    Each weight is rounded to the checkpoint dtype; one the converter transformed first
+    Each weight is rounded to the checkpoint dtype, but those the checkpoint stores in float32 whatever its
+    dtype (``full_precision``: regexes of transformers' parameter names, the adapter's
+    ``full_precision_parameters``, e.g. an MoE router); one the converter transformed first
     (``transforms``) is rounded as the converter stored it, so that e.g. Gemma's norm computes
     ``1 + (round(w + 1) - 1) = round(w + 1)``, the engine's multiplier, not ``1 + round(w)``.
     """
@@ -237,9 +240,14 @@ def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[st
         ) from None
     # Round the *weights* to the checkpoint's dtype, compute in float32 (see module doc).
     # Buffers stay float32: rounding e.g. RoPE's inv_freq would change the reference itself.
+    import re
+
     transforms = transforms or {}
+    kept = [re.compile(k) for k in full_precision]
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if any(k.fullmatch(name) for k in kept):
+                continue
             t = transforms.get(name)
             p.copy_(t.as_stored(p, dtype) if t is not None else p.to(dtype).to(torch.float32))
     return model.eval()
@@ -430,7 +438,8 @@ def _verify(
     ref = ReferenceModel(ckpt)
     dtype = to_torch(_checkpoint_dtype(ckpt.config))
     status(f"loading the base from {model_dir} with transformers")
-    hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")))
+    hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")),
+                       full_precision=ref.adapter.full_precision_parameters)
     ends = end_token_ids(hf)  # where a runtime would stop each run (hf is freed before the runs)
     arithmetic = engine_arithmetic(hf, ref.semantics)
     adjustments = [a.description for a in arithmetic]

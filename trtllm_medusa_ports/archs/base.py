@@ -71,6 +71,10 @@ class WeightRule:
     split: Split = Split.REPLICATE
     combine: Combine = _first
     alternatives: tuple[tuple[str, ...], ...] = ()
+    #: stored in this dtype whatever the checkpoint's (an MoE router: float32); None: the checkpoint dtype
+    dtype: str | None = None
+    #: the experts of an MoE layer stacked (``[experts, out, in]``): not one linear of one module
+    experts: bool = False
 
     def candidates(self) -> tuple[tuple[str, ...], ...]:
         return (self.sources,) + self.alternatives
@@ -338,6 +342,12 @@ class Semantics:
     alibi_bias_max: float = 8.0
     alibi_style: AlibiStyle = AlibiStyle.BLOOM
     clip_qkv: float | None = None  # MPT
+    #: mixture of experts (Mixtral): experts of a gated SiLU MLP chosen per token by a float32 router, ``top_k``
+    #: of them weighted by a softmax over their logits (``moe_renormalize``: TensorRT-LLM's RENORMALIZE) or
+    #: by their share of the softmax over all experts; 0: a dense MLP
+    moe_num_experts: int = 0
+    moe_top_k: int = 0
+    moe_renormalize: bool = True
     #: the row-parallel layers' biases are added by every rank before one all-reduce (GPT-J): the checkpoint
     #: holds them on tp rank 0 and zeros on the others (``Split.FIRST_RANK``), and the executor sums them
     row_bias_every_rank: bool = False
@@ -431,6 +441,9 @@ class ArchAdapter:
     lm_head_fallbacks: ClassVar[tuple[str, ...]] = ()
     #: True for families whose real models overflow float16 (check warns on --dtype float16)
     float16_unsafe: ClassVar[bool] = False
+    #: regexes of transformers' parameter names the checkpoint stores in float32 whatever its dtype (a rule's
+    #: ``dtype``): verify and calibration compute with them unrounded, as the engine does
+    full_precision_parameters: ClassVar[tuple[str, ...]] = ()
     #: HF tensor names that are not weights (buffers some checkpoints carry)
     ignored_hf_tensors: ClassVar[tuple[str, ...]] = (r".*rotary_emb\.inv_freq", r"medusa_head\..*")
 
@@ -717,6 +730,8 @@ def layer_sources(rules: Sequence[WeightRule], i: int) -> list[WeightRule]:
             r.split,
             r.combine,
             tuple(tuple(s.format(i=i) for s in alt) for alt in r.alternatives),
+            r.dtype,
+            r.experts,
         )
         for r in rules
     ]

@@ -77,6 +77,8 @@ def hf_linears(modules: dict[str, torch.nn.Module], adapter: ArchAdapter, hf: HF
     for i in range(adapter.num_hf_layers(hf)):
         for rule in layer_sources(adapter.layer_rules(hf), i):
             lin = linear_of(f"transformer.layers.{i}.{rule.name}")
+            if rule.experts:  # stacked MoE experts: not quantized by this port (rule port-limit)
+                continue
             if lin is None or f"transformer.layers.{i}.{rule.name}" != lin + ".weight":
                 continue
             names = next((c for c in rule.candidates() if all(n[: -len(".weight")] in modules for n in c)), None)
@@ -154,7 +156,8 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    model = load_hf_model(model_dir, to_torch(dtype), value_transforms(model_dir, hf.architecture))
+    model = load_hf_model(model_dir, to_torch(dtype), value_transforms(model_dir, hf.architecture),
+                          full_precision=adapter.full_precision_parameters)
     if device != "cpu":
         try:
             model = model.to(device)

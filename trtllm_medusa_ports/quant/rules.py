@@ -32,6 +32,12 @@ def linear_shapes(hf: HFConfig, adapter: ArchAdapter, tp_size: int) -> dict[str,
 
 def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_size: int) -> list[Finding]:
     out: list[Finding] = []
+    if spec.quant_algo and (adapter.engine_config(hf).get("moe") or {}).get("num_experts", 0) > 1:
+        out.append(Finding(
+            "port-limit", ERROR,
+            f"{spec.quant_algo} of a mixture-of-experts base: the experts' quantized layout (tensorrt_llm/layers/moe.py "
+            "MOEWeightWrapper: per-expert scales, weight-only's transposed packing) is not written by this port yet",
+            "convert the MoE base unquantized (a KV-cache dtype alone is fine), or quantize it with NVIDIA's tools"))
     if spec.weight_only:
         multiple = WEIGHT_ONLY_MULTIPLE * tp_size
         try:

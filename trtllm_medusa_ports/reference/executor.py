@@ -86,6 +86,7 @@ _REPLICATED = tuple(
         r".*layernorm\.(weight|bias)",
         r"transformer\.(ln_f|ln_embed)\.(weight|bias)",
         _ROW_BIAS,
+        r".*\.mlp\.router\.weight",  # the MoE router: every rank routes every token
         r".*_scaling_factor",  # FP8 and KV-cache scales: those of the unsplit tensor, on every rank
     )
 )
@@ -470,6 +471,8 @@ class ReferenceModel:
         return self._row_bias(out, stage, prefix + "dense.bias")
 
     def mlp(self, x: torch.Tensor, stage: int, stage_layer: int) -> torch.Tensor:
+        if self.semantics.moe_num_experts:
+            return self.moe(x, stage, stage_layer)
         prefix = f"transformer.layers.{stage_layer}.mlp."
         out = None
         ranks = self.stage_ranks(stage)
@@ -488,6 +491,31 @@ class ReferenceModel:
             part = self.linear_input(h, r, prefix + "proj") @ self.weight(r, prefix + "proj.weight").T
             out = part if out is None else out + part
         return self._row_bias(out, stage, prefix + "proj.bias")
+
+    def moe(self, x: torch.Tensor, stage: int, stage_layer: int) -> torch.Tensor:
+        """A mixture-of-experts MLP as TensorRT-LLM's ``MOE`` layer computes it (tensorrt_llm/layers/moe.py):
+        router logits in float32 from the float32 router, the ``top_k`` experts per token weighted by a softmax
+        over their logits (RENORMALIZE) or by their share of the softmax over all; each expert
+        ``proj(up * silu(gate))`` with ``fc = [up; gate]`` split on the intermediate dim across the ranks, whose
+        partial outputs are summed (the all-reduce)."""
+        prefix = f"transformer.layers.{stage_layer}.mlp."
+        ranks = self.stage_ranks(stage)
+        logits = x.float() @ self.weight(ranks[0], prefix + "router.weight").T  # [T, E]
+        top, chosen = logits.topk(self.semantics.moe_top_k, dim=-1)
+        if self.semantics.moe_renormalize:
+            weights = torch.softmax(top, dim=-1)
+        else:
+            weights = torch.softmax(logits, dim=-1).gather(-1, chosen)
+        out = torch.zeros_like(x)
+        for r in ranks:
+            fc, proj = self.weight(r, prefix + "fc.weight"), self.weight(r, prefix + "proj.weight")
+            half = fc.shape[1] // 2
+            for e in chosen.unique().tolist():
+                rows, slot = (chosen == e).nonzero(as_tuple=True)
+                h = x[rows] @ fc[e].T
+                y = (h[:, :half] * self.act(h[:, half:])) @ proj[e].T
+                out.index_add_(0, rows, y * weights[rows, slot, None])
+        return out
 
     def _row_bias(self, out: torch.Tensor, stage: int, name: str) -> torch.Tensor:
         """A row-parallel layer's all-reduced output plus its bias: added once after the all-reduce (rank 0's

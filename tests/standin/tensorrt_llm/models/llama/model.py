@@ -2,6 +2,7 @@
 LLaMAForCausalLM. The layer and the model take ``spec_decoding_params`` and hand it to attention."""
 
 from ...layers import Attention, AttentionMaskType, Embedding, GatedMLP, RmsNorm
+from ...layers.moe import MOE, MoeConfig
 from ...module import Module
 from ..modeling_utils import (
     DecoderLayerList,
@@ -19,6 +20,7 @@ class LLaMAConfig(PretrainedConfig):
                  remove_duplicated_kv_heads=False, embedding_multiplier=1.0, attention_multiplier=1.0,
                  residual_multiplier=1.0, output_multiplier_scale=1.0, **kwargs):
         self.mlp_bias, self.attn_bias = mlp_bias, attn_bias
+        self.moe = MoeConfig.from_dict(moe).validate() if isinstance(moe, dict) else (moe or MoeConfig())
         self.rotary_base, self.rotary_scaling = rotary_base, rotary_scaling
         self.residual_mlp = residual_mlp
         self.embedding_multiplier, self.attention_multiplier = embedding_multiplier, attention_multiplier
@@ -40,8 +42,13 @@ class LLaMADecoderLayer(Module):
             position_embedding_type="rope_gpt_neox", rotary_embedding_base=config.rotary_base,
             rotary_embedding_scaling=config.rotary_scaling, tp_size=config.mapping.tp_size,
             tp_rank=config.mapping.tp_rank, q_scaling=1.0 / config.attention_multiplier)
-        self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias,
-                            dtype=config.dtype, tp_size=config.mapping.tp_size)
+        if config.moe.has_moe():  # LLaMADecoderLayer: the experts, hidden_act passed through ("swiglu")
+            self.mlp = MOE(config.moe, config.hidden_size, config.intermediate_size, config.hidden_act,
+                           mapping=config.mapping, bias=config.mlp_bias, dtype=config.dtype,
+                           tp_size=config.mapping.tp_size)
+        else:
+            self.mlp = GatedMLP(config.hidden_size, config.intermediate_size, config.hidden_act, bias=config.mlp_bias,
+                                dtype=config.dtype, tp_size=config.mapping.tp_size)
         self.post_layernorm = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
 
     def forward(self, hidden_states, attention_mask=None, use_cache=False, spec_decoding_params=None,
@@ -76,7 +83,7 @@ class LLaMAModel(Module):
 
 class LLaMAForCausalLM(DecoderModelForCausalLM):
     #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
-    MODEL_MAP_KEYS = ('LlamaForCausalLM', 'MistralForCausalLM', 'GraniteForCausalLM')
+    MODEL_MAP_KEYS = ('LlamaForCausalLM', 'MistralForCausalLM', 'GraniteForCausalLM', 'MixtralForCausalLM')
 
     config_class = LLaMAConfig
 

@@ -1,0 +1,72 @@
+"""tensorrt_llm/layers/moe.py ``MoeConfig`` and ``MixtureOfExperts`` (``MOE``), unquantized.
+
+``MoeConfig`` is a dataclass of nine fields (``from_dict`` is ``cls(**d)``: another key is a TypeError);
+``has_moe()`` is ``num_experts > 1``. ``MOE`` declares ``router`` = ``RowLinear(hidden, experts,
+bias=False, dtype="float32", tp_size=1)`` (float32, never split), ``fc.weight`` ``[experts / ep,
+2 * inter / tp, hidden]`` for a gated activation (first half linear, second half activated) and
+``proj.weight`` ``[experts / ep, hidden, inter / tp]``; biases only with ``bias=True``. Expert
+parallelism comes from ``mapping.moe_ep_size`` (1 here: pure tensor parallelism). Forward returns a
+symbolic tensor (routing is the reference executor's to compute).
+"""
+
+import dataclasses
+
+from .. import CALLS
+from ..functional import Tensor
+from ..layers.linear import RowLinear
+from ..module import Module
+from ..parameter import Parameter
+
+
+@dataclasses.dataclass
+class MoeConfig:
+    num_experts: int = 0
+    shared_expert_intermediate_size: int = 0
+    top_k: int = 0
+    normalization_mode: int = 1
+    sparse_mixer_epsilon: float = 0.01
+    tp_mode: int = 0
+    device_limited_n_group: int = 0
+    device_limited_topk_group: int = 0
+    device_limited_routed_scaling_factor: float = 1.0
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(**d)
+
+    def has_moe(self):
+        return self.num_experts > 1
+
+    def validate(self):
+        if (self.num_experts == 0) != (self.top_k == 0):
+            raise ValueError("Both or neither of num_experts and top_k must be set")
+        return self
+
+
+class MixtureOfExperts(Module):
+    def __init__(self, moe_config, hidden_size, ffn_hidden_size, hidden_act, mapping=None, bias=True, dtype=None,
+                 tp_group=None, tp_size=1, quant_mode=None, use_all_reduce=True):
+        super().__init__()
+        ep = getattr(mapping, "moe_ep_size", 1) if mapping is not None else 1
+        if moe_config.num_experts % ep or ffn_hidden_size % tp_size:
+            raise ValueError("experts or the intermediate size do not divide by the expert / tensor parallel sizes")
+        gated = hidden_act in ("swiglu", "gegelu")
+        experts, inter = moe_config.num_experts // ep, ffn_hidden_size // tp_size
+        self.hidden_act, self.top_k = hidden_act, moe_config.top_k
+        self.router = RowLinear(hidden_size, moe_config.num_experts, bias=False, dtype="float32", tp_size=1)
+        self.fc = Module()
+        self.fc.weight = Parameter(shape=(experts, (2 if gated else 1) * inter, hidden_size), dtype=dtype)
+        self.proj = Module()
+        self.proj.weight = Parameter(shape=(experts, hidden_size, inter), dtype=dtype)
+        for part, out in ((self.fc, (2 if gated else 1) * inter), (self.proj, hidden_size)):
+            if bias:
+                part.bias = Parameter(shape=(experts, out), dtype=dtype)
+            else:
+                part.register_parameter("bias", None)
+
+    def forward(self, hidden_states, lora_layer_params=None, **kwargs):
+        CALLS.append(("moe", id(self), self.top_k))
+        return Tensor(f"moe({getattr(hidden_states, 'name', hidden_states)})")
+
+
+MOE = MixtureOfExperts
