@@ -1,0 +1,114 @@
+"""Mixtral (sparse mixture of experts): TensorRT-LLM ``LLaMAForCausalLM`` with its ``MOE`` layer
+(tensorrt_llm/models/llama/, tensorrt_llm/layers/moe.py).
+
+Mistral's attention; each layer's MLP is ``num_local_experts`` SiLU-gated experts of which a float32 router
+picks ``num_experts_per_tok`` per token, weighted by a softmax over the chosen experts' logits.
+
+Upstream facts: ``LLaMAConfig.from_hugging_face`` writes ``hidden_act = "swiglu"`` and
+``moe = MoeConfig(num_experts=num_local_experts, top_k=num_experts_per_tok, normalization_mode=RENORMALIZE)``
+(its ``to_dict`` writes all nine ``MoeConfig`` fields; ``MoeConfig.from_dict`` is ``cls(**d)``);
+``LLaMADecoderLayer`` builds ``MOE`` when ``moe.num_experts > 1``, which declares ``mlp.router.weight``
+``[experts, hidden]`` in float32 (``RowLinear(..., dtype="float32", tp_size=1)``: never split),
+``mlp.fc.weight`` ``[experts, 2 * inter / tp, hidden]`` whose first half is the linear part (HF ``w3``,
+up_proj) and second half the activated gate (HF ``w1``, gate_proj) - "the inverse of GatedMLP" - and
+``mlp.proj.weight`` ``[experts, hidden, inter / tp]`` (HF ``w2``); RENORMALIZE takes the top-k float32
+logits and a softmax over them (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu), which is
+transformers' softmax over all experts, top-k, renormalised. ``Mapping``'s ``moe_tp_size`` /
+``moe_ep_size`` default to pure tensor parallelism (``moe_tp = tp``, ``moe_ep = 1``), the layout written
+here; expert parallelism is not written yet, nor quantized experts (rule ``port-limit``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from trtllm_medusa_ports.archs.base import Role, Semantics, Source, WeightRule, register
+from trtllm_medusa_ports.archs.llama import MistralAdapter
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+#: ``MoeConfig.normalization_mode`` (tensorrt_llm/layers/moe.py ``ExpertScaleNormalizationMode``)
+RENORMALIZE = 1
+
+
+def _expert_fc(ts):
+    """Per expert ``[w3; w1]`` (up, then the activated gate), experts stacked: ``[experts, 2 * inter, hidden]``."""
+    import torch
+
+    return torch.stack([torch.cat([ts[2 * e], ts[2 * e + 1]], dim=0) for e in range(len(ts) // 2)])
+
+
+def _expert_stack(ts):
+    """Experts stacked on dim 0."""
+    import torch
+
+    return torch.stack(list(ts))
+
+
+@register
+class MixtralAdapter(MistralAdapter):
+    hf_architectures = ("MixtralForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu"}
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "num_key_value_heads": 4})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
+    family = "mixtral"
+    model_types = ("mixtral",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = "mixture of experts"
+    position_summary = "RoPE (GPT-NeoX), sliding window"
+    medusa_status = "`trtllm-medusa build`; tensor parallel (no expert parallelism yet), unquantized"
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="mixtral", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False,
+        num_local_experts=4, num_experts_per_tok=2, router_jitter_noise=0.0,
+    )
+    #: LLaMAConfig reads ``moe`` (LLaMAConfig.__init__: a dict becomes MoeConfig.from_dict)
+    engine_keys: ClassVar[frozenset[str]] = MistralAdapter.engine_keys | {"moe"}
+    upstream_medusa_base = False  # MedusaConfig.from_hugging_face drops the MoE (tensorrt_llm/models/medusa/config.py)
+    names: ClassVar[dict[Role, Source | None]] = {Role.FC: None, Role.GATE: None, Role.PROJ: None}  # experts instead
+    #: the router, kept in float32 (transformers 5 names it mlp.gate, 4 block_sparse_moe.gate)
+    full_precision_parameters: ClassVar[tuple[str, ...]] = (r".*\.(mlp|block_sparse_moe)\.gate\.weight",)
+
+    def num_experts(self, hf: HFConfig) -> int:
+        return int(hf.require("num_local_experts", int))
+
+    def top_k(self, hf: HFConfig) -> int:
+        return int(hf.require("num_experts_per_tok", int))
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg["hidden_act"] = "swiglu"  # LLaMAConfig.from_hugging_face for MoE: the experts' gated SiLU
+        cfg["moe"] = {"num_experts": self.num_experts(hf), "shared_expert_intermediate_size": 0,
+                      "top_k": self.top_k(hf), "normalization_mode": RENORMALIZE, "sparse_mixer_epsilon": 0.01,
+                      "tp_mode": 0, "device_limited_n_group": 0, "device_limited_topk_group": 0,
+                      "device_limited_routed_scaling_factor": 1.0}
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        moe = self.layer_name("block_sparse_moe.")
+        experts = range(self.num_experts(hf))
+        fc = tuple(f"{moe}experts.{e}.{w}.weight" for e in experts for w in ("w3", "w1"))
+        proj = tuple(f"{moe}experts.{e}.w2.weight" for e in experts)
+        return super().layer_rules(hf) + [
+            WeightRule("mlp.router.weight", (f"{moe}gate.weight",), Split.REPLICATE, dtype="float32"),
+            WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, _expert_fc, experts=True),
+            WeightRule("mlp.proj.weight", proj, Split.ROW, _expert_stack, experts=True),
+        ]
+
+    def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        if self.top_k(hf) > self.num_experts(hf):
+            return [(f"num_experts_per_tok {self.top_k(hf)} is above num_local_experts {self.num_experts(hf)}",
+                     "this is not a valid Mixtral config")]
+        return []
+
+    def semantics(self, cfg: dict) -> Semantics:
+        moe = cfg["moe"]
+        return dataclasses.replace(super().semantics(cfg), hidden_act="silu", moe_num_experts=int(moe["num_experts"]),
+                                   moe_top_k=int(moe["top_k"]), moe_renormalize=int(moe["normalization_mode"]) == 1)
