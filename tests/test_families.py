@@ -99,6 +99,38 @@ def test_a_family_value_read_without_a_default_fails_loudly(tmp_path):
     assert LlamaAdapter().tied_embeddings(hf) is False and adapter_for("CohereForCausalLM").tied_embeddings(hf) is True
 
 
+@pytest.mark.parametrize("damage", ["expert order", "up and gate halves", "normalization mode", "top k"])
+def test_a_wrong_expert_layout_or_routing_fails_verify(tmp_path, store, damage):
+    """Each way an MoE port goes wrong silently: experts swapped, an expert's [up; gate] halves transposed, the
+    routing's normalisation or its top-k other than the base's."""
+    from safetensors.torch import load_file, save_file
+
+    base = tiny_base(store, "MixtralForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2)
+    assert verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).parity
+    cfg = json.loads((ckpt / "config.json").read_text())
+    if damage in ("normalization mode", "top k"):
+        if damage == "normalization mode":
+            cfg["moe"]["normalization_mode"] = 0  # NONE: the softmax over all experts, not renormalised
+        else:
+            cfg["moe"]["top_k"] = 1
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+    else:
+        for r in (0, 1):
+            path = ckpt / f"rank{r}.safetensors"
+            w = load_file(path)
+            fc = w["transformer.layers.0.mlp.fc.weight"]
+            if damage == "expert order":
+                fc = fc[[1, 0, *range(2, fc.shape[0])]]
+            else:
+                half = fc.shape[1] // 2
+                fc = torch.cat([fc[:, half:], fc[:, :half]], dim=1)
+            w["transformer.layers.0.mlp.fc.weight"] = fc.contiguous()
+            save_file(w, path, metadata={"format": "pt"})
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert not rep.parity, damage
+
+
 def test_every_registered_family_has_a_tiny_config_and_its_test_data():
     primary = {cls.hf_architectures[0] for cls in registry().values()}
     assert primary <= set(TINY_CONFIGS)

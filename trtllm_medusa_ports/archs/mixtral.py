@@ -56,6 +56,7 @@ class MixtralAdapter(MistralAdapter):
     #: non-default values of the keys this adapter writes, which the tests read back from the reference
     #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
+    pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "mixtral"
     model_types = ("mixtral",)
     #: for the README family table (derived: trtllm_medusa_ports/families.py)
