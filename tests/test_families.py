@@ -107,7 +107,11 @@ def test_a_wrong_expert_layout_or_routing_fails_verify(tmp_path, store, damage):
 
     base = tiny_base(store, "MixtralForCausalLM")
     ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2)
-    assert verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).parity
+    good = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert good.parity
+    # the tree's cost on a MoE base: a step of 7 tokens wakes more of the 4 experts than a token's top-2
+    assert good.moe_num_experts == 4 and good.moe_experts_per_plain_step == 2
+    assert 2 <= good.moe_experts_per_tree_step <= 4 and "experts           : a tree step of 7 tokens" in good.render()
     cfg = json.loads((ckpt / "config.json").read_text())
     if damage in ("normalization mode", "top k"):
         if damage == "normalization mode":

@@ -95,6 +95,11 @@ class VerifyReport:
     #: the quantization's effect against the float base (information unless max_quant_error is given)
     quant_effect: dict | None = None
     max_quant_error: float | None = None
+    #: mixture-of-experts bases: distinct experts a Medusa tree step wakes per layer, on average over the steps,
+    #: against a plain decoding step's (one token: its top-k), of ``moe_num_experts`` - the tree's extra cost
+    moe_num_experts: int | None = None
+    moe_experts_per_tree_step: float | None = None
+    moe_experts_per_plain_step: int | None = None
 
     @property
     def float16_overflow(self) -> bool:
@@ -173,6 +178,10 @@ class VerifyReport:
             lines.append(f"  predicted       : {self.predicted_tokens_per_step:.2f} tokens/step for this {self.tree_nodes}-node "
                          f"tree from the heads' top-k accuracy (joint counts: "
                          f"{self.predicted_tokens_per_step_joint:.2f}); measured {self.mean_accepted_tokens_per_step:.2f}")
+        if self.moe_experts_per_tree_step is not None:
+            lines.append(f"experts           : a tree step of {self.tree_nodes + 1} tokens wakes "
+                         f"{self.moe_experts_per_tree_step:.2f} of {self.moe_num_experts} experts per layer on average; "
+                         f"a plain decoding step {self.moe_experts_per_plain_step} (the weights each step reads)")
         if self.quantization:
             lines.append(f"quantization      : {self.quantization}; parity against transformers quantized the same way")
             if self.quant_scale_mismatches:
@@ -509,7 +518,10 @@ def _verify(
     heads = _heads_check(heads_source, source, medusa_model_dir, ref, hf_runs)
 
     # 2. greedy equivalence, 3. speculation quality
+    ref.moe_activity = [] if ref.semantics.moe_num_experts else None  # (tokens, distinct experts) per MoE layer call
     g = _greedy_runs(ref, prompts, tree, max_new_tokens, expected_tokens, ends, quiet)
+    tree_calls = [n for tokens, n in ref.moe_activity or [] if tokens == tree.num_nodes + 1]
+    ref.moe_activity = None
     quant_effect = _quant_effect(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens,
                                  exact_logits, expected_tokens) if spec.any else None
     status("the heads' hit rates and the tree's predicted tokens per step")
@@ -551,6 +563,9 @@ def _verify(
         quant_scales_not_rederived=emulation.not_rederived if emulation else None,
         quant_effect=quant_effect,
         max_quant_error=max_quant_error,
+        moe_num_experts=ref.semantics.moe_num_experts or None,
+        moe_experts_per_tree_step=sum(tree_calls) / len(tree_calls) if tree_calls else None,
+        moe_experts_per_plain_step=ref.semantics.moe_top_k or None,
     )
 
 

@@ -206,6 +206,8 @@ class ReferenceModel:
                     "weight-only here")
         self.exclude = (cfg.get("quantization") or {}).get("exclude_modules")
         self.dtype = to_torch(cfg["dtype"]) if cfg.get("dtype") in CHECKPOINT_DTYPES else torch.float32
+        #: where set (a list), each MoE layer call appends (tokens, distinct experts chosen): verify's count
+        self.moe_activity: list[tuple[int, int]] | None = None
         self._check_replicas()
         self._check_finite()
 
@@ -502,6 +504,8 @@ class ReferenceModel:
         ranks = self.stage_ranks(stage)
         logits = x.float() @ self.weight(ranks[0], prefix + "router.weight").T  # [T, E]
         top, chosen = logits.topk(self.semantics.moe_top_k, dim=-1)
+        if self.moe_activity is not None:  # verify counts the experts each step wakes
+            self.moe_activity.append((x.shape[0], int(chosen.unique().numel())))
         if self.semantics.moe_renormalize:
             weights = torch.softmax(top, dim=-1)
         else:
