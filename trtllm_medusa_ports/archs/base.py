@@ -136,6 +136,22 @@ def grouped_qkv(num_heads: int, num_kv: int, head_size: int) -> Combine:
     return combine
 
 
+def stacked_expert_fc(ts):
+    """MoE experts' fc from per-expert sources ``(up_0, gate_0, up_1, gate_1, ...)``: per expert ``[up; gate]``
+    (the linear half, then the activated one: tensorrt_llm/layers/moe.py), experts stacked -
+    ``[experts, 2 * inter, hidden]``."""
+    import torch
+
+    return torch.stack([torch.cat([ts[2 * e], ts[2 * e + 1]], dim=0) for e in range(len(ts) // 2)])
+
+
+def stacked_experts(ts):
+    """MoE experts' tensors stacked on a new dim 0 (the experts' proj: ``[experts, hidden, inter]``)."""
+    import torch
+
+    return torch.stack(list(ts))
+
+
 @dataclass(frozen=True)
 class ValueTransform:
     """A combine that changes values, not only their layout (one source tensor).
@@ -348,6 +364,8 @@ class Semantics:
     moe_num_experts: int = 0
     moe_top_k: int = 0
     moe_renormalize: bool = True
+    #: a shared expert beside the routed ones (Qwen2-MoE): ``+ sigmoid(shared_expert_gate(x)) * shared(x)``
+    moe_shared_expert: bool = False
     #: the row-parallel layers' biases are added by every rank before one all-reduce (GPT-J): the checkpoint
     #: holds them on tp rank 0 and zeros on the others (``Split.FIRST_RANK``), and the executor sums them
     row_bias_every_rank: bool = False

@@ -23,27 +23,21 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import Role, Semantics, Source, WeightRule, register
+from trtllm_medusa_ports.archs.base import (
+    Role,
+    Semantics,
+    Source,
+    WeightRule,
+    register,
+    stacked_expert_fc,
+    stacked_experts,
+)
 from trtllm_medusa_ports.archs.llama import MistralAdapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 #: ``MoeConfig.normalization_mode`` (tensorrt_llm/layers/moe.py ``ExpertScaleNormalizationMode``)
 RENORMALIZE = 1
-
-
-def _expert_fc(ts):
-    """Per expert ``[w3; w1]`` (up, then the activated gate), experts stacked: ``[experts, 2 * inter, hidden]``."""
-    import torch
-
-    return torch.stack([torch.cat([ts[2 * e], ts[2 * e + 1]], dim=0) for e in range(len(ts) // 2)])
-
-
-def _expert_stack(ts):
-    """Experts stacked on dim 0."""
-    import torch
-
-    return torch.stack(list(ts))
 
 
 @register
@@ -99,8 +93,8 @@ class MixtralAdapter(MistralAdapter):
         proj = tuple(f"{moe}experts.{e}.w2.weight" for e in experts)
         return super().layer_rules(hf) + [
             WeightRule("mlp.router.weight", (f"{moe}gate.weight",), Split.REPLICATE, dtype="float32"),
-            WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, _expert_fc, experts=True),
-            WeightRule("mlp.proj.weight", proj, Split.ROW, _expert_stack, experts=True),
+            WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, stacked_expert_fc, experts=True),
+            WeightRule("mlp.proj.weight", proj, Split.ROW, stacked_experts, experts=True),
         ]
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:

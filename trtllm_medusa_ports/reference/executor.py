@@ -86,7 +86,7 @@ _REPLICATED = tuple(
         r".*layernorm\.(weight|bias)",
         r"transformer\.(ln_f|ln_embed)\.(weight|bias)",
         _ROW_BIAS,
-        r".*\.mlp\.router\.weight",  # the MoE router: every rank routes every token
+        r".*\.mlp\.(router|shared_expert_gate)\.weight",  # the MoE router and shared gate: every rank, every token
         r".*_scaling_factor",  # FP8 and KV-cache scales: those of the unsplit tensor, on every rank
     )
 )
@@ -519,6 +519,12 @@ class ReferenceModel:
                 h = x[rows] @ fc[e].T
                 y = (h[:, :half] * self.act(h[:, half:])) @ proj[e].T
                 out.index_add_(0, rows, y * weights[rows, slot, None])
+        if self.semantics.moe_shared_expert:  # SharedMoE: + sigmoid(gate(x)) * shared(x), one all-reduce for both
+            gate = torch.sigmoid(x @ self.weight(ranks[0], prefix + "shared_expert_gate.weight").T)  # [T, 1]
+            for r in ranks:
+                h = x @ self.weight(r, prefix + "shared_expert.fc.weight").T
+                half = h.shape[-1] // 2
+                out = out + gate * ((h[:, :half] * self.act(h[:, half:])) @ self.weight(r, prefix + "shared_expert.proj.weight").T)
         return out
 
     def _row_bias(self, out: torch.Tensor, stage: int, name: str) -> torch.Tensor:

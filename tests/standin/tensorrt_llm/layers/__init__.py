@@ -10,9 +10,9 @@ from ..layers.attention import (
 from ..layers.embedding import Embedding
 from ..layers.linear import ColumnLinear, Linear, RowLinear
 from ..layers.mlp import MLP, GatedMLP
-from ..layers.moe import MOE, MixtureOfExperts, MoeConfig
+from ..layers.moe import MOE, MixtureOfExperts, MoeConfig, SharedMoE
 from ..layers.normalization import LayerNorm, RmsNorm
 
 __all__ = ["MLP", "Attention", "AttentionMaskType", "AttentionParams", "ColumnLinear", "Embedding", "GatedMLP",
-           "KeyValueCacheParams", "LayerNorm", "MOE", "MixtureOfExperts", "MoeConfig", "LayerNormType", "Linear", "PositionEmbeddingType", "RmsNorm",
+           "KeyValueCacheParams", "LayerNorm", "MOE", "MixtureOfExperts", "MoeConfig", "SharedMoE", "LayerNormType", "Linear", "PositionEmbeddingType", "RmsNorm",
            "RowLinear", "SpecDecodingParams"]

@@ -70,3 +70,20 @@ class MixtureOfExperts(Module):
 
 
 MOE = MixtureOfExperts
+
+
+class SharedMoE(MixtureOfExperts):
+    """``MOE`` plus ``shared_expert`` = ``MLP(hidden, shared_inter, hidden_act, bias=False, tp_size)`` (its fc
+    ``[2 * shared / tp, hidden]`` for swiglu, linear half first) and ``shared_expert_gate`` =
+    ``RowLinear(hidden, 1, bias=False, tp_size=1)`` in the model dtype; one all-reduce of the sum."""
+
+    def __init__(self, moe_config, hidden_size, ffn_hidden_size, hidden_act, mapping=None, bias=True, dtype=None,
+                 tp_group=None, tp_size=1, quant_mode=None, use_shared_gate=False, use_side_stream=False):
+        super().__init__(moe_config, hidden_size, ffn_hidden_size, hidden_act, mapping=mapping, bias=bias,
+                         dtype=dtype, tp_group=tp_group, tp_size=tp_size, use_all_reduce=False)
+        from ..layers.mlp import MLP
+
+        self.shared_expert = MLP(hidden_size, moe_config.shared_expert_intermediate_size, hidden_act, bias=False,
+                                 dtype=dtype, tp_size=tp_size, is_expert=True)
+        if use_shared_gate:
+            self.shared_expert_gate = RowLinear(hidden_size, 1, bias=False, dtype=dtype, tp_size=1)

@@ -17,6 +17,7 @@ from ...layers import (
     LayerNormType,
     RmsNorm,
 )
+from ...layers.moe import MOE, MoeConfig, SharedMoE
 from ...module import Module
 from ..modeling_utils import (
     DecoderLayerList,
@@ -31,8 +32,12 @@ from ..modeling_utils import (
 class QWenConfig(PretrainedConfig):
     def __init__(self, *, mlp_bias=False, attn_bias=True, rotary_base=10000.0, rotary_scaling=None,
                  disable_weight_only_quant_plugin=False, use_logn_attn=False, moe=None, num_labels=1,
-                 mlp_only_layers=None, decoder_sparse_step=1, **kwargs):
+                 mlp_only_layers=None, decoder_sparse_step=1, moe_intermediate_size=0,
+                 moe_shared_expert_intermediate_size=0, **kwargs):
         self.mlp_bias, self.attn_bias = mlp_bias, attn_bias
+        self.moe = MoeConfig.from_dict(moe).validate() if isinstance(moe, dict) else (moe or MoeConfig())
+        self.moe_intermediate_size = moe_intermediate_size
+        self.moe_shared_expert_intermediate_size = moe_shared_expert_intermediate_size
         self.rotary_base, self.rotary_scaling = rotary_base, rotary_scaling
         self.use_logn_attn, self.num_labels = use_logn_attn, num_labels
         self.mlp_only_layers, self.decoder_sparse_step = mlp_only_layers or [], decoder_sparse_step
@@ -55,8 +60,17 @@ class QWenDecoderLayer(Module):
             tp_size=config.mapping.tp_size, use_logn_scaling=config.use_logn_attn, dense_bias=False,
             qk_layernorm=qk_norm, layernorm_type=LayerNormType.RmsNorm if qk_norm else LayerNormType.LayerNorm)
         ffn = config.intermediate_size // 2 if config.qwen_type == "qwen" else config.intermediate_size
-        self.mlp = GatedMLP(config.hidden_size, ffn, config.hidden_act, dtype=config.dtype, bias=config.mlp_bias,
-                            tp_size=config.mapping.tp_size)
+        if config.qwen_type == "qwen2_moe" and config.moe.has_moe():  # the routed experts and the shared one
+            config.moe.shared_expert_intermediate_size = config.moe_shared_expert_intermediate_size
+            self.mlp = SharedMoE(config.moe, config.hidden_size, config.moe_intermediate_size, config.hidden_act,
+                                 mapping=config.mapping, bias=False, dtype=config.dtype,
+                                 tp_size=config.mapping.tp_size, use_shared_gate=True, use_side_stream=True)
+        elif config.moe.has_moe():
+            self.mlp = MOE(config.moe, config.hidden_size, config.moe_intermediate_size, config.hidden_act,
+                           mapping=config.mapping, bias=False, dtype=config.dtype, tp_size=config.mapping.tp_size)
+        else:
+            self.mlp = GatedMLP(config.hidden_size, ffn, config.hidden_act, dtype=config.dtype, bias=config.mlp_bias,
+                                tp_size=config.mapping.tp_size)
         self.post_layernorm = RmsNorm(config.hidden_size, eps=config.norm_epsilon, dtype=config.dtype)
 
     def forward(self, hidden_states, attention_mask=None, use_cache=False, spec_decoding_params=None,
@@ -88,7 +102,7 @@ class QWenModel(Module):
 
 class QWenForCausalLM(DecoderModelForCausalLM):
     #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
-    MODEL_MAP_KEYS = ('QWenForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM')
+    MODEL_MAP_KEYS = ('QWenForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM', 'Qwen2MoeForCausalLM')
 
     config_class = QWenConfig
 
