@@ -135,6 +135,28 @@ def test_a_wrong_expert_layout_or_routing_fails_verify(tmp_path, store, damage):
     assert not rep.parity, damage
 
 
+def test_a_missing_or_ungated_shared_expert_fails(tmp_path, store):
+    """Qwen2-MoE's shared expert counts: without it, or without its sigmoid gate, the checkpoint is another model."""
+    from safetensors.torch import load_file, save_file
+
+    base = tiny_base(store, "Qwen2MoeForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2)
+    good = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert good.parity and good.greedy_equal and good.moe_experts_per_plain_step == 2
+    for r in (0, 1):  # the gate at zero: sigmoid(0) = 0.5 instead of the base's
+        path = ckpt / f"rank{r}.safetensors"
+        w = load_file(path)
+        w["transformer.layers.1.mlp.shared_expert_gate.weight"] = torch.zeros_like(
+            w["transformer.layers.1.mlp.shared_expert_gate.weight"])
+        save_file(w, path, metadata={"format": "pt"})
+    assert not verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).parity
+    w = load_file(ckpt / "rank1.safetensors")
+    del w["transformer.layers.0.mlp.shared_expert.fc.weight"]
+    save_file(w, ckpt / "rank1.safetensors", metadata={"format": "pt"})
+    with pytest.raises(Exception, match="shared_expert.fc"):
+        verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+
+
 def test_every_registered_family_has_a_tiny_config_and_its_test_data():
     primary = {cls.hf_architectures[0] for cls in registry().values()}
     assert primary <= set(TINY_CONFIGS)

@@ -1,0 +1,138 @@
+"""Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B): TensorRT-LLM ``QWenForCausalLM`` with ``SharedMoE``
+(tensorrt_llm/models/qwen/, tensorrt_llm/layers/moe.py).
+
+Qwen2's attention; each layer's MLP is ``num_experts`` SiLU-gated experts (``moe_intermediate_size``),
+``num_experts_per_tok`` of them weighted by their share of the softmax over all experts (no
+renormalisation: ``norm_topk_prob`` false), plus a shared expert (``shared_expert_intermediate_size``)
+scaled by ``sigmoid(shared_expert_gate(x))``.
+
+Upstream facts: ``QWenConfig.from_hugging_face`` for ``qwen2_moe`` writes ``hidden_act = "swiglu"``,
+``moe = MoeConfig(num_experts, top_k=num_experts_per_tok, normalization_mode=NONE)`` and the top-level
+``moe_intermediate_size``, ``moe_shared_expert_intermediate_size``, ``mlp_only_layers``,
+``decoder_sparse_step``; ``QWenDecoderLayer`` builds ``SharedMoE(use_shared_gate=True)``: ``MOE`` (router
+float32 ``[experts, hidden]``, ``fc`` ``[experts, 2 * inter / tp, hidden]`` up then gate, ``proj``), a
+``shared_expert`` ``MLP(hidden, shared, "swiglu")`` whose ``fc`` is ``[up; gate]`` split per half over tp,
+and ``shared_expert_gate`` ``RowLinear(hidden, 1, tp_size=1)`` in the model dtype; the output is
+``routed + sigmoid(gate(x)) * shared(x)`` and one all-reduce (qwen/convert.py ``load_weights_from_hf_model``).
+Dense layers among the sparse ones (``mlp_only_layers``, ``decoder_sparse_step`` > 1) and
+``norm_topk_prob`` (which TensorRT-LLM's NONE mode does not apply) are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from trtllm_medusa_ports.archs.base import (
+    Role,
+    Semantics,
+    Source,
+    WeightRule,
+    register,
+    stacked_expert_fc,
+    stacked_experts,
+)
+from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.sharding import Split
+
+#: ``MoeConfig.normalization_mode`` NONE (tensorrt_llm/layers/moe.py ``ExpertScaleNormalizationMode``)
+NONE = 0
+
+
+def _up_then_gate(ts):
+    """The shared expert's ``[up; gate]`` (the linear half first, as ``MLP``'s swiglu chunks it)."""
+    import torch
+
+    return torch.cat([ts[0], ts[1]], dim=0)
+
+
+@register
+class Qwen2MoeAdapter(Qwen2Adapter):
+    hf_architectures = ("Qwen2MoeForCausalLM",)
+    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
+    hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
+    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 3, "num_key_value_heads": 4})
+    #: non-default values of the keys this adapter writes, which the tests read back from the reference
+    #: semantics and the engine class (a key written under another name fails)
+    key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
+    family = "qwen2_moe"
+    model_types = ("qwen2_moe",)
+    #: for the README family table (derived: trtllm_medusa_ports/families.py)
+    display_note = "mixture of experts, shared expert"
+    position_summary = "RoPE (GPT-NeoX)"
+    medusa_status = "`trtllm-medusa build`; tensor parallel (no expert parallelism yet), unquantized"
+    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
+    tiny_config: ClassVar[dict | None] = dict(
+        model_type="qwen2_moe", hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        shared_expert_intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        num_experts=4, num_experts_per_tok=2, vocab_size=256, max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=False, max_window_layers=2, use_sliding_window=False,
+        norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[], pad_token_id=0, bos_token_id=1,
+        eos_token_id=2,
+    )
+    #: QWenConfig reads the MoE fields (tensorrt_llm/models/qwen/config.py)
+    engine_keys: ClassVar[frozenset[str]] = Qwen2Adapter.engine_keys | {
+        "moe", "moe_intermediate_size", "moe_shared_expert_intermediate_size", "mlp_only_layers",
+        "decoder_sparse_step"}
+    upstream_medusa_base = False  # MedusaConfig.from_hugging_face drops the MoE (tensorrt_llm/models/medusa/config.py)
+    names: ClassVar[dict[Role, Source | None]] = {Role.FC: None, Role.GATE: None, Role.PROJ: None}  # experts instead
+    #: the router, kept in float32 (the shared expert's gate stays in the model dtype, as upstream stores it)
+    full_precision_parameters: ClassVar[tuple[str, ...]] = (r".*\.mlp\.gate\.weight",)
+
+    def num_experts(self, hf: HFConfig) -> int:
+        return int(hf.require("num_experts", int))
+
+    def top_k(self, hf: HFConfig) -> int:
+        return int(hf.require("num_experts_per_tok", int))
+
+    def trtllm_config(self, hf: HFConfig) -> dict:
+        cfg = super().trtllm_config(hf)
+        cfg["qwen_type"] = "qwen2_moe"
+        cfg["hidden_act"] = "swiglu"
+        cfg["moe"] = {"num_experts": self.num_experts(hf), "shared_expert_intermediate_size": 0,
+                      "top_k": self.top_k(hf), "normalization_mode": NONE, "sparse_mixer_epsilon": 0.01,
+                      "tp_mode": 0, "device_limited_n_group": 0, "device_limited_topk_group": 0,
+                      "device_limited_routed_scaling_factor": 1.0}
+        cfg["moe_intermediate_size"] = int(hf.require("moe_intermediate_size", int))
+        cfg["moe_shared_expert_intermediate_size"] = int(hf.require("shared_expert_intermediate_size", int))
+        cfg["mlp_only_layers"] = list(hf.get("mlp_only_layers") or [])
+        cfg["decoder_sparse_step"] = int(hf.get("decoder_sparse_step") or 1)
+        return cfg
+
+    def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
+        mlp = self.layer_name("mlp.")
+        experts = range(self.num_experts(hf))
+        fc = tuple(f"{mlp}experts.{e}.{w}.weight" for e in experts for w in ("up_proj", "gate_proj"))
+        proj = tuple(f"{mlp}experts.{e}.down_proj.weight" for e in experts)
+        shared = f"{mlp}shared_expert."
+        return super().layer_rules(hf) + [
+            WeightRule("mlp.router.weight", (f"{mlp}gate.weight",), Split.REPLICATE, dtype="float32"),
+            WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, stacked_expert_fc, experts=True),
+            WeightRule("mlp.proj.weight", proj, Split.ROW, stacked_experts, experts=True),
+            WeightRule("mlp.shared_expert.fc.weight", (f"{shared}up_proj.weight", f"{shared}gate_proj.weight"),
+                       Split.COLUMN_PAIR, _up_then_gate, experts=True),
+            WeightRule("mlp.shared_expert.proj.weight", (f"{shared}down_proj.weight",), Split.ROW, experts=True),
+            WeightRule("mlp.shared_expert_gate.weight", (f"{mlp}shared_expert_gate.weight",), Split.REPLICATE),
+        ]
+
+    def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        out = super().engine_limits(hf)
+        if hf.get("norm_topk_prob"):
+            out.append(("norm_topk_prob: true renormalises the chosen experts' weights; TensorRT-LLM's QWenConfig "
+                        "routes qwen2_moe with normalization_mode NONE (tensorrt_llm/models/qwen/config.py)",
+                        "this base cannot be built exactly by TensorRT-LLM's QWenForCausalLM"))
+        return out
+
+    def port_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step") or 1) != 1:
+            return [("dense MLP layers among the sparse ones (mlp_only_layers, decoder_sparse_step > 1) are not "
+                     "converted by this port yet", "convert a Qwen2-MoE whose every layer is sparse")]
+        return []
+
+    def semantics(self, cfg: dict) -> Semantics:
+        moe = cfg["moe"]
+        return dataclasses.replace(super().semantics(cfg), hidden_act="silu", moe_num_experts=int(moe["num_experts"]),
+                                   moe_top_k=int(moe["top_k"]), moe_renormalize=int(moe["normalization_mode"]) == 1,
+                                   moe_shared_expert=True)
