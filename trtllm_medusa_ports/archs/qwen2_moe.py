@@ -47,6 +47,17 @@ def _up_then_gate(ts):
     return torch.cat([ts[0], ts[1]], dim=0)
 
 
+def qwen_moe_routing_divergence(hf: HFConfig) -> list[tuple[str, str]]:
+    """``norm_topk_prob: true``, which TensorRT-LLM's Qwen MoE routing (NONE, hard-coded) does not apply."""
+    if not hf.get("norm_topk_prob"):
+        return []
+    return [("norm_topk_prob: true renormalises the chosen experts' weights, but TensorRT-LLM routes every Qwen MoE "
+             "with normalization_mode NONE, hard-coded (tensorrt_llm/models/qwen/config.py, convert.py): the engine "
+             "weights each expert by its share of the softmax over all experts",
+             "serve this base without renormalised routing, or accept the difference (--allow_unsupported writes the "
+             "checkpoint; verify then shows it)")]
+
+
 @register
 class Qwen2MoeAdapter(Qwen2Adapter):
     hf_architectures = ("Qwen2MoeForCausalLM",)
@@ -82,7 +93,8 @@ class Qwen2MoeAdapter(Qwen2Adapter):
     full_precision_parameters: ClassVar[tuple[str, ...]] = (r".*\.mlp\.gate\.weight",)
 
     def num_experts(self, hf: HFConfig) -> int:
-        return int(hf.require("num_experts", int))
+        # released checkpoints say num_experts; transformers 5 writes num_local_experts for Qwen3-MoE
+        return int(hf.get("num_experts") or hf.require("num_local_experts", int, "num_experts"))
 
     def top_k(self, hf: HFConfig) -> int:
         return int(hf.require("num_experts_per_tok", int))
@@ -117,13 +129,8 @@ class Qwen2MoeAdapter(Qwen2Adapter):
             WeightRule("mlp.shared_expert_gate.weight", (f"{mlp}shared_expert_gate.weight",), Split.REPLICATE),
         ]
 
-    def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
-        out = super().engine_limits(hf)
-        if hf.get("norm_topk_prob"):
-            out.append(("norm_topk_prob: true renormalises the chosen experts' weights; TensorRT-LLM's QWenConfig "
-                        "routes qwen2_moe with normalization_mode NONE (tensorrt_llm/models/qwen/config.py)",
-                        "this base cannot be built exactly by TensorRT-LLM's QWenForCausalLM"))
-        return out
+    def engine_divergences(self, hf: HFConfig) -> list[tuple[str, str]]:
+        return super().engine_divergences(hf) + qwen_moe_routing_divergence(hf)
 
     def port_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step") or 1) != 1:
