@@ -157,6 +157,20 @@ def test_a_missing_or_ungated_shared_expert_fails(tmp_path, store):
         verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
 
 
+@pytest.mark.parametrize("arch", ["Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"])
+def test_renormalised_qwen_moe_routing_is_an_engine_divergence(tmp_path, store, arch):
+    """TensorRT-LLM routes Qwen MoE without renormalising (NONE, hard-coded): a norm_topk_prob base is refused as
+    an engine divergence, and a checkpoint written anyway fails verify - the executor routes as the engine does."""
+    base = tiny_base(store, arch, norm_topk_prob=True)
+    heads = _heads_for(base, tmp_path)
+    _, findings = check(base, heads)
+    assert [f.rule for f in findings if f.severity == "error"] == ["engine-divergence"]
+    with pytest.raises(ConversionError, match="engine-divergence"):
+        convert_to(tmp_path / "refused", base, heads)
+    ckpt = convert_to(tmp_path / "c", base, heads, allow_unsupported=True)
+    assert not verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).parity
+
+
 def test_every_registered_family_has_a_tiny_config_and_its_test_data():
     primary = {cls.hf_architectures[0] for cls in registry().values()}
     assert primary <= set(TINY_CONFIGS)

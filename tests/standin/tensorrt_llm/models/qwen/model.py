@@ -102,7 +102,8 @@ class QWenModel(Module):
 
 class QWenForCausalLM(DecoderModelForCausalLM):
     #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
-    MODEL_MAP_KEYS = ('QWenForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM', 'Qwen2MoeForCausalLM')
+    MODEL_MAP_KEYS = ('QWenForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM', 'Qwen2MoeForCausalLM',
+                      'Qwen3MoeForCausalLM')
 
     config_class = QWenConfig
 
