@@ -705,3 +705,15 @@ def test_standin_derives_max_seq_len_and_kv_cache_type_as_upstreams_builder(trtl
     assert cfg["build_config"]["max_seq_len"] == max_pos * 2 + 7
     assert cfg["build_config"]["kv_cache_type"] == "continuous"
     assert cfg["build_config"]["plugin_config"]["reduce_fusion"] is False
+
+
+def test_an_expert_parallel_checkpoint_loads_into_the_moe_layer_on_every_rank(trtllm, store, tmp_path):
+    """moe_ep_size 2 at tp 2: the engine's MOE layer (stand-in of tensorrt_llm/layers/moe.py) declares
+    experts / 2 whole experts per rank and loads the checkpoint's shapes (a mismatch raises in load)."""
+    ckpt = _checkpoint(store, tmp_path, "MixtralForCausalLM", tp=2, moe_ep_size=2)
+    experts = json.loads((ckpt / "config.json").read_text())["moe"]["num_experts"]
+    for rank in (0, 1):
+        model = _engine_model(ckpt, rank)
+        mlp = next(iter(model.transformer.layers)).mlp
+        assert mlp.fc.weight.shape[0] == experts // 2 and mlp.fc.weight.is_inited()
+        assert model.config.mapping.moe_ep_size == 2 and model.config.mapping.moe_tp_size == 1

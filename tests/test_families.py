@@ -8,6 +8,7 @@ from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
 
 from trtllm_medusa_ports.archs import adapter_for, registry, supported_architectures
 from trtllm_medusa_ports.archs.base import PositionEmbedding, family_test_cases
+from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.compat import check
 from trtllm_medusa_ports.errors import ConversionError
 from trtllm_medusa_ports.files.hf_model import HFConfig
@@ -380,3 +381,39 @@ def test_a_granite_checkpoint_missing_a_multiplier_fails_verify(store, tmp_path,
     path.write_text(json.dumps(cfg))
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
     assert not rep.parity, f"{key} = {cfg[key]} went unnoticed"
+
+
+@pytest.mark.parametrize("arch", ["MixtralForCausalLM", "Qwen2MoeForCausalLM"])
+def test_expert_parallelism_splits_the_experts_and_verifies(tmp_path, store, arch):
+    """--moe_ep_size 2 at tp 2: each rank holds half the experts whole (moe_tp_size 1), the mapping says so, and
+    the executor, simulating the ranks, still computes the base; the stand-in builds the experts' shapes."""
+    from safetensors.torch import load_file
+
+    base = tiny_base(store, arch)
+    heads = _heads_for(base, tmp_path)
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir",
+                 str(tmp_path / "ep"), "--tp_size", "2", "--moe_ep_size", "2", "--dtype", "float32", "--quiet"]) == 0
+    cfg = json.loads((tmp_path / "ep" / "config.json").read_text())
+    assert (cfg["mapping"]["moe_tp_size"], cfg["mapping"]["moe_ep_size"]) == (1, 2)
+    hf = json.loads((base / "config.json").read_text())
+    experts = hf.get("num_local_experts") or hf.get("num_experts")
+    r0, r1 = (load_file(tmp_path / "ep" / f"rank{r}.safetensors") for r in (0, 1))
+    fc0, fc1 = r0["transformer.layers.0.mlp.fc.weight"], r1["transformer.layers.0.mlp.fc.weight"]
+    assert fc0.shape[0] == experts // 2 and not torch.equal(fc0, fc1)  # other experts, each whole
+    full = convert_to(tmp_path / "tp", base, heads, tp_size=1, dtype="float32")
+    whole = load_file(full / "rank0.safetensors")["transformer.layers.0.mlp.fc.weight"]
+    assert torch.equal(torch.cat([fc0, fc1]), whole)
+    rep = verify(base, tmp_path / "ep", medusa_choices=TREE, max_new_tokens=6)
+    assert rep.parity and rep.greedy_equal, rep.render()
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir",
+                 str(tmp_path / "bad"), "--tp_size", "2", "--moe_ep_size", "3", "--quiet"]) == 1
+    assert not (tmp_path / "bad").exists()
+
+
+def test_expert_parallelism_is_refused_on_a_dense_base(tmp_path, store, capsys):
+    base = tiny_base(store, "LlamaForCausalLM")
+    rc = main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(_heads_for(base, tmp_path)),
+               "--output_dir", str(tmp_path / "o"), "--tp_size", "2", "--moe_ep_size", "2", "--quiet"])
+    assert rc == 1 and "without experts" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", "h", "--output_dir", str(tmp_path / "o"),
+                 "--tp_size", "4", "--moe_tp_size", "3", "--quiet"]) == 2

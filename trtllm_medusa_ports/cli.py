@@ -89,6 +89,10 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
                    help="checkpoint dtype (default float16 as upstream's Medusa script; auto = the base's own)")
     p.add_argument("--tp_size", type=int, default=1)
     p.add_argument("--pp_size", type=int, default=1)
+    p.add_argument("--moe_ep_size", type=int, default=-1,
+                   help="MoE bases: expert parallelism within tp (upstream's flag; -1: none, or tp / --moe_tp_size)")
+    p.add_argument("--moe_tp_size", type=int, default=-1,
+                   help="MoE bases: tensor parallelism of each expert (-1: tp / --moe_ep_size)")
     p.add_argument("--num_medusa_heads", type=int, default=None, help="default: read from the heads")
     p.add_argument("--num_medusa_layers", type=int, default=None, help="default: read from the heads")
     p.add_argument("--max_draft_len", "--max_medusa_token_len", dest="max_medusa_token_len", type=int, default=63,
@@ -151,6 +155,9 @@ def run_convert(args: argparse.Namespace) -> int:
         print("error: --medusa_hidden_act: only silu is supported (Medusa ResBlocks are trained with SiLU)",
               file=sys.stderr)
         return 2
+    ep = _moe_ep_size(args)
+    if ep is None:
+        return 2
     opts = ConvertOptions(
         model_dir=Path(args.model_dir),
         medusa_model_dir=Path(args.medusa_model_dir),
@@ -158,6 +165,7 @@ def run_convert(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         tp_size=args.tp_size,
         pp_size=args.pp_size,
+        moe_ep_size=ep,
         num_medusa_heads=args.num_medusa_heads,
         num_medusa_layers=args.num_medusa_layers,
         max_draft_len=args.max_medusa_token_len,
@@ -190,6 +198,19 @@ def run_convert(args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.summary())
     return 0
+
+
+def _moe_ep_size(args: argparse.Namespace) -> int | None:
+    """Expert parallelism from --moe_ep_size / --moe_tp_size (upstream's pair, -1 each: resolved as
+    tensorrt_llm/mapping.py does); None (after the message) where they contradict --tp_size."""
+    ep, tpm, tp = args.moe_ep_size, args.moe_tp_size, args.tp_size
+    if ep == -1:
+        ep = 1 if tpm == -1 else (tp // tpm if tpm > 0 and tp % tpm == 0 else 0)
+    if ep < 1 or (tpm != -1 and tpm * ep != tp):
+        print(f"error: --moe_tp_size {args.moe_tp_size} x --moe_ep_size {args.moe_ep_size} must equal --tp_size {tp}\n"
+              "  fix: pass one of them (the other is tp_size divided by it)", file=sys.stderr)
+        return None
+    return ep
 
 
 def _add_heads(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -116,6 +117,9 @@ class ConvertOptions:
     calib_max_seq_length: int = 512
     tokenizer_dir: Path | None = None
     device: str = "cpu"
+    #: expert parallelism of MoE bases (upstream's convert_checkpoint.py --moe_ep_size): it divides tp_size, the
+    #: experts split over it and their intermediate dim over tp_size / moe_ep_size
+    moe_ep_size: int = 1
     #: a calibration already run on this base and dtype (quant/calibrate.py ``calibrate``): a pipeline that
     #: converts one base at several tp sizes calibrates once
     calibration: object = None
@@ -244,7 +248,7 @@ def build_config(
     dtype: str,
     share_lm_head: bool,
 ) -> dict:
-    mapping = Mapping(opts.tp_size, opts.pp_size)
+    mapping = Mapping(opts.tp_size, opts.pp_size, opts.moe_ep_size)
     fam = adapter.engine_config(model.config)
     # Upstream MedusaForCausalLM gives the heads the base's hidden_act: right only for SiLU bases.
     silu_base = fam.get("hidden_act") == MEDUSA_HIDDEN_ACT
@@ -260,7 +264,7 @@ def build_config(
     cfg.update(
         {
             "quantization": spec_from_flags(opts).config(),
-            "mapping": mapping.to_dict(),
+            "mapping": mapping.to_dict(moe="moe" in fam),
             "use_parallel_embedding": opts.use_parallel_embedding,
             "embedding_sharding_dim": opts.embedding_sharding_dim,
             "max_draft_len": opts.max_draft_len,
@@ -485,6 +489,7 @@ def _shard_for(job: _Job, inputs: list[Array], cfg: dict, rank: int) -> Array:
         num_kv_heads=cfg["num_key_value_heads"],
         use_parallel_embedding=cfg["use_parallel_embedding"],
         embedding_sharding_dim=cfg["embedding_sharding_dim"],
+        moe_ep_size=mapping.moe_ep_size,
     ))
 
 
@@ -582,6 +587,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     warnings = list(heads.warnings)
     _check_options(opts, heads)
     _check_model(model, adapter)
+    _check_expert_parallelism(opts, model, adapter)
     opts = _imposed_options(opts, adapter, warnings)
     dtype = _target_dtype(opts, model)
     spec = spec_from_flags(opts)
@@ -596,7 +602,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     share = _choose_sharing(heads, opts, warnings, model, adapter)
     cfg = build_config(adapter, model, heads, opts, dtype, share)
     jobs = plan(adapter, model, heads, cfg, dtype, share)
-    mapping = Mapping(opts.tp_size, opts.pp_size)
+    mapping = Mapping(opts.tp_size, opts.pp_size, opts.moe_ep_size)
     jobs, fp8_scales = _quantized_jobs(opts, jobs, cfg, spec, dtype, adapter, model)
     entries, moves = _layout(opts, jobs, cfg, dtype)
     if spec.quant_algo == "FP8":  # pass 1 of 2, before anything is written: every FP8 weight's amax
@@ -651,6 +657,20 @@ def _check_options(opts: ConvertOptions, heads: MedusaHeads) -> None:
             fix="use the number of nodes of your tree (63 for the presets)",
         )
 
+
+
+def _check_expert_parallelism(opts: ConvertOptions, model: HFModel, adapter: ArchAdapter) -> None:
+    """``--moe_ep_size``: a divisor of tp_size and of the expert count, on an MoE base only."""
+    ep = opts.moe_ep_size
+    if ep == 1:
+        return
+    experts = int((adapter.engine_config(model.config).get("moe") or {}).get("num_experts", 0))
+    if experts <= 1:
+        raise ConversionError(f"--moe_ep_size {ep} on a base without experts", fix="drop --moe_ep_size")
+    if ep < 1 or opts.tp_size % ep or experts % ep:
+        raise ConversionError(f"--moe_ep_size {ep} must divide --tp_size {opts.tp_size} and the {experts} experts "
+                              "(tensorrt_llm/mapping.py: moe_tp_size x moe_ep_size = tp_size)",
+                              fix=f"use a --moe_ep_size that divides both, e.g. {math.gcd(opts.tp_size, experts)}")
 
 
 def _check_model(model: HFModel, adapter: ArchAdapter) -> None:
@@ -738,7 +758,7 @@ def _layout(opts: ConvertOptions, jobs: list[_Job], cfg: dict, dtype: str
             ) -> tuple[dict[int, list[tuple[str, str, tuple[int, ...]]]], list[MovePlan]]:
     """Every rank file's planned tensors ``(name, dtype, shape)`` from the source shapes (no data read), and
     each job's byte moves."""
-    mapping = Mapping(opts.tp_size, opts.pp_size)
+    mapping = Mapping(opts.tp_size, opts.pp_size, opts.moe_ep_size)
     entries: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {r: [] for r in range(mapping.world_size)}
     planned: dict[tuple[int, str], tuple[int, ...]] = {}
     moves: list[MovePlan] = []

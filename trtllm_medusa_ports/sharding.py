@@ -27,10 +27,12 @@ class Split(enum.Enum):
     #: (GPT-J, tensorrt_llm/models/gptj/model.py): whole on tp rank 0, zeros on the others
     #: (tensorrt_llm/models/gptj/convert.py "Only rank0 will get bias"), so that it is added once
     FIRST_RANK = "first_rank"
-    #: MoE expert fc ``[experts, 2 * inter, hidden]``: each half (up, then gate) split on the intermediate dim,
-    #: re-stacked (tensorrt_llm/layers/moe.py ``MOEWeightWrapper`` ``tp_dim=0`` of each expert); the expert
-    #: proj ``[experts, hidden, inter]`` is a ``ROW`` split (its last dim)
+    #: MoE expert fc ``[experts, 2 * inter, hidden]``: the rank's experts (expert parallelism), each half (up,
+    #: then gate) split ``moe_tp_size`` ways on the intermediate dim, re-stacked (tensorrt_llm/layers/moe.py
+    #: ``MOEWeightWrapper`` ``tp_dim=0`` of each expert)
     EXPERT_PAIR = "expert_pair"
+    #: MoE expert proj ``[experts, hidden, inter]``: the rank's experts, the intermediate dim split ``moe_tp_size`` ways
+    EXPERT_ROW = "expert_row"
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,24 @@ class Mapping:
 
     tp_size: int = 1
     pp_size: int = 1
+    #: expert parallelism within the tensor-parallel group (MoE bases): ``moe_ep_size`` ranks each hold
+    #: ``experts / moe_ep_size`` experts, split ``moe_tp_size = tp_size / moe_ep_size`` ways
+    #: (tensorrt_llm/mapping.py: ``moe_ep_rank = tp_rank % moe_ep_size``, ``moe_tp_rank = tp_rank // moe_ep_size``)
+    moe_ep_size: int = 1
 
     @property
     def world_size(self) -> int:
         return self.tp_size * self.pp_size
+
+    @property
+    def moe_tp_size(self) -> int:
+        return self.tp_size // self.moe_ep_size
+
+    def moe_ep_rank(self, rank: int) -> int:
+        return self.tp_rank(rank) % self.moe_ep_size
+
+    def moe_tp_rank(self, rank: int) -> int:
+        return self.tp_rank(rank) // self.moe_ep_size
 
     def tp_rank(self, rank: int) -> int:
         return rank % self.tp_size
@@ -65,10 +81,15 @@ class Mapping:
     def from_config(cls, cfg: dict) -> Mapping:
         """The layout of a TensorRT-LLM config.json's ``mapping``."""
         m = cfg["mapping"]
-        return cls(int(m["tp_size"]), int(m["pp_size"]))
+        return cls(int(m["tp_size"]), int(m["pp_size"]), int(m.get("moe_ep_size") or 1))
 
-    def to_dict(self) -> dict:
-        return {"world_size": self.world_size, "tp_size": self.tp_size, "pp_size": self.pp_size}
+    def to_dict(self, moe: bool = False) -> dict:
+        """config.json's ``mapping``; with ``moe``, the resolved ``moe_tp_size`` / ``moe_ep_size`` too (as
+        ``PretrainedConfig.to_dict`` writes them)."""
+        out = {"world_size": self.world_size, "tp_size": self.tp_size, "pp_size": self.pp_size}
+        if moe:
+            out.update(moe_tp_size=self.moe_tp_size, moe_ep_size=self.moe_ep_size)
+        return out
 
 
 def pp_layers(num_layers: int, pp_size: int, pp_rank: int) -> list[int]:
@@ -142,6 +163,7 @@ def shard(
     num_kv_heads: int = 0,
     use_parallel_embedding: bool = False,
     embedding_sharding_dim: int = 0,
+    moe_ep_size: int = 1,
 ) -> Array:
     """Apply one split rule for one rank. ``tensor`` is (q, k, v) for :attr:`Split.QKV`.
 
@@ -157,9 +179,14 @@ def shard(
         return tensor if tp_rank == 0 else zeros_like_rows(tensor, tensor.shape[0])
     if rule is Split.COLUMN:
         return split(tensor, tp_size, tp_rank, 0)
-    if rule is Split.EXPERT_PAIR:
-        a, b = chunk(tensor, 2, 1)
-        return cat([split(a, tp_size, tp_rank, 1), split(b, tp_size, tp_rank, 1)], dim=1)
+    if rule in (Split.EXPERT_PAIR, Split.EXPERT_ROW):
+        ep, ep_rank = moe_ep_size, tp_rank % moe_ep_size
+        tpm, tpm_rank = tp_size // moe_ep_size, tp_rank // moe_ep_size
+        experts = split(tensor, ep, ep_rank, 0)
+        if rule is Split.EXPERT_ROW:
+            return split(experts, tpm, tpm_rank, experts.ndim - 1)
+        a, b = chunk(experts, 2, 1)
+        return cat([split(a, tpm, tpm_rank, 1), split(b, tpm, tpm_rank, 1)], dim=1)
     if rule is Split.COLUMN_PAIR:
         a, b = chunk(tensor, 2, 0)
         return cat([split(a, tp_size, tp_rank, 0), split(b, tp_size, tp_rank, 0)], dim=0)

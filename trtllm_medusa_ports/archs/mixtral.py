@@ -94,7 +94,7 @@ class MixtralAdapter(MistralAdapter):
         return super().layer_rules(hf) + [
             WeightRule("mlp.router.weight", (f"{moe}gate.weight",), Split.REPLICATE, dtype="float32"),
             WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, stacked_expert_fc, experts=True),
-            WeightRule("mlp.proj.weight", proj, Split.ROW, stacked_experts, experts=True),
+            WeightRule("mlp.proj.weight", proj, Split.EXPERT_ROW, stacked_experts, experts=True),
         ]
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:

@@ -122,7 +122,7 @@ class Qwen2MoeAdapter(Qwen2Adapter):
         return super().layer_rules(hf) + [
             WeightRule("mlp.router.weight", (f"{mlp}gate.weight",), Split.REPLICATE, dtype="float32"),
             WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, stacked_expert_fc, experts=True),
-            WeightRule("mlp.proj.weight", proj, Split.ROW, stacked_experts, experts=True),
+            WeightRule("mlp.proj.weight", proj, Split.EXPERT_ROW, stacked_experts, experts=True),
             WeightRule("mlp.shared_expert.fc.weight", (f"{shared}up_proj.weight", f"{shared}gate_proj.weight"),
                        Split.COLUMN_PAIR, _up_then_gate, experts=True),
             WeightRule("mlp.shared_expert.proj.weight", (f"{shared}down_proj.weight",), Split.ROW, experts=True),

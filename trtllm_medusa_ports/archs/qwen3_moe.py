@@ -92,7 +92,7 @@ class Qwen3MoeAdapter(Qwen3Adapter):
         return super().layer_rules(hf) + [
             WeightRule("mlp.router.weight", (f"{mlp}gate.weight",), Split.REPLICATE, dtype="float32"),
             WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, stacked_expert_fc, experts=True),
-            WeightRule("mlp.proj.weight", proj, Split.ROW, stacked_experts, experts=True),
+            WeightRule("mlp.proj.weight", proj, Split.EXPERT_ROW, stacked_experts, experts=True),
         ]
 
     def semantics(self, cfg: dict) -> Semantics:

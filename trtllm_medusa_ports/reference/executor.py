@@ -156,7 +156,7 @@ class ReferenceModel:
             )
         self.adapter: ArchAdapter = adapter
         self.semantics: Semantics = adapter.semantics(cfg)
-        self.mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
+        self.mapping = Mapping.from_config(cfg)
         self.tp = ckpt.tp_size
         self.pp = ckpt.pp_size
         self.num_layers = int(cfg["num_hidden_layers"])
@@ -513,11 +513,14 @@ class ReferenceModel:
         out = torch.zeros_like(x)
         for r in ranks:
             fc, proj = self.weight(r, prefix + "fc.weight"), self.weight(r, prefix + "proj.weight")
-            half = fc.shape[1] // 2
+            half, held = fc.shape[1] // 2, fc.shape[0]  # expert parallelism: this rank holds experts first.. +held
+            first = self.mapping.moe_ep_rank(r) * held
             for e in chosen.unique().tolist():
+                if not first <= e < first + held:
+                    continue
                 rows, slot = (chosen == e).nonzero(as_tuple=True)
-                h = x[rows] @ fc[e].T
-                y = (h[:, :half] * self.act(h[:, half:])) @ proj[e].T
+                h = x[rows] @ fc[e - first].T
+                y = (h[:, :half] * self.act(h[:, half:])) @ proj[e - first].T
                 out.index_add_(0, rows, y * weights[rows, slot, None])
         if self.semantics.moe_shared_expert:  # SharedMoE: + sigmoid(gate(x)) * shared(x), one all-reduce for both
             gate = torch.sigmoid(x @ self.weight(ranks[0], prefix + "shared_expert_gate.weight").T)  # [T, 1]

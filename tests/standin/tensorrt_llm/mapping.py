@@ -2,7 +2,8 @@
 
 
 class Mapping:
-    def __init__(self, world_size=1, rank=0, gpus_per_node=8, *, tp_size=1, pp_size=1, cp_size=1, **kwargs):
+    def __init__(self, world_size=1, rank=0, gpus_per_node=8, *, tp_size=1, pp_size=1, cp_size=1, moe_tp_size=-1,
+                 moe_ep_size=-1, **kwargs):
         if world_size != tp_size * pp_size * cp_size:
             raise ValueError(f"world_size must equal to tp_size * pp_size * cp_size, but got "
                              f"{world_size} != {tp_size} * {pp_size} * {cp_size}")
@@ -11,6 +12,18 @@ class Mapping:
         self.tp_rank = rank % tp_size
         self.pp_rank = rank // tp_size
         self.tp_group = [self.pp_rank * tp_size + i for i in range(tp_size)]
+        # -1: pure tensor parallelism for the experts; their product must be tp_size
+        if moe_tp_size == -1 and moe_ep_size == -1:
+            moe_tp_size, moe_ep_size = tp_size, 1
+        elif moe_tp_size == -1:
+            moe_tp_size = tp_size // moe_ep_size
+        elif moe_ep_size == -1:
+            moe_ep_size = tp_size // moe_tp_size
+        if moe_tp_size * moe_ep_size != tp_size:
+            raise ValueError(f"tp_size must equal to moe_tp_size * moe_ep_size, but got {tp_size} != "
+                             f"{moe_tp_size} * {moe_ep_size}")
+        self.moe_tp_size, self.moe_ep_size = moe_tp_size, moe_ep_size
+        self.moe_ep_rank, self.moe_tp_rank = self.tp_rank % moe_ep_size, self.tp_rank // moe_ep_size
         self.pp_group = [self.tp_rank + i * tp_size for i in range(pp_size)]
 
     def is_first_pp_rank(self):
@@ -35,4 +48,5 @@ class Mapping:
         return list(range(start, start + base + (1 if self.pp_rank < extra else 0)))
 
     def to_dict(self):
-        return {"world_size": self.world_size, "tp_size": self.tp_size, "pp_size": self.pp_size}
+        return {"world_size": self.world_size, "tp_size": self.tp_size, "pp_size": self.pp_size,
+                "moe_tp_size": self.moe_tp_size, "moe_ep_size": self.moe_ep_size}

@@ -48,10 +48,11 @@ class MixtureOfExperts(Module):
                  tp_group=None, tp_size=1, quant_mode=None, use_all_reduce=True):
         super().__init__()
         ep = getattr(mapping, "moe_ep_size", 1) if mapping is not None else 1
-        if moe_config.num_experts % ep or ffn_hidden_size % tp_size:
+        tpm = getattr(mapping, "moe_tp_size", tp_size) if mapping is not None else tp_size
+        if moe_config.num_experts % ep or ffn_hidden_size % tpm:
             raise ValueError("experts or the intermediate size do not divide by the expert / tensor parallel sizes")
         gated = hidden_act in ("swiglu", "gegelu")
-        experts, inter = moe_config.num_experts // ep, ffn_hidden_size // tp_size
+        experts, inter = moe_config.num_experts // ep, ffn_hidden_size // tpm
         self.hidden_act, self.top_k = hidden_act, moe_config.top_k
         self.router = RowLinear(hidden_size, moe_config.num_experts, bias=False, dtype="float32", tp_size=1)
         self.fc = Module()

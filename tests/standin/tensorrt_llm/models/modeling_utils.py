@@ -101,7 +101,8 @@ class PretrainedConfig:
 
     def set_rank(self, rank):
         self.mapping = Mapping(self.mapping.world_size, rank, tp_size=self.mapping.tp_size,
-                               pp_size=self.mapping.pp_size)
+                               pp_size=self.mapping.pp_size, moe_tp_size=self.mapping.moe_tp_size,
+                               moe_ep_size=self.mapping.moe_ep_size)
 
     def to_dict(self):
         out = copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in ("mapping", "_implicit")})
