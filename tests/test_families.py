@@ -417,3 +417,17 @@ def test_expert_parallelism_is_refused_on_a_dense_base(tmp_path, store, capsys):
     assert rc == 1 and "without experts" in capsys.readouterr().err and not (tmp_path / "o").exists()
     assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", "h", "--output_dir", str(tmp_path / "o"),
                  "--tp_size", "4", "--moe_tp_size", "3", "--quiet"]) == 2
+
+
+def test_expert_and_tensor_parallelism_together_verify(tmp_path, store):
+    """tp 4 as moe_ep_size 2 x moe_tp_size 2: each rank holds half the experts, each split in two."""
+    from safetensors.torch import load_file
+
+    base = tiny_base(store, "MixtralForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=4, moe_ep_size=2, dtype="float32")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert (cfg["mapping"]["moe_tp_size"], cfg["mapping"]["moe_ep_size"]) == (2, 2)
+    fc = load_file(ckpt / "rank3.safetensors")["transformer.layers.1.mlp.fc.weight"]
+    assert tuple(fc.shape) == (2, 96, 64)  # 4 experts / 2, 2 x 96 / 2, hidden
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    assert rep.parity and rep.greedy_equal, rep.render()
