@@ -83,7 +83,8 @@ class LLaMAModel(Module):
 
 class LLaMAForCausalLM(DecoderModelForCausalLM):
     #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
-    MODEL_MAP_KEYS = ('LlamaForCausalLM', 'MistralForCausalLM', 'GraniteForCausalLM', 'MixtralForCausalLM')
+    MODEL_MAP_KEYS = ('LlamaForCausalLM', 'MistralForCausalLM', 'GraniteForCausalLM', 'MixtralForCausalLM',
+                      'GraniteMoeForCausalLM')
 
     config_class = LLaMAConfig
 
