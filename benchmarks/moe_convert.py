@@ -6,8 +6,8 @@ as many layers as the size asks), saved by transformers (per-expert ``w1/w2/w3``
 heads sharing its lm_head. Contenders, each a fresh subprocess, fastest of --repeat, side by side:
 
 * cp: ``cp -r BASE HEADS DST/``;
-* convert: ``convert --dtype float16 --tp_size 2`` (the experts are stacked per layer - ``[experts, 2 x
-  inter, hidden]`` - so they take the whole-tensor path: one layer's experts in memory at a time).
+* convert: ``convert --dtype float16 --tp_size 2``; the stacked experts (``[experts, 2 x inter, hidden]``) are
+  a pure layout of the per-expert tensors, so they take the byte path like dense linears.
 
 Peak RSS is the child's ``ru_maxrss``. Run: python benchmarks/moe_convert.py [--size_gb 4] [--repeat 2] [--out F]
 """

@@ -540,3 +540,16 @@ def test_scratch_arrays_are_per_thread_reused_and_grown():
     t.start()
     t.join()
     assert not np.shares_memory(other[0], b)  # another thread's own
+
+
+def test_stacked_moe_experts_take_the_byte_path(tmp_path, store):
+    """The experts' fc and proj are pure layouts of the per-expert tensors: byte copies and strided reads, as
+    dense linears are, and the router is cast to its float32 chunk by chunk; bytes equal the tensor path's."""
+    base = tiny_base(store, "MixtralForCausalLM")
+    res = _both(tmp_path, base, _heads(base, tmp_path / "h"), tp_size=2)
+    assert res.moves["layers.1.mlp.fc.weight"] == "byte-copy"
+    assert res.moves["layers.1.mlp.proj.weight"] == "strided"
+    assert res.moves["layers.1.mlp.router.weight"] == "byte-copy"  # float32 already
+    half = _both(tmp_path / "f16", base, _heads(base, tmp_path / "h16"), tp_size=2, dtype="float16")
+    assert half.moves["layers.1.mlp.router.weight"] == "byte-copy"  # float16 checkpoint, the router kept float32
+    assert half.moves["layers.1.mlp.fc.weight"] == "convert"

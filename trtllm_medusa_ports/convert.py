@@ -515,11 +515,12 @@ def planned_shape(job: _Job, cfg: dict, rank: int, traced: dict[int, Array] | No
         if out.ndim == 1:
             return (out.shape[0],)
         width = shapes[0][1]
-        if out.ndim == 2 and all(len(s) == 2 and s[1] == width for s in shapes):
-            if out.shape[1] == tp:
-                return (out.shape[0], width)
+        if out.ndim in (2, 3) and all(len(s) == 2 and s[1] == width for s in shapes):  # 3-D: stacked experts
+            lead = tuple(out.shape[:-1])
+            if out.shape[-1] == tp:
+                return lead + (width,)
             if width % tp == 0:
-                return (out.shape[0], out.shape[1] * (width // tp))
+                return lead + (out.shape[-1] * (width // tp),)
     import torch
 
     meta = [torch.empty(s, device="meta") for s in shapes]
@@ -771,6 +772,8 @@ def _layout(opts: ConvertOptions, jobs: list[_Job], cfg: dict, dtype: str
             moves.append(MovePlan(MoveKind.TENSOR, why="fast path off"))
         elif job.fp8_group is not None:  # FP8 weight: the same pieces, cast chunk by chunk with its scale
             moves.append(move_plan(job, cfg, "float8_e4m3fn", planned, traced).as_fp8(dtype))
+        elif job.post is None and job.cast_to is not None and job.cast_to == job.stored_dtype and job.lazy:
+            moves.append(move_plan(job, cfg, job.cast_to, planned, traced))  # a dtype of its own (an MoE router)
         elif job.post is not None or job.cast_to is not None:
             moves.append(MovePlan(MoveKind.TENSOR, why="a generated float32 scale"))
         else:

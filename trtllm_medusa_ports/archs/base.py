@@ -136,20 +136,24 @@ def grouped_qkv(num_heads: int, num_kv: int, head_size: int) -> Combine:
     return combine
 
 
+@layout_only
 def stacked_expert_fc(ts):
-    """MoE experts' fc from per-expert sources ``(up_0, gate_0, up_1, gate_1, ...)``: per expert ``[up; gate]``
-    (the linear half, then the activated one: tensorrt_llm/layers/moe.py), experts stacked -
-    ``[experts, 2 * inter, hidden]``."""
-    import torch
+    """MoE experts' fc from per-expert sources ``(up_0, gate_0, up_1, gate_1, ...)``, each ``[inter, hidden]``: per
+    expert ``[up; gate]`` (the linear half, then the activated one: tensorrt_llm/layers/moe.py), experts stacked -
+    ``[experts, 2 * inter, hidden]``. A pure layout (rows concatenated, then viewed per expert), so the byte
+    path moves it."""
+    from trtllm_medusa_ports.arrays import cat
 
-    return torch.stack([torch.cat([ts[2 * e], ts[2 * e + 1]], dim=0) for e in range(len(ts) // 2)])
+    rows, rest = ts[0].shape[0], tuple(ts[0].shape[1:])
+    return cat(list(ts), dim=0).reshape((len(ts) // 2, 2 * rows) + rest)
 
 
+@layout_only
 def stacked_experts(ts):
-    """MoE experts' tensors stacked on a new dim 0 (the experts' proj: ``[experts, hidden, inter]``)."""
-    import torch
+    """MoE experts' tensors stacked on a new dim 0 (the experts' proj: ``[experts, hidden, inter]``); a pure layout."""
+    from trtllm_medusa_ports.arrays import cat
 
-    return torch.stack(list(ts))
+    return cat(list(ts), dim=0).reshape((len(ts),) + tuple(ts[0].shape))
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,9 @@ def trace(
         got = shard(standins, rank)
         shape = tuple(planned_shape(rank, name))
         v = np.asarray(got)
+        if v.ndim == 3 and len(shape) == 3:  # stacked MoE experts: rows of [experts * rows, width], row-major
+            v = v.reshape(-1, v.shape[-1])
+            shape = (shape[0] * shape[1], shape[2])
         if v.ndim == 1:
             v = v[:, None]
             if len(shape) != 1 or v.shape[0] != shape[0]:
