@@ -419,6 +419,14 @@ def test_expert_parallelism_is_refused_on_a_dense_base(tmp_path, store, capsys):
                  "--tp_size", "4", "--moe_tp_size", "3", "--quiet"]) == 2
 
 
+def test_expert_parallelism_with_pipeline_stages_verifies(tmp_path, store):
+    base = tiny_base(store, "MixtralForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, pp_size=2, moe_ep_size=2)
+    assert json.loads((ckpt / "config.json").read_text())["mapping"]["moe_ep_size"] == 2
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    assert rep.parity and rep.greedy_equal, rep.render()
+
+
 def test_expert_and_tensor_parallelism_together_verify(tmp_path, store):
     """tp 4 as moe_ep_size 2 x moe_tp_size 2: each rank holds half the experts, each split in two."""
     from safetensors.torch import load_file
