@@ -13,12 +13,19 @@ Mixtral; quantized experts refused (rule ``port-limit``).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import Role, Semantics, Source, WeightRule, register
+from trtllm_medusa_ports.archs.base import (
+    MOE_RENORMALIZE,
+    Role,
+    Semantics,
+    Source,
+    WeightRule,
+    moe_config,
+    moe_semantics,
+    register,
+)
 from trtllm_medusa_ports.archs.granite import GraniteAdapter
-from trtllm_medusa_ports.archs.mixtral import RENORMALIZE
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
@@ -73,10 +80,7 @@ class GraniteMoeAdapter(GraniteAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "swiglu"
-        cfg["moe"] = {"num_experts": self.num_experts(hf), "shared_expert_intermediate_size": 0,
-                      "top_k": self.top_k(hf), "normalization_mode": RENORMALIZE, "sparse_mixer_epsilon": 0.01,
-                      "tp_mode": 0, "device_limited_n_group": 0, "device_limited_topk_group": 0,
-                      "device_limited_routed_scaling_factor": 1.0}
+        cfg["moe"] = moe_config(self.num_experts(hf), self.top_k(hf), MOE_RENORMALIZE)
         return cfg
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
@@ -89,6 +93,4 @@ class GraniteMoeAdapter(GraniteAdapter):
         ]
 
     def semantics(self, cfg: dict) -> Semantics:
-        moe = cfg["moe"]
-        return dataclasses.replace(super().semantics(cfg), hidden_act="silu", moe_num_experts=int(moe["num_experts"]),
-                                   moe_top_k=int(moe["top_k"]), moe_renormalize=int(moe["normalization_mode"]) == 1)
+        return moe_semantics(super().semantics(cfg), cfg)

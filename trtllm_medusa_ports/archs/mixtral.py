@@ -20,24 +20,21 @@ here; expert parallelism is not written yet, nor quantized experts (rule ``port-
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
+    MOE_RENORMALIZE,
     Role,
     Semantics,
     Source,
     WeightRule,
+    expert_rules,
+    moe_config,
+    moe_semantics,
     register,
-    stacked_expert_fc,
-    stacked_experts,
 )
 from trtllm_medusa_ports.archs.llama import MistralAdapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
-
-#: ``MoeConfig.normalization_mode`` (tensorrt_llm/layers/moe.py ``ExpertScaleNormalizationMode``)
-RENORMALIZE = 1
 
 
 @register
@@ -80,10 +77,7 @@ class MixtralAdapter(MistralAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "swiglu"  # LLaMAConfig.from_hugging_face for MoE: the experts' gated SiLU
-        cfg["moe"] = {"num_experts": self.num_experts(hf), "shared_expert_intermediate_size": 0,
-                      "top_k": self.top_k(hf), "normalization_mode": RENORMALIZE, "sparse_mixer_epsilon": 0.01,
-                      "tp_mode": 0, "device_limited_n_group": 0, "device_limited_topk_group": 0,
-                      "device_limited_routed_scaling_factor": 1.0}
+        cfg["moe"] = moe_config(self.num_experts(hf), self.top_k(hf), MOE_RENORMALIZE)
         return cfg
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
@@ -91,11 +85,7 @@ class MixtralAdapter(MistralAdapter):
         experts = range(self.num_experts(hf))
         fc = tuple(f"{moe}experts.{e}.{w}.weight" for e in experts for w in ("w3", "w1"))
         proj = tuple(f"{moe}experts.{e}.w2.weight" for e in experts)
-        return super().layer_rules(hf) + [
-            WeightRule("mlp.router.weight", (f"{moe}gate.weight",), Split.REPLICATE, dtype="float32"),
-            WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, stacked_expert_fc, experts=True),
-            WeightRule("mlp.proj.weight", proj, Split.EXPERT_ROW, stacked_experts, experts=True),
-        ]
+        return super().layer_rules(hf) + expert_rules(f"{moe}gate.weight", fc, proj)
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         if self.top_k(hf) > self.num_experts(hf):
@@ -104,6 +94,4 @@ class MixtralAdapter(MistralAdapter):
         return []
 
     def semantics(self, cfg: dict) -> Semantics:
-        moe = cfg["moe"]
-        return dataclasses.replace(super().semantics(cfg), hidden_act="silu", moe_num_experts=int(moe["num_experts"]),
-                                   moe_top_k=int(moe["top_k"]), moe_renormalize=int(moe["normalization_mode"]) == 1)
+        return moe_semantics(super().semantics(cfg), cfg)

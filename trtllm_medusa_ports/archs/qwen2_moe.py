@@ -20,24 +20,22 @@ Dense layers among the sparse ones (``mlp_only_layers``, ``decoder_sparse_step``
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
+    MOE_NONE,
     Role,
     Semantics,
     Source,
     WeightRule,
+    expert_rules,
+    moe_config,
+    moe_semantics,
     register,
-    stacked_expert_fc,
-    stacked_experts,
 )
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
-
-#: ``MoeConfig.normalization_mode`` NONE (tensorrt_llm/layers/moe.py ``ExpertScaleNormalizationMode``)
-NONE = 0
 
 
 def _up_then_gate(ts):
@@ -56,6 +54,24 @@ def qwen_moe_routing_divergence(hf: HFConfig) -> list[tuple[str, str]]:
              "weights each expert by its share of the softmax over all experts",
              "serve this base without renormalised routing, or accept the difference (--allow_unsupported writes the "
              "checkpoint; verify then shows it)")]
+
+
+def qwen_moe_fields(adapter, hf: HFConfig, cfg: dict, qwen_type: str) -> dict:
+    """``cfg`` with what ``QWenConfig.from_hugging_face`` writes for a Qwen MoE (the routing hard-coded NONE)."""
+    cfg.update(qwen_type=qwen_type, hidden_act="swiglu", moe=moe_config(adapter.num_experts(hf), adapter.top_k(hf), MOE_NONE),
+               moe_intermediate_size=int(hf.require("moe_intermediate_size", int)),
+               mlp_only_layers=list(hf.get("mlp_only_layers") or []),
+               decoder_sparse_step=int(hf.get("decoder_sparse_step") or 1))
+    return cfg
+
+
+def qwen_expert_rules(adapter, hf: HFConfig) -> list[WeightRule]:
+    """The routed experts of a Qwen MoE layer: ``mlp.experts.E.{up,gate,down}_proj``, router ``mlp.gate``."""
+    mlp = adapter.layer_name("mlp.")
+    experts = range(adapter.num_experts(hf))
+    fc = tuple(f"{mlp}experts.{e}.{w}.weight" for e in experts for w in ("up_proj", "gate_proj"))
+    proj = tuple(f"{mlp}experts.{e}.down_proj.weight" for e in experts)
+    return expert_rules(f"{mlp}gate.weight", fc, proj)
 
 
 @register
@@ -100,29 +116,14 @@ class Qwen2MoeAdapter(Qwen2Adapter):
         return int(hf.require("num_experts_per_tok", int))
 
     def trtllm_config(self, hf: HFConfig) -> dict:
-        cfg = super().trtllm_config(hf)
-        cfg["qwen_type"] = "qwen2_moe"
-        cfg["hidden_act"] = "swiglu"
-        cfg["moe"] = {"num_experts": self.num_experts(hf), "shared_expert_intermediate_size": 0,
-                      "top_k": self.top_k(hf), "normalization_mode": NONE, "sparse_mixer_epsilon": 0.01,
-                      "tp_mode": 0, "device_limited_n_group": 0, "device_limited_topk_group": 0,
-                      "device_limited_routed_scaling_factor": 1.0}
-        cfg["moe_intermediate_size"] = int(hf.require("moe_intermediate_size", int))
+        cfg = qwen_moe_fields(self, hf, super().trtllm_config(hf), "qwen2_moe")
         cfg["moe_shared_expert_intermediate_size"] = int(hf.require("shared_expert_intermediate_size", int))
-        cfg["mlp_only_layers"] = list(hf.get("mlp_only_layers") or [])
-        cfg["decoder_sparse_step"] = int(hf.get("decoder_sparse_step") or 1)
         return cfg
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
         mlp = self.layer_name("mlp.")
-        experts = range(self.num_experts(hf))
-        fc = tuple(f"{mlp}experts.{e}.{w}.weight" for e in experts for w in ("up_proj", "gate_proj"))
-        proj = tuple(f"{mlp}experts.{e}.down_proj.weight" for e in experts)
         shared = f"{mlp}shared_expert."
-        return super().layer_rules(hf) + [
-            WeightRule("mlp.router.weight", (f"{mlp}gate.weight",), Split.REPLICATE, dtype="float32"),
-            WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, stacked_expert_fc, experts=True),
-            WeightRule("mlp.proj.weight", proj, Split.EXPERT_ROW, stacked_experts, experts=True),
+        return super().layer_rules(hf) + qwen_expert_rules(self, hf) + [
             WeightRule("mlp.shared_expert.fc.weight", (f"{shared}up_proj.weight", f"{shared}gate_proj.weight"),
                        Split.COLUMN_PAIR, _up_then_gate, experts=True),
             WeightRule("mlp.shared_expert.proj.weight", (f"{shared}down_proj.weight",), Split.ROW, experts=True),
@@ -139,7 +140,4 @@ class Qwen2MoeAdapter(Qwen2Adapter):
         return []
 
     def semantics(self, cfg: dict) -> Semantics:
-        moe = cfg["moe"]
-        return dataclasses.replace(super().semantics(cfg), hidden_act="silu", moe_num_experts=int(moe["num_experts"]),
-                                   moe_top_k=int(moe["top_k"]), moe_renormalize=int(moe["normalization_mode"]) == 1,
-                                   moe_shared_expert=True)
+        return moe_semantics(super().semantics(cfg), cfg, shared_expert=True)

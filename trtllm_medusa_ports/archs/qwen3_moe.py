@@ -14,7 +14,6 @@ experts' weights), which the engine does not: rule ``engine-divergence``, as for
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import (
@@ -22,14 +21,17 @@ from trtllm_medusa_ports.archs.base import (
     Semantics,
     Source,
     WeightRule,
+    moe_semantics,
     register,
-    stacked_expert_fc,
-    stacked_experts,
 )
-from trtllm_medusa_ports.archs.qwen2_moe import NONE, Qwen2MoeAdapter, qwen_moe_routing_divergence
+from trtllm_medusa_ports.archs.qwen2_moe import (
+    Qwen2MoeAdapter,
+    qwen_expert_rules,
+    qwen_moe_fields,
+    qwen_moe_routing_divergence,
+)
 from trtllm_medusa_ports.archs.qwen3 import Qwen3Adapter
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
 
 
 @register
@@ -72,30 +74,10 @@ class Qwen3MoeAdapter(Qwen3Adapter):
         return super().engine_divergences(hf) + qwen_moe_routing_divergence(hf)
 
     def trtllm_config(self, hf: HFConfig) -> dict:
-        cfg = super().trtllm_config(hf)
-        cfg["qwen_type"] = "qwen3_moe"
-        cfg["hidden_act"] = "swiglu"
-        cfg["moe"] = {"num_experts": self.num_experts(hf), "shared_expert_intermediate_size": 0,
-                      "top_k": self.top_k(hf), "normalization_mode": NONE, "sparse_mixer_epsilon": 0.01,
-                      "tp_mode": 0, "device_limited_n_group": 0, "device_limited_topk_group": 0,
-                      "device_limited_routed_scaling_factor": 1.0}
-        cfg["moe_intermediate_size"] = int(hf.require("moe_intermediate_size", int))
-        cfg["mlp_only_layers"] = list(hf.get("mlp_only_layers") or [])
-        cfg["decoder_sparse_step"] = int(hf.get("decoder_sparse_step") or 1)
-        return cfg
+        return qwen_moe_fields(self, hf, super().trtllm_config(hf), "qwen3_moe")
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        mlp = self.layer_name("mlp.")
-        experts = range(self.num_experts(hf))
-        fc = tuple(f"{mlp}experts.{e}.{w}.weight" for e in experts for w in ("up_proj", "gate_proj"))
-        proj = tuple(f"{mlp}experts.{e}.down_proj.weight" for e in experts)
-        return super().layer_rules(hf) + [
-            WeightRule("mlp.router.weight", (f"{mlp}gate.weight",), Split.REPLICATE, dtype="float32"),
-            WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, stacked_expert_fc, experts=True),
-            WeightRule("mlp.proj.weight", proj, Split.EXPERT_ROW, stacked_experts, experts=True),
-        ]
+        return super().layer_rules(hf) + qwen_expert_rules(self, hf)
 
     def semantics(self, cfg: dict) -> Semantics:
-        moe = cfg["moe"]
-        return dataclasses.replace(super().semantics(cfg), hidden_act="silu", moe_num_experts=int(moe["num_experts"]),
-                                   moe_top_k=int(moe["top_k"]), moe_renormalize=int(moe["normalization_mode"]) == 1)
+        return moe_semantics(super().semantics(cfg), cfg)
