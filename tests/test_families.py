@@ -275,6 +275,14 @@ def test_family_lists_in_the_docs_are_derived_from_the_adapters(document, monkey
         assert "`PhiForCausalLM`" not in families.LISTS["no-pipeline-parallel"]()
 
 
+def test_every_class_with_engine_limits_states_them_for_the_docs():
+    """docs/compatibility-rules.md lists each family's engine limits from the adapters: a class that adds
+    limits of its own must say what they are (engine_limits_summary), or the list would miss it."""
+    for cls in dict.fromkeys(registry().values()):
+        if "engine_limits" in cls.__dict__:
+            assert cls.__dict__.get("engine_limits_summary"), f"{cls.__name__} declares no engine_limits_summary"
+
+
 def test_family_table_refuses_a_class_that_inherits_its_parents_row():
     from trtllm_medusa_ports import families
     from trtllm_medusa_ports.archs.llama import LlamaAdapter

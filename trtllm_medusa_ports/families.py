@@ -92,8 +92,19 @@ def _words(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else "none"
 
 
+def engine_limit_lines() -> str:
+    """One line per family whose class declares an ``engine_limits_summary`` (its own, not inherited)."""
+    lines = []
+    for cls in adapter_classes():
+        note = cls.__dict__.get("engine_limits_summary")
+        if note:
+            lines.append(f"\n  - `{cls.hf_architectures[0]}`: {note};")
+    return "".join(lines) + "\n  "
+
+
 #: the named lists documents hold inline, each derived from the adapters
 LISTS = {
+    "engine-limits": engine_limit_lines,
     "no-pipeline-parallel": lambda: _words(engine_classes(lambda c: not c.engine_pipeline_parallel)),
     "no-spec-plumbing": lambda: _words(engine_classes(lambda c: not c.upstream_spec_decoding_plumbing)),
     "spec-plumbing": lambda: _words(engine_classes(lambda c: c.upstream_spec_decoding_plumbing)),

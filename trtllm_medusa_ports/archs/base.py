@@ -424,6 +424,9 @@ class ArchAdapter:
     #: a tiny random model of the family (Hugging Face config kwargs with ``model_type``), declared by
     #: the class that serves ``hf_architectures[0]``; tests and the demo build it
     tiny_config: ClassVar[dict | None] = None
+    #: what the class's own ``engine_limits`` refuses, in words with the upstream file (each class declares its
+    #: own; docs/compatibility-rules.md lists them, rendered by trtllm_medusa_ports/families.py)
+    engine_limits_summary: ClassVar[str] = ""
     #: the family's test data, read by every family-wide test (each class declares its own; see
     #: :func:`family_test_cases`): shapes beyond the tiny default (``tiny_config`` overrides: GQA/MQA,
     #: tied/untied, biases), each converted and verified at tp 1 and 2 in the test dtypes

@@ -38,6 +38,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class CohereAdapter(LlamaAdapter):
     hf_architectures = ("CohereForCausalLM",)
+    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
+    engine_limits_summary: ClassVar[str] = '`head_dim != hidden_size / num_attention_heads`, `rope_scaling` set (`models/commandr/config.py` derives the head size and reads no scaling)'
     #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'silu'}
     norm_epsilon_key = 'layer_norm_eps'

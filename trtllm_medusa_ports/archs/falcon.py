@@ -35,6 +35,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class FalconAdapter(ArchAdapter):
     hf_architectures = ("FalconForCausalLM", "RWForCausalLM")
+    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
+    engine_limits_summary: ClassVar[str] = '`layer_norm_epsilon != 1e-5` for ln_f, and post_layernorm in the sequential layout (`models/falcon/model.py`: built without `eps`)'
     #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
     norm_epsilon_key = 'layer_norm_epsilon'

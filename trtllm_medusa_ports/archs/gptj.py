@@ -41,6 +41,8 @@ _TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 @register
 class GPTJAdapter(ArchAdapter):
     hf_architectures = ("GPTJForCausalLM",)
+    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
+    engine_limits_summary: ClassVar[str] = '`n_inner != 4 x n_embd`, `layer_norm_epsilon != 1e-5` for ln_f, an `activation_function` other than a tanh GELU (`models/gptj/model.py`: a 4 x hidden MLP, `"gelu"`, ln_f without `eps`)'
     #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}
     norm_epsilon_key = 'layer_norm_epsilon'

@@ -34,6 +34,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class GPTNeoXAdapter(ArchAdapter):
     hf_architectures = ("GPTNeoXForCausalLM",)
+    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
+    engine_limits_summary: ClassVar[str] = '`intermediate_size != 4 x hidden_size`, `layer_norm_eps != 1e-5`, `use_parallel_residual: false` (`models/gptneox/model.py`: a 4 x hidden MLP, always the parallel residual, LayerNorms without `eps`)'
     #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu'}
     norm_epsilon_key = 'layer_norm_eps'

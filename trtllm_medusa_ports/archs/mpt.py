@@ -37,6 +37,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class MPTAdapter(ArchAdapter):
     hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
+    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
+    engine_limits_summary: ClassVar[str] = '`expansion_ratio != 4`, `attn_config.alibi: false`, `layer_norm_epsilon != 1e-5` for ln_f (`models/mpt/model.py`: a 4 x hidden MLP and ALiBi hard-coded, ln_f without `eps`)'
     #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
     norm_epsilon_key = 'layer_norm_epsilon'

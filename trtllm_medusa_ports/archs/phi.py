@@ -29,6 +29,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class PhiAdapter(ArchAdapter):
     hf_architectures = ("PhiForCausalLM",)
+    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
+    engine_limits_summary: ClassVar[str] = '`layer_norm_eps != 1e-5`, `num_key_value_heads != num_attention_heads` (`models/phi/model.py`: no `num_kv_heads`, no `eps`)'
     #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}
     norm_epsilon_key = 'layer_norm_eps'

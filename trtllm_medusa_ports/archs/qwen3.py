@@ -20,6 +20,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen3Adapter(Qwen2Adapter):
     hf_architectures = ("Qwen3ForCausalLM",)
+    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
+    engine_limits_summary: ClassVar[str] = '`attention_bias: true` (`models/qwen/model.py` builds attention with `dense_bias=False`)'
     #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
