@@ -407,6 +407,24 @@ def plan(
     for rule in adapter.final_rules(hf):
         add(rule, [(r, rule.name) for r in last], rule.name)
 
+    jobs += _head_jobs(heads, cfg, share_lm_head, last)
+
+    ignored = [re.compile(p) for p in adapter.ignored_hf_tensors]
+    unused = sorted(n for n in tensors if n not in used and not any(p.fullmatch(n) for p in ignored))
+    if unused:
+        raise ModelError(
+            f"{len(unused)} tensor(s) of the base model have no place in the {adapter.family} "
+            f"checkpoint, e.g. {', '.join(unused[:4])}",
+            where=str(model.path),
+            fix="the weights and config.json disagree (a bias the config does not declare, "
+            "another architecture); converting would silently drop them",
+        )
+    return jobs
+
+
+def _head_jobs(heads: MedusaHeads, cfg: dict, share_lm_head: bool, last: list[int]) -> list[_Job]:
+    """The Medusa heads' jobs: their ResBlocks, and their own lm_heads unless they share the base's."""
+    jobs: list[_Job] = []
     # Medusa heads live on the last pipeline stage, every tensor split on dim 0
     # (tensorrt_llm/models/medusa/weight.py load_medusa_hf).
     hidden = heads.hidden_size
@@ -455,17 +473,6 @@ def plan(
                     lazy=lazy,
                 )
             )
-
-    ignored = [re.compile(p) for p in adapter.ignored_hf_tensors]
-    unused = sorted(n for n in tensors if n not in used and not any(p.fullmatch(n) for p in ignored))
-    if unused:
-        raise ModelError(
-            f"{len(unused)} tensor(s) of the base model have no place in the {adapter.family} "
-            f"checkpoint, e.g. {', '.join(unused[:4])}",
-            where=str(model.path),
-            fix="the weights and config.json disagree (a bias the config does not declare, "
-            "another architecture); converting would silently drop them",
-        )
     return jobs
 
 
