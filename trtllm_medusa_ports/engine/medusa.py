@@ -26,16 +26,13 @@ from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.sharding import Mapping
 
 
-def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
-    """Build ``name``: ``base_cls`` + Medusa heads + (if needed) spec-decoding plumbing."""
+def _head_class() -> type:
+    """TensorRT-LLM's Medusa head, as upstream's ``MedusaHead`` declares it (tensorrt_llm/models/medusa/model.py):
+    ResBlocks of a column-parallel linear, then its own lm_head or the base's."""
     functional = import_module("tensorrt_llm.functional")
     layers = import_module("tensorrt_llm.layers")
     module_mod = import_module("tensorrt_llm.module")
-    modeling_utils = import_module("tensorrt_llm.models.modeling_utils")
     ColumnLinear, Module, ModuleList = layers.ColumnLinear, module_mod.Module, module_mod.ModuleList
-    # GPT-NeoX, Bloom and MPT have no config_class; upstream's PretrainedConfig.from_dict falls back
-    # to PretrainedConfig the same way (tensorrt_llm/models/modeling_utils.py)
-    base_config_cls = getattr(base_cls, "config_class", modeling_utils.PretrainedConfig)
 
     class MedusaLayer(Module):
         def __init__(self, hidden_size: int, act: str, dtype: Any, mapping: Any):
@@ -64,6 +61,38 @@ def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
             for layer in self.medusa_layers:
                 x = layer(x)
             return (self.lm_head if self.own_lm_head else shared_lm_head)(x)
+
+    return MedusaHead
+
+
+def _ported_config(base_config_cls: type) -> type:
+    class PortedConfig(base_config_cls):
+        """The family's config class, seeing the base's HF architecture.
+
+        Family logic keys on ``architecture`` (GemmaConfig.is_gemma_2 compares it with
+        "Gemma2ForCausalLM", tensorrt_llm/models/gemma/config.py), so the checkpoint's
+        ``MedusaPorts*`` name is replaced by ``base_architecture`` before the family sees it. The
+        engine's config then names a base that upstream's runtime resolves through MODEL_MAP
+        (``EngineConfig.from_json_file``), with the Medusa fields (num_medusa_heads,
+        max_draft_len, ...) beside it.
+        """
+
+        def __init__(self, **kwargs: Any):
+            kwargs["architecture"] = kwargs.get("base_architecture") or kwargs["architecture"]
+            super().__init__(**kwargs)
+
+    return PortedConfig
+
+
+def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
+    """Build ``name``: ``base_cls`` + Medusa heads + (if needed) spec-decoding plumbing."""
+    functional = import_module("tensorrt_llm.functional")
+    ModuleList = import_module("tensorrt_llm.module").ModuleList
+    modeling_utils = import_module("tensorrt_llm.models.modeling_utils")
+    # some classes have no config_class (tests/standin/LEDGER.md); upstream's PretrainedConfig.from_dict
+    # falls back to PretrainedConfig the same way (tensorrt_llm/models/modeling_utils.py)
+    base_config_cls = getattr(base_cls, "config_class", modeling_utils.PretrainedConfig)
+    MedusaHead = _head_class()
 
     class PortedMedusaForCausalLM(base_cls):
         def __init__(self, config: Any):
@@ -112,21 +141,7 @@ def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
                         "(trtllm-medusa check lists what each family supports)")
             return super().load(weights, *args, **kwargs)
 
-    class PortedConfig(base_config_cls):
-        """The family's config class, seeing the base's HF architecture.
-
-        Family logic keys on ``architecture`` (GemmaConfig.is_gemma_2 compares it with
-        "Gemma2ForCausalLM", tensorrt_llm/models/gemma/config.py), so the checkpoint's
-        ``MedusaPorts*`` name is replaced by ``base_architecture`` before the family sees it. The
-        engine's config then names a base that upstream's runtime resolves through MODEL_MAP
-        (``EngineConfig.from_json_file``), with the Medusa fields (num_medusa_heads,
-        max_draft_len, ...) beside it.
-        """
-
-        def __init__(self, **kwargs: Any):
-            kwargs["architecture"] = kwargs.get("base_architecture") or kwargs["architecture"]
-            super().__init__(**kwargs)
-
+    PortedConfig = _ported_config(base_config_cls)
     config_name = name.replace("ForCausalLM", "Config")
     PortedConfig.__name__ = PortedConfig.__qualname__ = config_name
     PortedMedusaForCausalLM.config_class = PortedConfig
