@@ -13,6 +13,7 @@ family list written by hand; ``tests/test_families.py`` fails when they differ, 
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import re
 import sys
@@ -29,13 +30,18 @@ LIST_DOCUMENTS = ("README.md", "docs/porting-guide.md", "docs/engine.md", "docs/
 _INLINE = re.compile(r"(<!-- families:([a-z-]+) -->)(.*?)(<!-- /families -->)", re.S)
 
 
+@functools.cache
+def _source_line(cls: type) -> int:
+    return inspect.getsourcelines(cls)[1]  # reads and parses the module: once per class
+
+
 def adapter_classes() -> list[type[ArchAdapter]]:
     """Each registered class once: servable families first, then ALiBi ones, by module and definition order."""
     classes = list(dict.fromkeys(registry().values()))
 
     def key(cls: type[ArchAdapter]) -> tuple:
         module = sys.modules[cls.__module__]
-        line = inspect.getsourcelines(cls)[1]
+        line = _source_line(cls)
         return (cls.position_embedding is PositionEmbedding.ALIBI, module.__name__ != "trtllm_medusa_ports.archs.llama",
                 module.__name__, line)
 
