@@ -483,3 +483,16 @@ def test_tune_tree_says_when_the_tree_leaves_heads_unused(tmp_path, monkeypatch,
                      "--output", str(out), "--prompt_ids", "1,2"]) == 0
     assert "the tree uses 1 of the 3 heads: heads 1..2" in capsys.readouterr().err
     assert json.loads(out.read_text()) == [[0], [1]]
+
+
+def test_one_vocabulary_check_names_the_item_its_ids_and_the_file():
+    from trtllm_medusa_ports.errors import ModelError, PortError
+    from trtllm_medusa_ports.files.prompts import check_ids
+
+    check_ids([[0, 49], [7]], 50)  # inside: nothing raised
+    with pytest.raises(PortError) as e:
+        check_ids([[1, 2], [3, 99, -1, 50, 51]], 50, "calibration sample", where="c.jsonl", fix="retokenize")
+    assert e.value.what == "calibration sample 1: token ids [99, -1, 50] are outside the vocabulary 0..49"
+    assert (e.value.where, e.value.fix) == ("c.jsonl", "retokenize")
+    with pytest.raises(ModelError, match=r"prompt 0: token ids \(empty\)"):
+        check_ids([[]], 50, error=ModelError)

@@ -163,10 +163,9 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
                         f"base (hidden_size {hidden}, vocab_size {vocab}): a tree tuned on them would mean nothing",
                         where=str(medusa_model_dir), fix="pass the heads trained for this base")
     if prompt_ids is not None:
-        bad = [t for p in prompt_ids for t in p if not 0 <= t < vocab]
-        if bad or any(not p for p in prompt_ids):
-            raise PortError(f"--prompt_ids {bad[:3] or '(an empty prompt)'} outside the vocabulary 0..{vocab - 1}",
-                            fix="pass ids of the base's tokenizer, e.g. --prompt_ids 1,2,3;4,5")
+        from trtllm_medusa_ports.files.prompts import check_ids
+
+        check_ids(prompt_ids, vocab, "--prompt_ids prompt", fix="pass ids of the base's tokenizer, e.g. --prompt_ids 1,2,3;4,5")
     if prompt_ids is None:
         from trtllm_medusa_ports.files.prompts import heldout_prompts, tokenizer_for
 

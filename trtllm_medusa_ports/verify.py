@@ -28,6 +28,7 @@ from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.prompts import check_ids
 from trtllm_medusa_ports.heads.logits import source_heads_logits
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
@@ -384,12 +385,7 @@ class ActivationRange:
 def measure_activation_range(model_dir: str | Path, prompts: list[list[int]]) -> tuple[float, str]:
     """Largest |output| of any module of the transformers model (float32) on the prompts, and where."""
     model = load_hf_model(model_dir, torch.float32)
-    vocab = model.config.vocab_size
-    for p in prompts:
-        bad = [t for t in p if not 0 <= t < vocab]
-        if bad or not p:
-            raise ModelError(f"prompt ids {bad or '(empty)'} are outside the vocabulary 0..{vocab - 1}",
-                             fix="pass prompts of this model's tokenizer")
+    check_ids(prompts, model.config.vocab_size, error=ModelError, fix="pass prompts of this model's tokenizer")
     rng = ActivationRange(model)
     try:
         for p in prompts:
@@ -602,13 +598,7 @@ def _prompts_and_tree(prompts: list[list[int]] | None, medusa_choices: str | Non
                       checkpoint_dir: str | Path) -> tuple[list[list[int]], MedusaTree, str | None]:
     """The prompts (inside the vocabulary) and the tree (within the checkpoint's max_draft_len) to verify with."""
     prompts = prompts or default_prompts(ref.vocab)
-    for p in prompts:
-        bad = [t for t in p if not 0 <= t < ref.vocab]
-        if bad or not p:
-            raise ModelError(
-                f"prompt ids {bad or '(empty)'} are outside the vocabulary 0..{ref.vocab - 1}",
-                fix="pass --prompt_ids with valid token ids",
-            )
+    check_ids(prompts, ref.vocab, error=ModelError, fix="pass --prompt_ids with valid token ids")
     if medusa_choices is None:
         medusa_choices = "mc_sim_7b_63"
     tree, pruned = _tree_for(medusa_choices, ref.num_medusa_heads)

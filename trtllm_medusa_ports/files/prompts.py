@@ -50,17 +50,9 @@ class PromptInputs:
         return [flag for flag, v in (("--prompt", self.prompt), ("--prompts_file", self.prompts_file),
                                      ("--prompt_ids", self.prompt_ids), ("--data", self.data)) if v]
 
-    @property
-    def empty(self) -> bool:
-        return not self.given()
-
     def paths(self) -> dict[str, Path]:
         """The input files, by flag (for the guards that never write into an input)."""
         return {flag: Path(p) for flag, p in (("--prompts_file", self.prompts_file), ("--data", self.data)) if p}
-
-    def to_dict(self) -> dict:
-        return {"prompt": list(self.prompt), "prompts_file": str(self.prompts_file) if self.prompts_file else None,
-                "prompt_ids": self.prompt_ids, "data": str(self.data) if self.data else None}
 
 
 def parse_prompt_ids(text: str) -> list[list[int]]:
@@ -202,10 +194,13 @@ def read_items(inputs: PromptInputs, tokenize: Callable[[str], list[int]],
     return None if default is None else [Item(tokenize(t)) for t in default()]
 
 
-def check_ids(items: list[Item], vocab: int, flag: str = "prompt") -> None:
-    """Every item non-empty with ids inside the vocabulary."""
-    for n, it in enumerate(items):
-        bad = [t for t in it.ids if not 0 <= t < vocab]
-        if bad or not it.ids:
-            raise PortError(f"{flag} {n}: token ids {bad[:3] or '(empty)'} are outside the vocabulary 0..{vocab - 1}",
-                            fix="use the base's own tokenizer (--tokenizer_dir) or ids below the vocabulary size")
+def check_ids(seqs: list[list[int]], vocab: int, what: str = "prompt", *, error: type[PortError] = PortError,
+              where: str | None = None,
+              fix: str = "use the base's own tokenizer (--tokenizer_dir) or ids below the vocabulary size") -> None:
+    """Every id sequence non-empty and inside the vocabulary ``0..vocab-1``, or ``error`` naming the first bad one
+    (``what`` and its index) and its first bad ids. Every command that takes token ids checks them here."""
+    for n, ids in enumerate(seqs):
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad or not ids:
+            raise error(f"{what} {n}: token ids {bad[:3] or '(empty)'} are outside the vocabulary 0..{vocab - 1}",
+                        where=where, fix=fix)

@@ -56,6 +56,7 @@ from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.prompts import (
     Item,
     PromptInputs,
+    check_ids,
     lazy_tokenizer,
     packaged_prompts,
     read_items,
@@ -696,11 +697,8 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> Tra
     items = read_items(opts.prompts, tokenize, default=packaged_prompts)
     vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else lm_head_of(model)[0].shape[0]
     max_pos = getattr(model.config, "max_position_embeddings", None)
+    check_ids([it.ids for it in items], vocab, "item")
     for n, it in enumerate(items):
-        bad = [t for t in it.ids if not 0 <= t < vocab]
-        if bad or not it.ids:
-            raise PortError(f"token ids {bad[:3] or '(empty)'} are outside the vocabulary 0..{vocab - 1}",
-                            fix="use the base's own tokenizer (--tokenizer_dir) or valid ids")
         if max_pos and len(it.ids) + (opts.new_tokens if it.continue_it else 0) > max_pos:
             raise PortError(f"prompt {n} has {len(it.ids)} tokens; with --new_tokens {opts.new_tokens} it passes the "
                             f"base's max_position_embeddings {max_pos}",

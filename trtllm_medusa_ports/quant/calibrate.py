@@ -22,6 +22,7 @@ import torch
 from trtllm_medusa_ports.archs.base import ArchAdapter, layer_sources
 from trtllm_medusa_ports.errors import ModelError, PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.prompts import check_ids
 from trtllm_medusa_ports.quant import linear_of
 from trtllm_medusa_ports.sharding import Split
 
@@ -147,11 +148,8 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
 
     hf = HFConfig.read(model_dir)
     vocab = int(hf.require("vocab_size"))
-    for n, ids in enumerate(samples):  # before the model is loaded: a bad sample costs nothing
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            raise PortError(f"calibration sample {n} has token ids {bad[:3]} outside the vocabulary 0..{vocab - 1}",
-                            where=source, fix="tokenize with the base's own tokenizer")
+    # before the model is loaded: a bad sample costs nothing
+    check_ids(samples, vocab, "calibration sample", where=source, fix="tokenize with the base's own tokenizer")
     if quiet:
         from transformers.utils import logging as hf_logging
 
