@@ -1,6 +1,7 @@
 """Every supported family: convert at tp 1 and 2, verify parity and greedy equivalence, checker verdict."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from trtllm_medusa_ports.archs import adapter_for, registry, supported_architect
 from trtllm_medusa_ports.archs.base import PositionEmbedding, family_test_cases
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.compat import check
-from trtllm_medusa_ports.errors import ConversionError
+from trtllm_medusa_ports.errors import ConversionError, ModelError
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
 from trtllm_medusa_ports.reference import ReferenceModel
@@ -416,6 +417,21 @@ def test_expert_parallelism_splits_the_experts_and_verifies(tmp_path, store, arc
     assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir",
                  str(tmp_path / "bad"), "--tp_size", "2", "--moe_ep_size", "3", "--quiet"]) == 1
     assert not (tmp_path / "bad").exists()
+
+
+def test_expert_count_is_read_in_both_spellings_and_is_zero_for_a_dense_family():
+    """num_experts (Qwen's configs) or num_local_experts (Mixtral, Granite, transformers 5's Qwen3-MoE), one reader;
+    a dense family reads none of them, even from a config that carries the key."""
+    def count(arch, **fields):
+        hf = HFConfig(data={"num_experts_per_tok": 2, **fields}, path=Path("config.json"))
+        return adapter_for(arch).num_experts(hf), adapter_for(arch).top_k(hf)
+
+    assert count("Qwen3MoeForCausalLM", num_local_experts=6) == (6, 2)
+    assert count("Qwen2MoeForCausalLM", num_experts=5) == (5, 2)
+    assert count("MixtralForCausalLM", num_local_experts=8) == (8, 2)
+    assert count("LlamaForCausalLM", num_local_experts=8) == (0, 0)
+    with pytest.raises(ModelError, match="'num_experts' or 'num_local_experts' is missing"):
+        count("GraniteMoeForCausalLM")
 
 
 def test_expert_parallelism_is_refused_on_a_dense_base(tmp_path, store, capsys):

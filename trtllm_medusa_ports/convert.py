@@ -672,7 +672,7 @@ def _check_expert_parallelism(opts: ConvertOptions, model: HFModel, adapter: Arc
     ep = opts.moe_ep_size
     if ep == 1:
         return
-    experts = int((adapter.engine_config(model.config).get("moe") or {}).get("num_experts", 0))
+    experts = adapter.num_experts(model.config)
     if experts <= 1:
         raise ConversionError(f"--moe_ep_size {ep} on a base without experts", fix="drop --moe_ep_size")
     if ep < 1 or opts.tp_size % ep or experts % ep:

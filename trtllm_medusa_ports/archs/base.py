@@ -573,6 +573,22 @@ class ArchAdapter:
     def intermediate_size(self, hf: HFConfig) -> int:
         return int(hf.require("intermediate_size"))
 
+    def num_experts(self, hf: HFConfig) -> int:
+        """Routed experts per MoE layer; 0 for a dense family (one whose engine class reads no ``moe``).
+        Qwen's MoE configs say ``num_experts``, Mixtral's and Granite's ``num_local_experts`` (which
+        transformers 5 also writes for Qwen3-MoE)."""
+        if "moe" not in self.engine_keys:
+            return 0
+        return int(hf.require("num_experts", int, "num_local_experts"))
+
+    def top_k(self, hf: HFConfig) -> int:
+        """Experts each token is routed to (``num_experts_per_tok``); 0 for a dense family."""
+        return int(hf.require("num_experts_per_tok", int)) if self.num_experts(hf) else 0
+
+    def moe_block(self, hf: HFConfig, normalization_mode: int) -> dict:
+        """config.json's ``moe`` for this config's experts (:func:`moe_config`)."""
+        return moe_config(self.num_experts(hf), self.top_k(hf), normalization_mode)
+
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return bool(self.hf_value(hf, "tie_word_embeddings"))
 

@@ -21,7 +21,6 @@ from trtllm_medusa_ports.archs.base import (
     Semantics,
     Source,
     WeightRule,
-    moe_config,
     moe_semantics,
     register,
 )
@@ -71,16 +70,10 @@ class GraniteMoeAdapter(GraniteAdapter):
     #: the router, kept in float32 (transformers 5: block_sparse_moe.router.weight; 4: router.layer.weight)
     full_precision_parameters: ClassVar[tuple[str, ...]] = (r".*\.block_sparse_moe\.router\.(layer\.)?weight",)
 
-    def num_experts(self, hf: HFConfig) -> int:
-        return int(hf.require("num_local_experts", int))
-
-    def top_k(self, hf: HFConfig) -> int:
-        return int(hf.require("num_experts_per_tok", int))
-
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "swiglu"
-        cfg["moe"] = moe_config(self.num_experts(hf), self.top_k(hf), MOE_RENORMALIZE)
+        cfg["moe"] = self.moe_block(hf, MOE_RENORMALIZE)
         return cfg
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:

@@ -29,7 +29,6 @@ from trtllm_medusa_ports.archs.base import (
     Source,
     WeightRule,
     expert_rules,
-    moe_config,
     moe_semantics,
     register,
 )
@@ -70,16 +69,10 @@ class MixtralAdapter(MistralAdapter):
     #: the router, kept in float32 (transformers 5 names it mlp.gate, 4 block_sparse_moe.gate)
     full_precision_parameters: ClassVar[tuple[str, ...]] = (r".*\.(mlp|block_sparse_moe)\.gate\.weight",)
 
-    def num_experts(self, hf: HFConfig) -> int:
-        return int(hf.require("num_local_experts", int))
-
-    def top_k(self, hf: HFConfig) -> int:
-        return int(hf.require("num_experts_per_tok", int))
-
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "swiglu"  # LLaMAConfig.from_hugging_face for MoE: the experts' gated SiLU
-        cfg["moe"] = moe_config(self.num_experts(hf), self.top_k(hf), MOE_RENORMALIZE)
+        cfg["moe"] = self.moe_block(hf, MOE_RENORMALIZE)
         return cfg
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:

@@ -29,7 +29,6 @@ from trtllm_medusa_ports.archs.base import (
     Source,
     WeightRule,
     expert_rules,
-    moe_config,
     moe_semantics,
     register,
 )
@@ -58,7 +57,7 @@ def qwen_moe_routing_divergence(hf: HFConfig) -> list[tuple[str, str]]:
 
 def qwen_moe_fields(adapter, hf: HFConfig, cfg: dict, qwen_type: str) -> dict:
     """``cfg`` with what ``QWenConfig.from_hugging_face`` writes for a Qwen MoE (the routing hard-coded NONE)."""
-    cfg.update(qwen_type=qwen_type, hidden_act="swiglu", moe=moe_config(adapter.num_experts(hf), adapter.top_k(hf), MOE_NONE),
+    cfg.update(qwen_type=qwen_type, hidden_act="swiglu", moe=adapter.moe_block(hf, MOE_NONE),
                moe_intermediate_size=int(hf.require("moe_intermediate_size", int)),
                mlp_only_layers=list(hf.get("mlp_only_layers") or []),
                decoder_sparse_step=int(hf.get("decoder_sparse_step") or 1))
@@ -107,13 +106,6 @@ class Qwen2MoeAdapter(Qwen2Adapter):
     names: ClassVar[dict[Role, Source | None]] = {Role.FC: None, Role.GATE: None, Role.PROJ: None}  # experts instead
     #: the router, kept in float32 (the shared expert's gate stays in the model dtype, as upstream stores it)
     full_precision_parameters: ClassVar[tuple[str, ...]] = (r".*\.mlp\.gate\.weight",)
-
-    def num_experts(self, hf: HFConfig) -> int:
-        # released checkpoints say num_experts; transformers 5 writes num_local_experts for Qwen3-MoE
-        return int(hf.get("num_experts") or hf.require("num_local_experts", int, "num_experts"))
-
-    def top_k(self, hf: HFConfig) -> int:
-        return int(hf.require("num_experts_per_tok", int))
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = qwen_moe_fields(self, hf, super().trtllm_config(hf), "qwen2_moe")

@@ -65,10 +65,7 @@ class Qwen3MoeAdapter(Qwen3Adapter):
     names: ClassVar[dict[Role, Source | None]] = {Role.FC: None, Role.GATE: None, Role.PROJ: None}  # experts instead
     #: the router, kept in float32
     full_precision_parameters: ClassVar[tuple[str, ...]] = (r".*\.mlp\.gate\.weight",)
-    # the routing facts are Qwen2-MoE's
-    num_experts = Qwen2MoeAdapter.num_experts
-    top_k = Qwen2MoeAdapter.top_k
-    port_limits = Qwen2MoeAdapter.port_limits  # dense layers among the sparse ones
+    port_limits = Qwen2MoeAdapter.port_limits  # Qwen2-MoE's: dense layers among the sparse ones
 
     def engine_divergences(self, hf: HFConfig) -> list[tuple[str, str]]:
         return super().engine_divergences(hf) + qwen_moe_routing_divergence(hf)

@@ -32,7 +32,7 @@ def linear_shapes(hf: HFConfig, adapter: ArchAdapter, tp_size: int) -> dict[str,
 
 def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_size: int) -> list[Finding]:
     out: list[Finding] = []
-    if spec.quant_algo and (adapter.engine_config(hf).get("moe") or {}).get("num_experts", 0) > 1:
+    if spec.quant_algo and adapter.num_experts(hf) > 1:
         out.append(Finding(
             "port-limit", ERROR,
             f"{spec.quant_algo} of a mixture-of-experts base: the experts' quantized layout (tensorrt_llm/layers/moe.py "
