@@ -37,30 +37,21 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class BloomAdapter(ArchAdapter):
     hf_architectures = ("BloomForCausalLM",)
-    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
     engine_limits_summary: ClassVar[str] = '`layer_norm_epsilon != 1e-5` (`models/bloom/model.py` passes no `eps`)'
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
     norm_epsilon_key = 'layer_norm_epsilon'
-    #: what check refuses on the tiny model (tests convert it with --allow_unsupported)
     expected_check_errors: ClassVar[frozenset[str]] = frozenset({"alibi-position-embedding"})
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {}
     family = "bloom"
     model_types = ("bloom",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "ALiBi"
     medusa_status = (
         "**rejected** (`alibi-position-embedding`); mapping and reference (tree ALiBi from depth) exist, `--allow_unsupported` writes it"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(model_type="bloom", hidden_size=64, n_layer=2, n_head=4, vocab_size=256)
     trtllm_base_class = "BloomForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['share_embedding_table'])
     trtllm_module = "bloom"
     engine_pipeline_parallel = False  # tensorrt_llm/models/bloom/model.py: no send/recv between stages

@@ -38,25 +38,18 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class CohereAdapter(LlamaAdapter):
     hf_architectures = ("CohereForCausalLM",)
-    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
     engine_limits_summary: ClassVar[str] = '`head_dim != hidden_size / num_attention_heads`, `rope_scaling` set (`models/commandr/config.py` derives the head size and reads no scaling)'
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'silu'}
     norm_epsilon_key = 'layer_norm_eps'
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"attention_bias": True, "tie_word_embeddings": False,
                                                       "num_key_value_heads": 4})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "layer_norm_eps": 3e-6}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "cohere"
     model_types = ("cohere",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = "Command-R"
     position_summary = "RoPE (GPT-J, interleaved), logit scale"
     medusa_status = "`trtllm-medusa build`; `use_qk_norm` refused (`port-limit`)"
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs);
     #: a logit scale far from 1 so that dropping it shows
     tiny_config: ClassVar[dict | None] = dict(
         model_type="cohere", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
@@ -65,7 +58,6 @@ class CohereAdapter(LlamaAdapter):
         use_qk_norm=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
     )
     trtllm_base_class = "CohereForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['attn_bias', 'output_multiplier_scale'])
     trtllm_module = "commandr"
     upstream_medusa_base = False

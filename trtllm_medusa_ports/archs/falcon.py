@@ -35,33 +35,25 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class FalconAdapter(ArchAdapter):
     hf_architectures = ("FalconForCausalLM", "RWForCausalLM")
-    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
     engine_limits_summary: ClassVar[str] = '`layer_norm_epsilon != 1e-5` for ln_f, and post_layernorm in the sequential layout (`models/falcon/model.py`: built without `eps`)'
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
     norm_epsilon_key = 'layer_norm_epsilon'
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'new_decoder_architecture': True, 'num_kv_heads': 2, 'bias': True}, {'multi_query': False, 'parallel_attn': False, 'bias': True})  # 7B style (multi-query, parallel attention, no bias), 40B style, the plain variant
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "falcon"
     model_types = ("falcon", "RefinedWeb", "RefinedWebModel")
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = "RoPE variants"
     position_summary = "RoPE (GPT-NeoX)"
     medusa_status = (
         "`trtllm-medusa build`; ALiBi variants rejected"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="falcon", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         vocab_size=256, multi_query=True, parallel_attn=True, bias=False, alibi=False,
         new_decoder_architecture=False, bos_token_id=0, eos_token_id=0,
     )
     trtllm_base_class = "FalconForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['bias', 'new_decoder_architecture', 'num_ln_in_parallel_attn', 'parallel_attention'])
     trtllm_module = "falcon"
     #: norms as in Falcon-7B (parallel attention, one shared norm); ``weight_sources`` adapts them

@@ -37,29 +37,22 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class GemmaAdapter(LlamaAdapter):
     hf_architectures = ("GemmaForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "gemma"
     model_types = ("gemma",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX)"
     medusa_status = (
         "`trtllm-medusa build` (adds spec-decoding plumbing, SiLU heads); head size 256 needs XQA JIT"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="gemma", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=1, head_dim=32, vocab_size=256,
         max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh",
     )
     trtllm_base_class = "GemmaForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['_sliding_window_pattern', 'attn_bias', 'attn_logit_softcapping', 'final_logit_softcapping', 'inter_layernorms', 'mlp_bias', 'qk_layernorm', 'query_pre_attn_scalar', 'rope_local_base_freq', 'sliding_window'])
     trtllm_module = "gemma"
     upstream_medusa_base = False
@@ -91,24 +84,17 @@ class GemmaAdapter(LlamaAdapter):
 @register
 class Gemma2Adapter(GemmaAdapter):
     hf_architectures = ("Gemma2ForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
-    #: what check refuses on the tiny model (tests convert it with --allow_unsupported)
     expected_check_errors: ClassVar[frozenset[str]] = frozenset({"attention-softcapping"})
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'query_pre_attn_scalar': 64}
     family = "gemma2"
     model_types = ("gemma2",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX), soft-capping"
     medusa_status = (
         "**rejected**: XQA ignores attention soft-capping (`attention-softcapping`); reference verifies the conversion"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="gemma2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,
@@ -144,23 +130,17 @@ class Gemma2Adapter(GemmaAdapter):
 @register
 class Gemma3Adapter(Gemma2Adapter):
     hf_architectures = ("Gemma3ForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rms_norm_eps': 3e-06, 'query_pre_attn_scalar': 64}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "gemma3"
     model_types = ("gemma3_text", "gemma3")
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "RoPE, local/global bases, q/k norm"
     medusa_status = (
         "`trtllm-medusa build`; keep `max_seq_len <= sliding_window`"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="gemma3_text", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,

@@ -41,23 +41,16 @@ _TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 @register
 class GPTJAdapter(ArchAdapter):
     hf_architectures = ("GPTJForCausalLM",)
-    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
     engine_limits_summary: ClassVar[str] = '`n_inner != 4 x n_embd`, `layer_norm_epsilon != 1e-5` for ln_f, an `activation_function` other than a tanh GELU (`models/gptj/model.py`: a 4 x hidden MLP, `"gelu"`, ln_f without `eps`)'
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}
     norm_epsilon_key = 'layer_norm_epsilon'
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"rotary_dim": 16, "tie_word_embeddings": True})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {"rotary_dim": 4}
     family = "gptj"
     model_types = ("gptj",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "partial RoPE (GPT-J, interleaved)"
     medusa_status = "`trtllm-medusa build`, pp 1 only, multi-head attention only"
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="gptj", n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=256, vocab_size=256,
         layer_norm_epsilon=1e-5, activation_function="gelu_new", tie_word_embeddings=False,

@@ -34,32 +34,24 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class GPTNeoXAdapter(ArchAdapter):
     hf_architectures = ("GPTNeoXForCausalLM",)
-    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
     engine_limits_summary: ClassVar[str] = '`intermediate_size != 4 x hidden_size`, `layer_norm_eps != 1e-5`, `use_parallel_residual: false` (`models/gptneox/model.py`: a 4 x hidden MLP, always the parallel residual, LayerNorms without `eps`)'
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu'}
     norm_epsilon_key = 'layer_norm_eps'
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'rotary_pct': 0.5})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
     family = "gpt_neox"
     model_types = ("gpt_neox", "gptneox")
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = "Pythia"
     position_summary = "partial RoPE"
     medusa_status = (
         "`trtllm-medusa build`, pp 1 only, parallel residual only; engine GELU is the tanh form (`gelu-approximation`)"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="gpt_neox", hidden_size=64, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=4, vocab_size=256, max_position_embeddings=256, rotary_pct=0.25,
         bos_token_id=0, eos_token_id=0,
     )
     trtllm_base_class = "GPTNeoXForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['rotary_emb_base'])
     trtllm_module = "gptneox"
     engine_pipeline_parallel = False  # tensorrt_llm/models/gptneox/model.py: no send/recv between stages

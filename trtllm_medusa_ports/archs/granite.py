@@ -36,22 +36,16 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class GraniteAdapter(LlamaAdapter):
     hf_architectures = ("GraniteForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': False, 'attention_multiplier': 1.0})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "granite"
     model_types = ("granite",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = "Granite 3.x dense"
     position_summary = "RoPE (GPT-NeoX), embedding/residual/attention/logits multipliers"
     medusa_status = (
         "as Llama (upstream `MedusaForCausalLM` once the four multipliers are in the checkpoint); fused all-reduce flags refused (`engine-fusion-multiplier`)"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs);
     #: multipliers far from 1 (Granite 3.0 2B: 12, 0.22, 1/64, 8) so that dropping one shows
     tiny_config: ClassVar[dict | None] = dict(
         model_type="granite", hidden_size=64, intermediate_size=160, num_hidden_layers=2,

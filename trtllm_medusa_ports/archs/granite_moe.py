@@ -41,20 +41,14 @@ def _up_then_gate_experts(ts):
 @register
 class GraniteMoeAdapter(GraniteAdapter):
     hf_architectures = ("GraniteMoeForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "tie_word_embeddings": True})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
     family = "granitemoe"
     model_types = ("granitemoe",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = "Granite 3.x MoE"
     position_summary = "RoPE (GPT-NeoX), Granite's multipliers"
     medusa_status = "`trtllm-medusa build`; tensor and expert parallel, unquantized"
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs);
     #: multipliers far from 1, as for Granite
     tiny_config: ClassVar[dict | None] = dict(
         model_type="granitemoe", hidden_size=64, intermediate_size=96, num_hidden_layers=2,

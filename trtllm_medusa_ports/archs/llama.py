@@ -18,27 +18,21 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class LlamaAdapter(ArchAdapter):
     hf_architectures = ("LlamaForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "llama"
     model_types = ("llama",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX)"
     medusa_status = (
         "upstream `MedusaForCausalLM` (SiLU base, per-head lm_heads, pp 1); otherwise `trtllm-medusa build`"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="llama", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=251, max_position_embeddings=256,
         rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
     )
     trtllm_base_class = "LLaMAForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['attention_multiplier', 'attn_bias', 'embedding_multiplier', 'mlp_bias', 'output_multiplier_scale', 'residual_multiplier', 'sliding_window'])
     trtllm_module = "llama"
     names: ClassVar[dict[Role, Source | None]] = {}  # Llama's own names (LLAMA_NAMES)
@@ -75,20 +69,15 @@ class MistralAdapter(LlamaAdapter):
     """Mistral = Llama + (optional) sliding-window attention; same tensors and engine class."""
 
     hf_architectures = ("MistralForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "mistral"
     model_types = ("mistral",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX), sliding window"
     medusa_status = (
         "as Llama; keep `max_seq_len <= sliding_window`"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="mistral", hidden_size=64, intermediate_size=160, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=1, vocab_size=256, max_position_embeddings=256,

@@ -39,23 +39,16 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class MixtralAdapter(MistralAdapter):
     hf_architectures = ("MixtralForCausalLM",)
-    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
     engine_limits_summary: ClassVar[str] = '`num_experts_per_tok > num_local_experts`'
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu"}
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "num_key_value_heads": 4})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "mixtral"
     model_types = ("mixtral",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = "mixture of experts"
     position_summary = "RoPE (GPT-NeoX), sliding window"
     medusa_status = "`trtllm-medusa build`; tensor parallel (no expert parallelism yet), unquantized"
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="mixtral", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,

@@ -37,33 +37,24 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class MPTAdapter(ArchAdapter):
     hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
-    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
     engine_limits_summary: ClassVar[str] = '`expansion_ratio != 4`, `attn_config.alibi: false`, `layer_norm_epsilon != 1e-5` for ln_f (`models/mpt/model.py`: a 4 x hidden MLP and ALiBi hard-coded, ln_f without `eps`)'
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
     norm_epsilon_key = 'layer_norm_epsilon'
-    #: what check refuses on the tiny model (tests convert it with --allow_unsupported)
     expected_check_errors: ClassVar[frozenset[str]] = frozenset({"alibi-position-embedding"})
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'n_heads': 2, 'attn_config': {'alibi': True, 'clip_qkv': 0.5}})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {}
     family = "mpt"
     model_types = ("mpt",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "ALiBi"
     medusa_status = (
         "**rejected** like Bloom"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="mpt", d_model=64, n_layers=2, n_heads=4, vocab_size=256, max_seq_len=256,
         attn_config={"alibi": True, "alibi_bias_max": 8},
     )
     trtllm_base_class = "MPTForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['alibi_bias_max', 'bias', 'clip_qkv'])
     trtllm_module = "mpt"
     engine_pipeline_parallel = False  # tensorrt_llm/models/mpt/model.py: no send/recv between stages

@@ -29,25 +29,18 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class PhiAdapter(ArchAdapter):
     hf_architectures = ("PhiForCausalLM",)
-    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
     engine_limits_summary: ClassVar[str] = '`layer_norm_eps != 1e-5`, `num_key_value_heads != num_attention_heads` (`models/phi/model.py`: no `num_kv_heads`, no `eps`)'
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}
     norm_epsilon_key = 'layer_norm_eps'
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'partial_rotary_factor': 0.25})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
     family = "phi"
     model_types = ("phi",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = "Phi-2"
     position_summary = "partial RoPE"
     medusa_status = (
         "`trtllm-medusa build`, pp 1 only, multi-head attention only"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="phi", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, vocab_size=256, max_position_embeddings=256, partial_rotary_factor=0.5,

@@ -38,29 +38,22 @@ def _up_then_gate(ts: list[Array]) -> Array:
 @register
 class Phi3Adapter(LlamaAdapter):
     hf_architectures = ("Phi3ForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4, 'partial_rotary_factor': 0.5})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'partial_rotary_factor': 0.5}
     family = "phi3"
     model_types = ("phi3",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX; longrope for 128k)"
     medusa_status = (
         "`trtllm-medusa build`, pp 1 only; longrope is converted but not verified on CPU"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="phi3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
         pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
     )
     trtllm_base_class = "Phi3ForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['longrope_scaling_long_factors', 'longrope_scaling_short_factors', 'original_max_position_embeddings'])
     trtllm_module = "phi3"
     engine_pipeline_parallel = False  # tensorrt_llm/models/phi3/model.py: no send/recv between stages

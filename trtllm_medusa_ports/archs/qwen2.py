@@ -16,20 +16,15 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen2Adapter(LlamaAdapter):
     hf_architectures = ("Qwen2ForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'seq_length': 777}
     family = "qwen2"
     model_types = ("qwen2",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX)"
     medusa_status = (
         "as Llama (qkv bias, `qwen_type`, group sizes like 7 handled)"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="qwen2", hidden_size=224, intermediate_size=192, num_hidden_layers=2,
         num_attention_heads=14, num_key_value_heads=2, vocab_size=263, max_position_embeddings=256,
@@ -38,7 +33,6 @@ class Qwen2Adapter(LlamaAdapter):
         # size that does not divide 64 needs a precompiled XQA head size (compat gqa-group-size)
     )
     trtllm_base_class = "QWenForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['attn_bias', 'mlp_bias', 'qk_layernorm', 'qwen_type', 'seq_length'])
     trtllm_module = "qwen"
     upstream_medusa_base = True  # MedusaConfig picks QWenConfig when model_type contains "qwen"

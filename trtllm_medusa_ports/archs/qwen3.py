@@ -20,24 +20,17 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen3Adapter(Qwen2Adapter):
     hf_architectures = ("Qwen3ForCausalLM",)
-    #: what engine_limits refuses, for docs/compatibility-rules.md (rendered by families.py)
     engine_limits_summary: ClassVar[str] = '`attention_bias: true` (`models/qwen/model.py` builds attention with `dense_bias=False`)'
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'num_key_value_heads': 1})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "qwen3"
     model_types = ("qwen3",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX), q/k norm"
     medusa_status = (
         "`trtllm-medusa build` (upstream's Medusa-over-QWen q/k-norm path unconfirmed for 1.2); `attention_bias: true` refused (o_proj bias)"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="qwen3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=32, vocab_size=256,

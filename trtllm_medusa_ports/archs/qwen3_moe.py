@@ -37,21 +37,15 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen3MoeAdapter(Qwen3Adapter):
     hf_architectures = ("Qwen3MoeForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "num_key_value_heads": 4})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
     family = "qwen3_moe"
     model_types = ("qwen3_moe",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = "mixture of experts"
     position_summary = "RoPE (GPT-NeoX), q/k norm"
     medusa_status = ("`trtllm-medusa build`; tensor parallel, unquantized; `norm_topk_prob: true` (every released "
                      "checkpoint) is routed without renormalisation by the engine (`engine-divergence`)")
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="qwen3_moe", hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4,

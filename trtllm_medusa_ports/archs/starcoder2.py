@@ -29,31 +29,24 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Starcoder2Adapter(LlamaAdapter):
     hf_architectures = ("Starcoder2ForCausalLM",)
-    #: the Hugging Face config class's defaults this adapter falls back on (transformers' own; tested)
     hf_defaults: ClassVar[dict] = {'norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     norm_epsilon_key = 'norm_epsilon'
-    #: test shapes of this family (tiny-config overrides), each converted and verified at tp 1 and 2
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'use_bias': False, 'tie_word_embeddings': False})
-    #: non-default values of the keys this adapter writes, which the tests read back from the reference
-    #: semantics and the engine class (a key written under another name fails)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'norm_epsilon': 3e-06, 'partial_rotary_factor': 0.5}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "starcoder2"
     model_types = ("starcoder2",)
-    #: for the README family table (derived: trtllm_medusa_ports/families.py)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX)"
     medusa_status = (
         "`trtllm-medusa build` (upstream has the plumbing, not the Medusa wrapper)"
     )
-    #: a tiny random model of this family, for the tests and the demo (Hugging Face config kwargs)
     tiny_config: ClassVar[dict | None] = dict(
         model_type="starcoder2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
         use_bias=True, bos_token_id=0, eos_token_id=0,
     )
     trtllm_base_class = "GPTForCausalLM"
-    #: the config keys the engine class reads beyond the common ones (its config class, its layers)
     engine_keys: ClassVar[frozenset[str]] = frozenset(['bias', 'gpt_variant', 'sliding_window'])
     trtllm_module = "gpt"
     upstream_medusa_base = False
