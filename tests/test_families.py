@@ -392,7 +392,11 @@ def test_a_granite_checkpoint_missing_a_multiplier_fails_verify(store, tmp_path,
     assert not rep.parity, f"{key} = {cfg[key]} went unnoticed"
 
 
-@pytest.mark.parametrize("arch", ["MixtralForCausalLM", "Qwen2MoeForCausalLM"])
+#: every mixture-of-experts family (an engine class that reads ``moe``)
+MOE_ARCHITECTURES = [a for a in TINY_CONFIGS if "moe" in adapter_for(a).engine_keys]
+
+
+@pytest.mark.parametrize("arch", MOE_ARCHITECTURES)
 def test_expert_parallelism_splits_the_experts_and_verifies(tmp_path, store, arch):
     """--moe_ep_size 2 at tp 2: each rank holds half the experts whole (moe_tp_size 1), the mapping says so, and
     the executor, simulating the ranks, still computes the base; the stand-in builds the experts' shapes."""

@@ -48,7 +48,7 @@ class MixtralAdapter(MistralAdapter):
     model_types = ("mixtral",)
     display_note = "mixture of experts"
     position_summary = "RoPE (GPT-NeoX), sliding window"
-    medusa_status = "`trtllm-medusa build`; tensor parallel (no expert parallelism yet), unquantized"
+    medusa_status = "`trtllm-medusa build`; tensor and expert parallel, unquantized"
     tiny_config: ClassVar[dict | None] = dict(
         model_type="mixtral", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
