@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 import trtllm_medusa_ports
 from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.archs.base import family_test_cases
+from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.convert import ConvertOptions, convert
 from trtllm_medusa_ports.errors import HeadsError, ModelError
 from trtllm_medusa_ports.files import byte_moves

@@ -18,7 +18,8 @@ from conftest import convert_to, tiny_base
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.archs import adapter_for, registry
-from trtllm_medusa_ports.archs.base import PositionEmbedding, family_test_cases
+from trtllm_medusa_ports.archs.registry import family_test_cases
+from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads

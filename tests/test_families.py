@@ -8,7 +8,8 @@ import torch
 from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
 
 from trtllm_medusa_ports.archs import adapter_for, registry, supported_architectures
-from trtllm_medusa_ports.archs.base import PositionEmbedding, family_test_cases
+from trtllm_medusa_ports.archs.registry import family_test_cases
+from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.compat import check
 from trtllm_medusa_ports.errors import ConversionError, ModelError
@@ -68,7 +69,7 @@ def test_every_family_declares_its_own_hf_defaults_and_they_are_transformers():
     declares its own (a subclass inheriting its parent's would read Llama's epsilon for a LayerNorm family)."""
     import transformers
 
-    from trtllm_medusa_ports.archs.base import own
+    from trtllm_medusa_ports.archs.registry import own
 
     checked = 0
     for cls in dict.fromkeys(registry().values()):

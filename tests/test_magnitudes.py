@@ -14,7 +14,7 @@ import torch
 from conftest import convert_to, tiny_base
 
 from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.archs.base import family_test_cases
+from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads

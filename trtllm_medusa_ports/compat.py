@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trtllm_medusa_ports.archs.base import (
-    ArchAdapter,
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import (
     adapter_for,
     adapter_for_model_type,
     supported_architectures,

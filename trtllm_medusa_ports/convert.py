@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports import __version__
-from trtllm_medusa_ports.archs.base import (
-    ArchAdapter,
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import adapter_for, adapter_for_model_type
+from trtllm_medusa_ports.archs.weights import (
     ValueTransform,
     WeightRule,
-    adapter_for,
-    adapter_for_model_type,
     is_layout_only,
     layer_sources,
     layout_only,
@@ -202,7 +201,7 @@ def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:
     if model_type:
         adapter = adapter_for_model_type(model_type)
         if adapter is None:
-            from trtllm_medusa_ports.archs.base import families
+            from trtllm_medusa_ports.archs.registry import families
 
             raise ConversionError(
                 f"--model_type {model_type!r} is not a supported family",
@@ -547,7 +546,7 @@ def move_plan(job: _Job, cfg: dict, dtype: str,
     if any(t.offset is None for t in job.lazy):
         return tensor("a source is not a byte range of a file (a pickle)")
     if not is_layout_only(job.combine):
-        return tensor("the combine changes values or is not marked as a pure layout (archs/base.py layout_only)")
+        return tensor("the combine changes values or is not marked as a pure layout (archs/weights.py layout_only)")
     if any(t.dtype_name not in CHECKPOINT_DTYPES for t in job.lazy):
         return tensor("a source dtype the checkpoint does not use")
     sources = [Source(t.file, t.offset, tuple(t.shape), t.dtype_name) for t in job.lazy]

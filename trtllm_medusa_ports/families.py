@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from trtllm_medusa_ports.archs import registry
-from trtllm_medusa_ports.archs.base import ArchAdapter, PositionEmbedding
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 
 BEGIN, END = "<!-- families:begin -->", "<!-- families:end -->"
 ROOT = Path(__file__).resolve().parent.parent

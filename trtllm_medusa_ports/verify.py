@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.archs.base import Semantics, ValueTransform, layer_sources
+from trtllm_medusa_ports.archs.semantics import Semantics
+from trtllm_medusa_ports.archs.weights import ValueTransform, layer_sources
 from trtllm_medusa_ports.base_model import end_token_ids
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint

@@ -3,10 +3,8 @@
 import importlib
 import pkgutil
 
-from trtllm_medusa_ports.archs.base import (
-    ArchAdapter,
-    Semantics,
-    WeightRule,
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import (
     adapter_for,
     adapter_for_model_type,
     families,
@@ -14,6 +12,8 @@ from trtllm_medusa_ports.archs.base import (
     registry,
     supported_architectures,
 )
+from trtllm_medusa_ports.archs.semantics import Semantics
+from trtllm_medusa_ports.archs.weights import WeightRule
 
 __all__ = [
     "ArchAdapter",
@@ -27,7 +27,7 @@ __all__ = [
     "supported_architectures",
 ]
 
-# Every module of this package but base.py is a family; importing it registers it.
+# Import every module of this package: a family module registers its adapters (``@register``); the
+# vocabulary modules (base, weights, semantics, experts, registry) register nothing.
 for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base":
-        importlib.import_module(f"{__name__}.{_module.name}")
+    importlib.import_module(f"{__name__}.{_module.name}")

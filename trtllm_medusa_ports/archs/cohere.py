@@ -23,15 +23,10 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import (
-    NormKind,
-    PositionEmbedding,
-    Role,
-    Semantics,
-    Source,
-    register,
-)
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import NormKind, PositionEmbedding, Semantics
+from trtllm_medusa_ports.archs.weights import Role, Source
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

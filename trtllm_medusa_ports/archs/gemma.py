@@ -21,16 +21,10 @@ import dataclasses
 import math
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import (
-    NORMS,
-    Deviation,
-    Role,
-    Semantics,
-    Source,
-    plus_one,
-    register,
-)
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import Semantics
+from trtllm_medusa_ports.archs.weights import NORMS, Deviation, Role, Source, plus_one
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

@@ -20,17 +20,10 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import (
-    ArchAdapter,
-    Deviation,
-    MlpKind,
-    NormKind,
-    PositionEmbedding,
-    Role,
-    Semantics,
-    Source,
-    register,
-)
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, PositionEmbedding, Semantics
+from trtllm_medusa_ports.archs.weights import Deviation, Role, Source
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 

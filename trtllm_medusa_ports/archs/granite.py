@@ -28,8 +28,9 @@ import dataclasses
 import math
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import Semantics, register
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import Semantics
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

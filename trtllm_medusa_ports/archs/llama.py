@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, Role, Source, register
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.weights import Role, Source
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

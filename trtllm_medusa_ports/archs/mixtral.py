@@ -22,17 +22,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import (
-    MOE_RENORMALIZE,
-    Role,
-    Semantics,
-    Source,
-    WeightRule,
-    expert_rules,
-    moe_semantics,
-    register,
-)
+from trtllm_medusa_ports.archs.experts import MOE_RENORMALIZE, expert_rules, moe_semantics
 from trtllm_medusa_ports.archs.llama import MistralAdapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import Semantics
+from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

@@ -18,19 +18,16 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import (
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import (
     AlibiStyle,
-    ArchAdapter,
-    Deviation,
     MlpKind,
     NormKind,
     PositionEmbedding,
-    Role,
     Semantics,
-    Source,
-    fused_qkv,
-    register,
 )
+from trtllm_medusa_ports.archs.weights import Deviation, Role, Source, fused_qkv
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

@@ -12,17 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import (
-    LINEARS,
-    NORMS,
-    ArchAdapter,
-    MlpKind,
-    NormKind,
-    Role,
-    Semantics,
-    Source,
-    register,
-)
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, Semantics
+from trtllm_medusa_ports.archs.weights import LINEARS, NORMS, Role, Source
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

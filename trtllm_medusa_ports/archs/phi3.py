@@ -13,17 +13,10 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import (
-    Deviation,
-    MlpKind,
-    Role,
-    Semantics,
-    Source,
-    fused_qkv,
-    layout_only,
-    register,
-)
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import MlpKind, Semantics
+from trtllm_medusa_ports.archs.weights import Deviation, Role, Source, fused_qkv, layout_only
 from trtllm_medusa_ports.arrays import Array, cat, chunk
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split

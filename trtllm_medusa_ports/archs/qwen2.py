@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import register
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

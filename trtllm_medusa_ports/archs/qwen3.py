@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import Role, Semantics, Source, register
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import Semantics
+from trtllm_medusa_ports.archs.weights import Role, Source
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

@@ -16,14 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.base import (
-    Role,
-    Semantics,
-    Source,
-    WeightRule,
-    moe_semantics,
-    register,
-)
+from trtllm_medusa_ports.archs.experts import moe_semantics
 from trtllm_medusa_ports.archs.qwen2_moe import (
     Qwen2MoeAdapter,
     qwen_expert_rules,
@@ -31,6 +24,9 @@ from trtllm_medusa_ports.archs.qwen2_moe import (
     qwen_moe_routing_divergence,
 )
 from trtllm_medusa_ports.archs.qwen3 import Qwen3Adapter
+from trtllm_medusa_ports.archs.registry import register
+from trtllm_medusa_ports.archs.semantics import Semantics
+from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 

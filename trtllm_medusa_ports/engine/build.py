@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.archs.base import PositionEmbedding
+from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.compat import ERROR, Finding
 from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
 from trtllm_medusa_ports.errors import CheckpointError, PortError

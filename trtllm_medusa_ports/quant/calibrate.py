@@ -19,7 +19,8 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, layer_sources
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.weights import layer_sources
 from trtllm_medusa_ports.errors import ModelError, PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.files.prompts import check_ids

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from trtllm_medusa_ports.archs.base import ArchAdapter, MlpKind
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.semantics import MlpKind
 from trtllm_medusa_ports.compat import ERROR, INFO, WARNING, Finding
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.quant import QuantSpec

@@ -31,14 +31,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from trtllm_medusa_ports.archs.base import (
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import adapter_for
+from trtllm_medusa_ports.archs.semantics import (
     AlibiStyle,
-    ArchAdapter,
     MlpKind,
     NormKind,
     PositionEmbedding,
     Semantics,
-    adapter_for,
 )
 from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.files.checkpoint import Checkpoint, read_checkpoint

@@ -1,0 +1,61 @@
+"""Mixture-of-experts pieces the MoE families share: the stacked expert layouts, config.json's ``moe``
+block, the expert weight rules and the routing semantics (tensorrt_llm/layers/moe.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trtllm_medusa_ports.archs.semantics import Semantics
+from trtllm_medusa_ports.archs.weights import WeightRule, layout_only
+from trtllm_medusa_ports.sharding import Split
+
+
+@layout_only
+def stacked_expert_fc(ts):
+    """MoE experts' fc from per-expert sources ``(up_0, gate_0, up_1, gate_1, ...)``, each ``[inter, hidden]``: per
+    expert ``[up; gate]`` (the linear half, then the activated one: tensorrt_llm/layers/moe.py), experts stacked -
+    ``[experts, 2 * inter, hidden]``. A pure layout (rows concatenated, then viewed per expert), so the byte
+    path moves it."""
+    from trtllm_medusa_ports.arrays import cat
+
+    rows, rest = ts[0].shape[0], tuple(ts[0].shape[1:])
+    return cat(list(ts), dim=0).reshape((len(ts) // 2, 2 * rows) + rest)
+
+
+@layout_only
+def stacked_experts(ts):
+    """MoE experts' tensors stacked on a new dim 0 (the experts' proj: ``[experts, hidden, inter]``); a pure layout."""
+    from trtllm_medusa_ports.arrays import cat
+
+    return cat(list(ts), dim=0).reshape((len(ts),) + tuple(ts[0].shape))
+
+
+#: ``MoeConfig.normalization_mode`` (tensorrt_llm/layers/moe.py ``ExpertScaleNormalizationMode``)
+MOE_NONE, MOE_RENORMALIZE = 0, 1
+
+
+def moe_config(num_experts: int, top_k: int, normalization_mode: int) -> dict:
+    """config.json's ``moe``: all nine ``MoeConfig`` fields as its ``to_dict`` writes them (``from_dict`` is
+    ``cls(**d)``, so no other key); no shared expert, no device-limited routing (tensorrt_llm/layers/moe.py)."""
+    return {"num_experts": num_experts, "shared_expert_intermediate_size": 0, "top_k": top_k,
+            "normalization_mode": normalization_mode, "sparse_mixer_epsilon": 0.01, "tp_mode": 0,
+            "device_limited_n_group": 0, "device_limited_topk_group": 0, "device_limited_routed_scaling_factor": 1.0}
+
+
+def expert_rules(router: str, fc: tuple[str, ...], proj: tuple[str, ...]) -> list[WeightRule]:
+    """The MoE layer's tensors from per-expert sources: the router (float32), ``fc`` from ``(up_0, gate_0, ...)``,
+    ``proj`` from ``(down_0, ...)``, stacked and split as ``MOE`` declares them."""
+    return [
+        WeightRule("mlp.router.weight", (router,), Split.REPLICATE, dtype="float32"),
+        WeightRule("mlp.fc.weight", fc, Split.EXPERT_PAIR, stacked_expert_fc, experts=True),
+        WeightRule("mlp.proj.weight", proj, Split.EXPERT_ROW, stacked_experts, experts=True),
+    ]
+
+
+def moe_semantics(sem: Semantics, cfg: dict, shared_expert: bool = False) -> Semantics:
+    """``sem`` with the routing the checkpoint's ``moe`` block describes (the experts' gated SiLU)."""
+    moe = cfg["moe"]
+    return dataclasses.replace(sem, hidden_act="silu", moe_num_experts=int(moe["num_experts"]),
+                               moe_top_k=int(moe["top_k"]),
+                               moe_renormalize=int(moe["normalization_mode"]) == MOE_RENORMALIZE,
+                               moe_shared_expert=shared_expert)

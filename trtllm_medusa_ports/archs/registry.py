@@ -1,0 +1,81 @@
+"""The family registry: adapters register by their Hugging Face architecture names, and the family-wide
+test data is derived from what they declare."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trtllm_medusa_ports.archs.base import ArchAdapter
+
+_REGISTRY: dict[str, type[ArchAdapter]] = {}
+
+
+def register(cls: type[ArchAdapter]) -> type[ArchAdapter]:
+    """Class decorator: make an adapter findable by its HF architecture names."""
+    for name in cls.hf_architectures:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise AssertionError(f"{name} registered twice ({_REGISTRY[name].__name__}, {cls.__name__})")
+        _REGISTRY[name] = cls
+    return cls
+
+
+def registry() -> dict[str, type[ArchAdapter]]:
+    import trtllm_medusa_ports.archs  # noqa: F401  (registers every family)
+
+    return dict(_REGISTRY)
+
+
+def families() -> dict[str, type[ArchAdapter]]:
+    return {cls.family: cls for cls in registry().values()}
+
+
+def adapter_for(architecture: str) -> ArchAdapter | None:
+    cls = registry().get(architecture)
+    return cls() if cls else None
+
+
+def adapter_for_model_type(model_type: str) -> ArchAdapter | None:
+    for cls in registry().values():
+        if model_type == cls.family or model_type in cls.model_types:
+            return cls()
+    return None
+
+
+def supported_architectures() -> list[str]:
+    return sorted(registry())
+
+
+def own(cls: type, name: str, default=None):
+    """A class attribute as ``cls`` itself declares it (not inherited from its parent family)."""
+    return cls.__dict__.get(name, default)
+
+
+def family_test_cases() -> dict[str, list]:
+    """The family-wide test data, derived from the adapters (so adding a family adds its tests):
+
+    * ``variants``: ``(architecture, overrides)`` of every class's own ``test_variants``;
+    * ``key_cases``: ``(architecture, tiny architecture, values)`` for every architecture name of a class
+      declaring ``key_cases`` (aliases such as ``RWForCausalLM`` use the class's tiny model);
+    * ``pipeline``: architectures verified at pp 2; ``no_pipeline``: those whose engine class has none;
+    * ``verdicts``: ``(architecture, error rules check gives its tiny model)``; ``unsupported``: those with any.
+    """
+    classes = list(dict.fromkeys(registry().values()))
+    out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": [],
+                            "verdicts": [], "unsupported": []}
+    for cls in classes:
+        primary = cls.hf_architectures[0]
+        out["variants"] += [(primary, dict(v)) for v in own(cls, "test_variants", ())]
+        keys = own(cls, "key_cases")
+        if keys is not None:
+            out["key_cases"] += [(arch, primary, dict(keys)) for arch in cls.hf_architectures]
+        if own(cls, "pipeline_test", False):
+            out["pipeline"].append(primary)
+        if own(cls, "tiny_config") is not None:
+            errors = own(cls, "expected_check_errors", frozenset())
+            out["verdicts"].append((primary, set(errors)))
+            if errors:
+                out["unsupported"] += list(cls.hf_architectures)
+        if not cls.engine_pipeline_parallel and own(cls, "tiny_config") is not None:
+            out["no_pipeline"].append(primary)
+    return out

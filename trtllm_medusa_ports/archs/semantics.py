@@ -1,0 +1,92 @@
+"""How a base computes, as the reference executor and the engine adapters need it: norms, MLP kinds,
+position embeddings, and the ``Semantics`` an adapter derives from a TensorRT-LLM config.json."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class NormKind(str, enum.Enum):
+    RMS = "rms"
+    LAYER = "layer"
+
+
+class MlpKind(str, enum.Enum):
+    GATED = "gated"  # proj(act(fc(x)) * gate(x))
+    PLAIN = "plain"  # proj(act(fc(x)))
+    SWIGLU = "swiglu"  # one fused fc [up; gate]: proj(up * silu(gate))
+
+
+class PositionEmbedding(str, enum.Enum):
+    """TensorRT-LLM's ``position_embedding_type`` values this project meets."""
+
+    ROPE_GPT_NEOX = "rope_gpt_neox"
+    ROPE_GPTJ = "rope_gptj"
+    LONG_ROPE = "long_rope"
+    ALIBI = "alibi"
+    ALIBI_WITH_SCALE = "alibi_with_scale"
+    LEARNED_ABSOLUTE = "learned_absolute"
+
+    @property
+    def is_rope(self) -> bool:
+        return self in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ, PositionEmbedding.LONG_ROPE)
+
+
+class AlibiStyle(str, enum.Enum):
+    """How ALiBi slopes are made for a head count that is not a power of two."""
+
+    BLOOM = "bloom"
+    MPT = "mpt"
+
+
+@dataclass(frozen=True)
+class Semantics:
+    """How the network computes, as the reference executor and engine adapters need it.
+
+    Derived from the TensorRT-LLM config.json by the family adapter.
+    """
+
+    norm: NormKind = NormKind.RMS
+    norm_epsilon: float = 1e-6
+    mlp: MlpKind = MlpKind.GATED
+    hidden_act: str = "silu"
+    position_embedding: PositionEmbedding = PositionEmbedding.ROPE_GPT_NEOX
+    rotary_dim: int = 0  # 0 = the whole head
+    rotary_base: float = 10000.0
+    rotary_scaling: dict | None = None
+    parallel_residual: bool = False  # x + attn(ln(x)) + mlp(ln2(x)) (GPT-NeoX) / shared ln (Phi-2, Falcon)
+    shared_input_norm: bool = False  # parallel residual reading one norm (Falcon-7B, Phi-2)
+    embedding_scale: float = 1.0
+    residual_scale: float = 1.0  # Granite: attention and MLP outputs scaled before each residual add
+    logits_scale: float = 1.0  # Granite: the base's logits (not the Medusa heads') multiplied by it
+    has_embedding_norm: bool = False  # Bloom's word_embeddings_layernorm
+    attention_scale: float | None = None  # None = 1/sqrt(head_size)
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    qk_norm: bool = False
+    #: epsilon of the q/k norms in the engine: TensorRT-LLM's Attention default (1e-5), because the
+    #: Gemma 3 and QWen layers build them without passing eps (tensorrt_llm/layers/attention.py,
+    #: models/gemma/model.py, models/qwen/model.py), whatever the model's rms_norm_eps
+    qk_norm_epsilon: float = 1e-5
+    post_attention_norm_after: bool = False  # Gemma2/3: norm on the attention output too
+    mlp_norm: str = "post_layernorm"  # name of the norm in front of the MLP (GPT-NeoX: post_attention_layernorm)
+    local_rotary_base: float | None = None  # Gemma3: local (sliding) layers use another RoPE base
+    #: the RoPE scaling the *engine* applies on local layers (Gemma3: the global one, see archs/gemma.py)
+    local_rotary_scaling: dict | None = None
+    sliding_window_pattern: int = 0  # Gemma3: layer i is local unless (i + 1) % pattern == 0
+    sliding_window: int | None = None  # window of local layers (the executor refuses longer sequences)
+    alibi_bias_max: float = 8.0
+    alibi_style: AlibiStyle = AlibiStyle.BLOOM
+    clip_qkv: float | None = None  # MPT
+    #: mixture of experts (Mixtral): experts of a gated SiLU MLP chosen per token by a float32 router, ``top_k``
+    #: of them weighted by a softmax over their logits (``moe_renormalize``: TensorRT-LLM's RENORMALIZE) or
+    #: by their share of the softmax over all experts; 0: a dense MLP
+    moe_num_experts: int = 0
+    moe_top_k: int = 0
+    moe_renormalize: bool = True
+    #: a shared expert beside the routed ones (Qwen2-MoE): ``+ sigmoid(shared_expert_gate(x)) * shared(x)``
+    moe_shared_expert: bool = False
+    #: the row-parallel layers' biases are added by every rank before one all-reduce (GPT-J): the checkpoint
+    #: holds them on tp rank 0 and zeros on the others (``Split.FIRST_RANK``), and the executor sums them
+    row_bias_every_rank: bool = False
