@@ -718,3 +718,32 @@ def test_an_expert_parallel_checkpoint_loads_into_the_moe_layer_on_every_rank(tr
         mlp = next(iter(model.transformer.layers)).mlp
         assert mlp.fc.weight.shape[0] == experts // 2 and mlp.fc.weight.is_inited()
         assert model.config.mapping.moe_ep_size == 2 and model.config.mapping.moe_tp_size == 1
+        # set_rank moves only the rank (PretrainedConfig.set_rank: self.mapping.rank = rank); the ranks follow it
+        assert (model.config.mapping.moe_ep_rank, model.config.mapping.moe_tp_rank) == (rank, 0)
+
+
+def test_moe_plugin_disable_is_refused_for_a_shared_expert_and_warned_otherwise(trtllm, store, tmp_path, capsys):
+    """--moe_plugin disable swaps every MOE layer for MoeOOTB (to_ootb_moe); a SharedMoE cannot be swapped
+    (MoeOOTB takes no use_shared_gate): refused before the build, which the stand-in shows would raise."""
+    shared = _checkpoint(store, tmp_path, "Qwen2MoeForCausalLM", name="shared")
+    assert _build(shared, tmp_path / "e1", "--moe_plugin", "disable") == 1
+    err = capsys.readouterr().err
+    assert "error: [engine-build-flag] --moe_plugin disable: this base has a shared expert" in err, err
+    assert "use_shared_gate" in err and "leave --moe_plugin at auto" in err
+    assert not (tmp_path / "e1").exists() and not [c for c in trtllm.CALLS if c[0] == "build"]
+    from tensorrt_llm.models.modeling_utils import to_ootb_moe
+
+    with pytest.raises(TypeError, match="use_shared_gate"):  # what the refusal saves the user from
+        to_ootb_moe(_engine_model(shared))
+
+    assert _build(shared, tmp_path / "e2") == 0  # the plugin (default auto) takes it
+    assert not [c for c in trtllm.CALLS if c[0] == "ootb_moe"]
+    routed = _checkpoint(store, tmp_path, "MixtralForCausalLM", name="routed")
+    assert _build(routed, tmp_path / "e3", "--moe_plugin", "disable") == 0
+    err = capsys.readouterr().err
+    assert "warning: [engine-build-flag] --moe_plugin disable builds the plugin-free MoE" in err, err
+    layers = json.loads((routed / "config.json").read_text())["num_hidden_layers"]
+    assert len([c for c in trtllm.CALLS if c[0] == "ootb_moe"]) == layers
+    dense = _checkpoint(store, tmp_path, "LlamaForCausalLM", name="dense")
+    assert _build(dense, tmp_path / "e4", "--moe_plugin", "disable") == 0
+    assert "moe_plugin" not in capsys.readouterr().err

@@ -21,7 +21,7 @@ from typing import Any
 
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
-from trtllm_medusa_ports.compat import ERROR, Finding
+from trtllm_medusa_ports.compat import ERROR, WARNING, Finding
 from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
 from trtllm_medusa_ports.errors import CheckpointError, PortError
 from trtllm_medusa_ports.files.jsonfile import read_json
@@ -143,6 +143,7 @@ def _medusa_flag_findings(cfg: dict, args: Any) -> list[Finding]:
     if _flag(args, "pp_reduce_scatter") in ("enable", True) and cfg.get("architecture") != "MixtralForCausalLM":
         refuse("--pp_reduce_scatter enable", "tensorrt_llm/commands/build.py build_model asserts it is used for "
                "MixtralForCausalLM only", "drop the flag")
+    out += _moe_plugin_findings(cfg, args)
     if _flag(args, "streamingllm") in ("enable", True):
         refuse("--streamingllm enable", "tensorrt_llm/commands/build.py build_model asserts StreamingLLM is off",
                "drop the flag")
@@ -150,6 +151,35 @@ def _medusa_flag_findings(cfg: dict, args: Any) -> list[Finding]:
         refuse("--multiple_profiles enable with --opt_num_tokens",
                "tensorrt_llm/commands/build.py main refuses the pair", "drop --opt_num_tokens")
     return out
+
+
+def _moe_plugin_findings(cfg: dict, args: Any) -> list[Finding]:
+    """``--moe_plugin disable`` on an MoE checkpoint.
+
+    With the plugin off, tensorrt_llm/builder.py ``optimize_model_with_config`` passes ``use_ootb_moe`` and
+    tensorrt_llm/models/modeling_utils.py ``to_ootb_moe`` turns every ``MOE`` layer into ``MoeOOTB`` through
+    ``MixtureOfExperts.to`` (tensorrt_llm/layers/moe.py), which calls ``MoeOOTB(**get_init_params(layer))``
+    (tensorrt_llm/_utils.py: every argument of the layer's own ``__init__``). A ``SharedMoE`` (Qwen2-MoE's shared
+    expert) passes ``use_shared_gate`` and ``use_side_stream``, which ``MoeOOTB`` does not take: the build stops
+    with a TypeError. Without a shared expert it builds, with one GEMM per expert, and ``MoeOOTB.init_experts``
+    refuses GPUs of SM 100 and newer.
+    """
+    moe = cfg.get("moe") or {}
+    if not _disabled(_flag(args, "moe_plugin", "auto")) or int(moe.get("num_experts") or 0) <= 1:
+        return []
+    shared = int(cfg.get("moe_shared_expert_intermediate_size") or moe.get("shared_expert_intermediate_size") or 0)
+    if shared:
+        return [Finding("engine-build-flag", ERROR,
+                        "--moe_plugin disable: this base has a shared expert (a SharedMoE layer), which the "
+                        "plugin-free MoE cannot take: tensorrt_llm/layers/moe.py MixtureOfExperts.to builds "
+                        "MoeOOTB(**get_init_params(layer)) and MoeOOTB has no use_shared_gate / use_side_stream, "
+                        "so the build stops with a TypeError",
+                        "leave --moe_plugin at auto (the default) or a dtype")]
+    return [Finding("engine-build-flag", WARNING,
+                    "--moe_plugin disable builds the plugin-free MoE (tensorrt_llm/layers/moe.py MoeOOTB): one "
+                    "GEMM per expert, much slower than the plugin, and refused on GPUs of SM 100 and newer "
+                    "(MoeOOTB.init_experts)",
+                    "leave --moe_plugin at auto (the default) unless you are comparing the two")]
 
 
 def flag_findings(cfg: dict, args: Any) -> list[Finding]:
@@ -245,10 +275,10 @@ def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) 
     if "--speculative_decoding_mode" not in argv:
         argv += ["--speculative_decoding_mode", "medusa"]
     args = build_mod.parse_arguments().parse_args(argv)
-    flag_errors = flag_findings(cfg, args)
-    for f in flag_errors:
-        print(f"error: [{f.rule}] {f.message}\n  fix: {f.fix}", file=sys.stderr)
-    if flag_errors:
+    flag_found = flag_findings(cfg, args)
+    for f in flag_found:
+        print(f"{f.severity}: [{f.rule}] {f.message}\n  fix: {f.fix}", file=sys.stderr)
+    if any(f.severity == ERROR for f in flag_found):
         return 1
     if getattr(args, "model_cls_file", None) or getattr(args, "model_cls_name", None):
         print("error: --model_cls_file/--model_cls_name: trtllm-medusa build chooses the class from the "

@@ -17,7 +17,7 @@ import os
 
 from . import CALLS
 from .functional import _Network, reset_default_net, set_default_net
-from .models.modeling_utils import SpeculativeDecodingMode
+from .models.modeling_utils import SpeculativeDecodingMode, to_ootb_moe
 
 
 class KVCacheType:
@@ -108,6 +108,8 @@ def build(model, build_config):
     plugin = copy.copy(build_config.plugin_config)
     plugin.paged_kv_cache = build_config.kv_cache_type == KVCacheType.PAGED
     build_config.plugin_config = plugin
+    if plugin.moe_plugin is None:  # optimize_model_with_config: use_ootb_moe = moe_plugin is None
+        to_ootb_moe(model)
     net = _Network(plugin)
     set_default_net(net)
     try:

@@ -7,11 +7,8 @@ class Mapping:
         if world_size != tp_size * pp_size * cp_size:
             raise ValueError(f"world_size must equal to tp_size * pp_size * cp_size, but got "
                              f"{world_size} != {tp_size} * {pp_size} * {cp_size}")
-        self.world_size, self.rank, self.gpus_per_node = world_size, rank, gpus_per_node
+        self.world_size, self.gpus_per_node = world_size, gpus_per_node
         self.tp_size, self.pp_size, self.cp_size = tp_size, pp_size, cp_size
-        self.tp_rank = rank % tp_size
-        self.pp_rank = rank // tp_size
-        self.tp_group = [self.pp_rank * tp_size + i for i in range(tp_size)]
         # -1: pure tensor parallelism for the experts; their product must be tp_size
         if moe_tp_size == -1 and moe_ep_size == -1:
             moe_tp_size, moe_ep_size = tp_size, 1
@@ -23,8 +20,25 @@ class Mapping:
             raise ValueError(f"tp_size must equal to moe_tp_size * moe_ep_size, but got {tp_size} != "
                              f"{moe_tp_size} * {moe_ep_size}")
         self.moe_tp_size, self.moe_ep_size = moe_tp_size, moe_ep_size
-        self.moe_ep_rank, self.moe_tp_rank = self.tp_rank % moe_ep_size, self.tp_rank // moe_ep_size
-        self.pp_group = [self.tp_rank + i * tp_size for i in range(pp_size)]
+        self.rank = rank
+
+    # upstream's ``rank`` is a property whose setter checks the value (its tp/pp/moe ranks are derived from it;
+    # this stand-in derives them here), so ``PretrainedConfig.set_rank`` (``self.mapping.rank = rank``) keeps
+    # every size, the MoE ones included
+    @property
+    def rank(self):
+        return self._rank
+
+    @rank.setter
+    def rank(self, rank):
+        if not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise ValueError(f"Rank should be an integer between 0 and {self.world_size - 1}, but got {rank}.")
+        self._rank = rank
+        self.tp_rank = rank % self.tp_size
+        self.pp_rank = rank // self.tp_size
+        self.tp_group = [self.pp_rank * self.tp_size + i for i in range(self.tp_size)]
+        self.moe_ep_rank, self.moe_tp_rank = self.tp_rank % self.moe_ep_size, self.tp_rank // self.moe_ep_size
+        self.pp_group = [self.tp_rank + i * self.tp_size for i in range(self.pp_size)]
 
     def is_first_pp_rank(self):
         return self.pp_rank == 0

@@ -55,6 +55,8 @@ def parse_arguments():
     p.add_argument("--gpt_attention_plugin", type=str, default="auto",
                    choices=["auto", "float16", "float32", "bfloat16", "int32", "disable"])
     p.add_argument("--gemm_plugin", type=str, default=None)
+    p.add_argument("--moe_plugin", type=str, default="auto",
+                   choices=["auto", "float16", "float32", "bfloat16", "int32", "disable"])
     p.add_argument("--tokens_per_block", type=int, default=32)
     for feature, default in (("remove_input_padding", "enable"), ("context_fmha", "enable"),
                              ("use_paged_context_fmha", "enable"), ("use_fp8_context_fmha", "enable"),

@@ -10,6 +10,7 @@ symbolic tensor (routing is the reference executor's to compute).
 """
 
 import dataclasses
+import inspect
 
 from .. import CALLS
 from ..functional import Tensor
@@ -70,7 +71,26 @@ class MixtureOfExperts(Module):
         return Tensor(f"moe({getattr(hidden_states, 'name', hidden_states)})")
 
 
+    def to(self, moe_cls):
+        """``MixtureOfExperts.to``: ``moe_cls(**get_init_params(self))`` - every argument of this layer's own
+        ``__init__`` (tensorrt_llm/_utils.py ``get_init_params`` without a filter class) - then its weights. An
+        argument ``moe_cls`` does not take is the TypeError upstream raises; the weights are carried over whole."""
+        if isinstance(self, moe_cls):
+            return self
+        accepted = inspect.signature(moe_cls.__init__).parameters
+        for name in list(inspect.signature(type(self).__init__).parameters)[1:]:
+            if name not in accepted:
+                raise TypeError(f"{moe_cls.__name__}.__init__() got an unexpected keyword argument '{name}'")
+        new = object.__new__(moe_cls)
+        new.__dict__.update(self.__dict__)
+        return new
+
+
 MOE = MixtureOfExperts
+
+
+class MoeOOTB(MixtureOfExperts):
+    """The plugin-free MoE ``to_ootb_moe`` swaps in when ``--moe_plugin disable`` (same ``__init__`` as ``MOE``)."""
 
 
 class SharedMoE(MixtureOfExperts):

@@ -9,9 +9,10 @@ boolean fields and into None (the plugin is off) for plugin fields.
 
 from types import SimpleNamespace
 
-_PLUGINS = ("gpt_attention_plugin", "gemm_plugin")
+_PLUGINS = ("gpt_attention_plugin", "gemm_plugin", "moe_plugin")
 _DEFAULTS = dict(
-    dtype="float16", gpt_attention_plugin="auto", gemm_plugin=None, remove_input_padding=True, paged_kv_cache=None,
+    dtype="float16", gpt_attention_plugin="auto", gemm_plugin=None, moe_plugin="auto", remove_input_padding=True,
+    paged_kv_cache=None,
     tokens_per_block=32, context_fmha=True, use_paged_context_fmha=True, use_fp8_context_fmha=True,
     use_fused_mlp=True, multiple_profiles=False, paged_state=True, streamingllm=False, manage_weights=False,
     reduce_fusion=False, norm_quant_fusion=False, user_buffer=False, pp_reduce_scatter=False,
