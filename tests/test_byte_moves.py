@@ -14,7 +14,8 @@ from safetensors.torch import load_file, save_file
 
 import trtllm_medusa_ports
 from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.archs.registry import family_test_cases
+from trtllm_medusa_ports.archs.registry import family_test_cases, registry
+from trtllm_medusa_ports.archs.weights import Place, ValueTransform
 from trtllm_medusa_ports.convert import ConvertOptions, convert
 from trtllm_medusa_ports.errors import HeadsError, ModelError
 from trtllm_medusa_ports.files import byte_moves
@@ -64,6 +65,13 @@ def test_byte_path_writes_the_tensor_paths_bytes_for_every_family(tmp_path, stor
     heads = _heads(base, tmp_path / "h")
     same = _both(tmp_path / "same", base, heads, tp_size=2)  # float32 -> float32: bytes only
     assert "byte-copy" in same.moves.values() and "convert" not in same.moves.values()
+    # every base tensor, fused 3-D experts (Granite-MoE) and shared experts (Qwen2-MoE) included, moves as bytes,
+    # but for value transforms (Gemma's w + 1 norms); the heads are made in memory from their own layout
+    hf = HFConfig.read(base)
+    ad = adapter_for(arch)
+    transformed = tuple(r.name for place in Place for r in ad.rules_at(place, hf) if isinstance(r.combine, ValueTransform))
+    assert not [n for n, how in same.moves.items()
+                if how == "tensor" and not n.startswith("medusa_heads.") and not n.endswith(transformed)]
 
 
 @pytest.mark.parametrize("arch, overrides", CAST, ids=[a for a, _ in CAST])
@@ -553,3 +561,16 @@ def test_stacked_moe_experts_take_the_byte_path(tmp_path, store):
     half = _both(tmp_path / "f16", base, _heads(base, tmp_path / "h16"), tp_size=2, dtype="float16")
     assert half.moves["layers.1.mlp.router.weight"] == "byte-copy"  # float16 checkpoint, the router kept float32
     assert half.moves["layers.1.mlp.fc.weight"] == "convert"
+
+
+MOE = sorted({c.hf_architectures[0] for c in registry().values() if "moe" in c.engine_keys})
+
+
+@pytest.mark.parametrize("arch", MOE)
+def test_experts_move_as_bytes_under_expert_parallelism(tmp_path, store, arch):
+    """tp 2 as moe_ep_size 2: each rank's whole experts are row ranges of the sources (one fused 3-D tensor
+    for Granite-MoE): bytes equal to the tensor path's, and no expert tensor made in memory."""
+    base = tiny_base(store, arch)
+    res = _both(tmp_path, base, _heads(base, tmp_path / "h"), tp_size=2, moe_ep_size=2)
+    experts = {n: how for n, how in res.moves.items() if ".mlp.fc." in n or ".mlp.proj." in n or "router" in n}
+    assert experts and "tensor" not in experts.values(), experts

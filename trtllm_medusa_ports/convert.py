@@ -511,7 +511,7 @@ def planned_shape(job: _Job, cfg: dict, rank: int, traced: dict[int, Array] | No
     shapes = job.shapes
     tp = Mapping.from_config(cfg).tp_size
     traceable = isinstance(job.combine, ValueTransform) or is_layout_only(job.combine)
-    if traceable and len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2):
+    if traceable and len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2, 3):
         from trtllm_medusa_ports.files.byte_moves import standin
 
         traced_job = job if not isinstance(job.combine, ValueTransform) else dataclasses.replace(job, combine=_first_input)
@@ -520,8 +520,9 @@ def planned_shape(job: _Job, cfg: dict, rank: int, traced: dict[int, Array] | No
             traced[rank] = out
         if out.ndim == 1:
             return (out.shape[0],)
-        width = shapes[0][1]
-        if out.ndim in (2, 3) and all(len(s) == 2 and s[1] == width for s in shapes):  # 3-D: stacked experts
+        width = shapes[0][-1]
+        # 3-D: stacked experts (from matrices per expert, or one fused 3-D source)
+        if out.ndim in (2, 3) and all(len(s) in (2, 3) and s[-1] == width for s in shapes):
             lead = tuple(out.shape[:-1])
             if out.shape[-1] == tp:
                 return lead + (width,)

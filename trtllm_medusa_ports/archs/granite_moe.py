@@ -8,7 +8,7 @@ hidden]`` with the *gate* half first (``GraniteMoeExperts``: ``gate, up = linear
 logits, then a softmax over them (``GraniteMoeTopKRouter``), which is TensorRT-LLM's RENORMALIZE.
 TensorRT-LLM's ``MOE`` wants each expert's fc as ``[up; gate]`` (the linear half first), so the halves are
 swapped; the router is stored in float32 (``MOE`` declares it so). Tensor and expert parallelism as for
-Mixtral; quantized experts refused (rule ``port-limit``).
+Mixtral, on the byte path (the swap is a pure layout); quantized experts refused (rule ``port-limit``).
 """
 
 from __future__ import annotations
@@ -19,18 +19,19 @@ from trtllm_medusa_ports.archs.experts import MOE_RENORMALIZE, moe_semantics
 from trtllm_medusa_ports.archs.granite import GraniteAdapter
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
-from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule
+from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule, layout_only
+from trtllm_medusa_ports.arrays import Array, cat
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 
-def _up_then_gate_experts(ts):
-    """transformers' fused ``[gate; up]`` per expert as TensorRT-LLM's ``[up; gate]``."""
-    import torch
-
+@layout_only
+def _up_then_gate_experts(ts: list[Array]) -> Array:
+    """transformers' fused ``[gate; up]`` per expert as TensorRT-LLM's ``[up; gate]``: a pure layout (the
+    halves swapped along dim 1), so the experts take the byte path."""
     t = ts[0]
     half = t.shape[1] // 2
-    return torch.cat([t[:, half:], t[:, :half]], dim=1)
+    return cat([t[:, half:], t[:, :half]], dim=1)
 
 
 @register

@@ -26,16 +26,17 @@ from trtllm_medusa_ports.archs.experts import MOE_NONE, expert_rules, moe_semant
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
-from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule
+from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule, layout_only
+from trtllm_medusa_ports.arrays import Array, cat
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.sharding import Split
 
 
-def _up_then_gate(ts):
-    """The shared expert's ``[up; gate]`` (the linear half first, as ``MLP``'s swiglu chunks it)."""
-    import torch
-
-    return torch.cat([ts[0], ts[1]], dim=0)
+@layout_only
+def _up_then_gate(ts: list[Array]) -> Array:
+    """The shared expert's ``[up; gate]`` (the linear half first, as ``MLP``'s swiglu chunks it); a pure
+    layout, so it takes the byte path."""
+    return cat([ts[0], ts[1]], dim=0)
 
 
 def qwen_moe_routing_divergence(hf: HFConfig) -> list[tuple[str, str]]:

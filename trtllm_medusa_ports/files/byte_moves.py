@@ -118,12 +118,14 @@ class Source:
 
     @property
     def rows(self) -> int:
-        return self.shape[0]
+        """Rows of the tensor seen as a matrix: a 3-D ``[experts, rows, width]`` tensor (row-major) is the
+        matrix ``[experts * rows, width]`` byte for byte."""
+        return int(np.prod(self.shape[:-1])) if len(self.shape) > 1 else self.shape[0]
 
     @property
     def width(self) -> int:
-        """Elements per row (1 for a vector)."""
-        return self.shape[1] if len(self.shape) == 2 else 1
+        """Elements per row (1 for a vector); the last dimension otherwise."""
+        return self.shape[-1] if len(self.shape) > 1 else 1
 
     @property
     def itemsize(self) -> int:
@@ -196,12 +198,14 @@ class MovePlan:
 def standin(index: int, shape: tuple[int, ...], tp_size: int) -> np.ndarray:
     """One int64 per row (vector) or per row and column chunk (matrix): source, row + 1, chunk.
 
-    A numpy array: the split rules and layout combines run on it as on a tensor (arrays.py).
+    A numpy array: the split rules and layout combines run on it as on a tensor (arrays.py). A 3-D
+    source (fused stacked experts) is numbered as its matrix view (``Source.rows``) and shaped back.
     """
-    rows = ((np.arange(shape[0], dtype=np.int64) + 1) << _COL_BITS) | np.int64(index << _SRC_BITS)
+    n = int(np.prod(shape[:-1])) if len(shape) > 1 else shape[0]
+    rows = ((np.arange(n, dtype=np.int64) + 1) << _COL_BITS) | np.int64(index << _SRC_BITS)
     if len(shape) == 1:
         return rows
-    return rows[:, None] | np.arange(tp_size, dtype=np.int64)[None, :]
+    return (rows[:, None] | np.arange(tp_size, dtype=np.int64)[None, :]).reshape(tuple(shape[:-1]) + (tp_size,))
 
 
 def trace(
@@ -222,15 +226,16 @@ def trace(
         return MovePlan(MoveKind.TENSOR, list(sources), [], list(targets), dtype, why)
 
     ndims = {len(s.shape) for s in sources}
-    if len(ndims) != 1 or ndims.pop() not in (1, 2):
-        return tensor("only vectors and matrices move as bytes")
+    if len(ndims) != 1 or ndims.pop() not in (1, 2, 3):
+        return tensor("only vectors, matrices and stacked experts move as bytes")
     widths = {s.width for s in sources}
     if len(widths) != 1:
         return tensor("sources of different widths")
     width = widths.pop()
     if len(sources) >= 1 << (63 - _SRC_BITS) or tp_size > _COL_MASK or max(s.rows for s in sources) >= _ROW_MASK:
         return tensor("too large to trace")
-    chunk = width // tp_size if len(sources[0].shape) == 2 and width % tp_size == 0 else width
+    matrix = len(sources[0].shape) > 1
+    chunk = width // tp_size if matrix and width % tp_size == 0 else width
     standins = [standin(i, s.shape, tp_size) for i, s in enumerate(sources)]
     out_itemsize = itemsize(dtype)
     pieces: list[Piece] = []
@@ -265,7 +270,7 @@ def trace(
                 return tensor("columns are not one contiguous range")
             if v.shape[1] > 1 and len(sources[0].shape) == 1:
                 return tensor("vector traced as a matrix")
-            col_start = int(pattern[0]) * chunk if len(sources[0].shape) == 2 else 0
+            col_start = int(pattern[0]) * chunk if matrix else 0
             col_end = col_start + dest_width
             s_all, r_all = src[:, 0], row[:, 0]
             if (s_all >= len(sources)).any() or (r_all < 0).any() or \
