@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -367,3 +368,48 @@ def test_gemma3_local_rope_scaling_is_refused_and_verify_shows_the_engine_differ
     plain = tiny_base(store, "Gemma3ForCausalLM")
     assert not [f for f in check_base(HFConfig.read(plain), adapter_for("Gemma3ForCausalLM"))
                 if f.rule == "engine-divergence"]
+
+
+def test_squared_relu_is_what_transformers_and_tensorrt_llm_compute():
+    """TensorRT-LLM's 'squared-relu' / 'relu2' (ACT2FN: relu(x) ** 2) against transformers' relu2."""
+    from transformers.activations import ACT2FN
+
+    from trtllm_medusa_ports.reference.executor import activation
+
+    x = torch.linspace(-3, 3, 61)
+    for name in ("squared-relu", "relu2"):
+        got = activation(name)(x)
+        assert torch.equal(got, ACT2FN["relu2"](x)) and torch.equal(got, torch.relu(x) ** 2), name
+    assert got[:30].abs().max() == 0 and got[-1] == 9
+
+
+def test_a_bias_combine_applies_to_the_bias_alone():
+    """Deviation(combine=plus_one, bias_combine=first_tensor): a LayerNorm scaling by w + 1 stores w + 1 and its bias
+    as it is; without bias_combine the bias takes the weight's combine (a fused q/k/v layout needs that)."""
+    from trtllm_medusa_ports.archs.starcoder2 import Starcoder2Adapter
+    from trtllm_medusa_ports.archs.weights import (
+        NORMS,
+        Deviation,
+        Place,
+        Role,
+        first_tensor,
+        plus_one,
+    )
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    class OnePlus(Starcoder2Adapter):
+        def deviations(self, hf):
+            return {role: Deviation(combine=plus_one, bias_combine=first_tensor) for role in NORMS}
+
+    class Both(Starcoder2Adapter):
+        def deviations(self, hf):
+            return {Role.INPUT_NORM: Deviation(combine=plus_one)}
+
+    hf = HFConfig(dict(Starcoder2Adapter.tiny_config, architectures=["Starcoder2ForCausalLM"]), Path("config.json"))
+    rules = {r.name: r.combine for r in OnePlus().rules_at(Place.LAYER, hf)}
+    assert rules["input_layernorm.weight"] is plus_one and rules["input_layernorm.bias"] is first_tensor
+    assert rules["post_layernorm.weight"] is plus_one and rules["post_layernorm.bias"] is first_tensor
+    final = {r.name: r.combine for r in OnePlus().rules_at(Place.LAST, hf)}
+    assert final["transformer.ln_f.weight"] is plus_one and final["transformer.ln_f.bias"] is first_tensor
+    both = {r.name: r.combine for r in Both().rules_at(Place.LAYER, hf)}
+    assert both["input_layernorm.weight"] is plus_one and both["input_layernorm.bias"] is plus_one

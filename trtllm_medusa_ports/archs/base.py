@@ -305,7 +305,8 @@ class ArchAdapter:
                     alternatives = tuple((f"{n}.weight",) for n in self.lm_head_fallbacks) + ((tied,) if tied else ())
                 # a row-parallel layer's bias is added once after the all-reduce: replicated
                 part = split if kind == "weight" else deviation.bias_split or BIAS_SPLIT.get(split, split)
-                rules.append(WeightRule(f"{name}.{kind}", names, part, combine, alternatives))
+                how = combine if kind == "weight" else deviation.bias_combine or combine
+                rules.append(WeightRule(f"{name}.{kind}", names, part, how, alternatives))
         return rules
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:

@@ -249,6 +249,9 @@ class Deviation:
     trtllm_name: str | None = None
     #: the bias's own split, where it is not the one that follows the weight's (``Split.FIRST_RANK``)
     bias_split: Split | None = None
+    #: the bias's own combine, where it is not the weight's: a value transform of the weight alone (Nemotron's
+    #: ``LayerNorm1P`` scales by ``w + 1`` but adds its bias as it is: ``bias_combine=first_tensor``)
+    bias_combine: Combine | None = None
 
 
 def layer_sources(rules: Sequence[WeightRule], i: int) -> list[WeightRule]:

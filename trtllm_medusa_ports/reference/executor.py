@@ -73,6 +73,9 @@ _ACTS = {
     "gelu_fast": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
+    # squared ReLU (Nemotron): ACT2FN maps both names to squared_relu, relu(x) ** 2 (tensorrt_llm/functional.py)
+    "squared-relu": lambda x: F.relu(x).square(),
+    "relu2": lambda x: F.relu(x).square(),
 }
 
 
