@@ -67,6 +67,9 @@ ACT2FN = {
     "gelu_new": _unary("gelu_new", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
     "gelu_pytorch_tanh": _unary("gelu_pytorch_tanh", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
     "swiglu": swiglu,
+    # both names of squared_relu, pow(relu(x), 2.0)
+    "squared-relu": _unary("squared-relu", lambda v: torch.relu(v) ** 2),
+    "relu2": _unary("relu2", lambda v: torch.relu(v) ** 2),
 }
 
 
