@@ -96,7 +96,9 @@ class GPTModel(Module):
 
 class GPTForCausalLM(DecoderModelForCausalLM):
     #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
-    MODEL_MAP_KEYS = ('GPTForCausalLM', 'Starcoder2ForCausalLM')
+    MODEL_MAP_KEYS = ('GPT2LMHeadModel', 'GPT2LMHeadCustomModel', 'GPTBigCodeForCausalLM', 'Starcoder2ForCausalLM',
+                      'FuyuForCausalLM', 'Kosmos2ForConditionalGeneration', 'JAISLMHeadModel', 'GPTForCausalLM',
+                      'NemotronForCausalLM')
 
     config_class = GPTConfig
 

@@ -83,8 +83,10 @@ class LLaMAModel(Module):
 
 class LLaMAForCausalLM(DecoderModelForCausalLM):
     #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
-    MODEL_MAP_KEYS = ('LlamaForCausalLM', 'MistralForCausalLM', 'GraniteForCausalLM', 'MixtralForCausalLM',
-                      'GraniteMoeForCausalLM')
+    MODEL_MAP_KEYS = ('LlamaForCausalLM', 'LlavaLlamaModel', 'ExaoneForCausalLM', 'MistralForCausalLM',
+                      'MixtralForCausalLM', 'ArcticForCausalLM', 'InternLMForCausalLM', 'InternLM2ForCausalLM',
+                      'InternLMXComposer2ForCausalLM', 'GraniteForCausalLM', 'GraniteMoeForCausalLM',
+                      'SkyworkForCausalLM')
 
     config_class = LLaMAConfig
 

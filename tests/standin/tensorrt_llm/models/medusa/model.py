@@ -70,7 +70,7 @@ class MedusaHead(Module):
 
 class MedusaForCausalLm(PretrainedModel):
     #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
-    MODEL_MAP_KEYS = ('MedusaForCausalLM',)
+    MODEL_MAP_KEYS = ('MedusaForCausalLM', 'MedusaLlamaForCausalLM')
 
     config_class = MedusaConfig
 

@@ -71,7 +71,8 @@ class Phi3Model(Module):
 
 class Phi3ForCausalLM(DecoderModelForCausalLM):
     #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
-    MODEL_MAP_KEYS = ('Phi3ForCausalLM',)
+    MODEL_MAP_KEYS = ('Phi3ForCausalLM', 'Phi3VForCausalLM', 'Phi3SmallForCausalLM', 'PhiMoEForCausalLM',
+                      'Phi4MMForCausalLM')
 
     config_class = Phi3Config
 

@@ -102,8 +102,9 @@ class QWenModel(Module):
 
 class QWenForCausalLM(DecoderModelForCausalLM):
     #: the names upstream's MODEL_MAP (tensorrt_llm/models/__init__.py) maps to this class
-    MODEL_MAP_KEYS = ('QWenForCausalLM', 'Qwen2ForCausalLM', 'Qwen3ForCausalLM', 'Qwen2MoeForCausalLM',
-                      'Qwen3MoeForCausalLM')
+    MODEL_MAP_KEYS = ('QWenLMHeadModel', 'QWenForCausalLM', 'Qwen2ForCausalLM', 'Qwen2MoeForCausalLM',
+                      'Qwen2ForSequenceClassification', 'Qwen2VLForConditionalGeneration', 'Qwen2VLModel',
+                      'Qwen3ForCausalLM', 'Qwen3MoeForCausalLM')
 
     config_class = QWenConfig
 
