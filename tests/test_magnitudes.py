@@ -37,7 +37,8 @@ def _ckpt(store, tmp_path, arch, dtype, tp=1, name="c", **base_kw):
 @pytest.mark.parametrize("arch", sorted(TINY_CONFIGS))
 def test_every_family_verifies_at_real_magnitudes_in_bf16_and_fp16(store, tmp_path, arch):
     for dtype, tp in itertools.product(("bfloat16", "float16"), (1, 2)):
-        base, ckpt = _ckpt(store, tmp_path, arch, dtype, tp, name=f"{dtype}-tp{tp}", norm_offset=1000.0)
+        base, ckpt = _ckpt(store, tmp_path, arch, dtype, tp, name=f"{dtype}-tp{tp}",
+                           norm_offset=adapter_for(arch).magnitude_test_norm_offset)
         rep = verify(base, ckpt, medusa_choices=TREE, prompts=PROMPTS, max_new_tokens=6, quiet=True)
         assert rep.ok, f"{dtype} tp {tp}\n{rep.render()}"
         assert 100 < rep.max_activation < FLOAT16_MAX and not rep.float16_overflow

@@ -75,6 +75,11 @@ class ArchAdapter:
     #: verified at pp 2 too (a family whose layers depend on the global layer index, or whose class sends
     #: hidden states between stages); classes without pipeline parallelism are tested for the refusal
     pipeline_test: ClassVar[bool] = False
+    #: how much the real-magnitude test adds to the tiny model's norm weights (tests/test_magnitudes.py): large
+    #: enough that float16 and bfloat16 rounding matter, small enough that the tiny model's hidden states stay
+    #: inside float16. A family whose MLP squares its input (Nemotron's squared ReLU) reaches float16's
+    #: range at a smaller gain
+    magnitude_test_norm_offset: ClassVar[float] = 1000.0
     #: the error rules ``check`` gives the family's tiny model (and so its tests convert it with
     #: ``--allow_unsupported``): ALiBi, attention soft-capping, ...; empty: servable
     expected_check_errors: ClassVar[frozenset[str]] = frozenset()
