@@ -294,6 +294,89 @@ def _product(x: torch.Tensor, weight: torch.Tensor, low: torch.dtype | None) -> 
     return (x.to(low) @ weight.to(low).T).float()
 
 
+def _fit_vocab(targets: torch.Tensor, V: int, opts: FitOptions):
+    """The softmax's columns: every token a head must predict (all of them with ``full_vocab``), the map from
+    token to column, and the tokens the corpus never asks for with how many of them join each step."""
+    vocab = torch.arange(V) if opts.full_vocab else torch.unique(targets[targets >= 0])
+    remap = torch.full((V,), -1, dtype=torch.long)
+    remap[vocab] = torch.arange(vocab.numel())
+    # tokens the corpus never asks for still compete at run time (the heads' argmax is over the
+    # whole vocabulary): a fresh sample of them joins every step's softmax
+    others = torch.nonzero(remap < 0).squeeze(1)
+    return vocab, remap, others, min(others.numel(), opts.negatives)
+
+
+def _check_distill_rows(rows: list[torch.Tensor], index: torch.Tensor | None) -> None:
+    """The soft target of row r for head k is the base's distribution at row r + k + 1: the rows must hold each
+    sequence's positions in order (Corpus.hidden does)."""
+    if index is None:
+        raise ValueError("distillation needs the corpus index ([N, 2] sequence, position)")
+    for k, r in enumerate(rows):
+        ahead = (r + k + 1).clamp(max=index.shape[0] - 1)
+        if not (bool((index[ahead, 0] == index[r, 0]).all()) and bool((index[ahead, 1] == index[r, 1] + k + 1).all())):
+            raise ValueError("the corpus rows are not consecutive positions of each sequence")
+
+
+def _start_params(state: FitState | None, opts: FitOptions, H: int, lm_head: torch.Tensor, device: str):
+    """The heads' blocks and lm_heads, the first step and the history: fresh (zero blocks, copies of the base's
+    lm_head) or those of a saved state."""
+    if state is None:
+        blocks = [[(torch.zeros(H, H, device=device), torch.zeros(H, device=device)) for _ in range(opts.num_layers)]
+                  for _ in range(opts.num_heads)]
+        lms = None if opts.share_lm_head else [lm_head.clone().to(device) for _ in range(opts.num_heads)]
+        return blocks, lms, 0, []
+    blocks = [[(w.to(device), b.to(device)) for w, b in row] for row in state.blocks]
+    lms = None if state.lm_heads is None else [t.to(device) for t in state.lm_heads]
+    return blocks, lms, state.step, state.history
+
+
+@dataclass
+class _Columns:
+    """One step's softmax columns and the base's projection (and bias) gathered on them."""
+
+    cols: torch.Tensor
+    whole: bool  # every column, in order: the projections are used as they are, not copied
+    teacher: torch.Tensor
+    bias: torch.Tensor | None
+
+
+def _step_columns(vocab, others, n_neg: int, g: torch.Generator, V: int, opts: FitOptions, lm_head_d, lm_bias_d,
+                  low, device: str) -> _Columns:
+    cols = vocab if not n_neg else torch.cat([vocab, others[torch.randperm(others.numel(), generator=g)[:n_neg]]])
+    cols = cols.to(device)
+    whole = cols.numel() == V and opts.full_vocab  # no copy of the whole projection
+    teacher = lm_head_d if whole else lm_head_d[cols]  # the base's projection, gathered once a step
+    if low:
+        teacher = teacher.to(low)
+    bias = (lm_bias_d if whole else lm_bias_d[cols]) if lm_bias_d is not None else None
+    return _Columns(cols, whole, teacher, bias)
+
+
+def _head_loss(k: int, r: torch.Tensor, hidden_d, targets_d, blocks, lms, c: _Columns, low, opts: FitOptions):
+    """Head ``k``'s loss on rows ``r`` (cross-entropy, blended with the base's distribution ``distill`` times)
+    and its logits."""
+    x = hidden_d[r]
+    y = targets_d[r, k]
+    for w, b in blocks[k]:
+        x = x + torch.nn.functional.silu(x @ w.T + b)
+    if lms is None:
+        logits = _product(x, c.teacher, low)
+        if c.bias is not None:
+            logits = logits + c.bias
+    else:
+        logits = _product(x, lms[k] if c.whole else lms[k][c.cols], low)
+    loss = torch.nn.functional.cross_entropy(logits, y)
+    if opts.distill:
+        with torch.no_grad():  # the base's distribution over the same columns
+            tp = _product(hidden_d[r + k + 1], c.teacher, low)
+            if c.bias is not None:
+                tp = tp + c.bias
+            tp = torch.softmax(tp, dim=-1)
+        soft = -(tp * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
+        loss = (1 - opts.distill) * loss + opts.distill * soft
+    return loss, logits, y
+
+
 def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor, lm_bias: torch.Tensor | None,
               opts: FitOptions, *, state_path: Path | None = None, resume: bool = False,
               stop_after: int | None = None, device: str = "cpu",
@@ -302,6 +385,8 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
 
     ``stop_after`` ends the run after that many steps of this call, with the state saved, as an
     interrupted run would end (tests use it; a resumed run then continues from the saved step).
+    Each step draws from its own generator (seeded by the step), so a resumed run takes exactly the
+    steps an uninterrupted one would.
     """
     from tqdm import tqdm
 
@@ -311,45 +396,18 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     if any(int(u.sum()) == 0 for u in usable):
         raise ModelError(f"the corpus is too short for {opts.num_heads} heads (no token {opts.num_heads + 1} ahead)",
                          fix="use longer continuations (--new_tokens) or fewer heads")
-    # the softmax's vocabulary: every token a head must predict (all of them with full_vocab)
-    if opts.full_vocab:
-        vocab = torch.arange(V)
-    else:
-        vocab = torch.unique(targets[targets >= 0])
-    remap = torch.full((V,), -1, dtype=torch.long)
-    remap[vocab] = torch.arange(vocab.numel())
-    # tokens the corpus never asks for still compete at run time (the heads' argmax is over the
-    # whole vocabulary): a fresh sample of them joins every step's softmax
-    others = torch.nonzero(remap < 0).squeeze(1)
-    n_neg = min(others.numel(), opts.negatives)
+    vocab, remap, others, n_neg = _fit_vocab(targets, V, opts)
     _check_fit_dtype(opts.matmul_dtype)
     low = None if opts.matmul_dtype == "float32" else getattr(torch, opts.matmul_dtype)
     lm_head_d = lm_head.to(device)
     lm_bias_d = lm_bias.to(device) if lm_bias is not None else None
     rows = [torch.nonzero(u).squeeze(1) for u in usable]
     if opts.distill:
-        # the soft target of row r for head k is the base's distribution at row r + k + 1: the rows
-        # must hold each sequence's positions in order (Corpus.hidden does)
-        if index is None:
-            raise ValueError("distillation needs the corpus index ([N, 2] sequence, position)")
-        for k, r in enumerate(rows):
-            ahead = (r + k + 1).clamp(max=index.shape[0] - 1)
-            if not (bool((index[ahead, 0] == index[r, 0]).all()) and bool((index[ahead, 1] == index[r, 1] + k + 1).all())):
-                raise ValueError("the corpus rows are not consecutive positions of each sequence")
+        _check_distill_rows(rows, index)
 
-    state = None
-    if resume and state_path is not None and state_path.is_file():
-        state = load_state(state_path, opts)
+    state = load_state(state_path, opts) if resume and state_path is not None and state_path.is_file() else None
     torch.manual_seed(opts.seed)
-    if state is None:
-        blocks = [[(torch.zeros(H, H, device=device), torch.zeros(H, device=device)) for _ in range(opts.num_layers)]
-                  for _ in range(opts.num_heads)]
-        lms = None if opts.share_lm_head else [lm_head.clone().to(device) for _ in range(opts.num_heads)]
-        start, history = 0, []
-    else:
-        blocks = [[(w.to(device), b.to(device)) for w, b in row] for row in state.blocks]
-        lms = None if state.lm_heads is None else [t.to(device) for t in state.lm_heads]
-        start, history = state.step, state.history
+    blocks, lms, start, history = _start_params(state, opts, H, lm_head, device)
     params = [t.requires_grad_(True) for row in blocks for wb in row for t in wb]
     if lms is not None:
         params += [t.requires_grad_(True) for t in lms]
@@ -382,38 +440,12 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
             total = 0.0
             top1 = []
             report = not opts.quiet or step % 10 == 0 or step == end - 1
-            cols = vocab if not n_neg else torch.cat([vocab, others[torch.randperm(others.numel(), generator=g)[:n_neg]]])
-            cols = cols.to(device)
-            whole = cols.numel() == V and opts.full_vocab  # no copy of the whole projection
-            teacher = lm_head_d if whole else lm_head_d[cols]  # the base's projection, gathered once a step
-            if low:
-                teacher = teacher.to(low)
-            proj_base = teacher if lms is None else None
-            bias_base = (lm_bias_d if whole else lm_bias_d[cols]) if lm_bias_d is not None else None
+            columns = _step_columns(vocab, others, n_neg, g, V, opts, lm_head_d, lm_bias_d, low, device)
             for k in range(opts.num_heads):
                 r = rows[k]
                 if opts.batch_size and opts.batch_size < r.numel():
                     r = r[torch.randint(0, r.numel(), (opts.batch_size,), generator=g)]
-                r = r.to(device)
-                x = hidden_d[r]
-                y = targets_d[r, k]
-                for w, b in blocks[k]:
-                    x = x + torch.nn.functional.silu(x @ w.T + b)
-                if lms is None:
-                    logits = _product(x, proj_base, low)
-                    if bias_base is not None:
-                        logits = logits + bias_base
-                else:
-                    logits = _product(x, lms[k] if whole else lms[k][cols], low)
-                loss = torch.nn.functional.cross_entropy(logits, y)
-                if opts.distill:
-                    with torch.no_grad():  # the base's distribution over the same columns
-                        tp = _product(hidden_d[r + k + 1], teacher, low)
-                        if bias_base is not None:
-                            tp = tp + bias_base
-                        tp = torch.softmax(tp, dim=-1)
-                    soft = -(tp * torch.log_softmax(logits, dim=-1)).sum(-1).mean()
-                    loss = (1 - opts.distill) * loss + opts.distill * soft
+                loss, logits, y = _head_loss(k, r.to(device), hidden_d, targets_d, blocks, lms, columns, low, opts)
                 total = total + loss
                 if report:
                     top1.append(float((logits.detach().argmax(-1) == y).float().mean()))
