@@ -862,6 +862,87 @@ def _non_finite_error(job: _Job, dtype: str) -> Exception:
     )
 
 
+class _RankWriter:
+    """The jobs' tensors streamed into open rank files: byte moves in lanes (one thread per rank file), whole
+    tensors beside them, at most ``workers`` of those in memory; the first failure stops every lane."""
+
+    def __init__(self, files: dict, mover: ByteMover, cfg: dict, dtype: str, workers: int, bar):
+        self.files, self.mover, self.cfg, self.dtype, self.bar = files, mover, cfg, dtype, bar
+        self.workers = workers
+        self.whole_tensors = threading.Semaphore(workers)
+        self.failed = threading.Event()
+
+    def run_tensor(self, job: _Job) -> None:
+        from trtllm_medusa_ports.files.finite import all_finite
+
+        with self.whole_tensors:  # at most --workers whole tensors in memory
+            job, inputs = job_inputs(job, self.dtype)
+            for t in inputs:
+                if not all_finite(t):
+                    raise _non_finite_error(job, self.dtype)
+            for rank, name in job.targets:
+                shard = _shard_for(job, inputs, self.cfg, rank)
+                self.files[rank].write(name, job.post(shard) if job.post is not None else shard)
+        self.bar.update(len(job.targets))
+
+    def run_lane(self, tasks: list[tuple[_Job, MovePlan, int | None]]) -> None:
+        for job, move, rank in tasks:
+            if self.failed.is_set():
+                return
+            try:
+                self.mover.run(move, rank)
+            except NonFinite:
+                self.failed.set()
+                raise _non_finite_error(job, self.dtype) from None
+            except BaseException:
+                self.failed.set()  # the other lanes stop at their next tensor
+                raise
+            done = [(r, name) for r, name in job.targets if rank is None or r == rank]
+            for r, name in done:
+                self.files[r].written(name)
+            self.bar.update(len(done))
+
+    def run(self, jobs: list[_Job], moves: list[MovePlan], ranks: list[int]) -> None:
+        # Byte moves spend their time in the kernel and in numpy (the GIL released), so even with
+        # --workers 1 two threads run them. Each rank file is written by one thread (a "lane"):
+        # copies into one file serialise on its lock, copies into two files run side by side.
+        fast = [(j, m) for j, m in zip(jobs, moves, strict=True) if m.kind is not MoveKind.TENSOR]
+        tensor_jobs = [j for j, m in zip(jobs, moves, strict=True) if m.kind is MoveKind.TENSOR]
+        threads = max(self.workers, 2 if fast else 1)
+        lanes = _lanes(fast, ranks, threads)
+        if threads == 1:
+            for lane in lanes:
+                self.run_lane(lane)
+            for j in tensor_jobs:
+                self.run_tensor(j)
+            return
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            futures = [pool.submit(self.run_lane, lane) for lane in lanes]
+            futures += [pool.submit(self.run_tensor, j) for j in tensor_jobs]
+            try:
+                for f in futures:
+                    f.result()
+            except BaseException:
+                self.failed.set()
+                for f in futures:
+                    f.cancel()
+                raise
+
+
+def _write_config(tmp: Path, cfg: dict, warnings: list[str], durable: bool) -> None:
+    """config.json (with the conversion's warnings); with ``durable``, it and the directory's entries are on
+    disk before the directory is swapped in."""
+    cfg["medusa_ports"]["warnings"] = warnings
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=4) + "\n")
+    if durable:
+        for path in (tmp / "config.json", tmp):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
 def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict,
            dtype: str, warnings: list[str], inputs: dict[str, Path]) -> int:
     """Stream every job into the rank files of a new output directory; the bytes written."""
@@ -875,70 +956,9 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
                           torch_casts=torch_casts)
         try:
             bar = _progress(sum(len(j.targets) for j in jobs), opts.quiet)
-
-            def non_finite(job: _Job) -> Exception:
-                return _non_finite_error(job, dtype)
-
-            whole_tensors = threading.Semaphore(opts.workers)
             if torch_casts or any(m.kind is MoveKind.TENSOR or m.needs_torch for m in moves):
                 import torch  # noqa: F401  (tensors or casts ahead: imported once, before the threads start)
-
-            def run_tensor(job: _Job) -> None:
-                from trtllm_medusa_ports.files.finite import all_finite
-
-                with whole_tensors:  # at most --workers whole tensors in memory
-                    job, inputs = job_inputs(job, dtype)
-                    for t in inputs:
-                        if not all_finite(t):
-                            raise non_finite(job)
-                    for rank, name in job.targets:
-                        shard = _shard_for(job, inputs, cfg, rank)
-                        files[rank].write(name, job.post(shard) if job.post is not None else shard)
-                bar.update(len(job.targets))
-
-            failed = threading.Event()
-
-            def run_lane(tasks: list[tuple[_Job, MovePlan, int | None]]) -> None:
-                for job, move, rank in tasks:
-                    if failed.is_set():
-                        return
-                    try:
-                        mover.run(move, rank)
-                    except NonFinite:
-                        failed.set()
-                        raise non_finite(job) from None
-                    except BaseException:
-                        failed.set()  # the other lanes stop at their next tensor
-                        raise
-                    done = [(r, name) for r, name in job.targets if rank is None or r == rank]
-                    for r, name in done:
-                        files[r].written(name)
-                    bar.update(len(done))
-
-            # Byte moves spend their time in the kernel and in numpy (the GIL released), so even with
-            # --workers 1 two threads run them. Each rank file is written by one thread (a "lane"):
-            # copies into one file serialise on its lock, copies into two files run side by side.
-            fast = [(j, m) for j, m in zip(jobs, moves, strict=True) if m.kind is not MoveKind.TENSOR]
-            tensor_jobs = [j for j, m in zip(jobs, moves, strict=True) if m.kind is MoveKind.TENSOR]
-            threads = max(opts.workers, 2 if fast else 1)
-            lanes = _lanes(fast, sorted(entries), threads)
-            if threads > 1:
-                with ThreadPoolExecutor(max_workers=threads) as pool:
-                    futures = [pool.submit(run_lane, lane) for lane in lanes]
-                    futures += [pool.submit(run_tensor, j) for j in tensor_jobs]
-                    try:
-                        for f in futures:
-                            f.result()
-                    except BaseException:
-                        failed.set()
-                        for f in futures:
-                            f.cancel()
-                        raise
-            else:
-                for lane in lanes:
-                    run_lane(lane)
-                for j in tensor_jobs:
-                    run_tensor(j)
+            _RankWriter(files, mover, cfg, dtype, opts.workers, bar).run(jobs, moves, sorted(entries))
             bar.close()
             for f in files.values():
                 f.close()
@@ -948,14 +968,5 @@ def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entrie
             raise
         finally:
             mover.close()
-        cfg["medusa_ports"]["warnings"] = warnings
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=4) + "\n")
-        if durable:  # the config and the directory entries too, before the directory is swapped in
-            for path in (tmp / "config.json", tmp):
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-
+        _write_config(tmp, cfg, warnings, durable)
     return sum(f.total for f in files.values())
