@@ -54,13 +54,8 @@ class AddHeadsResult:
                 f"{self.config['architecture']}, in {self.seconds:.1f} s.")
 
 
-def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Path, *, max_draft_len: int = 63,
-              overwrite: bool = False) -> AddHeadsResult:
-    start = time.time()
-    base_dir, heads_dir = Path(base_checkpoint_dir), Path(medusa_model_dir)
-    ckpt = read_checkpoint(base_dir)
-    cfg = dict(ckpt.config)
-    where = str(base_dir / "config.json")
+def _check_base(cfg: dict, where: str):
+    """The quantized base's family adapter, its quantization block and dtype; what this route cannot keep refused."""
     if cfg.get("num_medusa_heads") or str(cfg.get("architecture", "")).startswith("Medusa"):
         raise ConversionError("the base checkpoint has Medusa heads already", where=where,
                               fix="pass the quantized base without heads")
@@ -81,80 +76,107 @@ def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Pat
     if dtype not in CHECKPOINT_DTYPES:
         raise ConversionError(f"dtype {dtype!r} is not float16, bfloat16 or float32", where=where,
                               fix="pass a TensorRT-LLM checkpoint")
-    heads = load_heads(heads_dir)
+    return arch, adapter, quant, dtype
+
+
+def _check_heads(heads, cfg: dict, heads_dir: Path) -> list[str]:
+    """The heads fit the base's hidden size and vocabulary; the warnings the layout brings."""
     hidden, vocab = int(cfg["hidden_size"]), int(cfg["vocab_size"])
     if heads.hidden_size != hidden or (heads.vocab_size is not None and heads.vocab_size != vocab
                                        and heads.token_map is None):
         raise HeadsError(f"the heads (hidden {heads.hidden_size}, vocabulary {heads.vocab_size}) do not fit the base "
                          f"(hidden_size {hidden}, vocab_size {vocab})", where=str(heads_dir),
                          fix="pass the heads trained for this base")
-    share = heads.lm_heads is None
     warnings = list(heads.warnings)
     if heads.shared_lm_head is not None:
         warnings.append("the heads carry one shared lm_head (vLLM original_lm_head): the base checkpoint's lm_head "
                         "is used for every head, as that layout means")
-    mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
-    last = mapping.stage_ranks(mapping.pp_size - 1)
-    if share and not ckpt.has(last[0], "lm_head.weight"):
-        raise ConversionError("the heads share the base lm_head, which the checkpoint does not hold", where=where,
-                              fix="use heads with their own lm_heads")
-    target = to_torch(dtype)
+    return warnings
 
-    def head_tensors():
-        """(name, split, tensor in the checkpoint dtype) of every head tensor."""
-        import torch
 
-        for h, blocks in enumerate(heads.blocks):
-            for layer, block in enumerate(blocks):
-                base = f"medusa_heads.{h}.medusa_layers.{layer}.linear"
-                yield base + ".weight", Split.COLUMN, block.weight.load().to(target)
-                bias = block.bias.load() if block.bias is not None else torch.zeros(hidden)
-                yield base + ".bias", Split.COLUMN, bias.to(target)
-            if not share:
-                w = heads.lm_heads[h].load()
-                if heads.token_map is not None:
-                    w = expand_truncated(w, heads.token_map.load(), vocab)
-                yield f"medusa_heads.{h}.lm_head.weight", Split.VOCAB, w.to(target)
+def _head_tensors(heads, hidden: int, vocab: int, target):
+    """(name, split, tensor in the checkpoint dtype) of every head tensor."""
+    import torch
 
+    for h, blocks in enumerate(heads.blocks):
+        for layer, block in enumerate(blocks):
+            base = f"medusa_heads.{h}.medusa_layers.{layer}.linear"
+            yield base + ".weight", Split.COLUMN, block.weight.load().to(target)
+            bias = block.bias.load() if block.bias is not None else torch.zeros(hidden)
+            yield base + ".bias", Split.COLUMN, bias.to(target)
+        if heads.lm_heads is not None:
+            w = heads.lm_heads[h].load()
+            if heads.token_map is not None:
+                w = expand_truncated(w, heads.token_map.load(), vocab)
+            yield f"medusa_heads.{h}.lm_head.weight", Split.VOCAB, w.to(target)
+
+
+def _output_config(cfg: dict, quant: dict, arch: str, adapter, heads, max_draft_len: int, provenance: dict) -> dict:
+    """The base's config.json with the Medusa fields, and the heads kept out of the quantization."""
     out_cfg = dict(cfg)
     exclude = list(quant.get("exclude_modules") or EXCLUDE_MODULES)
     if not any("medusa_heads" in p for p in exclude):  # combine_medusa_weight adds it unless --quant_medusa_head
         exclude.append("*medusa_heads*")
-    if algo or kv:
+    if quant.get("quant_algo") or quant.get("kv_cache_quant_algo"):
         quant["exclude_modules"] = exclude
     out_cfg.update({
         "architecture": adapter.ported_architecture(), "quantization": quant, "max_draft_len": max_draft_len,
         "num_medusa_heads": heads.num_heads, "num_medusa_layers": heads.num_layers, "medusa_hidden_act": "silu",
-        "medusa_shared_lm_head": share, "base_architecture": arch, "trtllm_base_architecture": adapter.trtllm_base_class,
+        "medusa_shared_lm_head": heads.lm_heads is None, "base_architecture": arch,
+        "trtllm_base_architecture": adapter.trtllm_base_class,
     })
-    out_cfg.setdefault("head_size", hidden // int(cfg["num_attention_heads"]))
-    out_cfg["medusa_ports"] = {"version": __version__, "family": adapter.family, "heads_layout": heads.layout,
-                               "heads_source": str(heads_dir.resolve()), "heads_dtype": heads.dtype_name,
-                               "base_checkpoint": str(base_dir.resolve()), "warnings": warnings}
+    out_cfg.setdefault("head_size", int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+    out_cfg["medusa_ports"] = {"version": __version__, "family": adapter.family, **provenance}
+    return out_cfg
+
+
+def _write_ranks(tmp: Path, ckpt, pieces: dict[int, list], dtype: str, world_size: int) -> None:
+    """Every rank file: the base's tensors byte for byte, then the heads' pieces of that rank."""
+    for r in range(world_size):
+        base_tensors = ckpt.ranks[r]
+        entries = [(n, t.dtype_name, tuple(t.shape)) for n, t in base_tensors.items()]
+        entries += [(n, dtype, tuple(p.shape)) for n, p in pieces.get(r, [])]
+        f = StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries, durable=False)
+        try:
+            with open(base_tensors[next(iter(base_tensors))].file, "rb") as src:
+                for n, t in base_tensors.items():  # the base's bytes, as they are
+                    _copy(src.fileno(), t.offset, f.fd, f.slots[n].offset, f.slots[n].nbytes)
+                    f.written(n)
+            for n, p in pieces.get(r, []):
+                f.write(n, p)
+            f.close()
+        except BaseException:
+            f.abort()
+            raise
+
+
+def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Path, *, max_draft_len: int = 63,
+              overwrite: bool = False) -> AddHeadsResult:
+    start = time.time()
+    base_dir, heads_dir = Path(base_checkpoint_dir), Path(medusa_model_dir)
+    ckpt = read_checkpoint(base_dir)
+    cfg = dict(ckpt.config)
+    where = str(base_dir / "config.json")
+    arch, adapter, quant, dtype = _check_base(cfg, where)
+    heads = load_heads(heads_dir)
+    warnings = _check_heads(heads, cfg, heads_dir)
+    mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
+    last = mapping.stage_ranks(mapping.pp_size - 1)
+    if heads.lm_heads is None and not ckpt.has(last[0], "lm_head.weight"):
+        raise ConversionError("the heads share the base lm_head, which the checkpoint does not hold", where=where,
+                              fix="use heads with their own lm_heads")
+    out_cfg = _output_config(cfg, quant, arch, adapter, heads, max_draft_len, {
+        "heads_layout": heads.layout, "heads_source": str(heads_dir.resolve()), "heads_dtype": heads.dtype_name,
+        "base_checkpoint": str(base_dir.resolve()), "warnings": warnings})
     pieces: dict[int, list] = {r: [] for r in last}
-    for name, split, t in head_tensors():
+    for name, split, t in _head_tensors(heads, int(cfg["hidden_size"]), int(cfg["vocab_size"]), to_torch(dtype)):
         for r in last:
             part = shard(split, t, tp_size=mapping.tp_size, tp_rank=mapping.tp_rank(r), num_kv_heads=1,
                          use_parallel_embedding=False, embedding_sharding_dim=0).contiguous()
             pieces[r].append((name, part))
     inputs = {"--base_checkpoint_dir": base_dir, "--medusa_model_dir": heads_dir}
     with atomic_output_dir(Path(output_dir), overwrite=overwrite, inputs=inputs) as tmp:
-        for r in range(mapping.world_size):
-            base_tensors = ckpt.ranks[r]
-            entries = [(n, t.dtype_name, tuple(t.shape)) for n, t in base_tensors.items()]
-            entries += [(n, dtype, tuple(p.shape)) for n, p in pieces.get(r, [])]
-            f = StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries, durable=False)
-            try:
-                with open(base_tensors[next(iter(base_tensors))].file, "rb") as src:
-                    for n, t in base_tensors.items():  # the base's bytes, as they are
-                        _copy(src.fileno(), t.offset, f.fd, f.slots[n].offset, f.slots[n].nbytes)
-                        f.written(n)
-                for n, p in pieces.get(r, []):
-                    f.write(n, p)
-                f.close()
-            except BaseException:
-                f.abort()
-                raise
+        _write_ranks(tmp, ckpt, pieces, dtype, mapping.world_size)
         (tmp / "config.json").write_text(json.dumps(out_cfg, indent=4) + "\n")
     return AddHeadsResult(Path(output_dir), out_cfg, mapping.world_size, time.time() - start, warnings)
 
