@@ -456,13 +456,7 @@ def _verify(
             fix="pass the --model_dir the checkpoint was converted from",
         )
     prompts, tree, pruned = _prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir)
-    notes = [pruned] if pruned else []
-    # a checkpoint written over a refusing rule: the executor computes what the engine would, so a
-    # parity failure is that rule's difference (say so beside it)
-    notes += [f"the checkpoint was written with --allow_unsupported: {w.split(': ', 1)[-1]} (see `trtllm-medusa "
-              "check`; the executor computes what the engine would, transformers what the base is)"
-              for w in (ckpt.config.get("medusa_ports") or {}).get("warnings", [])
-              if w.startswith("WRITING A CHECKPOINT")]
+    notes = ([pruned] if pruned else []) + _allow_unsupported_notes(ckpt)
 
     # Quantized checkpoints: the float base first (the quantization's effect is measured against it), then
     # the same transformers model quantized as the checkpoint is (quant/emulate.py)
@@ -473,20 +467,8 @@ def _verify(
     # and the heads' logits from their source. Its model is then freed, so that it and the executor's
     # weights are never in memory together (peak: one float32 model, not two).
     status(f"transformers' logits and hidden states on {len(prompts)} prompt(s)")
-    hf_runs = []
-    activations = ActivationRange(hf)
-    for p in prompts:
-        hf_runs.append(_hf_hidden_states(hf, p))
-    activations.close()
-    effect = None
-    if arithmetic:  # the same model with transformers' own arithmetic, against the engine's logits
-        for a in arithmetic:
-            a.undo()
-        with torch.no_grad():
-            effect = max(float((hf(input_ids=torch.tensor([p])).logits[0] - hl).abs().max())
-                         for p, (hl, _) in zip(prompts, hf_runs, strict=True))
-        for a in arithmetic:
-            a.redo()
+    hf_runs, activations = _hf_runs(hf, prompts)
+    effect = _arithmetic_effect(hf, arithmetic, prompts, hf_runs)
     from tqdm import tqdm
 
     expected_tokens = [] if spec.any else [
@@ -564,6 +546,38 @@ def _verify(
         moe_experts_per_tree_step=sum(tree_calls) / len(tree_calls) if tree_calls else None,
         moe_experts_per_plain_step=ref.semantics.moe_top_k or None,
     )
+
+
+def _allow_unsupported_notes(ckpt) -> list[str]:
+    """A checkpoint written over a refusing rule: the executor computes what the engine would, so a parity failure
+    is that rule's difference (said beside it)."""
+    return [f"the checkpoint was written with --allow_unsupported: {w.split(': ', 1)[-1]} (see `trtllm-medusa "
+            "check`; the executor computes what the engine would, transformers what the base is)"
+            for w in (ckpt.config.get("medusa_ports") or {}).get("warnings", [])
+            if w.startswith("WRITING A CHECKPOINT")]
+
+
+def _hf_runs(hf, prompts: list[list[int]]):
+    """transformers' logits and hidden states per prompt, and the largest activation met on the way."""
+    activations = ActivationRange(hf)
+    runs = [_hf_hidden_states(hf, p) for p in prompts]
+    activations.close()
+    return runs, activations
+
+
+def _arithmetic_effect(hf, arithmetic, prompts: list[list[int]], hf_runs) -> float | None:
+    """How far the same model with transformers' own arithmetic is from the engine's (the logits ``hf_runs`` hold
+    were computed with the engine's); None when no adjustment was made."""
+    if not arithmetic:
+        return None
+    for a in arithmetic:
+        a.undo()
+    with torch.no_grad():
+        effect = max(float((hf(input_ids=torch.tensor([p])).logits[0] - hl).abs().max())
+                     for p, (hl, _) in zip(prompts, hf_runs, strict=True))
+    for a in arithmetic:
+        a.redo()
+    return effect
 
 
 def _quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, prompts: list[list[int]],
