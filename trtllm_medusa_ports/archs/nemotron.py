@@ -55,6 +55,8 @@ class NemotronAdapter(LlamaAdapter):
     #: the MLP squares its input: norms of 1e3 would put the tiny model's hidden states past float16's range
     #: (about 7e4); 300 gives 3e3, where both half-precision roundings still matter
     magnitude_test_norm_offset: ClassVar[float] = 300.0
+    engine_limits_summary: ClassVar[str] = ('`attention_bias != mlp_bias` (`models/gpt/model.py`: one `bias` for the '
+                                            'attention and MLP linears)')
     family = "nemotron"
     model_types = ("nemotron",)
     display_note = "Nemotron-4, Minitron"
