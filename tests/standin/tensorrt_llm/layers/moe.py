@@ -65,6 +65,18 @@ class MixtureOfExperts(Module):
                 part.bias = Parameter(shape=(experts, out), dtype=dtype)
             else:
                 part.register_parameter("bias", None)
+        self._dims = dict(experts=experts, hidden=hidden_size, fc_out=(2 if gated else 1) * inter, inter=inter,
+                          dtype=dtype)
+
+    def quantize_weight_only(self, bits):
+        """``MOEWeightWrapper`` with a weight-only quant mode (what ``quantize_layers`` rebuilds the layer with):
+        ``weight`` int8 ``[experts, in, out * bits / 8]`` (transposed, int4 two values a byte) and
+        ``per_channel_scale`` ``[experts, out]`` in the model dtype, for fc and proj."""
+        d = self._dims
+        self._weight_only = True
+        for part, in_f, out_f in ((self.fc, d["hidden"], d["fc_out"]), (self.proj, d["inter"], d["hidden"])):
+            part.weight = Parameter(shape=(d["experts"], in_f, out_f * bits // 8), dtype="int8")
+            part.per_channel_scale = Parameter(shape=(d["experts"], out_f), dtype=d["dtype"])
 
     def forward(self, hidden_states, lora_layer_params=None, **kwargs):
         CALLS.append(("moe", id(self), self.top_k))
@@ -77,6 +89,8 @@ class MixtureOfExperts(Module):
         argument ``moe_cls`` does not take is the TypeError upstream raises; the weights are carried over whole."""
         if isinstance(self, moe_cls):
             return self
+        if moe_cls is MoeOOTB and getattr(self, "_weight_only", False):  # MoeOOTB.init_experts, after quantize
+            raise ValueError("OOTB MOE does not support weight only quantization now")
         accepted = inspect.signature(moe_cls.__init__).parameters
         for name in list(inspect.signature(type(self).__init__).parameters)[1:]:
             if name not in accepted:

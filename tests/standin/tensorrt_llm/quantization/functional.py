@@ -16,13 +16,15 @@ QUANT_WEIGHTS = ["qkv.weight", "dense.weight", "fc.weight", "proj.weight", "gate
 
 
 def symmetric_quantize(weight_t, bits):
+    """One ``[in, out]`` matrix or a batch ``[experts, in, out]`` (each matrix on its own)."""
     w = weight_t.float()
-    amax = w.abs().max(dim=0).values
+    amax = w.abs().amax(dim=-2)
     scale = amax / float(2 ** (bits - 1))
-    q = torch.where(scale == 0, torch.zeros_like(w), torch.trunc(w / scale + torch.sign(w) * 0.5))
+    q = torch.where(scale[..., None, :] == 0, torch.zeros_like(w),
+                    torch.trunc(w / scale[..., None, :] + torch.sign(w) * 0.5))
     q = q.clamp(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1).to(torch.int8)
     if bits == 4:
-        lo, hi = q[:, 0::2], q[:, 1::2]
+        lo, hi = q[..., 0::2], q[..., 1::2]
         q = ((lo & 0x0F) | ((hi & 0x0F) << 4)).to(torch.int8)
     return q, scale.to(weight_t.dtype)
 
@@ -34,7 +36,7 @@ def weight_only_quantize_dict(weights, quant_algo, exclude_modules=None):
         w = weights[name]
         if any(q in name for q in QUANT_WEIGHTS) and not any(fnmatch.fnmatchcase(name, p) for p in exclude) \
                 and w.dtype != torch.int8:
-            q, scale = symmetric_quantize(w.t().contiguous(), bits)
+            q, scale = symmetric_quantize(w.transpose(-1, -2).contiguous(), bits)  # 3-D: stacked experts
             weights[name] = q
             weights[name.replace(".weight", ".per_channel_scale")] = scale
     return weights

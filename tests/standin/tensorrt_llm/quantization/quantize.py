@@ -3,7 +3,8 @@
 ``quantize(model, quant_config)`` runs from ``PretrainedModel.__post_init__``: every ``ColumnLinear`` /
 ``RowLinear`` whose full dotted module name matches no ``exclude_modules`` pattern
 (``fnmatch.fnmatchcase``; the default list is used only when none is given, never merged with one) is
-re-created as the quantized layer of ``quant_algo`` with the whole (tp-multiplied) features; with a
+re-created as the quantized layer of ``quant_algo`` with the whole (tp-multiplied) features, and every ``MOE``
+layer not excluded declares its experts quantized (weight-only only: ``MOEWeightWrapper``); with a
 ``kv_cache_quant_algo`` every ``Attention`` gets ``kv_cache_scaling_factor`` and
 ``kv_cache_rcp_scaling_factor`` float32 ``[1]``.
 """
@@ -12,6 +13,7 @@ import fnmatch
 
 from ..layers.attention import Attention
 from ..layers.linear import ColumnLinear, RowLinear
+from ..layers.moe import MixtureOfExperts
 from ..parameter import Parameter
 from .layers import FP8Linear, WeightOnlyQuantLinear
 
@@ -40,6 +42,11 @@ def quantize(model, quant_config):
     if algo:
         exclude = quant_config.get("exclude_modules") or DEFAULT_EXCLUDE
         for name, module in list(model.named_modules()):
+            # an MOE layer is rebuilt with the quant mode (its router, a RowLinear child, matches *router)
+            if isinstance(module, MixtureOfExperts) and not any(fnmatch.fnmatchcase(name, p) for p in exclude):
+                if algo not in _BITS:
+                    raise NotImplementedError(f"the stand-in does not model {algo} experts")
+                module.quantize_weight_only(_BITS[algo])
             for child_name, child in list(module._modules.items()):
                 full = f"{name}.{child_name}" if name else child_name
                 if isinstance(child, (ColumnLinear, RowLinear)) and not any(
