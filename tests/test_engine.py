@@ -747,3 +747,38 @@ def test_moe_plugin_disable_is_refused_for_a_shared_expert_and_warned_otherwise(
     dense = _checkpoint(store, tmp_path, "LlamaForCausalLM", name="dense")
     assert _build(dense, tmp_path / "e4", "--moe_plugin", "disable") == 0
     assert "moe_plugin" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch, extra", [
+    ("Qwen2MoeForCausalLM", dict(moe_intermediate_size=64, shared_expert_intermediate_size=128)),
+    ("GraniteMoeForCausalLM", dict(intermediate_size=96)),  # one fused 3-D source per layer
+])
+def test_weight_only_experts_load_into_the_quantized_moe_layer(trtllm, store, tmp_path, capsys, arch, extra):
+    """A weight-only MoE checkpoint (float experts) through upstream's load: weight_only_quantize_dict (stand-in of
+    tensorrt_llm/models/convert_utils.py) quantizes the 3-D experts per expert into what the quantized MOE declares
+    (int8 [experts, in, out * bits / 8], per_channel_scale [experts, out]); the router and the shared expert's gate
+    stay float - the gate only because the written exclude_modules names its tensor."""
+    base = tiny_base(store, arch, hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, **extra)
+    ckpt = _checkpoint(store, tmp_path, arch, tp=2, base=base, qformat="int4_wo")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    experts, hidden = cfg["moe"]["num_experts"], cfg["hidden_size"]
+    inter = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
+    for rank in (0, 1):
+        mlp = next(iter(_engine_model(ckpt, rank).transformer.layers)).mlp
+        assert mlp.fc.weight.dtype == "int8" and mlp.fc.weight.is_inited()
+        local = inter // 2  # each expert's intermediate size on one of the two ranks
+        assert mlp.fc.weight.shape == (experts, hidden, 2 * local * 4 // 8)  # [E, in, out * bits / 8]
+        assert mlp.fc.per_channel_scale.shape == (experts, 2 * local) and mlp.fc.per_channel_scale.is_inited()
+        assert mlp.proj.weight.shape == (experts, local, hidden * 4 // 8)
+        assert mlp.router.weight.dtype == "float32" and mlp.router.weight.is_inited()
+        if "shared_expert_gate" in mlp._modules:
+            assert mlp.shared_expert_gate.weight.dtype == "float16"
+    assert _build(ckpt, tmp_path / "eng") == 0
+    assert _build(ckpt, tmp_path / "e2", "--moe_plugin", "disable") == 1
+    assert "does not support weight only quantization" in capsys.readouterr().err
+    assert not (tmp_path / "e2").exists()
+    if arch == "Qwen2MoeForCausalLM":  # the pattern the load-time quantizer needs, shown by taking it away
+        cfg["quantization"]["exclude_modules"].remove("*shared_expert_gate.weight")
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+        assert _build(ckpt, tmp_path / "e3") == 1
+        assert "shared_expert_gate" in capsys.readouterr().err

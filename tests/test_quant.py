@@ -249,6 +249,39 @@ def test_memory_plan_equals_the_written_rank_files_and_counts_quantized_weights(
     assert "DOES NOT FIT" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("arch, qformat, extra", [
+    ("MixtralForCausalLM", "int8_wo", dict(intermediate_size=128)),
+    ("Qwen2MoeForCausalLM", "int4_wo", dict(moe_intermediate_size=64, shared_expert_intermediate_size=128)),
+])
+def test_memory_plan_of_weight_only_experts_is_what_the_load_makes_of_the_rank_files(tmp_path, store, arch, qformat,
+                                                                                      extra):
+    """The engine's weights of a weight-only MoE checkpoint: each rank file through the load-time quantizer (the
+    stand-in of weight_only_quantize_dict, written apart from trtllm_medusa_ports.quant), byte for byte the plan."""
+    import importlib.util
+    from pathlib import Path
+
+    from trtllm_medusa_ports.convert import ConvertOptions, plan_layout
+    from trtllm_medusa_ports.memory import memory_plan
+
+    standin = Path(__file__).parent / "standin" / "tensorrt_llm" / "quantization" / "functional.py"
+    spec_ = importlib.util.spec_from_file_location("standin_weight_only", standin)
+    quantizer = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(quantizer)
+    base = tiny_base(store, arch, **MOE_WIDE, **extra)
+    heads = _heads(tmp_path, arch, 128)
+    ckpt = convert_to(tmp_path / "c", base, heads, tp_size=2, dtype="float16", qformat=qformat)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    opts = ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "x", tp_size=2,
+                          dtype="float16", qformat=qformat)
+    plan = memory_plan(*plan_layout(opts))
+    for r in range(2):
+        loaded = quantizer.weight_only_quantize_dict(load_file(str(ckpt / f"rank{r}.safetensors")),
+                                                     cfg["quantization"]["quant_algo"],
+                                                     cfg["quantization"]["exclude_modules"])
+        assert loaded["transformer.layers.0.mlp.fc.weight"].dtype == torch.int8  # the experts were quantized
+        assert plan.weight_bytes(r) == sum(t.numel() * t.element_size() for t in loaded.values())
+
+
 # -- a base already quantized by NVIDIA's tools (convert --base_checkpoint_dir) -----------------------------
 def _tool_checkpoint(src, out, *, store_weight_only=None):
     """A quantized TensorRT-LLM checkpoint as NVIDIA's tools write it, made from one of ours: no heads, the HF
@@ -332,6 +365,12 @@ def test_tool_quantized_base_refusals(tmp_path, store, capsys):
     assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(tmp_path / "o"), "--quiet"]) == 1
     assert "W4A16_AWQ is not emulated by the reference executor" in capsys.readouterr().err
     assert not (tmp_path / "o-missing").exists()
+    cfg["moe"] = {"num_experts": 4, "top_k": 2}  # a tool's MoE experts: a layout verify cannot read back
+    (tool / "config.json").write_text(json.dumps(cfg))
+    assert main(args[:-2] + [str(tmp_path / "o-moe"), "--quiet", "--medusa_model_dir", str(heads)]) == 1
+    err = capsys.readouterr().err
+    assert "experts of a mixture-of-experts base" in err and "--qformat int8_wo" in err
+    assert not (tmp_path / "o-moe").exists()
 
 
 def test_a_calibration_run_once_serves_several_conversions(tmp_path, store):
@@ -537,18 +576,69 @@ def test_fp8_conversion_refuses_a_non_finite_or_overflowing_weight_and_writes_no
         assert not (tmp_path / "out").exists()
 
 
-def test_a_mixture_of_experts_base_is_refused_quantized_weights_but_takes_a_quantized_kv_cache(tmp_path, store):
-    """The experts' quantized layout is not written yet (rule port-limit); a KV-cache dtype alone changes no expert."""
+def test_a_mixture_of_experts_base_is_refused_fp8_but_takes_a_quantized_kv_cache(tmp_path, store):
+    """FP8 experts (one scale per expert, one activation scale for all) are not written yet (rule port-limit); a
+    KV-cache dtype alone changes no expert."""
     base = tiny_base(store, "MixtralForCausalLM")
     c = tiny_config("MixtralForCausalLM")
     heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2, seed=5), tmp_path / "h")
     calib = _calib(tmp_path, c.vocab_size, n=3)
-    for flags in (dict(qformat="fp8"), dict(qformat="int8_wo"), dict(use_weight_only=True, weight_only_precision="int4")):
-        with pytest.raises(PortError) as e:
-            convert_to(tmp_path / "q", base, heads, dtype="bfloat16", calib_dataset=calib, calib_size=3, **flags)
-        assert e.value.rule == "port-limit" and "mixture-of-experts" in e.value.what
-        assert not (tmp_path / "q").exists()
+    with pytest.raises(PortError) as e:
+        convert_to(tmp_path / "q", base, heads, dtype="bfloat16", calib_dataset=calib, calib_size=3, qformat="fp8")
+    assert e.value.rule == "port-limit" and "FP8 of a mixture-of-experts base" in e.value.what
+    assert "--qformat int8_wo" in str(e.value) and not (tmp_path / "q").exists()
     ckpt = convert_to(tmp_path / "kv", base, heads, tp_size=2, dtype="bfloat16", kv_cache_dtype="int8",
                       calib_dataset=calib, calib_size=3)
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4, prompts=[[5, 9, 13, 17]])
     assert rep.parity and rep.greedy_equal and not rep.quant_scale_mismatches, rep.render()
+
+
+#: MoE widths that are multiples of 64 x tp for tp 2 where a weight-only linear needs it (the shared expert)
+MOE_WIDE = dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+
+
+@pytest.mark.parametrize("arch, flags, tp, ep, extra", [
+    ("MixtralForCausalLM", dict(qformat="int8_wo"), 2, 1, dict(intermediate_size=128)),
+    ("Qwen2MoeForCausalLM", dict(use_weight_only=True, weight_only_precision="int4"), 2, 1,
+     dict(moe_intermediate_size=64, shared_expert_intermediate_size=128)),
+    ("GraniteMoeForCausalLM", dict(qformat="int4_wo"), 2, 2, dict(intermediate_size=96)),  # fused 3-D experts, EP
+    ("Qwen3MoeForCausalLM", dict(qformat="int8_wo"), 1, 1, dict(moe_intermediate_size=64)),
+])
+def test_weight_only_experts_are_quantized_at_load_and_verify(tmp_path, store, arch, flags, tp, ep, extra):
+    """Weight-only MoE: the experts stay float in the file (weight_only_quantize_dict quantizes the 3-D mlp.fc /
+    mlp.proj per expert and output channel at load); the executor and the transformers side quantize them so, the
+    router and the shared expert's gate stay float."""
+    from trtllm_medusa_ports.quant import weight_only_dequantized
+
+    base = tiny_base(store, arch, **MOE_WIDE, **extra)
+    ckpt = convert_to(tmp_path / "c", base, _heads(tmp_path, arch, 128), tp_size=tp, moe_ep_size=ep,
+                      dtype="float16", **flags)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    spec = QuantSpec.from_config(cfg)
+    assert spec.weight_only and "*shared_expert_gate.weight" in cfg["quantization"]["exclude_modules"]
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    fc = t["transformer.layers.0.mlp.fc.weight"]
+    assert fc.dtype == torch.float16 and fc.dim() == 3 and t["transformer.layers.0.mlp.router.weight"].dtype == torch.float32
+    ref = ReferenceModel(ckpt)
+    got = ref.weight(0, "transformer.layers.0.mlp.fc.weight")
+    assert torch.equal(got, weight_only_dequantized(fc, spec.quant_algo)) and not torch.equal(got, fc.float())
+    assert torch.equal(ref.weight(0, "transformer.layers.0.mlp.router.weight"),
+                       t["transformer.layers.0.mlp.router.weight"].float())
+    if "transformer.layers.0.mlp.shared_expert_gate.weight" in t:
+        assert torch.equal(ref.weight(0, "transformer.layers.0.mlp.shared_expert_gate.weight"),
+                           t["transformer.layers.0.mlp.shared_expert_gate.weight"].float())
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6, prompts=[[5, 9, 13, 17, 21]])
+    assert rep.ok and rep.parity and rep.greedy_equal, rep.render()
+    assert rep.quant_effect["max_abs_diff"] > 1e-4  # the quantization changes the model
+
+
+def test_weight_only_experts_left_float_on_the_transformers_side_fail_parity(tmp_path, store, monkeypatch):
+    """The transformers side must quantize the experts as the engine does: without it, parity fails."""
+    from trtllm_medusa_ports.quant import emulate
+
+    base = tiny_base(store, "MixtralForCausalLM", **MOE_WIDE, intermediate_size=128)
+    ckpt = convert_to(tmp_path / "c", base, _heads(tmp_path, "MixtralForCausalLM", 128), dtype="float16",
+                      qformat="int4_wo")
+    monkeypatch.setattr(emulate, "_weight_only_experts", lambda *a, **k: None)
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4, prompts=[[5, 9, 13, 17, 21]])
+    assert not rep.parity and rep.logits_max_abs_diff > rep.tolerance, rep.render()

@@ -89,8 +89,9 @@ def _engine_bytes(name: str, dtype: str, shape: tuple[int, ...], spec: QuantSpec
     n = 1
     for s in shape:
         n *= s
-    if spec.quant_algo in BITS and len(shape) == 2 and weight_only_quantized(name, exclude):
-        return n * BITS[spec.quant_algo] // 8 + shape[0] * itemsize(dtype)  # + per_channel_scale [out]
+    if spec.quant_algo in BITS and len(shape) in (2, 3) and weight_only_quantized(name, exclude):
+        # + per_channel_scale [out] ([experts, out] for stacked experts, quantized at load as well)
+        return n * BITS[spec.quant_algo] // 8 + (n // shape[-1]) * itemsize(dtype)
     if spec.quant_algo == "FP8" and dtype != "float8_e4m3fn" and fp8_quantized(name, exclude):
         return n + 8  # planned before the FP8 jobs (check): the FP8 weight and its two float32 scales
     return n * itemsize(dtype)

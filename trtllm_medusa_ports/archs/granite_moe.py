@@ -8,7 +8,7 @@ hidden]`` with the *gate* half first (``GraniteMoeExperts``: ``gate, up = linear
 logits, then a softmax over them (``GraniteMoeTopKRouter``), which is TensorRT-LLM's RENORMALIZE.
 TensorRT-LLM's ``MOE`` wants each expert's fc as ``[up; gate]`` (the linear half first), so the halves are
 swapped; the router is stored in float32 (``MOE`` declares it so). Tensor and expert parallelism as for
-Mixtral, on the byte path (the swap is a pure layout); quantized experts refused (rule ``port-limit``).
+Mixtral, on the byte path (the swap is a pure layout); weight-only experts as for Mixtral, FP8 ones refused (rule ``port-limit``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class GraniteMoeAdapter(GraniteAdapter):
     model_types = ("granitemoe",)
     display_note = "Granite 3.x MoE"
     position_summary = "RoPE (GPT-NeoX), Granite's multipliers"
-    medusa_status = "`trtllm-medusa build`; tensor and expert parallel, unquantized"
+    medusa_status = "`trtllm-medusa build`; tensor and expert parallel; float or weight-only (INT8/INT4) experts"
     #: multipliers far from 1, as for Granite
     tiny_config: ClassVar[dict | None] = dict(
         model_type="granitemoe", hidden_size=64, intermediate_size=96, num_hidden_layers=2,

@@ -14,8 +14,9 @@ up_proj) and second half the activated gate (HF ``w1``, gate_proj) - "the invers
 ``mlp.proj.weight`` ``[experts, hidden, inter / tp]`` (HF ``w2``); RENORMALIZE takes the top-k float32
 logits and a softmax over them (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu), which is
 transformers' softmax over all experts, top-k, renormalised. ``Mapping``'s ``moe_tp_size`` /
-``moe_ep_size`` default to pure tensor parallelism (``moe_tp = tp``, ``moe_ep = 1``), the layout written
-here; expert parallelism is not written yet, nor quantized experts (rule ``port-limit``).
+``moe_ep_size`` default to pure tensor parallelism (``moe_tp = tp``, ``moe_ep = 1``); ``--moe_ep_size``
+writes expert parallelism. Weight-only experts stay float in the file (TensorRT-LLM quantizes them at load);
+FP8 experts are refused (rule ``port-limit``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class MixtralAdapter(MistralAdapter):
     model_types = ("mixtral",)
     display_note = "mixture of experts"
     position_summary = "RoPE (GPT-NeoX), sliding window"
-    medusa_status = "`trtllm-medusa build`; tensor and expert parallel, unquantized"
+    medusa_status = "`trtllm-medusa build`; tensor and expert parallel; float or weight-only (INT8/INT4) experts"
     tiny_config: ClassVar[dict | None] = dict(
         model_type="mixtral", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,

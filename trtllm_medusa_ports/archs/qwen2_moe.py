@@ -78,7 +78,7 @@ class Qwen2MoeAdapter(Qwen2Adapter):
     model_types = ("qwen2_moe",)
     display_note = "mixture of experts, shared expert"
     position_summary = "RoPE (GPT-NeoX)"
-    medusa_status = "`trtllm-medusa build`; tensor and expert parallel, unquantized"
+    medusa_status = "`trtllm-medusa build`; tensor and expert parallel; float or weight-only (INT8/INT4) experts"
     tiny_config: ClassVar[dict | None] = dict(
         model_type="qwen2_moe", hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
         shared_expert_intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

@@ -40,7 +40,7 @@ class Qwen3MoeAdapter(Qwen3Adapter):
     model_types = ("qwen3_moe",)
     display_note = "mixture of experts"
     position_summary = "RoPE (GPT-NeoX), q/k norm"
-    medusa_status = ("`trtllm-medusa build`; tensor and expert parallel, unquantized; `norm_topk_prob: true` (every released "
+    medusa_status = ("`trtllm-medusa build`; tensor and expert parallel; float or weight-only experts; `norm_topk_prob: true` (every released "
                      "checkpoint) is routed without renormalisation by the engine (`engine-divergence`)")
     tiny_config: ClassVar[dict | None] = dict(
         model_type="qwen3_moe", hidden_size=64, intermediate_size=96, moe_intermediate_size=32,

@@ -161,13 +161,19 @@ def _moe_plugin_findings(cfg: dict, args: Any) -> list[Finding]:
     ``MixtureOfExperts.to`` (tensorrt_llm/layers/moe.py), which calls ``MoeOOTB(**get_init_params(layer))``
     (tensorrt_llm/_utils.py: every argument of the layer's own ``__init__``). A ``SharedMoE`` (Qwen2-MoE's shared
     expert) passes ``use_shared_gate`` and ``use_side_stream``, which ``MoeOOTB`` does not take: the build stops
-    with a TypeError. Without a shared expert it builds, with one GEMM per expert, and ``MoeOOTB.init_experts``
-    refuses GPUs of SM 100 and newer.
+    with a TypeError. ``MoeOOTB.init_experts`` refuses weight-only experts. Otherwise it builds, with one GEMM per
+    expert, and refuses GPUs of SM 100 and newer.
     """
     moe = cfg.get("moe") or {}
     if not _disabled(_flag(args, "moe_plugin", "auto")) or int(moe.get("num_experts") or 0) <= 1:
         return []
     shared = int(cfg.get("moe_shared_expert_intermediate_size") or moe.get("shared_expert_intermediate_size") or 0)
+    algo = (cfg.get("quantization") or {}).get("quant_algo")
+    if algo in ("W8A16", "W4A16"):
+        return [Finding("engine-build-flag", ERROR,
+                        f"--moe_plugin disable with {algo} experts: the plugin-free MoE refuses weight-only "
+                        "quantization (tensorrt_llm/layers/moe.py MoeOOTB.init_experts: \"OOTB MOE does not support "
+                        "weight only quantization\")", "leave --moe_plugin at auto (the default) or a dtype")]
     if shared:
         return [Finding("engine-build-flag", ERROR,
                         "--moe_plugin disable: this base has a shared expert (a SharedMoE layer), which the "

@@ -49,9 +49,13 @@ QFORMATS = {"fp8": "FP8", "int8_wo": "W8A16", "int4_wo": "W4A16"}
 WEIGHT_ONLY_PRECISIONS = {"int8": "W8A16", "int4": "W4A16"}
 #: ``--kv_cache_dtype`` -> kv_cache_quant_algo
 KV_CACHE_DTYPES = {"fp8": "FP8", "int8": "INT8"}
-#: tensorrt_llm/quantization/quantize.py quantize_layers' default exclusions, plus the Medusa heads
+#: tensorrt_llm/quantization/quantize.py quantize_layers' default exclusions, plus the Medusa heads, plus the
+#: default of tensorrt_llm/models/convert_utils.py weight_only_quantize_dict (``*shared_expert_gate.weight``):
+#: the written list replaces both defaults, and the load-time quantizer matches *tensor* names, on which
+#: ``*shared_expert_gate`` never matches, while ``gate.weight`` is one of its name substrings - without it
+#: a weight-only Qwen2-MoE's shared-expert gate would be quantized at load into a layer quantize_layers left float
 EXCLUDE_MODULES = ["*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
-                   "*shared_expert_gate", "*medusa_heads*"]
+                   "*shared_expert_gate", "*shared_expert_gate.weight", "*medusa_heads*"]
 #: tensorrt_llm/models/convert_utils.py weight_only_quantize_dict ``quant_weights``: name substrings
 WEIGHT_ONLY_NAMES = ("qkv.weight", "dense.weight", "fc.weight", "proj.weight", "gate.weight")
 #: the linears of a decoder layer TensorRT-LLM quantizes (ColumnLinear / RowLinear of Attention and the MLPs)
@@ -179,23 +183,26 @@ def _round_half_away(x: torch.Tensor) -> torch.Tensor:
 
 
 def weight_only_quantize(w: torch.Tensor, algo: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q [out, in] int8 values, stored scale [out] in w's dtype)`` of one rank's ``[out, in]`` weight,
-    as ``symmetric_quantize`` computes them (see the module doc)."""
+    """``(q [..., out, in] int8 values, stored scale [..., out] in w's dtype)`` of one rank's ``[out, in]``
+    weight, or of stacked experts ``[experts, out, in]`` (each expert on its own: the batched form of
+    ``symmetric_quantize`` that weight_only_quantize_dict runs on 3-D weights), as upstream computes them
+    (see the module doc)."""
     import torch
 
     bits = BITS[algo]
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     wf = w.float()
-    scale = wf.abs().amax(dim=1) * (1.0 / float(1 << (bits - 1)))  # per output channel, float32
+    scale = wf.abs().amax(dim=-1) * (1.0 / float(1 << (bits - 1)))  # per output channel, float32
     safe = torch.where(scale == 0, torch.ones_like(scale), scale)
-    q = torch.where(scale[:, None] == 0, torch.zeros_like(wf), _round_half_away(wf / safe[:, None])).clamp(lo, hi)
+    q = torch.where(scale[..., None] == 0, torch.zeros_like(wf),
+                    _round_half_away(wf / safe[..., None])).clamp(lo, hi)
     return q.to(torch.int8), scale.to(w.dtype)
 
 
 def weight_only_dequantized(w: torch.Tensor, algo: str) -> torch.Tensor:
     """The float32 weight the weight-only GEMM multiplies by: ``q * stored_scale``."""
     q, scale = weight_only_quantize(w, algo)
-    return q.float() * scale.float()[:, None]
+    return q.float() * scale.float()[..., None]
 
 
 def stored_weight_only(q: torch.Tensor, scale: torch.Tensor, algo: str) -> torch.Tensor:

@@ -79,7 +79,7 @@ def hf_linears(modules: dict[str, torch.nn.Module], adapter: ArchAdapter, hf: HF
     for i in range(adapter.num_hf_layers(hf)):
         for rule in layer_sources(adapter.layer_rules(hf), i):
             lin = linear_of(f"transformer.layers.{i}.{rule.name}")
-            if rule.experts:  # stacked MoE experts: not quantized by this port (rule port-limit)
+            if rule.experts:  # stacked MoE experts: weight-only needs no calibration, FP8 ones are refused (port-limit)
                 continue
             if lin is None or f"transformer.layers.{i}.{rule.name}" != lin + ".weight":
                 continue

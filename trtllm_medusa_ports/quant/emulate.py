@@ -17,12 +17,14 @@ parity keeps the float tolerance and a wrong scale shows:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.quant import (
@@ -107,6 +109,8 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
                     chunks = [weight_only_dequantized(c.to(dtype), spec.quant_algo)
                               for c in w.data.chunk(pieces, dim=1)]
                     w.copy_(torch.cat(chunks, dim=1))
+        if spec.weight_only and adapter.num_experts(hf) > 1:
+            _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, str(model_dir))
         if spec.quant_algo == "FP8":
             amax: dict[tuple[int, str], float] = {}
             for lin in linears:
@@ -135,6 +139,49 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
         em.not_rederived = _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, exclude,
                                      compare, rederive, quiet)
     return em
+
+
+#: the transformers names of MoE expert weights: (the checkpoint linear they become, whether it is the
+#: down-projection, cut over the ranks along its input); transformers 5 stores each layer's experts as 3-D
+#: ``experts.gate_up_proj`` / ``experts.down_proj`` ``[experts, out, in]``, 4.x as per-expert linears
+#: (Mixtral ``w1``/``w3``/``w2``, Qwen ``gate_proj``/``up_proj``/``down_proj``) or Granite's 3-D
+#: ``input_linear`` / ``output_linear``
+_EXPERT_FC = {"gate_up_proj", "w1", "w3", "gate_proj", "up_proj", "input_linear"}
+_EXPERT_PROJ = {"down_proj", "w2", "output_linear"}
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, where) -> None:
+    """The routed and shared experts' weights as the engine multiplies by them: weight_only_quantize_dict
+    quantizes the rank files' 3-D ``mlp.fc`` / ``mlp.proj`` per expert and per output channel (and the shared
+    expert's linears as any), so each transformers expert matrix is quantized per row, the down-projections
+    per rank's slice of their input (``moe_tp_size`` slices for the routed experts, ``tp_size`` for the
+    shared one)."""
+    hidden = adapter.hidden_size(hf)
+    moe_tp = int((cfg.get("mapping") or {}).get("moe_tp_size") or mapping.tp_size)
+    for name, p in model.named_parameters():
+        m = _LAYER.search(name)
+        parts = name.split(".")
+        leaf = parts[-2] if parts[-1] == "weight" else parts[-1]
+        shared = ".shared_expert." in name
+        if m is None or parts[-1] == "bias" or not (shared or ".experts" in name or leaf in ("input_linear",
+                                                                                              "output_linear")):
+            continue
+        if leaf not in _EXPERT_FC | _EXPERT_PROJ:
+            raise ModelError(f"the expert weight {name} {tuple(p.shape)} is not one weight-only verify emulates",
+                             where=where, fix="verify this base unquantized, or on a GPU")
+        proj = leaf in _EXPERT_PROJ
+        if (p.shape[-2] if proj else p.shape[-1]) != hidden:
+            raise ModelError(f"the expert weight {name} {tuple(p.shape)} is not [..., out, in] with the hidden size "
+                             f"{hidden} {'out' if proj else 'in'}", where=where,
+                             fix="verify this base unquantized, or on a GPU")
+        rank, local = _where(mapping, n_layers, int(m.group(1)))
+        target = f"transformer.layers.{local}.mlp.{'shared_expert.' if shared else ''}{'proj' if proj else 'fc'}.weight"
+        if not weight_only_quantized(target, exclude):
+            continue
+        pieces = (mapping.tp_size if shared else moe_tp) if proj else 1
+        chunks = [weight_only_dequantized(c.to(dtype), spec.quant_algo) for c in p.data.chunk(pieces, dim=-1)]
+        p.copy_(torch.cat(chunks, dim=-1))
 
 
 def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, exclude, compare, rederive,

@@ -76,6 +76,13 @@ def _check_base(cfg: dict, where: str):
     if dtype not in CHECKPOINT_DTYPES:
         raise ConversionError(f"dtype {dtype!r} is not float16, bfloat16 or float32", where=where,
                               fix="pass a TensorRT-LLM checkpoint")
+    if algo and int((cfg.get("moe") or {}).get("num_experts") or 0) > 1:
+        raise ConversionError(
+            f"{algo} experts of a mixture-of-experts base: a tool stores them as MOE declares them (weight-only: "
+            "int8 in the kernel's processed layout; FP8: one scale per expert, tensorrt_llm/layers/moe.py), which "
+            "verify cannot read back yet", where=where,
+            fix="convert the float base with `trtllm-medusa convert --qformat int8_wo` (or int4_wo), which writes "
+                "float experts TensorRT-LLM quantizes at load")
     return arch, adapter, quant, dtype
 
 

@@ -19,26 +19,34 @@ def linear_shapes(hf: HFConfig, adapter: ArchAdapter, tp_size: int) -> dict[str,
     hidden, hs = adapter.hidden_size(hf), adapter.head_size(hf)
     heads, kv = adapter.num_attention_heads(hf), adapter.num_kv_heads(hf)
     kv_local = kv_heads_per_rank(kv, tp_size)
-    inter = adapter.intermediate_size(hf)
-    cfg = adapter.engine_config(hf)
-    fused = adapter.semantics({**cfg, "head_size": hs}).mlp is MlpKind.SWIGLU
     shapes = {"attention.qkv": (hidden, tp_size * (heads // tp_size + 2 * kv_local) * hs),
-              "attention.dense": (heads * hs, hidden),
-              "mlp.fc": (hidden, 2 * inter if fused else inter),
-              "mlp.proj": (inter, hidden)}
-    if adapter.semantics({**cfg, "head_size": hs}).mlp is MlpKind.GATED:
+              "attention.dense": (heads * hs, hidden)}
+    cfg = adapter.engine_config(hf)
+    if adapter.num_experts(hf) > 1:
+        # the experts are MOE's own weights (MOEWeightWrapper, not padded); a shared expert is an MLP of
+        # weight-only linears (tensorrt_llm/layers/moe.py SharedMoE: swiglu, one fused fc)
+        shared = int(cfg.get("moe_shared_expert_intermediate_size") or 0)
+        if shared:
+            shapes.update({"mlp.shared_expert.fc": (hidden, 2 * shared), "mlp.shared_expert.proj": (shared, hidden)})
+        return shapes
+    inter = adapter.intermediate_size(hf)
+    mlp = adapter.semantics({**cfg, "head_size": hs}).mlp
+    shapes.update({"mlp.fc": (hidden, 2 * inter if mlp is MlpKind.SWIGLU else inter), "mlp.proj": (inter, hidden)})
+    if mlp is MlpKind.GATED:
         shapes["mlp.gate"] = (hidden, inter)
     return shapes
 
 
 def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_size: int) -> list[Finding]:
     out: list[Finding] = []
-    if spec.quant_algo and adapter.num_experts(hf) > 1:
+    if spec.quant_algo == "FP8" and adapter.num_experts(hf) > 1:
         out.append(Finding(
             "port-limit", ERROR,
-            f"{spec.quant_algo} of a mixture-of-experts base: the experts' quantized layout (tensorrt_llm/layers/moe.py "
-            "MOEWeightWrapper: per-expert scales, weight-only's transposed packing) is not written by this port yet",
-            "convert the MoE base unquantized (a KV-cache dtype alone is fine), or quantize it with NVIDIA's tools"))
+            "FP8 of a mixture-of-experts base: TensorRT-LLM's MOE takes FP8 experts with one weight scale per expert "
+            "([experts, 1]) and one activation scale for all of them ([1], the largest; tensorrt_llm/layers/moe.py, "
+            "ModelOpt build_stacked_experts), which this port does not calibrate or write yet",
+            "convert the MoE base weight-only (--qformat int8_wo / int4_wo) or unquantized (a KV-cache dtype alone "
+            "is fine), or quantize it in FP8 with NVIDIA's tools"))
     if spec.weight_only:
         multiple = WEIGHT_ONLY_MULTIPLE * tp_size
         try:
