@@ -61,7 +61,8 @@ def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_s
                 f"64 x tp_size = {multiple} (tensorrt_llm/quantization/layers.py WeightOnlyQuantLinear), but the "
                 "float weights of the checkpoint are quantized at load unpadded (modeling_utils.py "
                 f"preprocess_weights): the build fails on {', '.join(bad[:3])}",
-                f"use a tp_size for which every width is a multiple of {WEIGHT_ONLY_MULTIPLE} x tp_size, or FP8"))
+                f"use a tp_size for which every width is a multiple of {WEIGHT_ONLY_MULTIPLE} x tp_size"
+                + (", or quantize the KV cache alone" if adapter.num_experts(hf) > 1 else ", or FP8")))
     if spec.quant_algo == "FP8":
         out.append(Finding(
             "quant-fp8-gpu", INFO,
