@@ -567,10 +567,12 @@ MOE = sorted({c.hf_architectures[0] for c in registry().values() if "moe" in c.e
 
 
 @pytest.mark.parametrize("arch", MOE)
-def test_experts_move_as_bytes_under_expert_parallelism(tmp_path, store, arch):
+@pytest.mark.parametrize("tp, ep", [(2, 2), (4, 2)])
+def test_experts_move_as_bytes_under_expert_parallelism(tmp_path, store, arch, tp, ep):
     """tp 2 as moe_ep_size 2: each rank's whole experts are row ranges of the sources (one fused 3-D tensor
-    for Granite-MoE): bytes equal to the tensor path's, and no expert tensor made in memory."""
+    for Granite-MoE); tp 4 as 2 x 2: each expert's down-projection is also cut in two column ranges. Bytes
+    equal to the tensor path's, and no expert tensor made in memory."""
     base = tiny_base(store, arch)
-    res = _both(tmp_path, base, _heads(base, tmp_path / "h"), tp_size=2, moe_ep_size=2)
+    res = _both(tmp_path, base, _heads(base, tmp_path / "h"), tp_size=tp, moe_ep_size=ep)
     experts = {n: how for n, how in res.moves.items() if ".mlp.fc." in n or ".mlp.proj." in n or "router" in n}
     assert experts and "tensor" not in experts.values(), experts
