@@ -5,10 +5,16 @@
 #
 #   scripts/validate_on_gpu.sh [RUN_PY] [WORKDIR]
 #   RUN_PY: TensorRT-LLM's examples/run.py (default: $TRTLLM_ROOT/examples/run.py)
+#   FAMILIES: architectures to run (default: every family the registry holds whose tiny model check accepts)
+#   QFORMAT: a --qformat for every conversion (fp8, int8_wo, int4_wo; default: none). Widths are set to
+#            multiples of 256 so that weight-only layers need no padding; MoE bases refuse fp8 (port-limit)
 set -euo pipefail
 RUN_PY=${1:-${TRTLLM_ROOT:-/opt/TensorRT-LLM}/examples/run.py}
 WORK=${2:-$(mktemp -d)}
-FAMILIES=${FAMILIES:-"LlamaForCausalLM Qwen2ForCausalLM Qwen3ForCausalLM GemmaForCausalLM Gemma3ForCausalLM Phi3ForCausalLM PhiForCausalLM GPTNeoXForCausalLM FalconForCausalLM Starcoder2ForCausalLM"}
+FAMILIES=${FAMILIES:-$(python3 -c "
+from trtllm_medusa_ports.archs.registry import family_test_cases
+print(' '.join(a for a, errors in family_test_cases()['verdicts'] if not errors))")}
+QFORMAT=${QFORMAT:-}
 TREE='[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0]]'
 NEW=24
 
@@ -19,15 +25,20 @@ python3 -c "import tensorrt_llm; print('TensorRT-LLM', tensorrt_llm.__version__)
 printf '%-24s %-6s %s\n' family result detail
 for arch in $FAMILIES; do
   d="$WORK/$arch"; mkdir -p "$d"
-  python3 - "$arch" "$d" <<'PY'
+  python3 - "$arch" "$d" "$QFORMAT" <<'PY'
 import sys
 from pathlib import Path
+from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.fixtures.synthetic import save_heads, save_tiny_base, save_tiny_tokenizer, train_heads
 from trtllm_medusa_ports.files.hf_model import HFConfig
-arch, d = sys.argv[1], Path(sys.argv[2])
-# head size 64: a size the precompiled XQA Medusa kernels have
-save_tiny_base(arch, d / "base", embedding_gain=8.0, hidden_size=256, num_attention_heads=4,
-               **({"head_dim": 64} if "Gemma" in arch or "Qwen3" in arch or "Qwen2" in arch else {}))
+arch, d, qformat = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+tiny = adapter_for(arch).tiny_config
+# head size 64: a size the precompiled XQA Medusa kernels have (families that declare head_dim set it)
+sizes = {"head_dim": 64} if "head_dim" in tiny else {}
+if qformat:  # weight-only layers pad to 64 x tp: every width a multiple of 256
+    sizes.update({k: 256 for k in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size")
+                  if k in tiny})
+save_tiny_base(arch, d / "base", embedding_gain=8.0, hidden_size=256, num_attention_heads=4, **sizes)
 # examples/run.py always loads a tokenizer from --tokenizer_dir (examples/utils.py load_tokenizer);
 # a folder of its own, so that transformers does not pick the family's tokenizer class from config.json
 save_tiny_tokenizer(d / "tokenizer", HFConfig.read(d / "base").get("vocab_size"))
@@ -35,7 +46,8 @@ save_heads(train_heads(d / "base", num_heads=3), d / "heads")
 PY
   status=PASS; detail=""
   if ! trtllm-medusa convert --model_dir "$d/base" --medusa_model_dir "$d/heads" --output_dir "$d/ckpt" \
-        --dtype float16 --max_medusa_token_len 7 --overwrite --quiet >"$d/convert.log" 2>&1; then
+        --dtype float16 --max_medusa_token_len 7 ${QFORMAT:+--qformat "$QFORMAT"} --overwrite --quiet \
+        >"$d/convert.log" 2>&1; then
     status=FAIL; detail="convert (see $d/convert.log)"
   elif ! trtllm-medusa build --checkpoint_dir "$d/ckpt" --output_dir "$d/engine" --gemm_plugin auto \
         --max_batch_size 1 >"$d/build.log" 2>&1; then
