@@ -143,7 +143,6 @@ def _medusa_flag_findings(cfg: dict, args: Any) -> list[Finding]:
     if _flag(args, "pp_reduce_scatter") in ("enable", True) and cfg.get("architecture") != "MixtralForCausalLM":
         refuse("--pp_reduce_scatter enable", "tensorrt_llm/commands/build.py build_model asserts it is used for "
                "MixtralForCausalLM only", "drop the flag")
-    out += _moe_plugin_findings(cfg, args)
     if _flag(args, "streamingllm") in ("enable", True):
         refuse("--streamingllm enable", "tensorrt_llm/commands/build.py build_model asserts StreamingLLM is off",
                "drop the flag")
@@ -190,7 +189,7 @@ def _moe_plugin_findings(cfg: dict, args: Any) -> list[Finding]:
 
 def flag_findings(cfg: dict, args: Any) -> list[Finding]:
     """The rules that need the checkpoint config and the parsed trtllm-build flags together."""
-    out = _medusa_flag_findings(cfg, args)
+    out = _medusa_flag_findings(cfg, args) + _moe_plugin_findings(cfg, args)
     multiplier = cfg.get("residual_multiplier", 1.0)
     enabled = [f"--{name}" for name in FUSIONS_WITHOUT_RESIDUAL_MULTIPLIER
                if getattr(args, name, "disable") in ("enable", True)]

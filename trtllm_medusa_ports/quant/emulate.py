@@ -141,11 +141,11 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
     return em
 
 
-#: the transformers names of MoE expert weights: (the checkpoint linear they become, whether it is the
-#: down-projection, cut over the ranks along its input); transformers 5 stores each layer's experts as 3-D
-#: ``experts.gate_up_proj`` / ``experts.down_proj`` ``[experts, out, in]``, 4.x as per-expert linears
-#: (Mixtral ``w1``/``w3``/``w2``, Qwen ``gate_proj``/``up_proj``/``down_proj``) or Granite's 3-D
-#: ``input_linear`` / ``output_linear``
+#: the transformers names of MoE expert weights that become ``mlp.fc`` (input: the hidden state) and those that
+#: become ``mlp.proj`` (the down-projection, cut over the ranks along its input): transformers 5 stores each
+#: layer's experts as 3-D ``experts.gate_up_proj`` / ``experts.down_proj`` ``[experts, out, in]``, 4.x as
+#: per-expert linears (Mixtral ``w1``/``w3``/``w2``, Qwen ``gate_proj``/``up_proj``/``down_proj``) or
+#: Granite's 3-D ``input_linear`` / ``output_linear``
 _EXPERT_FC = {"gate_up_proj", "w1", "w3", "gate_proj", "up_proj", "input_linear"}
 _EXPERT_PROJ = {"down_proj", "w2", "output_linear"}
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
