@@ -279,15 +279,14 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
         assert all(layer.attention.rotary_embedding_base == want["rope_theta"] for layer in layers)
         assert model.rotary_tables["base"] == want["rope_theta"]  # the tables the kernels read
     if arch not in ALIBI:  # GPT-J counts rotated features (rotary_dim), the others a share of the head
-        pct = want.get("partial_rotary_factor", hf.partial_rotary_factor)
+        pct = want.get("partial_rotary_factor", adapter_for(arch).rotary_fraction(hf))
         rotary = want.get("rotary_dim") or hf.get("rotary_dim") or int(written["head_size"] * pct)
         assert model.rotary_tables["dim"] == rotary
     if "partial_rotary_factor" in want:
         assert att.rotary_embedding_percentage == want["partial_rotary_factor"]
     if arch == "Gemma3ForCausalLM":
         assert model.rotary_tables["local_base"] == hf.get("rope_local_base_freq", 10000.0)
-    eps = (want.get("rms_norm_eps") or want.get("layer_norm_epsilon") or want.get("norm_epsilon")
-           or want.get("layer_norm_eps"))
+    eps = want.get(adapter_for(arch).norm_epsilon_key)  # the family's own epsilon key
     if eps:
         assert layers[0].input_layernorm.eps == eps
     if "num_experts_per_tok" in want:  # the experts' router reads the MoE config the checkpoint holds

@@ -85,7 +85,29 @@ def test_every_family_declares_its_own_hf_defaults_and_they_are_transformers():
             if theirs is not None:
                 assert theirs == value, f"{cls.__name__}: hf_defaults[{key!r}] = {value!r}, transformers has {theirs!r}"
                 checked += 1
+        # the RoPE fraction (transformers 5 keeps it in rope_parameters): a config class whose default is not 1
+        # needs it declared, or a config.json leaving it out would be read as a whole-head rotation
+        params = getattr(hf, "rope_parameters", None)
+        theirs = params.get("partial_rotary_factor") if isinstance(params, dict) else getattr(
+            hf, "partial_rotary_factor", None)
+        if theirs is not None:
+            assert defaults.get("partial_rotary_factor", 1.0) == theirs, f"{cls.__name__}: RoPE fraction default"
     assert checked >= 40
+
+
+@pytest.mark.parametrize("arch, want", [("GPTNeoXForCausalLM", 0.25), ("PhiForCausalLM", 0.5),
+                                        ("NemotronForCausalLM", 0.5), ("Phi3ForCausalLM", 1.0)])
+def test_a_rope_fraction_left_out_of_config_json_is_the_familys_default(tmp_path, arch, want):
+    """save_pretrained may leave out a value equal to its config class's default: GPT-NeoX's rotary_pct 0.25 must
+    not be read as a whole-head rotation."""
+    cls = registry()[arch]
+    data = {k: v for k, v in cls.tiny_config.items() if k not in ("rotary_pct", "partial_rotary_factor")}
+    hf = HFConfig(dict(data, architectures=[arch]), tmp_path / "config.json")
+    assert cls().rotary_fraction(hf) == want
+    assert cls().engine_config(hf)["rotary_pct"] == want
+    nested = HFConfig(dict(data, architectures=[arch], rope_parameters={"partial_rotary_factor": 0.125}),
+                      tmp_path / "config.json")
+    assert cls().rotary_fraction(nested) == 0.125  # transformers 5's place for it
 
 
 def test_a_family_value_read_without_a_default_fails_loudly(tmp_path):

@@ -157,6 +157,12 @@ class ArchAdapter:
                                  "hf_defaults (the Hugging Face config class's default)")
         return self.hf_defaults[key]
 
+    def rotary_fraction(self, hf: HFConfig) -> float:
+        """The share of each head RoPE rotates, with the family's default where config.json leaves it out
+        (``hf_defaults["partial_rotary_factor"]`` for a config class whose default is not 1; a test compares it
+        with transformers')."""
+        return hf.partial_rotary_factor(self.hf_defaults.get("partial_rotary_factor", 1.0))
+
     def require_sizes(self, hf: HFConfig) -> None:
         """The sizes every conversion reads, from config.json itself, naming a missing field; checked before
         the weights are compared with the shapes transformers builds (which would fill in its own defaults)."""

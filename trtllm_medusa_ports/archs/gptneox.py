@@ -33,7 +33,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 class GPTNeoXAdapter(ArchAdapter):
     hf_architectures = ("GPTNeoXForCausalLM",)
     engine_limits_summary: ClassVar[str] = '`intermediate_size != 4 x hidden_size`, `layer_norm_eps != 1e-5`, `use_parallel_residual: false` (`models/gptneox/model.py`: a 4 x hidden MLP, always the parallel residual, LayerNorms without `eps`)'
-    hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu'}
+    hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu',
+                                   'partial_rotary_factor': 0.25}
     norm_epsilon_key = 'layer_norm_eps'
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'rotary_pct': 0.5})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
@@ -80,7 +81,7 @@ class GPTNeoXAdapter(ArchAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "gelu"
-        cfg["rotary_pct"] = hf.partial_rotary_factor
+        cfg["rotary_pct"] = self.rotary_fraction(hf)
         cfg["rotary_emb_base"] = hf.rope_theta  # the name GPTNeoXForCausalLM reads
         return cfg
 

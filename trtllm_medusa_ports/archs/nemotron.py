@@ -74,17 +74,10 @@ class NemotronAdapter(LlamaAdapter):
     upstream_spec_decoding_plumbing = True  # tensorrt_llm/models/gpt/model.py GPTDecoderLayer.forward
     names: ClassVar[dict[Role, Source | None]] = {Role.FC: "mlp.up_proj", Role.GATE: None}
 
-    def rotary_pct(self, hf: HFConfig) -> float:
-        """``partial_rotary_factor`` (top level, or in transformers 5's ``rope_parameters``), else Nemotron's 0.5."""
-        params = hf.get("rope_parameters")
-        given = hf.get("partial_rotary_factor") is not None or (
-            isinstance(params, dict) and params.get("partial_rotary_factor") is not None)
-        return hf.partial_rotary_factor if given else float(self.hf_defaults["partial_rotary_factor"])
-
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         act = cfg["hidden_act"]  # transformers' relu2 is TensorRT-LLM's squared-relu (upstream writes that name)
-        cfg.update(gpt_variant="nemotron", bias=self.attn_bias(hf), rotary_pct=self.rotary_pct(hf),
+        cfg.update(gpt_variant="nemotron", bias=self.attn_bias(hf), rotary_pct=self.rotary_fraction(hf),
                    hidden_act="squared-relu" if act == "relu2" else act)
         return cfg
 

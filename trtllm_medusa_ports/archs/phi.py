@@ -23,7 +23,8 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 class PhiAdapter(ArchAdapter):
     hf_architectures = ("PhiForCausalLM",)
     engine_limits_summary: ClassVar[str] = '`layer_norm_eps != 1e-5`, `num_key_value_heads != num_attention_heads` (`models/phi/model.py`: no `num_kv_heads`, no `eps`)'
-    hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}
+    hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new',
+                                   'partial_rotary_factor': 0.5}
     norm_epsilon_key = 'layer_norm_eps'
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'partial_rotary_factor': 0.25})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
@@ -59,7 +60,7 @@ class PhiAdapter(ArchAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "gelu"  # gelu_new; TensorRT-LLM's gelu is the same tanh form
-        cfg["rotary_pct"] = hf.partial_rotary_factor  # the name PhiDecoderLayer reads
+        cfg["rotary_pct"] = self.rotary_fraction(hf)  # the name PhiDecoderLayer reads
         return cfg
 
     def biased_roles(self, hf: HFConfig) -> frozenset[Role]:

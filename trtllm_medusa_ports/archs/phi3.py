@@ -62,7 +62,7 @@ class Phi3Adapter(LlamaAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg["hidden_act"] = "swiglu"
-        cfg["rotary_pct"] = hf.partial_rotary_factor
+        cfg["rotary_pct"] = self.rotary_fraction(hf)
         scaling = hf.rope_scaling
         if scaling and scaling.get("type") in ("su", "longrope"):
             cfg["position_embedding_type"] = "long_rope"

@@ -53,7 +53,7 @@ class Starcoder2Adapter(LlamaAdapter):
                 "gpt_variant": "starcoder2",
                 "bias": bool(hf.get("use_bias", True)),
                 "hidden_act": "gelu",
-                "rotary_pct": hf.partial_rotary_factor,
+                "rotary_pct": self.rotary_fraction(hf),
             }
         )
         if hf.get("sliding_window"):

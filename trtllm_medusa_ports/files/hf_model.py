@@ -134,16 +134,18 @@ class HFConfig:
         v = self.data.get("rope_theta", self.data.get("rotary_emb_base"))  # GPT-NeoX's old name
         return float(v) if v is not None else 10000.0
 
-    @property
-    def partial_rotary_factor(self) -> float:
-        """Fraction of each head that RoPE rotates (Phi-2, GPT-NeoX, Phi-3.5-MoE ...)."""
+    def partial_rotary_factor(self, default: float) -> float:
+        """Fraction of each head that RoPE rotates (Phi-2, GPT-NeoX, Nemotron, ...): transformers 5's
+        ``rope_parameters``, else ``partial_rotary_factor`` or ``rotary_pct``, else ``default`` - the family's
+        config class's own (0.25 for GPT-NeoX, 0.5 for Phi and Nemotron: ``save_pretrained`` may leave it out),
+        which the caller names (``ArchAdapter.rotary_fraction``)."""
         params = self.data.get("rope_parameters")
-        if isinstance(params, dict) and "partial_rotary_factor" in params:
+        if isinstance(params, dict) and params.get("partial_rotary_factor") is not None:
             return float(params["partial_rotary_factor"])
         for key in ("partial_rotary_factor", "rotary_pct"):
             if self.data.get(key) is not None:
                 return float(self.data[key])
-        return 1.0
+        return float(default)
 
     def rope_theta_for(self, layer_type: str, default: float) -> float:
         """Per-layer-type RoPE base (transformers 5 nests rope_parameters by layer type: Gemma3)."""
