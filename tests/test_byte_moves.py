@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 import trtllm_medusa_ports
 from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.archs.registry import family_test_cases, registry
+from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.archs.weights import Place, ValueTransform
 from trtllm_medusa_ports.convert import ConvertOptions, convert
 from trtllm_medusa_ports.errors import HeadsError, ModelError
@@ -563,7 +563,7 @@ def test_stacked_moe_experts_take_the_byte_path(tmp_path, store):
     assert half.moves["layers.1.mlp.fc.weight"] == "convert"
 
 
-MOE = sorted({c.hf_architectures[0] for c in registry().values() if "moe" in c.engine_keys})
+MOE = family_test_cases()["moe"]
 
 
 @pytest.mark.parametrize("arch", MOE)

@@ -418,7 +418,7 @@ def test_a_granite_checkpoint_missing_a_multiplier_fails_verify(store, tmp_path,
 
 
 #: every mixture-of-experts family (an engine class that reads ``moe``)
-MOE_ARCHITECTURES = [a for a in TINY_CONFIGS if "moe" in adapter_for(a).engine_keys]
+MOE_ARCHITECTURES = CASES["moe"]
 
 
 @pytest.mark.parametrize("arch", MOE_ARCHITECTURES)

@@ -411,10 +411,11 @@ def test_a_weight_only_conversion_moves_the_float_bytes_without_torch(tmp_path, 
 
 def _rope_families():
     from trtllm_medusa_ports.archs import registry
+    from trtllm_medusa_ports.archs.registry import family_test_cases
     from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 
     return sorted({c.hf_architectures[0] for c in registry().values()
-                   if c.position_embedding is not PositionEmbedding.ALIBI and "moe" not in c.engine_keys})
+                   if c.position_embedding is not PositionEmbedding.ALIBI} - set(family_test_cases()["moe"]))
 
 
 @pytest.mark.parametrize("arch", _rope_families())

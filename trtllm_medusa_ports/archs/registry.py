@@ -58,11 +58,12 @@ def family_test_cases() -> dict[str, list]:
     * ``key_cases``: ``(architecture, tiny architecture, values)`` for every architecture name of a class
       declaring ``key_cases`` (aliases such as ``RWForCausalLM`` use the class's tiny model);
     * ``pipeline``: architectures verified at pp 2; ``no_pipeline``: those whose engine class has none;
-    * ``verdicts``: ``(architecture, error rules check gives its tiny model)``; ``unsupported``: those with any.
+    * ``verdicts``: ``(architecture, error rules check gives its tiny model)``; ``unsupported``: those with any;
+    * ``moe``: the mixture-of-experts architectures (an engine class reading ``moe``) with a tiny model.
     """
     classes = list(dict.fromkeys(registry().values()))
     out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": [],
-                            "verdicts": [], "unsupported": []}
+                            "verdicts": [], "unsupported": [], "moe": []}
     for cls in classes:
         primary = cls.hf_architectures[0]
         out["variants"] += [(primary, dict(v)) for v in own(cls, "test_variants", ())]
@@ -78,4 +79,6 @@ def family_test_cases() -> dict[str, list]:
                 out["unsupported"] += list(cls.hf_architectures)
         if not cls.engine_pipeline_parallel and own(cls, "tiny_config") is not None:
             out["no_pipeline"].append(primary)
+        if "moe" in cls.engine_keys and own(cls, "tiny_config") is not None:
+            out["moe"].append(primary)
     return out

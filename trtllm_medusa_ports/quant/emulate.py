@@ -106,9 +106,7 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
                 for name in lin.modules:
                     w = modules[name].weight
                     pieces = mapping.tp_size if lin.split is Split.ROW else 1
-                    chunks = [weight_only_dequantized(c.to(dtype), spec.quant_algo)
-                              for c in w.data.chunk(pieces, dim=1)]
-                    w.copy_(torch.cat(chunks, dim=1))
+                    w.copy_(_weight_only_by_slices(w.data, pieces, dtype, spec.quant_algo))
         if spec.weight_only and adapter.num_experts(hf) > 1:
             _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, str(model_dir))
         if spec.quant_algo == "FP8":
@@ -180,8 +178,13 @@ def _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_laye
         if not weight_only_quantized(target, exclude):
             continue
         pieces = (mapping.tp_size if shared else moe_tp) if proj else 1
-        chunks = [weight_only_dequantized(c.to(dtype), spec.quant_algo) for c in p.data.chunk(pieces, dim=-1)]
-        p.copy_(torch.cat(chunks, dim=-1))
+        p.copy_(_weight_only_by_slices(p.data, pieces, dtype, spec.quant_algo))
+
+
+def _weight_only_by_slices(w: torch.Tensor, pieces: int, dtype: torch.dtype, algo: str) -> torch.Tensor:
+    """``w`` (``[..., out, in]``) as the weight-only GEMMs multiply by it when each of ``pieces`` ranks quantizes its
+    slice of the input features (row-parallel layers; 1 for the others), rounded to the checkpoint dtype first."""
+    return torch.cat([weight_only_dequantized(c.to(dtype), algo) for c in w.chunk(pieces, dim=-1)], dim=-1)
 
 
 def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, exclude, compare, rederive,
