@@ -183,16 +183,24 @@ def test_a_missing_or_ungated_shared_expert_fails(tmp_path, store):
 
 
 @pytest.mark.parametrize("arch", ["Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"])
-def test_renormalised_qwen_moe_routing_is_an_engine_divergence(tmp_path, store, arch):
-    """TensorRT-LLM routes Qwen MoE without renormalising (NONE, hard-coded): a norm_topk_prob base is refused as
-    an engine divergence, and a checkpoint written anyway fails verify - the executor routes as the engine does."""
+def test_renormalised_qwen_moe_routing_is_written_as_renormalize(tmp_path, store, arch):
+    """``norm_topk_prob: true`` (every released Qwen3-MoE) is TensorRT-LLM's RENORMALIZE: QWenConfig reads the
+    checkpoint's moe block as written (tensorrt_llm/models/qwen/config.py), so the port writes mode 1, checks
+    clean, and verifies at tp 2 with expert parallelism; the same checkpoint with upstream's converter's NONE
+    is another model and fails parity."""
     base = tiny_base(store, arch, norm_topk_prob=True)
     heads = _heads_for(base, tmp_path)
     _, findings = check(base, heads)
-    assert [f.rule for f in findings if f.severity == "error"] == ["engine-divergence"]
-    with pytest.raises(ConversionError, match="engine-divergence"):
-        convert_to(tmp_path / "refused", base, heads)
-    ckpt = convert_to(tmp_path / "c", base, heads, allow_unsupported=True)
+    assert [f.rule for f in findings if f.severity == "error"] == []
+    ckpt = convert_to(tmp_path / "c", base, heads, tp_size=2, moe_ep_size=2)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert cfg["moe"]["normalization_mode"] == 1 and cfg["moe"]["top_k"] == 2
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    assert rep.parity and rep.greedy_equal, rep.render()
+    plain = convert_to(tmp_path / "plain", tiny_base(store, arch, norm_topk_prob=False), heads)
+    assert json.loads((plain / "config.json").read_text())["moe"]["normalization_mode"] == 0
+    cfg["moe"]["normalization_mode"] = 0
+    (ckpt / "config.json").write_text(json.dumps(cfg))
     assert not verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).parity
 
 

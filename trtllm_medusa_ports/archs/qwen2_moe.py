@@ -2,8 +2,8 @@
 (tensorrt_llm/models/qwen/, tensorrt_llm/layers/moe.py).
 
 Qwen2's attention; each layer's MLP is ``num_experts`` SiLU-gated experts (``moe_intermediate_size``),
-``num_experts_per_tok`` of them weighted by their share of the softmax over all experts (no
-renormalisation: ``norm_topk_prob`` false), plus a shared expert (``shared_expert_intermediate_size``)
+``num_experts_per_tok`` of them weighted by their share of the softmax over all experts, renormalised over the
+chosen ones when ``norm_topk_prob`` is true, plus a shared expert (``shared_expert_intermediate_size``)
 scaled by ``sigmoid(shared_expert_gate(x))``.
 
 Upstream facts: ``QWenConfig.from_hugging_face`` for ``qwen2_moe`` writes ``hidden_act = "swiglu"``,
@@ -14,15 +14,21 @@ float32 ``[experts, hidden]``, ``fc`` ``[experts, 2 * inter / tp, hidden]`` up t
 ``shared_expert`` ``MLP(hidden, shared, "swiglu")`` whose ``fc`` is ``[up; gate]`` split per half over tp,
 and ``shared_expert_gate`` ``RowLinear(hidden, 1, tp_size=1)`` in the model dtype; the output is
 ``routed + sigmoid(gate(x)) * shared(x)`` and one all-reduce (qwen/convert.py ``load_weights_from_hf_model``).
-Dense layers among the sparse ones (``mlp_only_layers``, ``decoder_sparse_step`` > 1) and
-``norm_topk_prob`` (which TensorRT-LLM's NONE mode does not apply) are refused.
+Routing: NONE is hard-coded only in upstream's own HF converter (``QWenConfig.from_hugging_face``);
+``QWenConfig.__init__`` takes the checkpoint's ``moe`` block as written (``MoeConfig.from_dict``),
+``models/qwen/model.py`` hands ``config.moe`` to ``MOE`` / ``SharedMoE``, and ``layers/moe.py``
+``MixtureOfExperts`` renormalises the top-k weights under RENORMALIZE (a softmax over the chosen logits, which
+equals transformers' ``norm_topk_prob`` division of the chosen softmax shares). So this port writes
+RENORMALIZE when ``norm_topk_prob`` is true, as upstream's DeepSeek converter does for its renormalised
+routing, and NONE otherwise. Dense layers among the sparse ones (``mlp_only_layers``,
+``decoder_sparse_step`` > 1) are refused.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.experts import MOE_NONE, expert_rules, moe_semantics
+from trtllm_medusa_ports.archs.experts import MOE_NONE, MOE_RENORMALIZE, expert_rules, moe_semantics
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
@@ -39,20 +45,15 @@ def _up_then_gate(ts: list[Array]) -> Array:
     return cat([ts[0], ts[1]], dim=0)
 
 
-def qwen_moe_routing_divergence(hf: HFConfig) -> list[tuple[str, str]]:
-    """``norm_topk_prob: true``, which TensorRT-LLM's Qwen MoE routing (NONE, hard-coded) does not apply."""
-    if not hf.get("norm_topk_prob"):
-        return []
-    return [("norm_topk_prob: true renormalises the chosen experts' weights, but TensorRT-LLM routes every Qwen MoE "
-             "with normalization_mode NONE, hard-coded (tensorrt_llm/models/qwen/config.py, convert.py): the engine "
-             "weights each expert by its share of the softmax over all experts",
-             "serve this base without renormalised routing, or accept the difference (--allow_unsupported writes the "
-             "checkpoint; verify then shows it)")]
+def qwen_moe_routing(hf: HFConfig) -> int:
+    """The ``normalization_mode`` that computes what transformers does: RENORMALIZE under ``norm_topk_prob``
+    (every released Qwen3-MoE), NONE without it (Qwen1.5-MoE, Qwen2-57B-A14B)."""
+    return MOE_RENORMALIZE if hf.get("norm_topk_prob") else MOE_NONE
 
 
 def qwen_moe_fields(adapter, hf: HFConfig, cfg: dict, qwen_type: str) -> dict:
-    """``cfg`` with what ``QWenConfig.from_hugging_face`` writes for a Qwen MoE (the routing hard-coded NONE)."""
-    cfg.update(qwen_type=qwen_type, hidden_act="swiglu", moe=adapter.moe_block(hf, MOE_NONE),
+    """``cfg`` with what ``QWenConfig`` reads for a Qwen MoE, the routing mode the base's (:func:`qwen_moe_routing`)."""
+    cfg.update(qwen_type=qwen_type, hidden_act="swiglu", moe=adapter.moe_block(hf, qwen_moe_routing(hf)),
                moe_intermediate_size=int(hf.require("moe_intermediate_size", int)),
                mlp_only_layers=list(hf.get("mlp_only_layers") or []),
                decoder_sparse_step=int(hf.get("decoder_sparse_step") or 1))
@@ -72,7 +73,8 @@ def qwen_expert_rules(adapter, hf: HFConfig) -> list[WeightRule]:
 class Qwen2MoeAdapter(Qwen2Adapter):
     hf_architectures = ("Qwen2MoeForCausalLM",)
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
-    test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 3, "num_key_value_heads": 4})
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 3, "num_key_value_heads": 4},
+                                                 {"norm_topk_prob": True})
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
     family = "qwen2_moe"
     model_types = ("qwen2_moe",)
@@ -110,9 +112,6 @@ class Qwen2MoeAdapter(Qwen2Adapter):
             WeightRule("mlp.shared_expert.proj.weight", (f"{shared}down_proj.weight",), Split.ROW, experts=True),
             WeightRule("mlp.shared_expert_gate.weight", (f"{mlp}shared_expert_gate.weight",), Split.REPLICATE),
         ]
-
-    def engine_divergences(self, hf: HFConfig) -> list[tuple[str, str]]:
-        return super().engine_divergences(hf) + qwen_moe_routing_divergence(hf)
 
     def port_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         if hf.get("mlp_only_layers") or int(hf.get("decoder_sparse_step") or 1) != 1:

@@ -4,12 +4,11 @@
 Qwen3's attention (q/k RMS norms per head, no qkv bias); each layer's MLP is ``num_experts`` SiLU-gated
 experts of ``moe_intermediate_size``, ``num_experts_per_tok`` per token, no shared expert.
 
-Upstream facts: ``QWenConfig.from_hugging_face`` for ``qwen3_moe`` writes ``hidden_act = "swiglu"`` and
-``moe`` with ``normalization_mode`` NONE - hard-coded for every Qwen MoE (tensorrt_llm/models/qwen/config.py,
-convert.py: "For Qwen models, it is hard-coded to ExpertScaleNormalizationMode.NONE") - and
-``QWenDecoderLayer`` builds a plain ``MOE`` for ``qwen3_moe`` (router float32, ``fc`` up then gate,
-``proj``). Qwen3-MoE checkpoints set ``norm_topk_prob: true`` (transformers renormalises the chosen
-experts' weights), which the engine does not: rule ``engine-divergence``, as for Qwen2-MoE.
+Upstream facts: ``QWenConfig`` reads ``hidden_act = "swiglu"`` and the ``moe`` block as the checkpoint writes
+it (tensorrt_llm/models/qwen/config.py), and ``QWenDecoderLayer`` builds a plain ``MOE`` for ``qwen3_moe``
+(router float32, ``fc`` up then gate, ``proj``). Qwen3-MoE checkpoints set ``norm_topk_prob: true``
+(transformers renormalises the chosen experts' weights): the port writes RENORMALIZE for it, which
+``layers/moe.py`` computes (see qwen2_moe.py; upstream's own HF converter writes NONE, which would differ).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from trtllm_medusa_ports.archs.qwen2_moe import (
     Qwen2MoeAdapter,
     qwen_expert_rules,
     qwen_moe_fields,
-    qwen_moe_routing_divergence,
 )
 from trtllm_medusa_ports.archs.qwen3 import Qwen3Adapter
 from trtllm_medusa_ports.archs.registry import register
@@ -34,20 +32,21 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 class Qwen3MoeAdapter(Qwen3Adapter):
     hf_architectures = ("Qwen3MoeForCausalLM",)
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
-    test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "num_key_value_heads": 4})
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "num_key_value_heads": 4},
+                                                 {"norm_topk_prob": False})
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
     family = "qwen3_moe"
     model_types = ("qwen3_moe",)
     display_note = "mixture of experts"
     position_summary = "RoPE (GPT-NeoX), q/k norm"
     medusa_status = ("`trtllm-medusa build`; tensor and expert parallel; float or weight-only experts; `norm_topk_prob: true` (every released "
-                     "checkpoint) is routed without renormalisation by the engine (`engine-divergence`)")
+                     "checkpoint) written as RENORMALIZE routing")
     tiny_config: ClassVar[dict | None] = dict(
         model_type="qwen3_moe", hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4,
         num_experts_per_tok=2, vocab_size=256, max_position_embeddings=256, rms_norm_eps=1e-6,
-        rope_theta=1000000.0, tie_word_embeddings=False, norm_topk_prob=False, decoder_sparse_step=1,
-        mlp_only_layers=[],
+        rope_theta=1000000.0, tie_word_embeddings=False, norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[],  # norm_topk_prob as every released Qwen3-MoE sets it
     )
     #: QWenConfig reads the MoE fields (tensorrt_llm/models/qwen/config.py)
     engine_keys: ClassVar[frozenset[str]] = Qwen3Adapter.engine_keys | {
@@ -56,9 +55,6 @@ class Qwen3MoeAdapter(Qwen3Adapter):
     #: the router, kept in float32
     full_precision_parameters: ClassVar[tuple[str, ...]] = (r".*\.mlp\.gate\.weight",)
     port_limits = Qwen2MoeAdapter.port_limits  # Qwen2-MoE's: dense layers among the sparse ones
-
-    def engine_divergences(self, hf: HFConfig) -> list[tuple[str, str]]:
-        return super().engine_divergences(hf) + qwen_moe_routing_divergence(hf)
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         return qwen_moe_fields(self, hf, super().trtllm_config(hf), "qwen3_moe")
