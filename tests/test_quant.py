@@ -16,6 +16,7 @@ from trtllm_medusa_ports.quant import (
     EXCLUDE_MODULES,
     QuantSpec,
     kv_quantized,
+    round_half_away,
     resolve_spec,
     weight_only_quantize,
     weight_only_quantized,
@@ -72,6 +73,11 @@ def test_weight_only_quantizer_is_upstreams_symmetric_quantize():
     assert s4[0] == 0.25 and q4[0].tolist() == [4, -2, 1, 7, 0] and q4[2].tolist() == [-8, 4, 0, 0, 0]
     h = torch.tensor([[1.0, 3.0]], dtype=torch.float16)
     assert weight_only_quantize(h, "W8A16")[1].dtype == torch.float16  # stored in the weight's dtype
+    # C round(): just below a half stays down (floor(|x| + 0.5) gives 1 there: the sum rounds up in float32)
+    below = 0.5 - 2.0 ** -25
+    assert round_half_away(torch.tensor([below, -below, 0.5, -0.5, 2.5, -1.5])).tolist() == [0, 0, 1, -1, 3, -2]
+    amax_row = torch.tensor([[128.0, below, 2.5]])  # scale 1: the row's values are the scaled weights
+    assert weight_only_quantize(amax_row, "W8A16")[0][0].tolist() == [127, 0, 3]
     # the KV cache: x * (1 / scale), nearest even, saturated
     assert kv_quantized(torch.tensor([0.5, 1.5, 300.0]), 1.0, "INT8").tolist() == [0.0, 2.0, 127.0]
 

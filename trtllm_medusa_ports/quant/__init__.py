@@ -176,10 +176,14 @@ def scale_members(linear: str) -> tuple[str, ...]:
 
 
 # -- arithmetic --------------------------------------------------------------------------------------
-def _round_half_away(x: torch.Tensor) -> torch.Tensor:
+def round_half_away(x: torch.Tensor) -> torch.Tensor:
+    """C ``round()`` on float32 (``symmetric_quantize``: ``round(weight_elt / col_scale)``): halves away from zero,
+    and nothing below a half rounds up. ``floor(|x| + 0.5)`` is not that: for ``0.5 - 2**-25`` the sum rounds to
+    1.0 in float32 first. The fraction ``x - trunc(x)`` is exact in float32, so comparing it with 0.5 is."""
     import torch
 
-    return torch.sign(x) * torch.floor(x.abs() + 0.5)
+    whole = torch.trunc(x)
+    return whole + torch.where((x - whole).abs() >= 0.5, torch.sign(x), torch.zeros_like(x))
 
 
 def weight_only_quantize(w: torch.Tensor, algo: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,7 +199,7 @@ def weight_only_quantize(w: torch.Tensor, algo: str) -> tuple[torch.Tensor, torc
     scale = wf.abs().amax(dim=-1) * (1.0 / float(1 << (bits - 1)))  # per output channel, float32
     safe = torch.where(scale == 0, torch.ones_like(scale), scale)
     q = torch.where(scale[..., None] == 0, torch.zeros_like(wf),
-                    _round_half_away(wf / safe[..., None])).clamp(lo, hi)
+                    round_half_away(wf / safe[..., None])).clamp(lo, hi)
     return q.to(torch.int8), scale.to(w.dtype)
 
 
