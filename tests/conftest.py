@@ -80,6 +80,14 @@ def convert_to(out: Path, base: Path, heads: Path, **kw) -> Path:
     return out
 
 
+def assert_proven(rep, context: str = "") -> None:
+    """Logits parity, greedy equivalence, and the tree proof reaching every node of the tree (untrained heads accept
+    no draft, so only the proof checks the nodes below the root)."""
+    proof = rep.tree_proof
+    assert rep.parity and rep.greedy_equal, f"{context}\n{rep.render()}"
+    assert proof is not None and proof["ok"] and proof["nodes_accepted"] == rep.tree_nodes > 0, f"{context}\n{rep.render()}"
+
+
 def assert_tree_step_matches_sequential(ref, prompt, tokens, tree):
     """One spec-decoding step over ``tokens`` gives, at every node, the logits of decoding its path.
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
+from conftest import assert_proven, assert_tree_step_matches_sequential, convert_to, tiny_base
 
 from trtllm_medusa_ports.archs import adapter_for, registry, supported_architectures
 from trtllm_medusa_ports.archs.registry import family_test_cases
@@ -43,7 +43,7 @@ def test_family_converts_and_verifies(tmp_path, store, arch, overrides):
         cfg = json.loads((ckpt / "config.json").read_text())
         assert cfg["base_architecture"] == arch
         rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=12)
-        assert rep.parity and rep.greedy_equal, f"tp={tp}\n{rep.render()}"
+        assert_proven(rep, f"tp={tp}")
 
 
 def test_gptj_mlp_bias_is_added_once_across_ranks(tmp_path, store):
@@ -196,7 +196,7 @@ def test_renormalised_qwen_moe_routing_is_written_as_renormalize(tmp_path, store
     cfg = json.loads((ckpt / "config.json").read_text())
     assert cfg["moe"]["normalization_mode"] == 1 and cfg["moe"]["top_k"] == 2
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
-    assert rep.parity and rep.greedy_equal, rep.render()
+    assert_proven(rep)
     plain = convert_to(tmp_path / "plain", tiny_base(store, arch, norm_topk_prob=False), heads)
     assert json.loads((plain / "config.json").read_text())["moe"]["normalization_mode"] == 0
     cfg["moe"]["normalization_mode"] = 0
@@ -346,7 +346,7 @@ def test_pipeline_parallel_families(store, tmp_path, arch):
     base = tiny_base(store, arch)
     ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, pp_size=2)
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=8)
-    assert rep.parity and rep.greedy_equal, rep.render()
+    assert_proven(rep)
 
 
 @pytest.mark.parametrize("arch", CASES["no_pipeline"])
@@ -450,7 +450,7 @@ def test_expert_parallelism_splits_the_experts_and_verifies(tmp_path, store, arc
     whole = load_file(full / "rank0.safetensors")["transformer.layers.0.mlp.fc.weight"]
     assert torch.equal(torch.cat([fc0, fc1]), whole)
     rep = verify(base, tmp_path / "ep", medusa_choices=TREE, max_new_tokens=6)
-    assert rep.parity and rep.greedy_equal, rep.render()
+    assert_proven(rep)
     assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir",
                  str(tmp_path / "bad"), "--tp_size", "2", "--moe_ep_size", "3", "--quiet"]) == 1
     assert not (tmp_path / "bad").exists()
@@ -485,7 +485,7 @@ def test_expert_parallelism_with_pipeline_stages_verifies(tmp_path, store):
     ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, pp_size=2, moe_ep_size=2)
     assert json.loads((ckpt / "config.json").read_text())["mapping"]["moe_ep_size"] == 2
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
-    assert rep.parity and rep.greedy_equal, rep.render()
+    assert_proven(rep)
 
 
 def test_expert_and_tensor_parallelism_together_verify(tmp_path, store):
@@ -499,4 +499,4 @@ def test_expert_and_tensor_parallelism_together_verify(tmp_path, store):
     fc = load_file(ckpt / "rank3.safetensors")["transformer.layers.1.mlp.fc.weight"]
     assert tuple(fc.shape) == (2, 96, 64)  # 4 experts / 2, 2 x 96 / 2, hidden
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
-    assert rep.parity and rep.greedy_equal, rep.render()
+    assert_proven(rep)

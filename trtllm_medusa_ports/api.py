@@ -265,6 +265,7 @@ class VerifyOptions:
     max_quant_error: float | None = None
     threads: int | None = None
     quiet: bool = False
+    skip_tree_proof: bool = False  # the tree proof (every node accepted with greedy's own drafts) is on by default
 
 
 def verify(opts: VerifyOptions):
@@ -275,7 +276,7 @@ def verify(opts: VerifyOptions):
     prompts = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     return _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
-                   threads=opts.threads, max_quant_error=opts.max_quant_error)
+                   threads=opts.threads, max_quant_error=opts.max_quant_error, skip_tree_proof=opts.skip_tree_proof)
 
 
 # -- train-heads ----------------------------------------------------------------------------------

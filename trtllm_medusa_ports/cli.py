@@ -366,7 +366,7 @@ def run_verify(args: argparse.Namespace) -> int:
         model_dir=Path(args.model_dir), checkpoint_dir=Path(args.checkpoint_dir), medusa_choices=args.medusa_choices,
         prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir), max_new_tokens=args.max_new_tokens,
         medusa_model_dir=_path(args.medusa_model_dir), max_quant_error=args.max_quant_error, threads=args.threads,
-        quiet=args.quiet))
+        quiet=args.quiet, skip_tree_proof=args.skip_tree_proof))
     _out(args, report)
     return 0 if report.ok else 1
 
@@ -472,6 +472,9 @@ def _verify_parser(sub) -> None:
     s.add_argument("--max_quant_error", type=_non_negative, default=None,
                    help="quantized checkpoints: fail when the logits differ from the float base's by more "
                    "(default: the difference is reported, not judged)")
+    s.add_argument("--skip_tree_proof", action="store_true",
+                   help="leave out the tree proof (steps whose drafts are greedy's own tokens along each branch, so "
+                   "that every tree node is accepted and checked; about one plain token per node of the tree)")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 

@@ -34,6 +34,7 @@ from trtllm_medusa_ports.heads.logits import source_heads_logits
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
+from trtllm_medusa_ports.reference.tree_proof import tree_proof
 from trtllm_medusa_ports.threads import default_threads, torch_threads
 from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
 
@@ -102,6 +103,9 @@ class VerifyReport:
     moe_num_experts: int | None = None
     moe_experts_per_tree_step: float | None = None
     moe_experts_per_plain_step: int | None = None
+    #: the tree proof (reference/tree_proof.py): steps whose drafts are greedy's own tokens along each branch in
+    #: turn, so that every node is accepted and its logits checked; None: not run (``skip_tree_proof``)
+    tree_proof: dict | None = None
 
     @property
     def float16_overflow(self) -> bool:
@@ -121,7 +125,8 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return (self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
-                and not self.heads_unaccounted and not self.quant_scale_mismatches and not self.quant_error_exceeded)
+                and not self.heads_unaccounted and not self.quant_scale_mismatches and not self.quant_error_exceeded
+                and (self.tree_proof is None or self.tree_proof["ok"]))
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -172,6 +177,7 @@ class VerifyReport:
             d = self.first_divergence
             lines.append(f"  first divergence: prompt {d['prompt']}, position {d['position']}: "
                          f"base model {d['expected']}, Medusa {d['got']}")
+        lines.append(self._tree_proof_line())
         lines.append(f"speculation       : {self.mean_accepted_tokens_per_step:.2f} tokens/step over {self.steps} steps")
         if self.prompts_ending_early and self.tokens_per_step_until_end is not None:
             lines.append(f"  until end token : {self.tokens_per_step_until_end:.2f} tokens/step ({self.prompts_ending_early} "
@@ -208,8 +214,20 @@ class VerifyReport:
                                 if self.max_quant_error is not None else " (information, not a verdict)"))
         lines.append("head top-1 hits   : " + ", ".join(f"{x:.2f}" for x in self.head_top1))
         lines.append(f"head top-{HIT_TOP_K} hits   : " + ", ".join(f"{x:.2f}" for x in self.head_topk))
-        lines.append("RESULT: " + ("OK" if self.ok else "FAILED"))
+        lines.append("RESULT: " + ("OK" if self.ok else "FAILED")
+                     + (" (the tree proof was skipped: nodes below the root are proven only where the heads' drafts "
+                        "were accepted)" if self.tree_proof is None else ""))
         return "\n".join(lines)
+
+    def _tree_proof_line(self) -> str:
+        p = self.tree_proof
+        if p is None:
+            return "tree proof        : not run (--skip_tree_proof)"
+        depths = ", ".join(f"{d['accepted']}/{d['nodes']}" for d in p["per_depth"])
+        line = (f"tree proof        : {'PASS' if p['ok'] else 'FAIL'}  {p['nodes_accepted']} of {p['tree_nodes']} nodes "
+                f"accepted with greedy's own drafts in {p['steps']} steps (by depth: {depths}), logits max |diff| "
+                f"{p['max_abs_diff']:.3g} against plain decoding (tolerance {p['tolerance']:.3g})")
+        return line + (f"\n  {p['failure']}" if p["failure"] else "")
 
 
 def default_prompts(vocab: int) -> list[list[int]]:
@@ -407,15 +425,16 @@ def verify(
     medusa_model_dir: str | Path | None = None,
     threads: int | None = None,
     max_quant_error: float | None = None,
+    skip_tree_proof: bool = False,
 ) -> VerifyReport:
-    """Logits parity, heads parity and greedy equivalence of a checkpoint (see the module doc).
+    """Logits parity, heads parity, greedy equivalence and the tree proof of a checkpoint (see the module doc).
 
     ``threads``: torch threads to compute with (default :func:`default_threads`).
     """
     with torch_threads(threads or default_threads()):
         return _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
                        max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
-                       max_quant_error=max_quant_error)
+                       max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof)
 
 
 def _verify(
@@ -428,6 +447,7 @@ def _verify(
     quiet: bool,
     medusa_model_dir: str | Path | None,
     max_quant_error: float | None = None,
+    skip_tree_proof: bool = False,
 ) -> VerifyReport:
     if quiet:
         from transformers.utils import logging as hf_logging
@@ -501,6 +521,11 @@ def _verify(
     g = _greedy_runs(ref, prompts, tree, max_new_tokens, expected_tokens, ends, quiet)
     tree_calls = [n for tokens, n in ref.moe_activity or [] if tokens == tree.num_nodes + 1]
     ref.moe_activity = None
+    proof = None
+    if not skip_tree_proof:
+        status(f"tree proof: every node of the {tree.num_nodes}-node tree accepted with greedy's own drafts")
+        proof = tree_proof(ref, prompts[0], tree, rtol=PARITY_RTOL,
+                           max_positions=ckpt.config.get("max_position_embeddings")).to_dict()
     quant_effect = _quant_effect(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens,
                                  exact_logits, expected_tokens) if spec.any else None
     status("the heads' hit rates and the tree's predicted tokens per step")
@@ -545,6 +570,7 @@ def _verify(
         moe_num_experts=ref.semantics.moe_num_experts or None,
         moe_experts_per_tree_step=sum(tree_calls) / len(tree_calls) if tree_calls else None,
         moe_experts_per_plain_step=ref.semantics.moe_top_k or None,
+        tree_proof=proof,
     )
 
 
