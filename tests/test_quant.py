@@ -653,3 +653,39 @@ def test_weight_only_experts_left_float_on_the_transformers_side_fail_parity(tmp
     monkeypatch.setattr(emulate, "_weight_only_experts", lambda *a, **k: None)
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4, prompts=[[5, 9, 13, 17, 21]])
     assert not rep.parity and rep.logits_max_abs_diff > rep.tolerance, rep.render()
+
+
+def test_kv_scales_are_measured_on_the_cached_keys_and_their_damage_is_seen(tmp_path, store):
+    """The INT8 KV scale comes from the K the cache holds (after Qwen3's k_norm and RoPE), not from the k/v
+    projection outputs (upstream's and ModelOpt's convention): with the pre-norm scale the cached K overflows
+    INT8 and --max_quant_error, measured on generation steps that read the quantized cache, fails."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.quant import kv_scale
+    from trtllm_medusa_ports.quant.calibrate import calibrate, read_calibration_samples
+
+    arch = "Qwen3ForCausalLM"
+    base = tiny_base(store, arch)
+    calib = _calib(tmp_path, tiny_config(arch).vocab_size)
+    ckpt = convert_to(tmp_path / "c", base, _heads(tmp_path, arch, tiny_config(arch).hidden_size), dtype="float16",
+                      kv_cache_dtype="int8", calib_dataset=calib, calib_size=6)
+    samples, _ = read_calibration_samples(calib, base, size=6, max_seq_length=512)
+    cal = calibrate(base, adapter_for(arch), "float16", samples)
+    layers = sorted(cal.kv_cached)
+    assert layers == [0, 1] and all(cal.kv_cached[i] > 3 * cal.qkv_outputs[i] for i in layers)  # k_norm's range
+    for r in range(1):
+        t = load_file(str(ckpt / f"rank{r}.safetensors"))
+        for i in layers:
+            assert float(t[f"transformer.layers.{i}.attention.kv_cache_scaling_factor"]) == pytest.approx(
+                kv_scale(cal.kv_cached[i], "INT8"), rel=1e-5)
+    good = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    assert good.ok and not good.quant_scale_mismatches, good.render()
+    limit = 3 * good.quant_effect["max_abs_diff"]
+    # the same checkpoint with the scales of the projection outputs: clipped keys in every generation step
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    for i in layers:
+        t[f"transformer.layers.{i}.attention.kv_cache_scaling_factor"] = torch.tensor(
+            [kv_scale(cal.qkv_outputs[i], "INT8")], dtype=torch.float32)
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    bad = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6, max_quant_error=limit)
+    assert bad.quant_effect["max_abs_diff"] > limit and bad.quant_error_exceeded and not bad.ok
+    assert bad.quant_scale_mismatches  # and the scale itself is not the re-derived one

@@ -112,6 +112,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     from trtllm_medusa_ports.convert import convert as _convert
     from trtllm_medusa_ports.files.checkpoint import guard_output_dir
 
+    _check_threads(opts.threads)
     if opts.calib_dataset is not None:  # never write where the calibration text lives
         guard_output_dir(Path(opts.output_dir), {"--calib_dataset": Path(opts.calib_dataset)})
     return _convert(opts)
@@ -266,6 +267,7 @@ class VerifyOptions:
     threads: int | None = None
     quiet: bool = False
     skip_tree_proof: bool = False  # the tree proof (every node accepted with greedy's own drafts) is on by default
+    gemm_plugin: str = "auto"  # FP8 checkpoints: the --gemm_plugin the engine is built with (auto or fp8)
 
 
 def verify(opts: VerifyOptions):
@@ -276,7 +278,8 @@ def verify(opts: VerifyOptions):
     prompts = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     return _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
-                   threads=opts.threads, max_quant_error=opts.max_quant_error, skip_tree_proof=opts.skip_tree_proof)
+                   threads=opts.threads, max_quant_error=opts.max_quant_error, skip_tree_proof=opts.skip_tree_proof,
+                   gemm_plugin=opts.gemm_plugin)
 
 
 # -- train-heads ----------------------------------------------------------------------------------

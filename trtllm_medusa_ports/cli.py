@@ -116,6 +116,8 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--calib_max_seq_length", type=_int_in(1), default=512, help="tokens per sample at most (512)")
     q.add_argument("--tokenizer_dir", default=None, help="tokenizer for text calibration (default --model_dir)")
     q.add_argument("--device", default="cpu", help="torch device of the calibration pass (default cpu)")
+    q.add_argument("--threads", type=_int_in(1), default=None,
+                   help="torch threads of the calibration pass (default: the idle cores, measured at the start)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
     p.add_argument("--fsync", action="store_true",
                    help="make the rank files durable (fsync) before the output appears; always done when an "
@@ -189,6 +191,7 @@ def run_convert(args: argparse.Namespace) -> int:
         calib_max_seq_length=args.calib_max_seq_length,
         tokenizer_dir=Path(args.tokenizer_dir) if args.tokenizer_dir else None,
         device=args.device,
+        threads=args.threads,
     )
     result = convert(opts)
     for f in result.findings:
@@ -366,7 +369,7 @@ def run_verify(args: argparse.Namespace) -> int:
         model_dir=Path(args.model_dir), checkpoint_dir=Path(args.checkpoint_dir), medusa_choices=args.medusa_choices,
         prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir), max_new_tokens=args.max_new_tokens,
         medusa_model_dir=_path(args.medusa_model_dir), max_quant_error=args.max_quant_error, threads=args.threads,
-        quiet=args.quiet, skip_tree_proof=args.skip_tree_proof))
+        quiet=args.quiet, skip_tree_proof=args.skip_tree_proof, gemm_plugin=args.gemm_plugin))
     _out(args, report)
     return 0 if report.ok else 1
 
@@ -472,6 +475,9 @@ def _verify_parser(sub) -> None:
     s.add_argument("--max_quant_error", type=_non_negative, default=None,
                    help="quantized checkpoints: fail when the logits differ from the float base's by more "
                    "(default: the difference is reported, not judged)")
+    s.add_argument("--gemm_plugin", choices=["auto", "fp8"], default="auto",
+                   help="FP8 checkpoints: the trtllm-build --gemm_plugin to compute as (auto, also trtllm-build's "
+                   "default and any float dtype: scales cast to the model dtype; fp8: the FP8 GEMM plugin)")
     s.add_argument("--skip_tree_proof", action="store_true",
                    help="leave out the tree proof (steps whose drafts are greedy's own tokens along each branch, so "
                    "that every tree node is accepted and checked; about one plain token per node of the tree)")

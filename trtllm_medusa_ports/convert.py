@@ -116,6 +116,9 @@ class ConvertOptions:
     calib_max_seq_length: int = 512
     tokenizer_dir: Path | None = None
     device: str = "cpu"
+    #: torch threads of the calibration pass (None: the idle cores, threads.default_threads, as verify and
+    #: train-heads: a busy machine's cores make every small operation wait for a descheduled thread)
+    threads: int | None = None
     #: expert parallelism of MoE bases (upstream's convert_checkpoint.py --moe_ep_size): it divides tp_size, the
     #: experts split over it and their intermediate dim over tp_size / moe_ep_size
     moe_ep_size: int = 1
@@ -755,8 +758,11 @@ def _quantized_jobs(opts: ConvertOptions, jobs: list[_Job], cfg: dict, spec, dty
             samples, source = read_calibration_samples(
                 opts.calib_dataset, opts.model_dir, size=opts.calib_size, max_seq_length=opts.calib_max_seq_length,
                 tokenizer_dir=opts.tokenizer_dir)
-            calibration = calibrate(opts.model_dir, adapter, dtype, samples, source=source, device=opts.device,
-                                    quiet=opts.quiet)
+            from trtllm_medusa_ports.threads import torch_threads
+
+            with torch_threads(opts.threads):
+                calibration = calibrate(opts.model_dir, adapter, dtype, samples, source=source, device=opts.device,
+                                        quiet=opts.quiet)
         cfg["medusa_ports"]["calibration"] = {**calibration.record(), "max_seq_length": opts.calib_max_seq_length}
         jobs, fp8_scales = quantize_jobs(jobs, cfg, spec, dtype, calibration, adapter.num_hf_layers(model.config))
     return jobs, fp8_scales

@@ -31,7 +31,7 @@ from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.files.prompts import check_ids
 from trtllm_medusa_ports.heads.logits import source_heads_logits
-from trtllm_medusa_ports.quant import QuantSpec, format_name
+from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
 from trtllm_medusa_ports.reference.tree_proof import tree_proof
@@ -426,6 +426,7 @@ def verify(
     threads: int | None = None,
     max_quant_error: float | None = None,
     skip_tree_proof: bool = False,
+    gemm_plugin: str = "auto",
 ) -> VerifyReport:
     """Logits parity, heads parity, greedy equivalence and the tree proof of a checkpoint (see the module doc).
 
@@ -434,7 +435,7 @@ def verify(
     with torch_threads(threads or default_threads()):
         return _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
                        max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
-                       max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof)
+                       max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin)
 
 
 def _verify(
@@ -448,6 +449,7 @@ def _verify(
     medusa_model_dir: str | Path | None,
     max_quant_error: float | None = None,
     skip_tree_proof: bool = False,
+    gemm_plugin: str = "auto",
 ) -> VerifyReport:
     if quiet:
         from transformers.utils import logging as hf_logging
@@ -462,6 +464,10 @@ def _verify(
     status(f"reading {checkpoint_dir} (every tensor checked for NaN/Inf)")
     ckpt = read_checkpoint(checkpoint_dir)
     ref = ReferenceModel(ckpt)
+    if gemm_plugin not in FP8_GEMM_PATHS:
+        raise ModelError(f"--gemm_plugin {gemm_plugin!r}: verify emulates FP8Linear's GEMM for "
+                         + " or ".join(FP8_GEMM_PATHS), fix="pass the --gemm_plugin the engine is built with")
+    ref.fp8_gemm = gemm_plugin
     dtype = to_torch(_checkpoint_dtype(ckpt.config))
     status(f"loading the base from {model_dir} with transformers")
     hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")),
@@ -504,6 +510,9 @@ def _verify(
     del hf, arithmetic
     if model_bytes > 64 * 2**20:  # a full collection costs ~0.3 s in a long-lived process: only when it frees much
         gc.collect()
+    if emulation is not None:  # the calibration run loads the base again: only now that this copy is freed
+        status("re-deriving the activation / KV-cache scales (the recorded calibration, run again)")
+        emulation.rederive()
 
     # Phase 2, the checkpoint on the reference executor. 1. parity
     status(f"logits parity of the checkpoint on the reference executor ({len(prompts)} prompt(s))")
@@ -621,8 +630,16 @@ def _quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, p
         with torch.no_grad():
             float_logits = [hf(input_ids=torch.tensor([p])).logits[0] for p in prompts]
         float_greedy = [hf_greedy(hf, p, max_new_tokens) for p in prompts]
-        emulation = emulate.apply(hf, model_dir, ckpt, ref.adapter, quiet=quiet, activations=False)
+        emulation = emulate.apply(hf, model_dir, ckpt, ref.adapter, quiet=quiet, activations=False,
+                                  fused=ref.fused_gate_mlp, gemm=ref.fp8_gemm, defer_rederive=True)
         notes.append(f"{format_name(spec)}: {emulation.description}")
+        if spec.quant_algo == "FP8":
+            notes.append(
+                f"FP8 GEMMs as built with --gemm_plugin {ref.fp8_gemm} ("
+                + ("scales cast to the model dtype, operands dequantized in it" if ref.fp8_gemm == "auto" else
+                   "the FP8 GEMM plugin: the product scaled by s_w * s_a in float32")
+                + ("; mlp.fc and mlp.gate fused as trtllm-build's default --use_fused_mlp enable does: both moved to "
+                   "the larger of their weight and activation scales" if ref.fused_gate_mlp else "") + ")")
         if spec.quant_algo == "FP8" or spec.kv_cache_quant_algo:
             # FP8 activation and KV-cache rounding turn float-order noise (another summation order, a tree step
             # against a single token) into visible differences: parity and greedy equivalence are judged on
@@ -745,8 +762,10 @@ def _quant_effect(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]]
     greedy text; and Medusa against plain decoding with those roundings (where float noise can flip a near tie)."""
     rounding = spec.quant_algo == "FP8" or bool(spec.kv_cache_quant_algo)
     ref.quantize_activations = ref.quantize_kv = True
-    # without those roundings the exact pass already computed the engine's logits and greedy text
-    logits = [ref.forward(p, ref.new_cache())[0] for p in prompts] if rounding else exact_logits
+    # without those roundings the exact pass already computed the engine's logits and greedy text; with them, the
+    # logits come from generation steps, one token at a time, each reading the quantized KV cache the earlier
+    # ones wrote (a context pass attends to its own unquantized K/V and would hide a KV scale that clips)
+    logits = [_stepwise_logits(ref, p) for p in prompts] if rounding else exact_logits
     diffs = [q - f for q, f in zip(logits, float_logits, strict=True)]
     agree = [(q.argmax(-1) == f.argmax(-1)).float() for q, f in zip(logits, float_logits, strict=True)]
     plain = [plain_generate(ref, p, max_new_tokens) for p in prompts] if rounding else exact_greedy
@@ -766,6 +785,15 @@ def _quant_effect(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]]
         medusa = [medusa_generate(ref, p, tree, max_new_tokens).tokens for p in prompts]
         effect["medusa_vs_plain_with_rounding"] = sum(agreed(m, q) for m, q in zip(medusa, plain, strict=True)) / total
     return effect
+
+
+def _stepwise_logits(ref: ReferenceModel, prompt: list[int]) -> torch.Tensor:
+    """The logits of every prompt position, the first from a one-token context step and each later one from a
+    generation step that reads the (quantized) KV cache."""
+    cache = ref.new_cache()
+    rows = [ref.forward(prompt[:1], cache)[0]]
+    rows += [ref.forward([t], cache)[0] for t in prompt[1:]]
+    return torch.cat(rows)
 
 
 def _tree_for(spec: str, num_heads: int) -> tuple[MedusaTree, str | None]:

@@ -254,6 +254,56 @@ def fp8_activation(x: torch.Tensor, act_scale: float, dtype: torch.dtype) -> tor
     return fp8_cast(x / s).float()
 
 
+#: How ``FP8Linear.forward`` (tensorrt_llm/quantization/layers.py) multiplies, by the build's ``--gemm_plugin``:
+#: ``auto`` (and trtllm-build's default, none): ``auto`` resolves to the model dtype (plugin/plugin.py), so the
+#: FP8 operands are dequantized with both scales cast to the model dtype and multiplied in it; ``fp8``: the FP8
+#: GEMM plugin scales the product by ``s_w * s_a`` in float32 (the input still quantized with ``s_a`` in the
+#: model dtype).
+FP8_GEMM_PATHS = ("auto", "fp8")
+
+
+def _in_dtype(value: float, dtype: torch.dtype) -> torch.Tensor:
+    import torch
+
+    return torch.tensor(value, dtype=torch.float32).to(dtype)
+
+
+def fp8_weight_value(q: torch.Tensor, scale: float, dtype: torch.dtype, gemm: str = "auto") -> torch.Tensor:
+    """The float32 values an FP8 weight multiplies with (see :data:`FP8_GEMM_PATHS`)."""
+    import torch
+
+    if gemm == "fp8":
+        return q.float() * torch.tensor(scale, dtype=torch.float32)
+    return (q.to(dtype) * _in_dtype(scale, dtype)).float()
+
+
+def fp8_input_value(x: torch.Tensor, act_scale: float, dtype: torch.dtype, gemm: str = "auto") -> torch.Tensor:
+    """The float32 values an FP8 linear's input multiplies with: quantized with ``s_a`` in the model dtype, then
+    dequantized with it there (``auto``) or scaled in float32 by the GEMM (``fp8``)."""
+    import torch
+
+    q = fp8_activation(x, act_scale, dtype)
+    if gemm == "fp8":
+        return q * torch.tensor(act_scale, dtype=torch.float32)
+    return (q.to(dtype) * _in_dtype(act_scale, dtype)).float()
+
+
+def fp8_requantized(q: torch.Tensor, scale: float, new_scale: float) -> torch.Tensor:
+    """An FP8 weight moved to another scale as ``fuse_gate_mlp`` (tensorrt_llm/models/modeling_utils.py) moves
+    ``mlp.fc`` and ``mlp.gate`` to the larger of their two scales when it fuses them: dequantized in float32,
+    divided by the new scale, cast to float8_e4m3fn again (the smaller-scale half loses precision)."""
+    import torch
+
+    if scale == new_scale:
+        return q
+    return fp8_cast(q.float() * torch.tensor(scale, dtype=torch.float32) / torch.tensor(new_scale, dtype=torch.float32))
+
+
+#: ``fuse_gate_mlp`` fuses a ``GatedMLP`` only for these activations (tensorrt_llm/models/modeling_utils.py);
+#: trtllm-build's ``--use_fused_mlp`` is on by default (plugin/plugin.py)
+FUSED_MLP_ACTIVATIONS = ("silu", "gelu")
+
+
 def kv_scale(amax: float, algo: str) -> float:
     if algo == "INT8":
         return (amax if amax > 0 else 127.0) / 127.0

@@ -1,10 +1,16 @@
 """Max calibration of a base: the largest |input| of every linear TensorRT-LLM quantizes and the largest
-|q, k, v projection output| per layer, measured on the transformers model in float32 on weights rounded
+|K| and |V| each layer's KV cache holds, measured on the transformers model in float32 on weights rounded
 to the checkpoint dtype (what the checkpoint computes with), over the calibration samples once.
 
 ModelOpt's max calibration (``modelopt/torch/quantization/calib/max.py`` ``MaxCalibrator``) keeps the
-running max of |x| per quantizer; TensorRT-LLM's own INT8 KV-cache scale is the max |output| of the q, k
-and v projections (``tensorrt_llm/models/llama/convert.py``, ``capture_activation_range``). HF modules are
+running max of |x| per quantizer. The KV-cache scale is measured on what the cache holds: the attention
+kernel quantizes K after the q/k norms (``layers/attention.py`` applies ``q_layernorm`` / ``k_layernorm``
+before ``gpt_attention``) and after RoPE (``applyBiasRopeUpdateKVCacheV2`` rotates, then stores), and V as
+projected, with one scale for both. TensorRT-LLM's own INT8 converter and ModelOpt 0.21 take the q, k, v
+projection outputs instead (``tensorrt_llm/models/llama/convert.py`` ``capture_activation_range``; ModelOpt
+``get_kv_cache_scaling_factor``), which for a q/k-norm family (Qwen3, Gemma 3) says nothing about the cached
+range: Gemma 3's normalised K overflowed such a scale 8.8x. transformers hands the cache exactly that K and V
+(``Cache.update`` is called after the norms and RoPE), so that is where it is read. HF modules are
 found from the family's weight table: each checkpoint linear's source tensors name the HF modules whose
 input it takes (q/k/v all read one input, as do gate and up), so no family needs calibration code.
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +44,10 @@ class Calibration:
     """Ranges by HF layer index and checkpoint linear name (``attention.qkv``, ``mlp.fc``, ...)."""
 
     inputs: dict[tuple[int, str], float] = field(default_factory=dict)
+    #: largest |q, k, v projection output| per layer (upstream's INT8 KV convention; kept for comparison)
     qkv_outputs: dict[int, float] = field(default_factory=dict)
+    #: largest |K| (after q/k norms and RoPE) and |V| the layer's KV cache holds: the KV scale's amax
+    kv_cached: dict[int, float] = field(default_factory=dict)
     samples: int = 0
     tokens: int = 0
     seconds: float = 0.0
@@ -48,6 +58,7 @@ class Calibration:
         """The whole calibration as JSON (:meth:`from_json` reads it back): calibrate once, convert elsewhere."""
         d = {"inputs": [[i, name, v] for (i, name), v in sorted(self.inputs.items())],
              "qkv_outputs": [[i, v] for i, v in sorted(self.qkv_outputs.items())],
+             "kv_cached": [[i, v] for i, v in sorted(self.kv_cached.items())],
              **{k: getattr(self, k) for k in ("samples", "tokens", "seconds", "source", "digest")}}
         return json.dumps(d)
 
@@ -56,6 +67,7 @@ class Calibration:
         d = json.loads(text)
         return cls(inputs={(int(i), str(n)): float(v) for i, n, v in d["inputs"]},
                    qkv_outputs={int(i): float(v) for i, v in d["qkv_outputs"]},
+                   kv_cached={int(i): float(v) for i, v in d.get("kv_cached", [])},
                    **{k: d[k] for k in ("samples", "tokens", "seconds", "source", "digest")})
 
     def record(self) -> dict:
@@ -179,11 +191,31 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
             handles.append(modules[name].register_forward_hook(hook))
     t0 = time.monotonic()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _cached_kv(cal.kv_cached):
             for ids in tqdm(samples, desc="calibrate", unit="sample", disable=quiet):
-                model(input_ids=torch.tensor([ids], device=next(model.parameters()).device))
+                model(input_ids=torch.tensor([ids], device=next(model.parameters()).device), use_cache=True)
     finally:
         for h in handles:
             h.remove()
     cal.seconds = time.monotonic() - t0
     return cal
+
+
+@contextmanager
+def _cached_kv(store: dict[int, float]):
+    """Record, per layer, the largest |K| and |V| transformers hands its KV cache (``Cache.update``, called with
+    the keys after the q/k norms and RoPE) while the block runs."""
+    from transformers.cache_utils import Cache
+
+    update = Cache.update
+
+    def recording(self, key_states, value_states, layer_idx, *args, **kwargs):
+        amax = max(float(key_states.detach().abs().max()), float(value_states.detach().abs().max()))
+        store[int(layer_idx)] = max(store.get(int(layer_idx), 0.0), amax)
+        return update(self, key_states, value_states, layer_idx, *args, **kwargs)
+
+    Cache.update = recording
+    try:
+        yield
+    finally:
+        Cache.update = update

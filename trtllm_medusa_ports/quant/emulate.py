@@ -29,12 +29,13 @@ from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.quant import (
     QuantSpec,
-    fp8_activation,
+    fp8_input_value,
     fp8_quantized,
+    fp8_requantized,
     fp8_scale,
     fp8_weight,
+    fp8_weight_value,
     kv_scale,
-    scale_group,
     scale_members,
     weight_only_dequantized,
     weight_only_quantized,
@@ -56,10 +57,18 @@ class Emulation:
     #: why activation / KV scales were not re-derived (None: they were)
     not_rederived: str | None = None
     handles: list = field(default_factory=list)
+    #: the deferred re-derivation of activation / KV scales (apply's ``defer_rederive``)
+    pending: object = None
 
     def close(self) -> None:
         for h in self.handles:
             h.remove()
+
+    def rederive(self) -> None:
+        """Run the deferred re-derivation (see :func:`apply`); a no-op when none is pending."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending()
 
 
 def _where(mapping: Mapping, num_layers: int, i: int) -> tuple[int, int]:
@@ -72,11 +81,16 @@ def _where(mapping: Mapping, num_layers: int, i: int) -> tuple[int, int]:
 
 
 def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdapter, *, rederive: bool = True,
-          quiet: bool = True, activations: bool = True) -> Emulation:
+          quiet: bool = True, activations: bool = True, fused: bool = False, gemm: str = "auto",
+          defer_rederive: bool = False) -> Emulation:
     """Quantize ``model`` (in place) as the checkpoint is quantized; compare every written scale.
 
     ``activations=False`` leaves FP8 linears' inputs unquantized (verify's exact checks: that rounding
-    amplifies float-order noise between two implementations; its effect is reported apart)."""
+    amplifies float-order noise between two implementations; its effect is reported apart). ``fused``: the
+    build fuses FP8 ``mlp.fc`` with ``mlp.gate`` (the executor's ``fused_gate_mlp``); ``gemm``: FP8Linear's GEMM
+    path (quant.FP8_GEMM_PATHS). ``defer_rederive``: the activation / KV scales are re-derived (a calibration
+    run, which loads the base again) only when :meth:`Emulation.rederive` is called, after the caller has
+    freed ``model``: one model in memory at a time."""
     cfg = ckpt.config
     spec = QuantSpec.from_config(cfg)
     exclude = (cfg.get("quantization") or {}).get("exclude_modules")
@@ -110,33 +124,70 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
         if spec.weight_only and adapter.num_experts(hf) > 1:
             _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, str(model_dir))
         if spec.quant_algo == "FP8":
-            amax: dict[tuple[int, str], float] = {}
-            for lin in linears:
-                key = (lin.layer, scale_group(lin.short))
-                for name in lin.modules:
-                    amax[key] = max(amax.get(key, 0.0), float(modules[name].weight.abs().max()))
-            for lin in linears:
-                rank, local = _where(mapping, n_layers, lin.layer)
-                base = f"transformer.layers.{local}.{lin.short}"
-                if not fp8_quantized(base + ".weight", exclude):
-                    continue
-                s_w = fp8_scale(amax[(lin.layer, scale_group(lin.short))])
-                compare(f"rank{rank} {base}.weights_scaling_factor", written(rank, base + ".weights_scaling_factor"),
-                        s_w)
-                s_a = written(rank, base + ".activation_scaling_factor")
-                for name in lin.modules:
-                    m = modules[name]
-                    m.weight.copy_(fp8_weight(m.weight, s_w).float() * s_w)
-                    if not activations:
-                        continue
-
-                    def pre(_m, args, s_a=s_a):
-                        return (fp8_activation(args[0], s_a, dtype) * s_a,) + tuple(args[1:])
-                    em.handles.append(m.register_forward_pre_hook(pre))
+            _fp8(em, modules, linears, mapping, n_layers, exclude, dtype, written, compare, activations, fused, gemm)
     if spec.needs_calibration:
-        em.not_rederived = _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, exclude,
-                                     compare, rederive, quiet)
+        def pending() -> None:
+            em.not_rederived = _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, exclude,
+                                         compare, rederive, quiet)
+        if defer_rederive:
+            em.pending = pending
+        else:
+            pending()
     return em
+
+
+def _fp8(em, modules, linears, mapping, n_layers, exclude, dtype, written, compare, activations, fused, gemm) -> None:
+    """FP8 linears: each weight scale re-derived from the transformers weights under the writer's rule and
+    compared, the weights cast with it, fused fc/gate moved to their larger scale as the build does, and (with
+    ``activations``) each input quantized with the written activation scale (the pair's larger one when fused).
+
+    The writer's rule for ``mlp.fc`` and ``mlp.gate``: one scale for both (this project's converter; ModelOpt's
+    ``preprocess_linear_fusion`` where it pre-fuses) or one each (ModelOpt 0.21's ``export_tensorrt_llm_checkpoint``
+    of a GatedMLP writes two linears, ``build_mlp_config``). It is read from the written pair: a scale equal to its
+    own linear's amax / 448 and not to the pair's is a scale of its own. q, k and v are one tensor with one scale
+    in both writers (ModelOpt ``QKVConfig``: the max over the three)."""
+    own: dict[tuple[int, str], float] = {}
+    for lin in linears:
+        own[(lin.layer, lin.short)] = max(float(modules[n].weight.abs().max()) for n in lin.modules)
+    chosen: dict[tuple[int, str], float] = {}
+    for lin in linears:
+        rank, local = _where(mapping, n_layers, lin.layer)
+        base = f"transformer.layers.{local}.{lin.short}"
+        if not fp8_quantized(base + ".weight", exclude):
+            continue
+        got = written(rank, base + ".weights_scaling_factor")
+        members = [m for m in scale_members(lin.short) if (lin.layer, m) in own]
+        shared = fp8_scale(max(own[(lin.layer, m)] for m in members))
+        alone = fp8_scale(own[(lin.layer, lin.short)])
+        close = lambda a, b: abs(a - b) <= SCALE_RTOL * max(abs(b), 1e-30)  # noqa: E731
+        s_w = alone if len(members) > 1 and close(got, alone) and not close(got, shared) else shared
+        chosen[(lin.layer, lin.short)] = s_w
+        compare(f"rank{rank} {base}.weights_scaling_factor", got, s_w)
+    for lin in linears:
+        key = (lin.layer, lin.short)
+        if key not in chosen:
+            continue
+        rank, local = _where(mapping, n_layers, lin.layer)
+        base = f"transformer.layers.{local}.{lin.short}"
+        s_w, pair = chosen[key], None
+        if fused and lin.short in ("mlp.fc", "mlp.gate"):
+            pair = [m for m in ("mlp.fc", "mlp.gate") if (lin.layer, m) in chosen]
+            pair = pair if len(pair) == 2 else None
+        s_a = written(rank, base + ".activation_scaling_factor")
+        new = s_w
+        if pair:
+            new = max(chosen[(lin.layer, m)] for m in pair)
+            s_a = max(written(rank, f"transformer.layers.{local}.{m}.activation_scaling_factor") for m in pair)
+        for name in lin.modules:
+            m = modules[name]
+            q = fp8_requantized(fp8_weight(m.weight, s_w), s_w, new)
+            m.weight.copy_(fp8_weight_value(q, new, dtype, gemm))
+            if not activations:
+                continue
+
+            def pre(_m, args, s_a=s_a):
+                return (fp8_input_value(args[0], s_a, dtype, gemm),) + tuple(args[1:])
+            em.handles.append(m.register_forward_pre_hook(pre))
 
 
 #: the transformers names of MoE expert weights that become ``mlp.fc`` (input: the hidden state) and those that
@@ -222,7 +273,7 @@ def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, ex
                     float(ckpt.tensor(rank, base + ".activation_scaling_factor").float().reshape(-1)[0]), want)
         if spec.kv_cache_quant_algo and lin.short == "attention.qkv":
             name = f"transformer.layers.{local}.attention.kv_cache_scaling_factor"
-            want = kv_scale(cal.qkv_outputs.get(lin.layer, 0.0), spec.kv_cache_quant_algo)
+            want = kv_scale(cal.kv_cached.get(lin.layer, 0.0), spec.kv_cache_quant_algo)
             for r in mapping.stage_ranks(mapping.pp_rank(rank)):
                 compare(f"rank{r} {name}", float(ckpt.tensor(r, name).float().reshape(-1)[0]), want)
     return None

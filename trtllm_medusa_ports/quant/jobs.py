@@ -118,7 +118,12 @@ def quantize_jobs(jobs: list, cfg: dict, spec: QuantSpec, dtype: str, calibratio
             if not (m and m.group(2) == "attention.qkv"):
                 continue
             i = int(m.group(1))
-            value = kv_scale(calibration.qkv_outputs.get(i, 0.0), spec.kv_cache_quant_algo)
+            if i not in calibration.kv_cached:
+                raise ConversionError(f"the calibration holds no KV-cache range for layer {i} (a calibration file "
+                                      "written before the ranges were measured on the cached K and V)",
+                                      where=calibration.source or None,
+                                      fix="calibrate again (omit the saved calibration, or write a new one)")
+            value = kv_scale(calibration.kv_cached[i], spec.kv_cache_quant_algo)
             targets = [(r, n[: -len("qkv.weight")] + "kv_cache_scaling_factor") for r, n in job.targets]
             out.append(_constant(f"layers.{i}.attention.kv_cache_scaling_factor", lambda v=value: v, targets))
     return out, scales

@@ -45,9 +45,13 @@ from trtllm_medusa_ports.files.checkpoint import Checkpoint, read_checkpoint
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.quant import (
     EMULATED,
+    FP8_GEMM_PATHS,
+    FUSED_MLP_ACTIVATIONS,
     QuantSpec,
-    fp8_activation,
+    fp8_input_value,
     fp8_quantized,
+    fp8_requantized,
+    fp8_weight_value,
     kv_quantized,
     stored_weight_only,
     weight_only_dequantized,
@@ -209,6 +213,11 @@ class ReferenceModel:
                     "weight-only here")
         self.exclude = (cfg.get("quantization") or {}).get("exclude_modules")
         self.dtype = to_torch(cfg["dtype"]) if cfg.get("dtype") in CHECKPOINT_DTYPES else torch.float32
+        #: FP8: which GEMM path of FP8Linear to compute (quant.FP8_GEMM_PATHS; the build's --gemm_plugin), and
+        #: whether trtllm-build fuses mlp.fc with mlp.gate (fuse_gate_mlp: GatedMLP, silu or gelu, on by
+        #: default), which moves both to the larger weight scale and to the larger activation scale
+        self.fp8_gemm = "auto"
+        self.fused_gate_mlp = (semantics.mlp is MlpKind.GATED and cfg.get("hidden_act") in FUSED_MLP_ACTIVATIONS)
         #: where set (a list), each MoE layer call appends (tokens, distinct experts chosen): verify's count
         self.moe_activity: list[tuple[int, int]] | None = None
         self._check_replicas()
@@ -229,9 +238,34 @@ class ReferenceModel:
             elif self.quant.weight_only and weight_only_quantized(name, self.exclude):
                 t = weight_only_dequantized(t, self.quant.quant_algo)
             elif t.dtype == torch.float8_e4m3fn:
-                t = t.float() * self.ckpt.tensor(rank, name[: -len("weight")] + "weights_scaling_factor").float()
+                t = self._fp8_weight(rank, name, t)
             self._weights[key] = t.float()
         return self._weights[key]
+
+    def _scalar(self, rank: int, name: str) -> float:
+        return float(self.ckpt.tensor(rank, name).float().reshape(-1)[0])
+
+    def fused_pair(self, linear: str) -> tuple[str, str] | None:
+        """``(fc, gate)`` when ``linear`` is one of the two FP8 linears fuse_gate_mlp fuses, else None."""
+        if self.quant.quant_algo != "FP8" or not self.fused_gate_mlp or not linear.endswith((".mlp.fc", ".mlp.gate")):
+            return None
+        head = linear.rsplit(".", 1)[0]
+        if not head.startswith("transformer.layers.") or head.count(".") != 3:
+            return None
+        pair = (head + ".fc", head + ".gate")
+        return pair if all(fp8_quantized(n + ".weight", self.exclude) for n in pair) else None
+
+    def _fp8_weight(self, rank: int, name: str, q: torch.Tensor) -> torch.Tensor:
+        """An FP8 weight as the engine multiplies with it: fused fc/gate moved to their larger scale first."""
+        if self.fp8_gemm not in FP8_GEMM_PATHS:
+            raise ValueError(f"fp8_gemm {self.fp8_gemm!r} is not one of {FP8_GEMM_PATHS}")
+        linear = name[: -len(".weight")]
+        scale = self._scalar(rank, linear + ".weights_scaling_factor")
+        pair = self.fused_pair(linear)
+        if pair is not None:
+            new = max(self._scalar(rank, n + ".weights_scaling_factor") for n in pair)
+            q, scale = fp8_requantized(q, scale, new), new
+        return fp8_weight_value(q, scale, self.dtype, self.fp8_gemm)
 
     def linear_input(self, x: torch.Tensor, rank: int, linear: str) -> torch.Tensor:
         """The input of checkpoint linear ``linear`` as it multiplies the weight: FP8 linears quantize it
@@ -241,9 +275,10 @@ class ReferenceModel:
             return x
         key = (rank, linear + ".activation_scaling_factor")
         if key not in self._weights:
-            self._weights[key] = self.ckpt.tensor(rank, key[1]).float()
-        scale = self._weights[key]
-        return fp8_activation(x, float(scale.reshape(-1)[0]), self.dtype) * scale
+            pair = self.fused_pair(linear)
+            self._weights[key] = torch.tensor(max(self._scalar(rank, n + ".activation_scaling_factor")
+                                                  for n in (pair or (linear,))))
+        return fp8_input_value(x, float(self._weights[key]), self.dtype, self.fp8_gemm)
 
     def _kv_scale(self, rank: int, prefix: str) -> float | None:
         if not self.quant.kv_cache_quant_algo or not self.quantize_kv:
