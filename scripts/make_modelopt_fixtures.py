@@ -6,7 +6,8 @@ What it makes (all under ``tests/fixtures/modelopt/``):
                      4 heads, 2 KV heads, vocab 250, untied lm_head) saved by transformers 4.47.1
                      with ``save_pretrained(safe_serialization=True)`` in float16.
 * ``calib_ids.json`` the calibration token ids (16 sequences of 32 ids in [0, 250)), fed one
-                     sequence at a time, in order, as ``model(input_ids=torch.tensor([seq]))``.
+                     sequence at a time, in order, as ``model(input_ids=torch.tensor([seq]))``;
+                     ``calib_ids.jsonl`` the same as JSON lines (``verify --calib_dataset``).
 * one folder per export, each written by ModelOpt's own
   ``modelopt.torch.export.export_tensorrt_llm_checkpoint(model, decoder_type="qwen",
   dtype=torch.float16, export_dir=..., inference_tensor_parallel=TP, inference_pipeline_parallel=1)``
@@ -228,6 +229,8 @@ def make_calib():
     g = torch.Generator().manual_seed(CALIB_SEED)
     ids = torch.randint(0, VOCAB, (N_CALIB, CALIB_LEN), generator=g).tolist()
     CALIB_PATH.write_text("[\n" + ",\n".join(json.dumps(s) for s in ids) + "\n]\n")
+    # the same samples as JSON lines, the form `trtllm-medusa verify --calib_dataset` reads
+    CALIB_PATH.with_suffix(".jsonl").write_text("".join(json.dumps({"input_ids": s}) + "\n" for s in ids))
 
 
 def load_calib():

@@ -268,6 +268,12 @@ class VerifyOptions:
     quiet: bool = False
     skip_tree_proof: bool = False  # the tree proof (every node accepted with greedy's own drafts) is on by default
     gemm_plugin: str = "auto"  # FP8 checkpoints: the --gemm_plugin the engine is built with (auto or fp8)
+    #: a tool's quantized checkpoint (no calibration recorded): the samples it was calibrated on, so that its
+    #: activation / KV scales are re-derived; otherwise they fail verify unless accept_unchecked_scales
+    calib_dataset: Path | None = None
+    calib_size: int | None = None  # default: every sample of calib_dataset
+    calib_max_seq_length: int = 512
+    accept_unchecked_scales: bool = False
 
 
 def verify(opts: VerifyOptions):
@@ -279,7 +285,19 @@ def verify(opts: VerifyOptions):
     return _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
                    threads=opts.threads, max_quant_error=opts.max_quant_error, skip_tree_proof=opts.skip_tree_proof,
-                   gemm_plugin=opts.gemm_plugin)
+                   gemm_plugin=opts.gemm_plugin, calibration=_tool_calibration(opts),
+                   accept_unchecked_scales=opts.accept_unchecked_scales)
+
+
+def _tool_calibration(opts: VerifyOptions) -> list[list[int]] | None:
+    """The calibration samples given for a tool's checkpoint (token ids), or None."""
+    if opts.calib_dataset is None:
+        return None
+    from trtllm_medusa_ports.quant.calibrate import read_calibration_samples
+
+    samples, _ = read_calibration_samples(opts.calib_dataset, Path(opts.model_dir), size=opts.calib_size,
+                                          max_seq_length=opts.calib_max_seq_length, tokenizer_dir=opts.tokenizer_dir)
+    return samples
 
 
 # -- train-heads ----------------------------------------------------------------------------------

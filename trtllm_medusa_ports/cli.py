@@ -369,7 +369,9 @@ def run_verify(args: argparse.Namespace) -> int:
         model_dir=Path(args.model_dir), checkpoint_dir=Path(args.checkpoint_dir), medusa_choices=args.medusa_choices,
         prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir), max_new_tokens=args.max_new_tokens,
         medusa_model_dir=_path(args.medusa_model_dir), max_quant_error=args.max_quant_error, threads=args.threads,
-        quiet=args.quiet, skip_tree_proof=args.skip_tree_proof, gemm_plugin=args.gemm_plugin))
+        quiet=args.quiet, skip_tree_proof=args.skip_tree_proof, gemm_plugin=args.gemm_plugin,
+        calib_dataset=_path(args.calib_dataset), calib_size=args.calib_size,
+        calib_max_seq_length=args.calib_max_seq_length, accept_unchecked_scales=args.accept_unchecked_scales))
     _out(args, report)
     return 0 if report.ok else 1
 
@@ -478,6 +480,14 @@ def _verify_parser(sub) -> None:
     s.add_argument("--gemm_plugin", choices=["auto", "fp8"], default="auto",
                    help="FP8 checkpoints: the trtllm-build --gemm_plugin to compute as (auto, also trtllm-build's "
                    "default and any float dtype: scales cast to the model dtype; fp8: the FP8 GEMM plugin)")
+    s.add_argument("--calib_dataset", default=None,
+                   help="a checkpoint NVIDIA's tools quantized: the samples it was calibrated on (text lines or JSON "
+                   "lines with input_ids), to re-derive its activation / KV scales")
+    s.add_argument("--calib_size", type=_int_in(1), default=None, help="samples of --calib_dataset (default: all)")
+    s.add_argument("--calib_max_seq_length", type=_int_in(1), default=512, help="tokens per sample at most (512)")
+    s.add_argument("--accept_unchecked_scales", action="store_true",
+                   help="accept activation / KV scales that cannot be re-derived (the verdict says so); without it "
+                   "they fail verify")
     s.add_argument("--skip_tree_proof", action="store_true",
                    help="leave out the tree proof (steps whose drafts are greedy's own tokens along each branch, so "
                    "that every tree node is accepted and checked; about one plain token per node of the tree)")

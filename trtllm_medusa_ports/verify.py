@@ -95,6 +95,8 @@ class VerifyReport:
     quant_scales_checked: int = 0
     quant_scale_mismatches: list = field(default_factory=list)
     quant_scales_not_rederived: str | None = None
+    #: the user accepted scales verify could not re-derive (``accept_unchecked_scales``): said in the verdict
+    unchecked_scales_accepted: bool = False
     #: the quantization's effect against the float base (information unless max_quant_error is given)
     quant_effect: dict | None = None
     max_quant_error: float | None = None
@@ -126,7 +128,8 @@ class VerifyReport:
     def ok(self) -> bool:
         return (self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
                 and not self.heads_unaccounted and not self.quant_scale_mismatches and not self.quant_error_exceeded
-                and (self.tree_proof is None or self.tree_proof["ok"]))
+                and (self.tree_proof is None or self.tree_proof["ok"])
+                and not (self.quant_scales_not_rederived and not self.unchecked_scales_accepted))
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -196,10 +199,14 @@ class VerifyReport:
                 lines.append(f"  scales          : FAIL  {len(self.quant_scale_mismatches)} of {self.quant_scales_checked} "
                              "differ from the re-derived ones, e.g. " + "; ".join(
                                  f"{n}: written {a:.6g}, re-derived {b:.6g}" for n, a, b in self.quant_scale_mismatches[:3]))
+            elif self.quant_scales_not_rederived:
+                lines.append(f"  scales          : {'UNCHECKED' if self.unchecked_scales_accepted else 'FAIL'}  "
+                             f"{self.quant_scales_checked} weight scale(s) equal the re-derived ones; the activation / "
+                             f"KV scales were not re-derived: {self.quant_scales_not_rederived}"
+                             + ("" if self.unchecked_scales_accepted else
+                                " (pass the calibration samples, or --accept_unchecked_scales to accept them)"))
             else:
-                lines.append(f"  scales          : PASS  {self.quant_scales_checked} written scale(s) equal the re-derived ones"
-                             + (f" (activation / KV scales not re-derived: {self.quant_scales_not_rederived})"
-                                if self.quant_scales_not_rederived else ""))
+                lines.append(f"  scales          : PASS  {self.quant_scales_checked} written scale(s) equal the re-derived ones")
             e = self.quant_effect
             if e:
                 lines.append(f"  against float   : top-1 agreement {e['top1_agreement']:.3f}, logits max |diff| "
@@ -215,6 +222,8 @@ class VerifyReport:
         lines.append("head top-1 hits   : " + ", ".join(f"{x:.2f}" for x in self.head_top1))
         lines.append(f"head top-{HIT_TOP_K} hits   : " + ", ".join(f"{x:.2f}" for x in self.head_topk))
         lines.append("RESULT: " + ("OK" if self.ok else "FAILED")
+                     + (" (with scales it could not re-derive, accepted by --accept_unchecked_scales)"
+                        if self.ok and self.quant_scales_not_rederived and self.unchecked_scales_accepted else "")
                      + (" (the tree proof was skipped: nodes below the root are proven only where the heads' drafts "
                         "were accepted)" if self.tree_proof is None else ""))
         return "\n".join(lines)
@@ -427,6 +436,8 @@ def verify(
     max_quant_error: float | None = None,
     skip_tree_proof: bool = False,
     gemm_plugin: str = "auto",
+    calibration: list[list[int]] | None = None,
+    accept_unchecked_scales: bool = False,
 ) -> VerifyReport:
     """Logits parity, heads parity, greedy equivalence and the tree proof of a checkpoint (see the module doc).
 
@@ -435,7 +446,8 @@ def verify(
     with torch_threads(threads or default_threads()):
         return _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
                        max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
-                       max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin)
+                       max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin,
+                       calibration=calibration, accept_unchecked_scales=accept_unchecked_scales)
 
 
 def _verify(
@@ -450,6 +462,8 @@ def _verify(
     max_quant_error: float | None = None,
     skip_tree_proof: bool = False,
     gemm_plugin: str = "auto",
+    calibration: list[list[int]] | None = None,
+    accept_unchecked_scales: bool = False,
 ) -> VerifyReport:
     if quiet:
         from transformers.utils import logging as hf_logging
@@ -487,7 +501,7 @@ def _verify(
     # Quantized checkpoints: the float base first (the quantization's effect is measured against it), then
     # the same transformers model quantized as the checkpoint is (quant/emulate.py)
     spec, emulation, float_logits, float_greedy = _quantized_reference(hf, ref, ckpt, model_dir, prompts,
-                                                                       max_new_tokens, notes, quiet)
+                                                                       max_new_tokens, notes, quiet, calibration)
 
     # Phase 1, transformers alone: its logits, hidden states, activation range, greedy continuations
     # and the heads' logits from their source. Its model is then freed, so that it and the executor's
@@ -574,6 +588,7 @@ def _verify(
         quant_scales_checked=emulation.scales_checked if emulation else 0,
         quant_scale_mismatches=emulation.scale_mismatches if emulation else [],
         quant_scales_not_rederived=emulation.not_rederived if emulation else None,
+        unchecked_scales_accepted=accept_unchecked_scales,
         quant_effect=quant_effect,
         max_quant_error=max_quant_error,
         moe_num_experts=ref.semantics.moe_num_experts or None,
@@ -616,7 +631,7 @@ def _arithmetic_effect(hf, arithmetic, prompts: list[list[int]], hf_runs) -> flo
 
 
 def _quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, prompts: list[list[int]],
-                         max_new_tokens: int, notes: list[str], quiet: bool):
+                         max_new_tokens: int, notes: list[str], quiet: bool, calibration=None):
     """For a quantized checkpoint: the float base's logits and greedy text first (the quantization's effect is
     measured against them), then the transformers model quantized as the checkpoint is (quant/emulate.py).
     Returns ``(spec, emulation or None, float logits, float greedy)``; ``notes`` gets what was done."""
@@ -631,7 +646,8 @@ def _quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, p
             float_logits = [hf(input_ids=torch.tensor([p])).logits[0] for p in prompts]
         float_greedy = [hf_greedy(hf, p, max_new_tokens) for p in prompts]
         emulation = emulate.apply(hf, model_dir, ckpt, ref.adapter, quiet=quiet, activations=False,
-                                  fused=ref.fused_gate_mlp, gemm=ref.fp8_gemm, defer_rederive=True)
+                                  fused=ref.fused_gate_mlp, gemm=ref.fp8_gemm, defer_rederive=True,
+                                  calibration=calibration)
         notes.append(f"{format_name(spec)}: {emulation.description}")
         if spec.quant_algo == "FP8":
             notes.append(

@@ -108,14 +108,14 @@ def samples_digest(samples: list[list[int]]) -> str:
     return hashlib.sha256(json.dumps(samples, separators=(",", ":")).encode()).hexdigest()
 
 
-def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, size: int, max_seq_length: int,
+def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, size: int | None, max_seq_length: int,
                              tokenizer_dir: str | Path | None = None) -> tuple[list[list[int]], str]:
     """The calibration samples (token ids, one per line or prompt, cut at ``max_seq_length``) and their source.
 
     ``path`` (``--calib_dataset``): text lines (one sample each, ``\\n`` for a line break), read as
     ``--prompts_file``, or JSON lines with ``text``, ``prompt``, ``input_ids`` or ``prompt_ids``, read as
     ``--data`` (ids used as they are, no token added; files/prompts.py); None: the packaged prompts.
-    Fewer samples than ``size`` is an error, never a silent smaller calibration.
+    Fewer samples than ``size`` is an error, never a silent smaller calibration; ``size`` None: every sample.
     """
     from trtllm_medusa_ports.files.prompts import (
         PromptInputs,
@@ -125,13 +125,13 @@ def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, 
         read_items,
     )
 
-    if size < 1 or max_seq_length < 1:
+    if (size is not None and size < 1) or max_seq_length < 1:
         raise PortError(f"--calib_size {size} and --calib_max_seq_length {max_seq_length} must be at least 1",
                         fix="e.g. --calib_size 512 --calib_max_seq_length 512 (upstream's defaults)")
     tokenize = lazy_tokenizer(tokenizer_dir or model_dir)
     if path is None:
         source = "packaged prompts"
-        items = read_items(PromptInputs(), tokenize, default=lambda: packaged_prompts()[:size])
+        items = read_items(PromptInputs(), tokenize, default=lambda: packaged_prompts()[:size] if size else packaged_prompts())
     else:
         source = str(Path(path).resolve())
         p = Path(path)
@@ -145,6 +145,7 @@ def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, 
         inputs = PromptInputs(data=p) if looks_like_json_lines(p) else PromptInputs(prompts_file=p)
         items = read_items(inputs, tokenize)
     samples = [it.ids for it in items if it.ids]
+    size = len(samples) if size is None else size
     if len(samples) < size:
         raise PortError(f"the calibration set has {len(samples)} non-empty sample(s), --calib_size asks for {size}",
                         where=source, fix=f"pass --calib_size {len(samples)} or a larger --calib_dataset")

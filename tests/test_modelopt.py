@@ -1,0 +1,82 @@
+"""Checkpoints NVIDIA ModelOpt 0.21.1 wrote (tests/fixtures/modelopt, made by scripts/make_modelopt_fixtures.py with
+its own ``export_tensorrt_llm_checkpoint`` on a tiny Qwen2): heads added by ``convert --base_checkpoint_dir`` and
+verified as they are written, scales and layout read from the base."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import assert_proven
+from safetensors.torch import load_file, save_file
+
+from trtllm_medusa_ports.api import AddHeadsOptions, VerifyOptions, add_heads, verify
+from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
+
+FIXTURES = Path(__file__).parent / "fixtures" / "modelopt"
+BASE = FIXTURES / "hf_qwen2"
+CALIB = FIXTURES / "calib_ids.jsonl"
+TREE = "[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]"
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory) -> Path:
+    return save_heads(random_heads(128, 250, num_heads=3, seed=4), tmp_path_factory.mktemp("mo") / "heads")
+
+
+def _ported(tmp_path: Path, heads: Path, name: str) -> Path:
+    out = tmp_path / f"ported-{name}"
+    add_heads(AddHeadsOptions(FIXTURES / name, heads, out))
+    return out
+
+
+def _verify(ckpt: Path, **kw):
+    kw.setdefault("calib_dataset", CALIB)
+    return verify(VerifyOptions(BASE, ckpt, medusa_choices=TREE, max_new_tokens=8, quiet=True, **kw))
+
+
+def test_the_fixtures_are_what_modelopt_writes():
+    """The facts the port depends on, read off ModelOpt's own files (a regenerated fixture that changed them
+    would fail here first): its producer block, separate FP8 scales for mlp.fc and mlp.gate, one for q/k/v."""
+    cfg = json.loads((FIXTURES / "fp8" / "config.json").read_text())
+    assert cfg["producer"] == {"name": "modelopt", "version": "0.21.1"} and cfg["quantization"]["quant_algo"] == "FP8"
+    t = load_file(str(FIXTURES / "fp8" / "rank0.safetensors"))
+    for i in (0, 1):
+        fc, gate = (float(t[f"transformer.layers.{i}.mlp.{m}.weights_scaling_factor"]) for m in ("fc", "gate"))
+        assert fc != gate
+        assert t[f"transformer.layers.{i}.attention.qkv.weights_scaling_factor"].shape == (1,)
+    assert json.loads((FIXTURES / "int4_awq" / "config.json").read_text())["vocab_size"] == 256  # padded
+
+
+@pytest.mark.parametrize("name, scales", [("fp8", 20), ("fp8_kv", 22), ("fp8_tp2", 20)])
+def test_modelopt_fp8_bases_verify_as_written(tmp_path, heads, name, scales):
+    ckpt = _ported(tmp_path, heads, name)
+    rep = _verify(ckpt)
+    assert rep.ok, rep.render()
+    assert_proven(rep)
+    # every weight, activation (and KV) scale re-derived from the HF weights and the calibration samples
+    assert rep.quant_scales_checked == scales and not rep.quant_scale_mismatches
+    assert any("fuse" in n for n in rep.notes)
+
+
+def test_a_tool_checkpoint_without_its_calibration_fails_unless_accepted(tmp_path, heads):
+    ckpt = _ported(tmp_path, heads, "fp8_kv")
+    rep = _verify(ckpt, calib_dataset=None)
+    assert rep.parity and not rep.ok and "records no calibration" in rep.quant_scales_not_rederived
+    assert "scales          : FAIL" in rep.render() and "--calib_dataset" in rep.render()
+    accepted = _verify(ckpt, calib_dataset=None, accept_unchecked_scales=True)
+    assert accepted.ok and "accepted by --accept_unchecked_scales" in accepted.render()
+
+
+@pytest.mark.parametrize("tensor, factor", [("mlp.gate.activation_scaling_factor", 4.0),
+                                            ("mlp.fc.weights_scaling_factor", 0.5),
+                                            ("attention.kv_cache_scaling_factor", 2.0)])
+def test_a_wrong_scale_in_a_modelopt_base_fails(tmp_path, heads, tensor, factor):
+    ckpt = _ported(tmp_path, heads, "fp8_kv")
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    name = f"transformer.layers.1.{tensor}"
+    t[name] = t[name] * factor
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    rep = _verify(ckpt)
+    assert not rep.ok and any(name in n for n, _, _ in rep.quant_scale_mismatches), rep.render()
