@@ -3,11 +3,9 @@ its own ``export_tensorrt_llm_checkpoint`` on a tiny Qwen2): heads added by ``co
 verified as they are written, scales and layout read from the base."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import assert_proven
 from safetensors.torch import load_file, save_file
 
@@ -58,6 +56,9 @@ def test_modelopt_fp8_bases_verify_as_written(tmp_path, heads, name, scales):
     # every weight, activation (and KV) scale re-derived from the HF weights and the calibration samples
     assert rep.quant_scales_checked == scales and not rep.quant_scale_mismatches
     assert any("fuse" in n for n in rep.notes)
+    # ModelOpt's list of explicit module names is replaced by combine_medusa_weight's patterns
+    assert json.loads((ckpt / "config.json").read_text())["quantization"]["exclude_modules"] == [
+        "lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding", "*medusa_heads*"]
 
 
 def test_a_tool_checkpoint_without_its_calibration_fails_unless_accepted(tmp_path, heads):

@@ -28,7 +28,6 @@ from trtllm_medusa_ports.files.checkpoint import (
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.heads import load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
-from trtllm_medusa_ports.quant import EXCLUDE_MODULES
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
 
 #: quant_algo values of NVIDIA's tools a Medusa port keeps (tensorrt_llm/quantization/mode.py QuantAlgo)
@@ -36,6 +35,12 @@ KEPT_ALGOS = (None, "FP8", "W8A16", "W4A16", "W4A16_AWQ", "W4A8_AWQ", "W4A16_GPT
               "W8A8_SQ_PER_CHANNEL", "W8A8_SQ_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",
               "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN")
 KEPT_KV = (None, "FP8", "INT8")
+#: what tensorrt_llm/quantization/quantize_by_modelopt.py ``combine_medusa_weight`` writes as ``exclude_modules``
+#: when it adds heads to a quantized base: this list replaces the base's (ModelOpt's explicit module names), with
+#: ``*medusa_heads*`` unless ``--quant_medusa_head``. It names the embedding, so a weight-only build never makes
+#: it a WeightOnlyQuantEmbedding the checkpoint has no scales for (tensorrt_llm/quantization/quantize.py)
+COMBINED_EXCLUDE_MODULES = ("lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
+                            "*medusa_heads*")
 
 
 @dataclass
@@ -121,11 +126,8 @@ def _head_tensors(heads, hidden: int, vocab: int, target):
 def _output_config(cfg: dict, quant: dict, arch: str, adapter, heads, max_draft_len: int, provenance: dict) -> dict:
     """The base's config.json with the Medusa fields, and the heads kept out of the quantization."""
     out_cfg = dict(cfg)
-    exclude = list(quant.get("exclude_modules") or EXCLUDE_MODULES)
-    if not any("medusa_heads" in p for p in exclude):  # combine_medusa_weight adds it unless --quant_medusa_head
-        exclude.append("*medusa_heads*")
     if quant.get("quant_algo") or quant.get("kv_cache_quant_algo"):
-        quant["exclude_modules"] = exclude
+        quant["exclude_modules"] = list(COMBINED_EXCLUDE_MODULES)
     out_cfg.update({
         "architecture": adapter.ported_architecture(), "quantization": quant, "max_draft_len": max_draft_len,
         "num_medusa_heads": heads.num_heads, "num_medusa_layers": heads.num_layers, "medusa_hidden_act": "silu",
