@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import assert_proven
 from safetensors.torch import load_file, save_file
 
@@ -81,3 +82,64 @@ def test_a_wrong_scale_in_a_modelopt_base_fails(tmp_path, heads, tensor, factor)
     save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
     rep = _verify(ckpt)
     assert not rep.ok and any(name in n for n, _, _ in rep.quant_scale_mismatches), rep.render()
+
+
+@pytest.mark.parametrize("name, scales", [("int4_awq", 20), ("int4_awq_g64", 20), ("int8_sq", 30)])
+def test_modelopt_awq_and_smoothquant_bases_verify_as_written(tmp_path, heads, name, scales):
+    """INT4 AWQ (pre-quant scales, per-group scales, ModelOpt's int4 packing, a vocabulary padded to 256) and INT8
+    SmoothQuant: every stored code within rounding of the weight it stands for, every scale re-derived."""
+    ckpt = _ported(tmp_path, heads, name)
+    rep = _verify(ckpt)
+    assert rep.ok, rep.render()
+    assert_proven(rep)
+    assert rep.quant_scales_checked == scales and not rep.quant_scale_mismatches
+    if name.startswith("int4_awq"):
+        cfg = json.loads((ckpt / "config.json").read_text())
+        assert cfg["vocab_size"] == 256 and any("padded from 250 to 256" in w for w in cfg["medusa_ports"]["warnings"])
+        t = load_file(str(ckpt / "rank0.safetensors"))
+        lm = t["medusa_heads.0.lm_head.weight"]
+        assert lm.shape == (256, 128) and not lm[250:].any() and lm[:250].any()
+        assert any("padded from 250 to 256" in n for n in rep.notes)
+
+
+@pytest.mark.parametrize("name, damage", [("int4_awq", "nibbles"), ("int4_awq", "group scale"),
+                                          ("int8_sq", "row scale"), ("int8_sq", "activation scale")])
+def test_a_misread_awq_or_smoothquant_base_fails(tmp_path, heads, name, damage):
+    ckpt = _ported(tmp_path, heads, name)
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    base = "transformer.layers.0.attention.qkv."
+    if damage == "nibbles":  # the other packing order: each byte's two codes swapped
+        w = t[base + "weight"].to(torch.int16)
+        t[base + "weight"] = (((w & 0x0F) << 4) | ((w >> 4) & 0x0F)).to(torch.uint8).view(torch.int8)
+    elif damage == "group scale":
+        t[base + "weights_scaling_factor"][3, 0] *= 1.5
+    elif damage == "row scale":
+        t[base + "weights_scaling_factor"][5] *= 1.5
+    else:
+        t[base + "activation_scaling_factor"] *= 4
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    rep = _verify(ckpt)
+    assert not rep.ok and any(base in n for n, _, _ in rep.quant_scale_mismatches), rep.render()
+
+
+def test_heads_that_do_not_fit_a_padded_vocabulary_are_refused(tmp_path):
+    from trtllm_medusa_ports.errors import HeadsError
+
+    other = save_heads(random_heads(128, 240, num_heads=2, seed=4), tmp_path / "h240")
+    with pytest.raises(HeadsError, match="not all zero, so they are not padding"):
+        add_heads(AddHeadsOptions(FIXTURES / "int4_awq", other, tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_layer_quant_algo_quantizes_must_hold_quantized_weights(tmp_path, heads):
+    """An FP8 checkpoint whose mlp.fc weight is float16: TensorRT-LLM's FP8Linear would not load it, and computing it
+    in float would prove another model."""
+    from trtllm_medusa_ports.errors import CheckpointError
+
+    ckpt = _ported(tmp_path, heads, "fp8")
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    name = "transformer.layers.1.mlp.fc."
+    t[name + "weight"] = (t[name + "weight"].float() * t[name + "weights_scaling_factor"]).half()
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match="mlp.fc.weight is float16, but quant_algo FP8 makes"):
+        _verify(ckpt)

@@ -292,8 +292,12 @@ def test_memory_plan_of_weight_only_experts_is_what_the_load_makes_of_the_rank_f
 # -- a base already quantized by NVIDIA's tools (convert --base_checkpoint_dir) -----------------------------
 def _tool_checkpoint(src, out, *, store_weight_only=None):
     """A quantized TensorRT-LLM checkpoint as NVIDIA's tools write it, made from one of ours: no heads, the HF
-    architecture, ModelOpt's ``exclude_modules`` (``["lm_head"]``) and k/v scales, or weight-only stored as
-    int8 ``[in, out]`` (int4 packed) + ``per_channel_scale`` as a family's convert_checkpoint.py writes it."""
+    architecture, ModelOpt's ``exclude_modules`` (``["lm_head"]``) and k/v scales, or weight-only as a family's
+    convert_checkpoint.py stores it: ``"processed"``, int8 bytes beside a ``per_channel_scale`` in a layout that is
+    not the plain ``[in, out]`` matrix (what symmetric_quantize_last_axis_of_batched_matrix returns is permuted and
+    interleaved for one SM's mixed GEMM; here rows are permuted and bytes interleaved as a stand-in for it, since
+    the exact permutation is made on the GPU); ``"unplugged"``: ``--disable_weight_only_quant_plugin``'s transposed
+    float weight ``[in, out]`` beside its ``per_channel_scale``."""
     out.mkdir()
     cfg = json.loads((src / "config.json").read_text())
     for k in ("num_medusa_heads", "num_medusa_layers", "max_draft_len", "medusa_hidden_act", "medusa_shared_lm_head",
@@ -301,6 +305,9 @@ def _tool_checkpoint(src, out, *, store_weight_only=None):
         cfg.pop(k, None)
     cfg["architecture"] = cfg.pop("base_architecture")
     cfg["quantization"]["exclude_modules"] = ["lm_head"]
+    if store_weight_only == "unplugged":
+        cfg["disable_weight_only_quant_plugin"] = True
+    algo = cfg["quantization"]["quant_algo"]
     world = cfg["mapping"]["world_size"]
     for r in range(world):
         t = {n: v for n, v in load_file(str(src / f"rank{r}.safetensors")).items() if not n.startswith("medusa_heads")}
@@ -309,20 +316,31 @@ def _tool_checkpoint(src, out, *, store_weight_only=None):
             t[n.replace("kv_cache", "k_cache")], t[n.replace("kv_cache", "v_cache")] = v, v * 0.5
         if store_weight_only:
             for n in [n for n in t if weight_only_quantized(n, EXCLUDE_MODULES)]:
-                q, scale = weight_only_quantize(t[n], store_weight_only)
-                q = q.T.contiguous()
-                if store_weight_only == "W4A16":
-                    q = ((q[:, 0::2] & 0x0F) | ((q[:, 1::2] & 0x0F) << 4)).to(torch.int8)
-                t[n], t[n[: -len("weight")] + "per_channel_scale"] = q, scale
+                q, scale = weight_only_quantize(t[n], algo)
+                if store_weight_only == "unplugged":
+                    t[n] = t[n].T.contiguous()
+                else:
+                    q = q.T.contiguous()
+                    if algo == "W4A16":
+                        q = ((q[:, 0::2] & 0x0F) | ((q[:, 1::2] & 0x0F) << 4)).to(torch.int8)
+                    rows = torch.arange(q.shape[0]).reshape(-1, 8).flip(-1).reshape(-1)  # permuted, interleaved
+                    t[n] = q[rows].reshape(-1, 4, q.shape[1] // 4).transpose(1, 2).reshape(q.shape).contiguous()
+                t[n[: -len("weight")] + "per_channel_scale"] = scale
         save_file(t, str(out / f"rank{r}.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(cfg))
     return out
 
 
 @pytest.mark.parametrize("flags, stored", [(dict(qformat="fp8", kv_cache_dtype="fp8"), None),
-                                           (dict(qformat="int8_wo"), "W8A16"),
-                                           (dict(qformat="int4_wo", int8_kv_cache=True), "W4A16")])
+                                           (dict(qformat="int8_wo"), "unplugged"),
+                                           (dict(qformat="int8_wo"), "processed"),
+                                           (dict(qformat="int4_wo", int8_kv_cache=True), "processed")])
 def test_heads_added_to_a_tool_quantized_base_keep_its_bytes_and_verify(tmp_path, store, flags, stored):
+    """The base's bytes are kept; verify reads them as their writer stored them: ModelOpt's FP8 with k/v scales, a
+    --disable_weight_only_quant_plugin base's transposed float weights, and refuses the GPU-specific int8 bytes a
+    family's converter stores by default (reading them as a plain [in, out] matrix would be silently wrong)."""
+    from trtllm_medusa_ports.errors import CheckpointError
+
     base = tiny_base(store, "LlamaForCausalLM", **WIDE)
     heads = _heads(tmp_path, "LlamaForCausalLM", 128)
     ours = convert_to(tmp_path / "ours", base, heads, tp_size=2, dtype="float16",
@@ -345,10 +363,16 @@ def test_heads_added_to_a_tool_quantized_base_keep_its_bytes_and_verify(tmp_path
             assert after[n].dtype == v.dtype and torch.equal(after[n].view(torch.uint8), v.view(torch.uint8)), n
         assert after["medusa_heads.2.medusa_layers.0.linear.weight"].shape == (64, 128)
         assert after["medusa_heads.2.medusa_layers.0.linear.weight"].dtype == torch.float16
-    rep = verify(base, out, medusa_choices=TREE, max_new_tokens=8)
+    if stored == "processed":
+        with pytest.raises(CheckpointError, match="cannot be read back here") as err:
+            verify(base, out, medusa_choices=TREE, max_new_tokens=8)
+        assert "--disable_weight_only_quant_plugin" in err.value.fix
+        return
+    rep = verify(base, out, medusa_choices=TREE, max_new_tokens=8, accept_unchecked_scales=True)
     assert_proven(rep)
-    assert "records no calibration" in (rep.quant_scales_not_rederived or "") or not QuantSpec.from_config(
-        cfg).needs_calibration
+    if QuantSpec.from_config(cfg).needs_calibration:  # a tool's scales with no calibration given: not re-derived
+        assert "records no calibration" in rep.quant_scales_not_rederived and rep.ok
+        assert not verify(base, out, medusa_choices=TREE, max_new_tokens=8).ok
 
 
 def test_tool_quantized_base_refusals(tmp_path, store, capsys):
@@ -372,7 +396,8 @@ def test_tool_quantized_base_refusals(tmp_path, store, capsys):
     (tool / "config.json").write_text(json.dumps(cfg))
     assert main(args + ["--medusa_model_dir", str(heads)]) == 0  # kept: AWQ comes from NVIDIA's tools
     assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(tmp_path / "o"), "--quiet"]) == 1
-    assert "W4A16_AWQ is not emulated by the reference executor" in capsys.readouterr().err
+    err = capsys.readouterr().err  # float weights under an AWQ quant_algo: not what the engine would load
+    assert "dense.weight is float16 without weights_scaling_factor" in err and "taking int8 weights" in err
     assert not (tmp_path / "o-missing").exists()
     cfg["moe"] = {"num_experts": 4, "top_k": 2}  # a tool's MoE experts: a layout verify cannot read back
     (tool / "config.json").write_text(json.dumps(cfg))

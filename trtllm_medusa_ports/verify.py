@@ -489,14 +489,9 @@ def _verify(
     ends = end_token_ids(hf)  # where a runtime would stop each run (hf is freed before the runs)
     arithmetic = engine_arithmetic(hf, ref.semantics)
     adjustments = [a.description for a in arithmetic]
-    if hf.config.vocab_size != ref.vocab:
-        raise ModelError(
-            f"the base model's vocab_size is {hf.config.vocab_size}, the checkpoint's {ref.vocab}",
-            where=str(model_dir),
-            fix="pass the --model_dir the checkpoint was converted from",
-        )
+    padding = _vocab_padding(hf.config.vocab_size, ref, ckpt, model_dir)
     prompts, tree, pruned = _prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir)
-    notes = ([pruned] if pruned else []) + _allow_unsupported_notes(ckpt)
+    notes = ([pruned] if pruned else []) + _allow_unsupported_notes(ckpt) + ([padding] if padding else [])
 
     # Quantized checkpoints: the float base first (the quantization's effect is measured against it), then
     # the same transformers model quantized as the checkpoint is (quant/emulate.py)
@@ -598,6 +593,24 @@ def _verify(
     )
 
 
+def _vocab_padding(hf_vocab: int, ref: ReferenceModel, ckpt, model_dir) -> str | None:
+    """A checkpoint vocabulary padded past the base's with zero rows (ModelOpt's AWQ export) is compared on the
+    base's ids: the executor's logits stop there (the note says so). Any other difference is an error."""
+    if hf_vocab == ref.vocab:
+        return None
+    from trtllm_medusa_ports.quant.prequantized import padded_rows_are_zero
+
+    if hf_vocab > ref.vocab or not padded_rows_are_zero(ckpt, ckpt.config, hf_vocab):
+        raise ModelError(f"the base model's vocab_size is {hf_vocab}, the checkpoint's {ref.vocab}"
+                         + (" and its rows past the base's are not zero padding" if hf_vocab < ref.vocab else ""),
+                         where=str(model_dir), fix="pass the --model_dir the checkpoint was converted from")
+    padded = ref.vocab
+    ref.vocab = hf_vocab
+    return (f"the checkpoint's vocabulary is padded from {hf_vocab} to {padded} with zero rows (ModelOpt pads an "
+            f"AWQ export's embedding and lm_head): logits are compared on the base's {hf_vocab} ids; the engine's "
+            "padded logits are 0, so its argmax could only pick a padded id where every real logit is below 0")
+
+
 def _allow_unsupported_notes(ckpt) -> list[str]:
     """A checkpoint written over a refusing rule: the executor computes what the engine would, so a parity failure
     is that rule's difference (said beside it)."""
@@ -656,13 +669,13 @@ def _quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, p
                    "the FP8 GEMM plugin: the product scaled by s_w * s_a in float32")
                 + ("; mlp.fc and mlp.gate fused as trtllm-build's default --use_fused_mlp enable does: both moved to "
                    "the larger of their weight and activation scales" if ref.fused_gate_mlp else "") + ")")
-        if spec.quant_algo == "FP8" or spec.kv_cache_quant_algo:
-            # FP8 activation and KV-cache rounding turn float-order noise (another summation order, a tree step
+        if spec.quant_algo in ("FP8", "W8A8_SQ_PER_CHANNEL") or spec.kv_cache_quant_algo:
+            # FP8 / INT8 activation and KV-cache rounding turn float-order noise (another summation order, a tree step
             # against a single token) into visible differences: parity and greedy equivalence are judged on
             # the checkpoint's exact weights and scales without those two roundings, which are re-derived
             # (scales) and measured apart (quant_effect: with them, against float and Medusa against plain)
             ref.quantize_activations = ref.quantize_kv = False
-            notes.append("parity and greedy equivalence without the FP8 activation / KV-cache rounding (it amplifies "
+            notes.append("parity and greedy equivalence without the FP8 / INT8 activation and KV-cache rounding (it amplifies "
                          "float noise); its effect is reported under 'against float'")
 
     return spec, emulation, float_logits, float_greedy
@@ -776,7 +789,7 @@ def _quant_effect(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]]
                   exact_logits: list[torch.Tensor], exact_greedy: list[list[int]]) -> dict:
     """The quantized model as the engine computes it - every rounding on - against the float base: logits and
     greedy text; and Medusa against plain decoding with those roundings (where float noise can flip a near tie)."""
-    rounding = spec.quant_algo == "FP8" or bool(spec.kv_cache_quant_algo)
+    rounding = spec.quant_algo in ("FP8", "W8A8_SQ_PER_CHANNEL") or bool(spec.kv_cache_quant_algo)
     ref.quantize_activations = ref.quantize_kv = True
     # without those roundings the exact pass already computed the engine's logits and greedy text; with them, the
     # logits come from generation steps, one token at a time, each reading the quantized KV cache the earlier

@@ -77,8 +77,8 @@ class QuantSpec:
 
     @property
     def needs_calibration(self) -> bool:
-        """FP8 activation scales and KV-cache scales come from running the base (max calibration)."""
-        return self.quant_algo == "FP8" or self.kv_cache_quant_algo is not None
+        """FP8 and SmoothQuant activation scales and KV-cache scales come from running the base (max calibration)."""
+        return self.quant_algo in ("FP8", "W8A8_SQ_PER_CHANNEL") or self.kv_cache_quant_algo is not None
 
     @property
     def weight_only(self) -> bool:
@@ -209,21 +209,42 @@ def weight_only_dequantized(w: torch.Tensor, algo: str) -> torch.Tensor:
     return q.float() * scale.float()[..., None]
 
 
-def stored_weight_only(q: torch.Tensor, scale: torch.Tensor, algo: str) -> torch.Tensor:
-    """The float32 ``[out, in]`` weight of a weight-only tensor stored quantized (a tool's converter wrote it):
-    int8 ``[in, out]``, or for W4A16 ``[in, out / 2]`` two values a byte, column 2j in the low nibble
-    (``symmetric_quantize`` packing), times ``per_channel_scale`` ``[out]``."""
+def unplugged_weight_only(w_in_out: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The float32 ``[out, in]`` weight of a W8A16 checkpoint a family's ``convert_checkpoint.py`` wrote with
+    ``--disable_weight_only_quant_plugin``: it stores the transposed float weight ``[in, out]`` and the
+    ``per_channel_scale`` ``[out]`` (``models/<family>/convert.py`` ``get_tllm_linear_weight``), and the engine
+    quantizes in the graph with that scale (``functional.py`` ``weight_only_quant_matmul`` without the plugin:
+    TensorRT's quantize, nearest even, saturated to int8), then dequantizes to the model dtype."""
+    return in_graph_weight_only(w_in_out.T, scale.reshape(-1), dtype)
+
+
+def in_graph_weight_only(w: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[out, in]`` float weight quantized in the graph with its ``[out]`` scale (TensorRT's quantize: nearest even,
+    saturated to int8) and dequantized to ``dtype``, as float32 (a zero scale gives zeros)."""
     import torch
 
-    if algo == "W4A16":
-        low = (q.to(torch.int16) << 12 >> 12).to(torch.int8)  # sign-extended nibbles
-        high = (q.to(torch.int16) >> 4).to(torch.int8)
-        q = torch.stack([low, high], dim=-1).reshape(q.shape[0], -1)
-    return (q.float() * scale.float()[None, :]).T.contiguous()
+    s = scale.float().reshape(-1, 1)
+    safe = torch.where(s == 0, torch.ones_like(s), s)
+    q = torch.where(s == 0, torch.zeros_like(w, dtype=torch.float32), torch.round(w.float() / safe).clamp(-128, 127))
+    return (q * s).to(dtype).float().contiguous()
+
+
+def stored_weight_only_refusal(name: str) -> str:
+    """Why int8 weight-only bytes a family's converter wrote cannot be read back (see :func:`unplugged_weight_only`)."""
+    return (f"{name} is stored int8 beside its per_channel_scale: a family's convert_checkpoint.py stores what "
+            "torch.ops.trtllm.symmetric_quantize_last_axis_of_batched_matrix returns, bytes already permuted and "
+            "interleaved for the mixed-precision GEMM of the GPU it ran on (preprocess_weights_for_mixed_gemm, by SM "
+            "version: cpp/tensorrt_llm/kernels/cutlass_kernels/cutlass_preprocessors.cpp), and nothing in the "
+            "checkpoint says which SM; they are not a plain [in, out] matrix and cannot be read back here")
+
+
+STORED_WEIGHT_ONLY_FIX = ("verify the float base converted here (trtllm-medusa convert --qformat int8_wo / int4_wo "
+                          "writes float weights TensorRT-LLM quantizes at load), or a checkpoint written with "
+                          "--disable_weight_only_quant_plugin (INT8: a transposed float weight, read here)")
 
 
 #: quant_algo values the reference executor computes exactly
-EMULATED = (None, "FP8", "W8A16", "W4A16")
+EMULATED = (None, "FP8", "W8A16", "W4A16", "W4A16_AWQ", "W8A8_SQ_PER_CHANNEL")
 
 
 def fp8_scale(amax: float) -> float:

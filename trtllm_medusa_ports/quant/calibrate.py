@@ -48,6 +48,9 @@ class Calibration:
     qkv_outputs: dict[int, float] = field(default_factory=dict)
     #: largest |K| (after q/k norms and RoPE) and |V| the layer's KV cache holds: the KV scale's amax
     kv_cached: dict[int, float] = field(default_factory=dict)
+    #: per input channel, the largest |input| of each linear (SmoothQuant's smoothed activation range is
+    #: ``max_c amax_c * pre_quant_scale_c``); not kept by :meth:`to_json`
+    input_channels: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
     samples: int = 0
     tokens: int = 0
     seconds: float = 0.0
@@ -187,6 +190,9 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
         for name in lin.modules:
             def hook(_m, args, out, i=lin.layer, short=lin.short):
                 keep(cal.inputs, (i, short), float(args[0].detach().abs().max()))
+                chans = args[0].detach().abs().reshape(-1, args[0].shape[-1]).amax(0).float().cpu()
+                prev = cal.input_channels.get((i, short))
+                cal.input_channels[(i, short)] = chans if prev is None else torch.maximum(prev, chans)
                 if short == "attention.qkv":
                     keep(cal.qkv_outputs, i, float(out.detach().abs().max()))
             handles.append(modules[name].register_forward_hook(hook))

@@ -35,12 +35,15 @@ from trtllm_medusa_ports.quant import (
     fp8_scale,
     fp8_weight,
     fp8_weight_value,
+    in_graph_weight_only,
     kv_scale,
     scale_members,
     weight_only_dequantized,
+    weight_only_quantize,
     weight_only_quantized,
 )
 from trtllm_medusa_ports.quant.calibrate import hf_linears
+from trtllm_medusa_ports.quant.tool_formats import AWQ, SQ, TOOL_ALGOS, effective_weight
 from trtllm_medusa_ports.sharding import Mapping, Split
 
 #: relative difference allowed between a written scale and the re-derived one (thread counts change the
@@ -122,14 +125,26 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
                 rank, local = _where(mapping, n_layers, lin.layer)
                 if not weight_only_quantized(f"transformer.layers.{local}.{lin.short}.weight", exclude):
                     continue
+                base = f"transformer.layers.{local}.{lin.short}"
+                unplugged = ckpt.has(rank, base + ".per_channel_scale")  # --disable_weight_only_quant_plugin
                 for name in lin.modules:
                     w = modules[name].weight
                     pieces = mapping.tp_size if lin.split is Split.ROW else 1
-                    w.copy_(_weight_only_by_slices(w.data, pieces, dtype, spec.quant_algo))
+                    w.copy_(_weight_only_by_slices(w.data, pieces, dtype, spec.quant_algo, unplugged))
+                if unplugged:  # the converter's scales against symmetric_quantize's of the transformers weights
+                    for r in mapping.stage_ranks(mapping.pp_rank(rank)):
+                        stored = ckpt.tensor(r, base + ".weight").T  # [out, in] of this rank
+                        want = weight_only_quantize(stored, spec.quant_algo)[1].float()
+                        got = ckpt.tensor(r, base + ".per_channel_scale").float().reshape(-1)
+                        i = int(((got - want).abs() / want.abs().clamp_min(1e-30)).argmax())
+                        compare(f"rank{r} {base}.per_channel_scale (worst of {got.numel()})", float(got[i]),
+                                float(want[i]))
         if spec.weight_only and adapter.num_experts(hf) > 1:
             _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, str(model_dir))
         if spec.quant_algo == "FP8":
             _fp8(em, modules, linears, mapping, n_layers, exclude, dtype, written, compare, activations, fused, gemm)
+        if spec.quant_algo in TOOL_ALGOS:
+            _tool_format(em, modules, linears, ckpt, mapping, n_layers, dtype, spec.quant_algo, compare, str(model_dir))
     if spec.needs_calibration:
         def pending() -> None:
             em.not_rederived = _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, exclude,
@@ -195,6 +210,68 @@ def _fp8(em, modules, linears, mapping, n_layers, exclude, dtype, written, compa
             em.handles.append(m.register_forward_pre_hook(pre))
 
 
+def code_slack(maxq: float, dtype: torch.dtype) -> float:
+    """How far from the weight it was quantized from a stored code may land, in steps: half a step is rounding; the
+    rest is two roundings to the model dtype the tool makes before quantizing - the weight with the smoothing scale
+    folded in, and the written pre-quant scale (its reciprocal) - each half the dtype's epsilon of a weight of up to
+    ``maxq`` steps: 0.508 steps for AWQ and 0.64 for SmoothQuant in float16; in bfloat16 0.56 and 1.6 (there it
+    cannot tell a SmoothQuant code one step off: parity and the scales still can)."""
+    return 0.5 + maxq * float(torch.finfo(dtype).eps) * 1.1
+
+
+def _tool_format(em, modules, linears, ckpt, mapping, n_layers, dtype, algo, compare, where) -> None:
+    """AWQ / SmoothQuant linears as a tool wrote them (quant/tool_formats.py): each stored code checked against the
+    transformers weight it stands for (``code * step * pre_quant_scale`` within :data:`CODE_SLACK_STEPS` steps of it,
+    element by element: a wrong packing, order or scale fails), each weight-scale tensor re-derived from the
+    transformers weights and the written pre-quant scale (AWQ: a group's ``amax / 7``; SmoothQuant: a row's
+    ``amax / 127``), and the transformers linears given the weight the engine multiplies with (the pre-quant scale
+    folded in: ``(x * pqs) @ W^T = x @ (W * pqs)^T``). The AWQ search's own scale (the pre-quant scale) is the tool's
+    choice and is taken as written."""
+    if mapping.tp_size > 1:
+        raise ModelError(f"{algo} written at tp {mapping.tp_size}: verify reads a tool's {algo} export at tp 1 only (its "
+                         "codes are checked against the transformers weights, which a tensor-parallel split would need "
+                         "undoing for)", where=where,
+                         fix="export the same base at tp 1 (inference_tensor_parallel=1) and verify that checkpoint; "
+                             "the quantization is the same")
+    maxq = 7.0 if algo == AWQ else 127.0
+    for lin in linears:
+        rank, local = _where(mapping, n_layers, lin.layer)
+        base = f"transformer.layers.{local}.{lin.short}"
+        if not ckpt.has(rank, base + ".weights_scaling_factor"):
+            continue  # left in float by the tool
+        tensors = {n: ckpt.tensor(rank, f"{base}.{n}") for n in ("weight", "weights_scaling_factor",
+                                                                 "prequant_scaling_factor")}
+        w, pqs, steps = effective_weight(algo, tensors, dtype)
+        eff = w * pqs.float()[None, :]
+        hf_w = torch.cat([modules[n].weight.detach().float() for n in lin.modules], dim=0)
+        if hf_w.shape != eff.shape:
+            raise ModelError(f"{base}.weight holds {tuple(eff.shape)} values, the transformers weights "
+                             f"{', '.join(lin.modules)} {tuple(hf_w.shape)}", where=where,
+                             fix="pass the --model_dir the tool quantized")
+        off = (eff - hf_w).abs() / (steps * pqs.float()[None, :]).clamp_min(1e-30)
+        if float(off.max()) > code_slack(maxq, dtype):
+            em.scale_mismatches.append((f"rank{rank} {base}.weight (largest distance of a code from the weight it "
+                                        "stands for, in steps; rounding gives at most the re-derived bound)",
+                                        float(off.max()), code_slack(maxq, dtype)))
+        em.scales_checked += 1
+        smoothed = hf_w / pqs.float()[None, :]
+        scales = tensors["weights_scaling_factor"].float()
+        if algo == AWQ:
+            want = smoothed.reshape(smoothed.shape[0], scales.shape[1], -1).abs().amax(-1) / maxq
+        else:
+            want = smoothed.abs().amax(-1).reshape(scales.shape) / maxq
+        rel = (scales - want).abs() / want.clamp_min(1e-30)
+        i = int(rel.reshape(-1).argmax())
+        compare(f"rank{rank} {base}.weights_scaling_factor (worst of {scales.numel()})",
+                float(scales.reshape(-1)[i]), float(want.reshape(-1)[i]), rtol=TOOL_SCALE_RTOL)
+        row = 0
+        for n in lin.modules:
+            m = modules[n]
+            rows = m.weight.shape[0]
+            m.weight.copy_(eff[row:row + rows].to(m.weight.dtype))
+            row += rows
+
+
 #: the transformers names of MoE expert weights that become ``mlp.fc`` (input: the hidden state) and those that
 #: become ``mlp.proj`` (the down-projection, cut over the ranks along its input): transformers 5 stores each
 #: layer's experts as 3-D ``experts.gate_up_proj`` / ``experts.down_proj`` ``[experts, out, in]``, 4.x as
@@ -237,10 +314,18 @@ def _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_laye
         p.copy_(_weight_only_by_slices(p.data, pieces, dtype, spec.quant_algo))
 
 
-def _weight_only_by_slices(w: torch.Tensor, pieces: int, dtype: torch.dtype, algo: str) -> torch.Tensor:
+def _weight_only_by_slices(w: torch.Tensor, pieces: int, dtype: torch.dtype, algo: str,
+                           in_graph: bool = False) -> torch.Tensor:
     """``w`` (``[..., out, in]``) as the weight-only GEMMs multiply by it when each of ``pieces`` ranks quantizes its
-    slice of the input features (row-parallel layers; 1 for the others), rounded to the checkpoint dtype first."""
-    return torch.cat([weight_only_dequantized(c.to(dtype), algo) for c in w.chunk(pieces, dim=-1)], dim=-1)
+    slice of the input features (row-parallel layers; 1 for the others), rounded to the checkpoint dtype first;
+    ``in_graph``: quantized in the graph as a --disable_weight_only_quant_plugin build does (quant/__init__.py
+    ``in_graph_weight_only``, with symmetric_quantize's scale)."""
+    def one(c: torch.Tensor) -> torch.Tensor:
+        c = c.to(dtype)
+        if in_graph:
+            return in_graph_weight_only(c, weight_only_quantize(c, algo)[1], dtype)
+        return weight_only_dequantized(c, algo)
+    return torch.cat([one(c) for c in w.chunk(pieces, dim=-1)], dim=-1)
 
 
 def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, exclude, compare, rederive,
@@ -285,6 +370,11 @@ def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, ex
         if spec.quant_algo == "FP8" and fp8_quantized(base + ".weight", exclude):
             members = [s for s in scale_members(lin.short) if (lin.layer, s) in cal.inputs]
             want = fp8_scale(max(cal.inputs[(lin.layer, s)] for s in members or [lin.short]))
+            compare(f"rank{rank} {base}.activation_scaling_factor",
+                    float(ckpt.tensor(rank, base + ".activation_scaling_factor").float().reshape(-1)[0]), want, rtol)
+        if spec.quant_algo == SQ and ckpt.has(rank, base + ".activation_scaling_factor"):
+            pqs = ckpt.tensor(rank, base + ".prequant_scaling_factor").float().reshape(-1)
+            want = float((cal.input_channels[(lin.layer, lin.short)] * pqs).max()) / 127.0
             compare(f"rank{rank} {base}.activation_scaling_factor",
                     float(ckpt.tensor(rank, base + ".activation_scaling_factor").float().reshape(-1)[0]), want, rtol)
         if spec.kv_cache_quant_algo and lin.short == "attention.qkv":

@@ -91,15 +91,45 @@ def _check_base(cfg: dict, where: str):
     return arch, adapter, quant, dtype
 
 
-def _check_heads(heads, cfg: dict, heads_dir: Path) -> list[str]:
-    """The heads fit the base's hidden size and vocabulary; the warnings the layout brings."""
+def padded_rows_are_zero(ckpt, cfg: dict, real_vocab: int) -> bool:
+    """Whether the base's vocabulary is padded past ``real_vocab`` with zero rows: ModelOpt pads the embedding and
+    lm_head of an AWQ export to a multiple of 64 and writes the padded ``vocab_size``
+    (modelopt/torch/export/postprocess.py ``pad_embedding_lm_head``). The lm_head rows of every last-stage rank
+    and the embedding rows of every first-stage rank past ``real_vocab`` must be 0 (and no lm_head bias)."""
+    import torch
+
+    mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
+    for name, stage in (("lm_head.weight", mapping.pp_size - 1), ("transformer.vocab_embedding.weight", 0)):
+        ranks = mapping.stage_ranks(stage)
+        parts = [ckpt.tensor(r, name) for r in ranks if ckpt.has(r, name)]
+        if not parts:
+            continue
+        rows = parts[0] if len(parts) == 1 or parts[0].shape[0] == int(cfg["vocab_size"]) else torch.cat(parts)
+        if rows.shape[0] < real_vocab or bool(rows[real_vocab:].float().abs().sum() != 0):
+            return False
+    return not any(ckpt.has(r, "lm_head.bias") for r in mapping.stage_ranks(mapping.pp_size - 1))
+
+
+def _check_heads(heads, cfg: dict, heads_dir: Path, ckpt) -> list[str]:
+    """The heads fit the base's hidden size and vocabulary (a vocabulary the base pads with zero rows: the heads'
+    lm_heads are padded the same way, see :func:`_head_tensors`); the warnings the layout brings."""
     hidden, vocab = int(cfg["hidden_size"]), int(cfg["vocab_size"])
+    padded = (heads.vocab_size is not None and heads.token_map is None and heads.vocab_size < vocab
+              and padded_rows_are_zero(ckpt, cfg, heads.vocab_size))
     if heads.hidden_size != hidden or (heads.vocab_size is not None and heads.vocab_size != vocab
-                                       and heads.token_map is None):
+                                       and heads.token_map is None and not padded):
+        why = ""
+        if heads.vocab_size is not None and heads.vocab_size < vocab:
+            why = (f"; the base's vocabulary rows {heads.vocab_size}..{vocab - 1} are not all zero, so they are not "
+                   "padding (ModelOpt pads an AWQ export's embedding and lm_head with zero rows)")
         raise HeadsError(f"the heads (hidden {heads.hidden_size}, vocabulary {heads.vocab_size}) do not fit the base "
-                         f"(hidden_size {hidden}, vocab_size {vocab})", where=str(heads_dir),
+                         f"(hidden_size {hidden}, vocab_size {vocab}){why}", where=str(heads_dir),
                          fix="pass the heads trained for this base")
     warnings = list(heads.warnings)
+    if padded:
+        warnings.append(f"the base's vocabulary is padded from {heads.vocab_size} to {vocab} with zero rows (as "
+                        "ModelOpt pads an AWQ export): the heads' lm_heads are padded with zero rows to match, as "
+                        "MedusaHead's lm_head of pad_vocab_size(vocab_size) rows needs (tensorrt_llm/models/medusa/)")
     if heads.shared_lm_head is not None:
         warnings.append("the heads carry one shared lm_head (vLLM original_lm_head): the base checkpoint's lm_head "
                         "is used for every head, as that layout means")
@@ -120,6 +150,8 @@ def _head_tensors(heads, hidden: int, vocab: int, target):
             w = heads.lm_heads[h].load()
             if heads.token_map is not None:
                 w = expand_truncated(w, heads.token_map.load(), vocab)
+            if w.shape[0] < vocab:  # a padded base vocabulary (_check_heads): zero rows, as the base's
+                w = torch.cat([w, torch.zeros(vocab - w.shape[0], w.shape[1], dtype=w.dtype)])
             yield f"medusa_heads.{h}.lm_head.weight", Split.VOCAB, w.to(target)
 
 
@@ -168,7 +200,7 @@ def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Pat
     where = str(base_dir / "config.json")
     arch, adapter, quant, dtype = _check_base(cfg, where)
     heads = load_heads(heads_dir)
-    warnings = _check_heads(heads, cfg, heads_dir)
+    warnings = _check_heads(heads, cfg, heads_dir, ckpt)
     mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
     last = mapping.stage_ranks(mapping.pp_size - 1)
     if heads.lm_heads is None and not ckpt.has(last[0], "lm_head.weight"):

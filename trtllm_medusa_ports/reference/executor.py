@@ -47,15 +47,24 @@ from trtllm_medusa_ports.quant import (
     EMULATED,
     FP8_GEMM_PATHS,
     FUSED_MLP_ACTIVATIONS,
+    STORED_WEIGHT_ONLY_FIX,
     QuantSpec,
     fp8_input_value,
     fp8_quantized,
     fp8_requantized,
     fp8_weight_value,
     kv_quantized,
-    stored_weight_only,
+    stored_weight_only_refusal,
+    unplugged_weight_only,
     weight_only_dequantized,
     weight_only_quantized,
+)
+from trtllm_medusa_ports.quant.tool_formats import (
+    SQ,
+    TOOL_ALGOS,
+    effective_weight,
+    smoothed_input,
+    sq_activation,
 )
 from trtllm_medusa_ports.reference.rope import rope_inv_freq
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
@@ -220,8 +229,57 @@ class ReferenceModel:
         self.fused_gate_mlp = (semantics.mlp is MlpKind.GATED and cfg.get("hidden_act") in FUSED_MLP_ACTIVATIONS)
         #: where set (a list), each MoE layer call appends (tokens, distinct experts chosen): verify's count
         self.moe_activity: list[tuple[int, int]] | None = None
+        self._check_stored_weight_only()
+        self._check_quantized_layers()
         self._check_replicas()
         self._check_finite()
+
+    def _check_quantized_layers(self) -> None:
+        """Every linear ``quant_algo`` quantizes (not excluded) holds the weights and scales its quantized layer
+        declares (tensorrt_llm/quantization/layers.py: FP8Linear float8 weight, weights and activation scales;
+        WeightOnlyGroupwiseQuantLinear int4 packed in int8, weights and pre-quant scales; Int8SmoothQuantLinear
+        int8, its three scales): a float weight there would not load into the engine, and computing it as float
+        would prove the wrong model."""
+        algo = self.quant.quant_algo
+        needs = {"FP8": ("float8_e4m3fn", ("weights_scaling_factor", "activation_scaling_factor")),
+                 "W4A16_AWQ": ("int8", ("weights_scaling_factor", "prequant_scaling_factor")),
+                 "W8A8_SQ_PER_CHANNEL": ("int8", ("weights_scaling_factor", "prequant_scaling_factor",
+                                                  "activation_scaling_factor"))}.get(algo)
+        if needs is None:
+            return
+        dtype, scales = needs
+        for r in range(self.mapping.world_size):
+            for name, t in self.ckpt.ranks[r].items():
+                if len(t.shape) == 3 or not fp8_quantized(name, self.exclude):  # 3-D: MoE experts
+                    continue
+                linear = name[: -len(".weight")]
+                missing = [s for s in scales if not self.has(r, f"{linear}.{s}")]
+                if t.dtype_name != dtype or missing:
+                    raise CheckpointError(
+                        f"rank {r}: {name} is {t.dtype_name}" + (f" without {', '.join(missing)}" if missing else "")
+                        + f", but quant_algo {algo} makes {linear} a quantized layer taking {dtype} weights and "
+                        f"{', '.join(scales)} (tensorrt_llm/quantization/layers.py); the engine would not load it",
+                        where=str(self.ckpt.path / f"rank{r}.safetensors"),
+                        fix="pass the checkpoint as the quantizing tool wrote it, or name the layer in exclude_modules "
+                            "if it is meant to stay in float")
+
+    def _check_stored_weight_only(self) -> None:
+        """Weight-only bytes a family's converter stored for one GPU's mixed GEMM are refused before any work."""
+        if not self.quant.weight_only:
+            return
+        for r in range(self.mapping.world_size):
+            for name, t in self.ckpt.ranks[r].items():
+                scale = name[: -len("weight")] + "per_channel_scale"
+                if name.endswith(".weight") and self.has(r, scale):
+                    if t.dtype_name == "int8":
+                        raise CheckpointError(stored_weight_only_refusal(name), where=str(self.ckpt.path),
+                                              fix=STORED_WEIGHT_ONLY_FIX)
+                    if self.quant.quant_algo != "W8A16":
+                        raise CheckpointError(
+                            f"{name} is a float weight beside its per_channel_scale under {self.quant.quant_algo}: "
+                            "the INT4 graph a --disable_weight_only_quant_plugin build makes of it is not one this "
+                            "executor computes (only INT8's quantize/dequantize was read upstream)",
+                            where=str(self.ckpt.path), fix=STORED_WEIGHT_ONLY_FIX)
 
     # -- tensors ---------------------------------------------------------------------
     def stage_ranks(self, pp_rank: int) -> list[int]:
@@ -233,14 +291,22 @@ class ReferenceModel:
         if key not in self._weights:
             t = self.ckpt.tensor(rank, name)
             scale_name = name[: -len("weight")] + "per_channel_scale"
-            if t.dtype == torch.int8 and self.has(rank, scale_name):  # quantized already (a tool's W8A16/W4A16)
-                t = stored_weight_only(t, self.ckpt.tensor(rank, scale_name), self.quant.quant_algo)
+            if self.quant.quant_algo in TOOL_ALGOS and t.dtype == torch.int8:
+                linear = name[: -len(".weight")]
+                t, _, _ = effective_weight(self.quant.quant_algo, self.tool_tensors(rank, linear), self.dtype)
+            elif self.quant.weight_only and self.has(rank, scale_name):  # a family's convert_checkpoint.py
+                t = unplugged_weight_only(t, self.ckpt.tensor(rank, scale_name), self.dtype)
             elif self.quant.weight_only and weight_only_quantized(name, self.exclude):
                 t = weight_only_dequantized(t, self.quant.quant_algo)
             elif t.dtype == torch.float8_e4m3fn:
                 t = self._fp8_weight(rank, name, t)
             self._weights[key] = t.float()
         return self._weights[key]
+
+    def tool_tensors(self, rank: int, linear: str) -> dict[str, torch.Tensor]:
+        """A tool-quantized linear's tensors (quant/tool_formats.py), by their short names."""
+        names = ("weight", "weights_scaling_factor", "prequant_scaling_factor", "activation_scaling_factor")
+        return {n: self.ckpt.tensor(rank, f"{linear}.{n}") for n in names if self.has(rank, f"{linear}.{n}")}
 
     def _scalar(self, rank: int, name: str) -> float:
         return float(self.ckpt.tensor(rank, name).float().reshape(-1)[0])
@@ -270,6 +336,8 @@ class ReferenceModel:
     def linear_input(self, x: torch.Tensor, rank: int, linear: str) -> torch.Tensor:
         """The input of checkpoint linear ``linear`` as it multiplies the weight: FP8 linears quantize it
         (``FP8Linear.forward``: ``x / s_a`` saturated to float8_e4m3fn; the product is scaled by ``s_a``)."""
+        if self.quant.quant_algo in TOOL_ALGOS:
+            return self._tool_input(x, rank, linear)
         if (not self.quantize_activations or self.quant.quant_algo != "FP8"
                 or not fp8_quantized(linear + ".weight", self.exclude)):
             return x
@@ -279,6 +347,19 @@ class ReferenceModel:
             self._weights[key] = torch.tensor(max(self._scalar(rank, n + ".activation_scaling_factor")
                                                   for n in (pair or (linear,))))
         return fp8_input_value(x, float(self._weights[key]), self.dtype, self.fp8_gemm)
+
+    def _tool_input(self, x: torch.Tensor, rank: int, linear: str) -> torch.Tensor:
+        """AWQ / SmoothQuant inputs: times the pre-quant scale; SmoothQuant's then quantized per tensor (a rounding
+        step, off with ``quantize_activations`` as FP8's is)."""
+        key = (rank, linear + ".prequant_scaling_factor")
+        if not self.has(*key):
+            return x
+        if key not in self._weights:
+            self._weights[key] = self.ckpt.tensor(*key).float().reshape(-1)
+        x = smoothed_input(x, self._weights[key], self.dtype)
+        if self.quant.quant_algo == SQ and self.quantize_activations:
+            x = sq_activation(x, self._scalar(rank, linear + ".activation_scaling_factor"), self.dtype)
+        return x
 
     def _kv_scale(self, rank: int, prefix: str) -> float | None:
         if not self.quant.kv_cache_quant_algo or not self.quantize_kv:
