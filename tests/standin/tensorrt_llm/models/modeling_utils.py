@@ -18,6 +18,7 @@
 """
 
 import copy
+import dataclasses
 import json
 import os
 
@@ -43,6 +44,30 @@ class SpeculativeDecodingMode:
     @classmethod
     def from_arguments(cls, args):
         return args.speculative_decoding_mode or cls.NONE
+
+
+@dataclasses.dataclass
+class QuantConfig:
+    """models/modeling_utils.py ``QuantConfig``: a dataclass, ``from_dict`` is ``cls(**config)`` - an unknown key
+    raises TypeError - and ``exclude_modules`` None means "the defaults" while an empty list stays empty."""
+
+    quant_algo: str | None = None
+    kv_cache_quant_algo: str | None = None
+    group_size: int = 128
+    smoothquant_val: float = 0.5
+    clamp_val: list | None = None
+    use_meta_recipe: bool = False
+    has_zero_point: bool = False
+    pre_quant_scale: bool = False
+    exclude_modules: list | None = None
+    mamba_ssm_cache_dtype: str | None = None
+
+    @classmethod
+    def from_dict(cls, config: dict) -> "QuantConfig":
+        return cls(**config)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 class PretrainedConfig:
@@ -73,7 +98,11 @@ class PretrainedConfig:
         elif isinstance(mapping, dict):
             mapping = Mapping(**mapping)
         self.mapping = mapping
-        self.quantization = quantization or {"quant_algo": None, "kv_cache_quant_algo": None}
+        if quantization is None:
+            quantization = QuantConfig()
+        elif isinstance(quantization, dict):
+            quantization = QuantConfig.from_dict(quantization)
+        self.quantization = quantization
         self.use_parallel_embedding = use_parallel_embedding
         self.embedding_sharding_dim = embedding_sharding_dim
         self.qk_layernorm = qk_layernorm
@@ -103,8 +132,10 @@ class PretrainedConfig:
         self.mapping.rank = rank
 
     def to_dict(self):
-        out = copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in ("mapping", "_implicit")})
+        out = copy.deepcopy({k: v for k, v in self.__dict__.items()
+                             if k not in ("mapping", "_implicit", "quantization")})
         out["mapping"] = self.mapping.to_dict()
+        out["quantization"] = self.quantization.to_dict()
         return out
 
     @classmethod
@@ -134,11 +165,17 @@ def preprocess_weights(weights, model_config):
 
     from ..quantization.functional import weight_only_quantize_dict
 
+    # process_kv_scaling_factor: ModelOpt's separate k and v cache scales become one, their max
+    for name in [n for n in weights if n.endswith("k_cache_scaling_factor")]:
+        v_name = name.replace("k_cache_scaling_factor", "v_cache_scaling_factor")
+        assert v_name in weights, f"{v_name} is missing"
+        weights[name.replace("k_cache_scaling_factor", "kv_cache_scaling_factor")] = torch.max(
+            weights.pop(name), weights.pop(v_name))
     for name in [n for n in weights if n.endswith("kv_cache_scaling_factor")]:
         rcp = name.replace("kv_cache_scaling_factor", "kv_cache_rcp_scaling_factor")
         weights.setdefault(rcp, torch.reciprocal(weights[name]))
-    quant = model_config.quantization or {}
-    algo = quant.get("quant_algo")
+    quant = model_config.quantization
+    algo = quant.quant_algo
     if algo == "FP8":
         for name, w in list(weights.items()):
             if name.endswith("weight") and w.dtype == torch.int8:
@@ -147,7 +184,7 @@ def preprocess_weights(weights, model_config):
             weights.pop("lm_head.weights_scaling_factor", None)
             weights.pop("lm_head.activation_scaling_factor", None)
     elif algo in ("W8A16", "W4A16"):
-        weights = weight_only_quantize_dict(weights, algo, quant.get("exclude_modules"))
+        weights = weight_only_quantize_dict(weights, algo, quant.exclude_modules)
     return weights
 
 

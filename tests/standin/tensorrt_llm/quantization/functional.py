@@ -5,7 +5,9 @@ over ``torch.ops.trtllm.symmetric_quantize_last_axis_of_batched_matrix``
 Written independently of trtllm_medusa_ports/quant from the upstream source: the weight is transposed to
 ``[in, out]``; per column ``scale = max|w| / 2^(bits-1)`` in float32; ``round`` (halves away from zero),
 clamp to the signed range; int4 packs column 2j in the low nibble; the scale is returned in the weight's
-dtype. The GPU-specific interleaving of ``preprocess_weights_for_mixed_gemm`` is layout only and not modelled.
+dtype. The GPU-specific layout ``preprocess_weights_for_mixed_gemm`` gives the bytes (permuted and interleaved
+by SM version) is modelled as opaque: the rows are permuted and the bytes interleaved in groups of four (not
+upstream's permutation, which depends on the GPU), so nothing may read the result as a plain ``[in, out]`` matrix.
 """
 
 import fnmatch
@@ -26,7 +28,17 @@ def symmetric_quantize(weight_t, bits):
     if bits == 4:
         lo, hi = q[..., 0::2], q[..., 1::2]
         q = ((lo & 0x0F) | ((hi & 0x0F) << 4)).to(torch.int8)
-    return q, scale.to(weight_t.dtype)
+    return _mixed_gemm_layout(q), scale.to(weight_t.dtype)
+
+
+def _mixed_gemm_layout(q):
+    """The opaque layout (module doc); shapes are kept."""
+    rows, cols = q.shape[-2], q.shape[-1]
+    if rows % 8 or cols % 4:
+        return q.flip(-1).contiguous()
+    order = torch.arange(rows).reshape(-1, 8).flip(-1).reshape(-1)
+    q = q[..., order, :]
+    return q.reshape(*q.shape[:-1], 4, cols // 4).transpose(-1, -2).reshape(q.shape).contiguous()
 
 
 def weight_only_quantize_dict(weights, quant_algo, exclude_modules=None):

@@ -4,8 +4,9 @@
 ``64 * tp_size``; ``weight`` int8 ``[in_local, out_local * bits / 8]`` (the transposed weight; int4 packs two
 values per byte), ``per_channel_scale`` ``[out_local]`` in the model dtype. ``FP8Linear`` /
 ``FP8RowLinear``: ``weight`` fp8 ``[out_local, in_local]``, ``activation_scaling_factor`` and
-``weights_scaling_factor`` float32 ``[1]``. Forward records the call and computes nothing (kernels are
-not modelled).
+``weights_scaling_factor`` float32 ``[1]``. ``WeightOnlyQuantEmbedding``: ``weight`` int8 ``[ceil(vocab / tp),
+hidden]`` (sharding dim 0) or ``[vocab, hidden / tp]``, ``per_token_scale`` ``[vocab]`` in the model dtype.
+Forward records the call and computes nothing (kernels are not modelled).
 """
 
 import math
@@ -53,3 +54,12 @@ class FP8Linear(_Quantized):
             self.register_parameter("bias", None)
         self.activation_scaling_factor = Parameter(shape=(1,), dtype="float32")
         self.weights_scaling_factor = Parameter(shape=(1,), dtype="float32")
+
+
+class WeightOnlyQuantEmbedding(_Quantized):
+    def __init__(self, num_embeddings, embedding_dim, dtype=None, tp_size=1, sharding_dim=0):
+        super().__init__()
+        shape = ((-(-num_embeddings // tp_size), embedding_dim) if sharding_dim == 0 else
+                 (num_embeddings, embedding_dim // tp_size))
+        self.weight = Parameter(shape=shape, dtype="int8")
+        self.per_token_scale = Parameter(shape=(num_embeddings,), dtype=dtype)

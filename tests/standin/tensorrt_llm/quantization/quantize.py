@@ -2,8 +2,10 @@
 
 ``quantize(model, quant_config)`` runs from ``PretrainedModel.__post_init__``: every ``ColumnLinear`` /
 ``RowLinear`` whose full dotted module name matches no ``exclude_modules`` pattern
-(``fnmatch.fnmatchcase``; the default list is used only when none is given, never merged with one) is
-re-created as the quantized layer of ``quant_algo`` with the whole (tp-multiplied) features, and every ``MOE``
+(``fnmatch.fnmatchcase``; the default list is used only when none is given - ``None`` -, never merged with one,
+and an empty list excludes nothing) is re-created as the quantized layer of ``quant_algo`` with the whole
+(tp-multiplied) features; under weight-only every ``Embedding`` not excluded becomes a
+``WeightOnlyQuantEmbedding`` (``weight_only_quantize``'s quant_map), and every ``MOE``
 layer not excluded declares its experts quantized (weight-only only: ``MOEWeightWrapper``); with a
 ``kv_cache_quant_algo`` every ``Attention`` gets ``kv_cache_scaling_factor`` and
 ``kv_cache_rcp_scaling_factor`` float32 ``[1]``.
@@ -12,10 +14,11 @@ layer not excluded declares its experts quantized (weight-only only: ``MOEWeight
 import fnmatch
 
 from ..layers.attention import Attention
+from ..layers.embedding import Embedding
 from ..layers.linear import ColumnLinear, RowLinear
 from ..layers.moe import MixtureOfExperts
 from ..parameter import Parameter
-from .layers import FP8Linear, WeightOnlyQuantLinear
+from .layers import FP8Linear, WeightOnlyQuantEmbedding, WeightOnlyQuantLinear
 
 DEFAULT_EXCLUDE = ["*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
                    "*shared_expert_gate"]
@@ -37,10 +40,9 @@ def _replacement(module, algo):
 
 
 def quantize(model, quant_config):
-    quant_config = quant_config or {}
-    algo, kv = quant_config.get("quant_algo"), quant_config.get("kv_cache_quant_algo")
+    algo, kv = quant_config.quant_algo, quant_config.kv_cache_quant_algo
     if algo:
-        exclude = quant_config.get("exclude_modules") or DEFAULT_EXCLUDE
+        exclude = quant_config.exclude_modules if quant_config.exclude_modules is not None else DEFAULT_EXCLUDE
         for name, module in list(model.named_modules()):
             # an MOE layer is rebuilt with the quant mode (its router, a RowLinear child, matches *router)
             if isinstance(module, MixtureOfExperts) and not any(fnmatch.fnmatchcase(name, p) for p in exclude):
@@ -52,6 +54,11 @@ def quantize(model, quant_config):
                 if isinstance(child, (ColumnLinear, RowLinear)) and not any(
                         fnmatch.fnmatchcase(full, p) for p in exclude):
                     module._modules[child_name] = _replacement(child, algo)
+                elif isinstance(child, Embedding) and algo in _BITS and not any(
+                        fnmatch.fnmatchcase(full, p) for p in exclude):
+                    module._modules[child_name] = WeightOnlyQuantEmbedding(
+                        child.num_embeddings, child.embedding_dim, dtype=child.dtype, tp_size=child.tp_size,
+                        sharding_dim=child.sharding_dim)
     if kv:
         for _, module in model.named_modules():
             if isinstance(module, Attention):

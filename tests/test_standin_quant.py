@@ -1,0 +1,75 @@
+"""The stand-in's quantized load path is as strict as upstream's (tests/standin/LEDGER.md): a typed QuantConfig,
+``exclude_modules`` taken as written, the embedding quantized under weight-only unless excluded, ModelOpt's k/v
+cache scales merged, and weight-only bytes in a layout nothing may read as a plain matrix. Each test fails on the
+stand-in's former behaviour."""
+
+import json
+
+import torch
+from safetensors.torch import load_file, save_file
+from test_engine import _build, _engine_model, _quantized, trtllm  # noqa: F401  (trtllm: the stand-in fixture)
+
+
+def _config(ckpt):
+    return json.loads((ckpt / "config.json").read_text())
+
+
+def _write(ckpt, cfg):
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+
+
+def test_an_unknown_quantization_key_is_refused(trtllm, store, tmp_path):  # noqa: F811
+    import pytest
+
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, qformat="int8_wo")
+    cfg = _config(ckpt)
+    cfg["quantization"]["quant_algorithm"] = "W8A16"  # a misspelt key: QuantConfig(**d) raises
+    _write(ckpt, cfg)
+    with pytest.raises(TypeError, match="quant_algorithm"):
+        _engine_model(ckpt)
+
+
+def test_an_empty_exclude_list_stays_empty_and_the_embedding_is_then_quantized(trtllm, store, tmp_path, capsys):  # noqa: F811
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, qformat="int8_wo")
+    cfg = _config(ckpt)
+    model = _engine_model(ckpt)
+    assert type(model.transformer.vocab_embedding).__name__ == "Embedding"  # *vocab_embedding excluded
+    cfg["quantization"]["exclude_modules"] = []
+    _write(ckpt, cfg)
+    assert _build(ckpt, tmp_path / "eng") != 0  # nothing excluded: heads, lm_head and embedding quantized
+    err = capsys.readouterr().err
+    assert "vocab_embedding.per_token_scale" in err
+    cfg["quantization"]["exclude_modules"] = ["*lm_head", "*medusa_heads*"]  # the embedding left out of the list
+    _write(ckpt, cfg)
+    assert _build(ckpt, tmp_path / "eng2") != 0
+    assert "vocab_embedding.per_token_scale" in capsys.readouterr().err
+
+
+def test_modelopt_k_and_v_cache_scales_are_merged_at_load(trtllm, store, tmp_path):  # noqa: F811
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, qformat="fp8", kv_cache_dtype="fp8")
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    name = "transformer.layers.0.attention.kv_cache_scaling_factor"
+    k = t.pop(name)
+    t[name.replace("kv_cache", "k_cache")], t[name.replace("kv_cache", "v_cache")] = k, k * 3
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    params = dict(_engine_model(ckpt).named_parameters())
+    assert torch.equal(params[name].value, k * 3)
+    assert torch.allclose(params[name.replace("kv_cache", "kv_cache_rcp")].value, 1 / (k * 3))
+
+
+def test_stored_weight_only_bytes_are_not_a_plain_matrix():
+    import importlib.util
+    from pathlib import Path
+
+    from trtllm_medusa_ports.quant import weight_only_quantize
+
+    path = Path(__file__).parent / "standin" / "tensorrt_llm" / "quantization" / "functional.py"
+    spec = importlib.util.spec_from_file_location("standin_weight_only", path)
+    quantizer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quantizer)
+    w = torch.randn(64, 32, dtype=torch.float16)
+    stored, scale = quantizer.symmetric_quantize(w.T.contiguous(), 8)
+    plain, ours = weight_only_quantize(w, "W8A16")
+    assert torch.equal(scale, ours)
+    assert not torch.equal(stored, plain.T)  # a reader of the plain layout gets other numbers
+    assert torch.equal(stored.flatten().sort().values, plain.T.flatten().sort().values)  # the same bytes, moved
