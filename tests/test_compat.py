@@ -84,7 +84,8 @@ def test_qwen2_7b_group_size_7(tmp_path):
 
 
 @pytest.mark.parametrize("head_size, rule, severity", [
-    (64, None, None), (128, None, None), (80, "xqa-head-size-jit", "warning"),
+    # the precompiled Medusa cubins are for head size 128 only (xqa_kernel_cubin.h): 64 needs the JIT kernels too
+    (64, "xqa-head-size-jit", "warning"), (128, None, None), (80, "xqa-head-size-jit", "warning"),
     (96, "xqa-head-size-jit", "warning"), (256, "xqa-head-size-jit", "warning"),
     (72, "xqa-head-size", "error"), (320, "xqa-head-size", "error"),
 ])
@@ -296,9 +297,11 @@ def test_mpt_without_alibi_is_an_engine_class_limit(tmp_path):
 
 @pytest.mark.parametrize("heads, kv, head_dim, severity, text", [
     (28, 4, 128, "info", "runs on the precompiled XQA kernels"),  # Qwen2-7B
-    (28, 4, 80, "error", "not built for head size 80"),
-    (64, 1, 128, "error", "take at most 32"),
+    # no precompiled kernel for head 80; TRTLLM_ENABLE_XQA_JIT=1 takes the JIT HMMA kernels (group <= 32)
+    (28, 4, 80, "warning", "TRTLLM_ENABLE_XQA_JIT=1"),
+    (64, 1, 128, "error", "take at most 32"),  # 64 % 64 == 0: JIT, which takes at most 32
     (32, 1, 128, None, None),  # group 32 on the JIT path
+    (40, 1, 64, "error", "does not help either"),  # neither route: no head-64 cubin, JIT takes at most 32
 ])
 def test_xqa_kernel_for_the_group_size(tmp_path, heads, kv, head_dim, severity, text):
     cfg = dict(LLAMA, num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
@@ -311,11 +314,18 @@ def test_xqa_kernel_for_the_group_size(tmp_path, heads, kv, head_dim, severity, 
         assert len(group) == 1 and group[0].severity == severity and text in group[0].message
 
 
-def test_q_scaling_is_an_error_only_on_the_precompiled_path(tmp_path):
-    precompiled = dict(QWEN2_7B, attention_multiplier=0.5)  # group 7: precompiled XQA
+def test_q_scaling_needs_the_jit_kernels(tmp_path):
+    precompiled = dict(QWEN2_7B, attention_multiplier=0.5)  # group 7: precompiled XQA by default
     _, findings = check(write(tmp_path, precompiled, "p"))
     f = next(f for f in findings if f.rule == "attention-scale")
-    assert f.severity == "error" and "require q_scaling == 1" in f.message and "attention_multiplier" in f.message
+    # the precompiled kernels require q_scaling == 1; TRTLLM_ENABLE_XQA_JIT=1 takes the JIT kernels, which do not
+    assert f.severity == "warning" and "require q_scaling == 1" in f.message and "attention_multiplier" in f.message
+    assert "TRTLLM_ENABLE_XQA_JIT=1" in f.message and "TRTLLM_ENABLE_XQA_JIT=1" in f.fix
+    # a group neither route serves with q_scaling != 1 (does not divide 64, above the JIT kernels' 32)
+    wide = dict(QWEN2_7B, num_attention_heads=40, num_key_value_heads=1, hidden_size=5120, attention_multiplier=0.5)
+    _, findings = check(write(tmp_path, wide, "w"))
+    f = next(f for f in findings if f.rule == "attention-scale")
+    assert f.severity == "error" and "at most 32" in f.message
     _, findings = check(write(tmp_path, dict(LLAMA, attention_multiplier=0.5), "j"))  # group 4: JIT
     assert next(f for f in findings if f.rule == "attention-scale").severity == "warning"
     # the engine's q_scaling is 1 / (m * sqrt(head_size)): 1 exactly for the usual 1/sqrt(head_size) ...
@@ -355,3 +365,99 @@ def test_falcon_biases_at_tp2_are_flagged_as_unconfirmed(tmp_path):
     assert "engine-tp-unconfirmed" not in rules(one)
     _, nobias = check(tiny_base(tmp_path, "FalconForCausalLM"), tp_size=2)
     assert "engine-tp-unconfirmed" not in rules(nobias)
+
+
+SMOLLM2_135M = dict(LLAMA, hidden_size=576, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
+                    intermediate_size=1536, num_hidden_layers=30, vocab_size=49152)
+
+
+def _finding(findings, rule):
+    found = [f for f in findings if f.rule == rule]
+    assert len(found) == 1, findings
+    return found[0]
+
+
+def test_group_not_dividing_64_with_head_64_needs_the_jit_env(tmp_path):
+    """SmolLM2-135M: 3 query heads per KV head, head size 64 - no precompiled Medusa cubin (head 128 only), so the
+    default route fails at run time; TRTLLM_ENABLE_XQA_JIT=1 takes the JIT HMMA kernels."""
+    _, findings = check(write(tmp_path, SMOLLM2_135M))
+    f = _finding(findings, "gqa-group-size")
+    assert f.severity == "warning"
+    assert "TRTLLM_ENABLE_XQA_JIT=1" in f.message and "TRTLLM_ENABLE_XQA_JIT=1" in f.fix
+    assert "head size 128 only" in f.message and "checks the variable first" in f.message
+    assert "validate on GPU" in f.fix
+    jit = _finding(findings, "xqa-head-size-jit")
+    assert jit.severity == "warning" and "TRTLLM_ENABLE_XQA_JIT=1" in jit.message
+    assert not rules(findings, "error")
+
+
+def test_group_not_dividing_64_with_head_128_is_info(tmp_path):
+    _, findings = check(write(tmp_path, dict(SMOLLM2_135M, head_dim=128, hidden_size=1152)))
+    f = _finding(findings, "gqa-group-size")
+    assert f.severity == "info" and "precompiled" in f.message and "TRTLLM_ENABLE_XQA_JIT" not in f.message
+    assert "xqa-head-size-jit" not in rules(findings)
+
+
+def _kv_check(tmp_path, cfg, kv_cache_dtype, name):
+    from trtllm_medusa_ports.quant import resolve_spec
+
+    _, findings = check(write(tmp_path, cfg, name), quantization=resolve_spec(kv_cache_dtype=kv_cache_dtype))
+    return _finding(findings, "quant-kv-cache")
+
+
+def test_fp8_kv_group_3_head_64_is_served_by_hopper_jit(tmp_path):
+    """On SM 9.0 an E4M3 cache sends group sizes up to 64 to JIT, whose QGMMA kernels take group 3; SM 8.9
+    picks the precompiled kernels (no head 64): a warning per GPU, not an error."""
+    f = _kv_check(tmp_path, SMOLLM2_135M, "fp8", "fp8")
+    assert f.severity == "warning"
+    assert "on SM 9.0 the runner picks the JIT XQA kernels" in f.message and "QGMMA" in f.message
+    assert "on SM 8.9 the runner picks the precompiled XQA kernels" in f.message
+    assert "serve on SM 9.0" in f.fix and "on SM 8.9 run the engine with TRTLLM_ENABLE_XQA_JIT=1" in f.fix
+
+
+def test_int8_kv_group_3_head_64_needs_the_jit_env(tmp_path):
+    f = _kv_check(tmp_path, SMOLLM2_135M, "int8", "int8")
+    assert f.severity == "warning" and "SM 8.0/8.6/8.9/9.0" in f.message
+    assert "TRTLLM_ENABLE_XQA_JIT=1" in f.message and "TRTLLM_ENABLE_XQA_JIT=1" in f.fix
+
+
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "int8"])
+def test_quantized_kv_group_3_head_128_is_info(tmp_path, kv_cache_dtype):
+    f = _kv_check(tmp_path, dict(SMOLLM2_135M, head_dim=128, hidden_size=1152), kv_cache_dtype, kv_cache_dtype)
+    assert f.severity == "info", f.message
+
+
+def test_fp8_kv_group_40_head_128_differs_per_gpu(tmp_path):
+    """Group 40 (64 % 40 != 0, above 32) with an E4M3 cache: SM 9.0 picks JIT (group <= 64), which has no kernel
+    for it; SM 8.9 picks the precompiled head-128 E4M3 cubins."""
+    cfg = dict(LLAMA, num_attention_heads=40, num_key_value_heads=1, head_dim=128, hidden_size=5120)
+    f = _kv_check(tmp_path, cfg, "fp8", "g40")
+    assert f.severity == "warning"
+    assert "on SM 9.0 the runner picks the JIT XQA kernels" in f.message and "none takes it" in f.message
+    assert "on SM 8.9 the runner picks the precompiled XQA kernels" in f.message
+    assert "serve on SM 8.9" in f.fix and "TRTLLM_ENABLE_XQA_JIT=0" in f.fix and "unconfirmed" in f.fix
+
+
+def test_int8_kv_group_64_has_no_kernel(tmp_path):
+    cfg = dict(LLAMA, num_attention_heads=64, num_key_value_heads=1, head_dim=128, hidden_size=8192)
+    assert _kv_check(tmp_path, cfg, "int8", "g64").severity == "error"
+
+
+def test_the_route_per_gpu():
+    from trtllm_medusa_ports.compat import xqa_medusa_route
+
+    # a float cache: the same on every GPU read; group 4 -> JIT HMMA, group 7 -> precompiled (head 128 only)
+    assert {r.impl for r in xqa_medusa_route(4, 64).values()} == {"JIT"}
+    assert all(r.served for r in xqa_medusa_route(4, 64).values())
+    seven = xqa_medusa_route(7, 64)
+    assert {r.impl for r in seven.values()} == {"precompiled"}
+    assert not any(r.served for r in seven.values()) and all(r.served_with_jit_env for r in seven.values())
+    # E4M3 on Hopper: JIT up to group 64 (QGMMA takes 8 tokens per block); elsewhere the 64 % group rule
+    hopper = xqa_medusa_route(7, 128, "FP8", sm=90)[90]
+    assert hopper.impl == "JIT" and hopper.jit.names[0] == "QGMMA" and 8 in hopper.picked.tokens_per_block
+    ada = xqa_medusa_route(7, 128, "FP8", sm=89)[89]
+    assert ada.impl == "precompiled" and ada.served and 16 not in ada.picked.tokens_per_block
+    # no E4M3 precompiled cubins on SM 8.0/8.6
+    assert not xqa_medusa_route(7, 128, "FP8", sm=80)[80].served
+    # q_scaling != 1: the precompiled kernels refuse it
+    assert not xqa_medusa_route(7, 128, q_scaling_one=False, sm=89)[89].served

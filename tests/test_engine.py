@@ -11,6 +11,7 @@ import copy
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,8 +27,9 @@ from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 
 STANDIN = Path(__file__).parent / "standin"
 ALIBI = {a for a, cls in registry().items() if cls.position_embedding is PositionEmbedding.ALIBI}
-# one architecture per adapter class (RWForCausalLM and MPTForCausalLM are second names)
-ROPE_FAMILIES = sorted({cls.hf_architectures[0] for cls in registry().values()} - ALIBI)
+# one architecture per adapter class (RWForCausalLM and MPTForCausalLM are second names): every family but the
+# ALiBi ones (RoPE and learned positions); tests of RoPE fields key on the family's own position kind
+NON_ALIBI_FAMILIES = sorted({cls.hf_architectures[0] for cls in registry().values()} - ALIBI)
 
 
 def _drop_trtllm():
@@ -100,7 +102,7 @@ def test_tensorrt_llm_is_not_importable_in_ci():
 # -- every family through the real route -----------------------------------------------------------
 def _layouts():
     out = []
-    for arch in ROPE_FAMILIES:
+    for arch in NON_ALIBI_FAMILIES:
         out += [(arch, 1, 1), (arch, 2, 1)]
         if adapter_for(arch).engine_pipeline_parallel:
             out.append((arch, 1, 2))
@@ -224,7 +226,7 @@ def test_build_refuses_a_model_class_override(trtllm, store, tmp_path, capsys):
 NOT_FOR_THE_CLASS = {"base_architecture", "trtllm_base_architecture", "medusa_ports", "model_type", "sliding_window"}
 
 
-@pytest.mark.parametrize("arch", ROPE_FAMILIES)
+@pytest.mark.parametrize("arch", NON_ALIBI_FAMILIES)
 def test_every_key_an_adapter_writes_is_read_by_the_build(trtllm, store, tmp_path, arch):
     """A key the engine class never reads is a typo or a dead field: either way the engine
     silently uses a default. The stand-in records which implicitly set keys are read."""
@@ -278,7 +280,7 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
     if "rope_theta" in want:
         assert all(layer.attention.rotary_embedding_base == want["rope_theta"] for layer in layers)
         assert model.rotary_tables["base"] == want["rope_theta"]  # the tables the kernels read
-    if arch not in ALIBI:  # GPT-J counts rotated features (rotary_dim), the others a share of the head
+    if adapter_for(arch).position_embedding.is_rope:  # GPT-J counts rotated features, the others a head's share
         pct = want.get("partial_rotary_factor", adapter_for(arch).rotary_fraction(hf))
         rotary = want.get("rotary_dim") or hf.get("rotary_dim") or int(written["head_size"] * pct)
         assert model.rotary_tables["dim"] == rotary
@@ -400,7 +402,7 @@ def test_standin_load_is_as_strict_as_upstream(trtllm, store, tmp_path):
     assert any(c[0] == "warning" and "Provided but not required" in c[1] for c in trtllm.CALLS)
 
 
-@pytest.mark.parametrize("arch", [a for a in ROPE_FAMILIES if not adapter_for(a).upstream_spec_decoding_plumbing])
+@pytest.mark.parametrize("arch", [a for a in NON_ALIBI_FAMILIES if not adapter_for(a).upstream_spec_decoding_plumbing])
 def test_upstream_class_alone_cannot_take_spec_params(trtllm, store, tmp_path, arch):
     from tensorrt_llm.models import MODEL_MAP
     from tensorrt_llm.models.modeling_utils import PretrainedConfig
@@ -590,9 +592,41 @@ def test_tokens_per_block_follows_the_xqa_route(trtllm, store, tmp_path, capsys)
     assert _build(jit, tmp_path / "e2", "--tokens_per_block", "64", "--fast_build", "--gather_generation_logits") == 0
     cfg = json.loads((tmp_path / "e2" / "config.json").read_text())["build_config"]
     assert cfg["plugin_config"]["tokens_per_block"] == 64 and cfg["plugin_config"]["manage_weights"] is True
-    pre = _checkpoint(store, tmp_path, "Qwen2ForCausalLM", name="pre")  # the tiny Qwen2's group of 7
+    # the tiny Qwen2's group of 7 with head size 128: the precompiled kernels the runner picks take 32/64/128
+    pre = _checkpoint(store, tmp_path, "Qwen2ForCausalLM", name="pre",
+                      base=tiny_base(store, "Qwen2ForCausalLM", head_dim=128))
     assert _build(pre, tmp_path / "e3", "--tokens_per_block", "16") == 1
-    assert "precompiled XQA kernels (group size 7" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the precompiled XQA kernels the runner picks (group size 7 does not divide 64) take 32, 64, 128" in err
+    assert not (tmp_path / "e3").exists()
+    # head size 64: no precompiled cubin, so the kernels that run are the JIT ones TRTLLM_ENABLE_XQA_JIT=1
+    # gives (the fix check names), which take 16
+    assert _build(_checkpoint(store, tmp_path, "Qwen2ForCausalLM", name="h64"), tmp_path / "e4",
+                  "--tokens_per_block", "16") == 0
+
+
+@pytest.mark.parametrize("heads, kv, head, kv_algo, tokens, severity, needle", [
+    (14, 2, 128, None, 16, "error", "precompiled XQA kernels the runner picks"),
+    (14, 2, 128, None, 32, None, None),
+    (14, 2, 64, None, 16, None, None),  # the JIT kernels of TRTLLM_ENABLE_XQA_JIT=1
+    (14, 2, 64, None, 8, "error", "TRTLLM_ENABLE_XQA_JIT=1 gives"),
+    (8, 2, 64, None, 8, "error", "group size 4 divides 64"),
+    # an E4M3 cache: SM 9.0 picks JIT (QGMMA takes 8 and 16), SM 8.9 the precompiled kernels (32/64/128)
+    (14, 2, 128, "FP8", 16, "warning", "on SM 8.9 with no kernel"),
+    (14, 2, 64, "FP8", 8, "warning", "on SM 9.0 the JIT XQA kernels the runner picks"),
+    (14, 2, 128, "FP8", 64, None, None),
+    (14, 2, 128, "FP8", 256, "error", "take other tokens per block"),
+])
+def test_tokens_per_block_per_gpu(heads, kv, head, kv_algo, tokens, severity, needle):
+    from trtllm_medusa_ports.engine.build import flag_findings
+
+    cfg = {"num_attention_heads": heads, "num_key_value_heads": kv, "head_size": head, "num_medusa_heads": 2,
+           "quantization": {"kv_cache_quant_algo": kv_algo}}
+    found = [f for f in flag_findings(cfg, SimpleNamespace(tokens_per_block=tokens)) if "tokens_per_block" in f.message]
+    if severity is None:
+        assert not found, found
+    else:
+        assert len(found) == 1 and found[0].severity == severity and needle in found[0].message, found
 
 
 def test_one_family_failing_to_build_its_class_does_not_block_the_others(trtllm, store, tmp_path, monkeypatch,

@@ -9,7 +9,8 @@ Upstream facts behind the rules (TensorRT-LLM 1.2.x):
   (cpp/tensorrt_llm/common/attentionOp.cpp: "No available XQA kernels are found
   for speculative decoding mode"); XQA has no ALiBi, so an ALiBi base would get
   tree verification with wrong attention scores (the "very poor accuracy" Bloom reports);
-- XQA head sizes: multiples of 16 up to 256; the precompiled Medusa kernels cover 64 and 128;
+- XQA head sizes: multiples of 16 up to 256; the precompiled Medusa (multi-query-token) kernels
+  cover head size 128 only; which kernels run is decided per GPU (:func:`xqa_medusa_route`);
 - Medusa matches draft tokens greedily only and has no beam search
   (tensorrt_llm/runtime/generation.py find_best_medusa_path).
 """
@@ -46,9 +47,6 @@ ERROR, WARNING, INFO = "error", "warning", "info"
 #: Phi-3 converter maps itself.
 TRTLLM_ROPE_SCALING = ("linear", "dynamic", "longrope", "llama3", "yarn", "mrope")
 _ROPE_ALIASES = {"su": "longrope"}
-#: head sizes of the precompiled XQA kernels built for Medusa (decoderXQAImplPrecompiled.cpp);
-#: other multiples of 16 up to 256 need the XQA JIT path (kernelUtils.cpp)
-XQA_PRECOMPILED_HEAD_SIZES = (64, 128)
 
 
 #: every rule id a finding may carry (docs/compatibility-rules.md documents each; a test checks it)
@@ -130,31 +128,180 @@ def _alibi_finding(reason: str) -> Finding:
 
 
 # -- the rules ---------------------------------------------------------------------------
-def _xqa_group_findings(group: int, head_size: int) -> list[Finding]:
-    """Which XQA kernels serve a group size (query heads per KV head) with speculative decoding.
+# -- which XQA kernels serve Medusa generation ------------------------------------------
+# With speculative decoding (multi_query_tokens), decoderXQARunner::getImplFromXQAParams
+# (cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQARunner.cpp, the 1.2 copy read) checks
+# TRTLLM_ENABLE_XQA_JIT first (1: JIT, 0: precompiled, outright); without it the JIT kernels are chosen on
+# SM 9.0 with an E4M3 KV cache and group size <= 64, or when 64 % group size == 0 (MLA aside), the precompiled
+# ones otherwise. An older copy had only the SM 9.0 + E4M3 clause and ignored the variable here.
+#: the environment variable the runner reads first
+XQA_JIT_ENV = "TRTLLM_ENABLE_XQA_JIT"
+#: GPUs the route is worked out for: those the precompiled Medusa cubins of xqa_kernel_cubin.h are built for
+XQA_ROUTE_SMS = (80, 86, 89, 90)
+#: head sizes of the precompiled multi-query-token (Medusa) XQA cubins (decoderMaskedMultiheadAttention/cubin/
+#: xqa_kernel_cubin.h: head size 128 only, beam 1, any group); other multiples of 16 up to 256 need the JIT kernels
+XQA_PRECOMPILED_MEDUSA_HEAD_SIZES = (128,)
+#: tokens per KV-cache block the precompiled kernels take: DecoderXQAImplPrecompiled::shouldUse accepts 32, 64
+#: and 128 (the cubin table of the copy read lists Medusa cubins for pages of 64 and 128, and linear caches)
+XQA_PRECOMPILED_TOKENS_PER_BLOCK = (32, 64, 128)
+#: decoderXQAImplJIT/kernelUtils.cpp: supportConfigHMMA (SM 8.0+) and supportConfigQGMMA (SM 9.0, E4M3 KV only)
+XQA_JIT_HMMA_TOKENS_PER_BLOCK = (16, 32, 64, 128)
+XQA_JIT_QGMMA_TOKENS_PER_BLOCK = (8, 16, 32, 64, 128)
+#: the largest group size (query heads per KV head) the JIT kernels take
+XQA_JIT_MAX_GROUP = 32
+#: SM 9.0 with an E4M3 cache: the runner picks JIT up to this group size ("supportedByHopperXqa")
+XQA_HOPPER_JIT_MAX_GROUP = 64
 
-    cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/decoderXQARunner.cpp routes to the
-    JIT kernels when ``64 % group_size == 0``; the JIT kernels take ``head_grp_size <= 32``
-    (xqaDispatcher / kernelUtils.cpp); otherwise the precompiled kernels must exist for the head
-    size (64, 128). Without a kernel the engine fails at run time with "No available XQA kernels
-    are found for speculative decoding mode" (common/attentionOp.cpp).
+
+@dataclass(frozen=True)
+class XqaKernels:
+    """The kernels of one XQA implementation that accept an attention shape on one GPU."""
+
+    names: tuple[str, ...]
+    tokens_per_block: tuple[int, ...]
+    #: why none accepts it ("" when one does)
+    missing: str = ""
+
+
+@dataclass(frozen=True)
+class XqaRoute:
+    """How TensorRT-LLM serves Medusa generation attention on one GPU (SM) for one attention shape."""
+
+    sm: int
+    #: what the runner picks without TRTLLM_ENABLE_XQA_JIT: "JIT" or "precompiled"
+    impl: str
+    #: why it picks that
+    why: str
+    jit: XqaKernels
+    precompiled: XqaKernels
+
+    @property
+    def picked(self) -> XqaKernels:
+        return self.jit if self.impl == "JIT" else self.precompiled
+
+    @property
+    def served(self) -> bool:
+        """A kernel serves it with default settings."""
+        return bool(self.picked.names)
+
+    @property
+    def served_with_jit_env(self) -> bool:
+        """A kernel serves it with TRTLLM_ENABLE_XQA_JIT=1."""
+        return bool(self.jit.names)
+
+
+def _kv_kind(kv_dtype: str | None) -> str:
+    kind = str(kv_dtype or "").upper()
+    if kind in ("FP8", "E4M3", "FP8_E4M3"):
+        return "FP8"
+    return "INT8" if kind == "INT8" else "float"
+
+
+def sm_names(sms) -> str:
+    """``SM 8.9`` or ``SM 8.0/8.6``."""
+    return "SM " + "/".join(f"{s // 10}.{s % 10}" for s in sms)
+
+
+def xqa_medusa_route(group: int, head_size: int, kv_dtype: str | None = None, sm: int | None = None, *,
+                     q_scaling_one: bool = True) -> dict[int, XqaRoute]:
+    """Which XQA kernels serve Medusa generation, per GPU: ``{sm: XqaRoute}`` for ``sm`` or every
+    :data:`XQA_ROUTE_SMS`.
+
+    ``group`` is query heads per KV head, ``kv_dtype`` the KV-cache quantization (``None``/``"float"``,
+    ``"INT8"``, ``"FP8"``). The runner's choice is the one described above :data:`XQA_JIT_ENV`; the JIT kernels
+    (decoderXQAImplJIT/kernelUtils.cpp) are QGMMA (SM 9.0, E4M3 cache only) and HMMA (SM 8.0+, fp16/bf16, INT8 or
+    E4M3 cache), both for head sizes that are multiples of 16 in [16, 256] and group sizes up to 32; the
+    precompiled Medusa cubins (xqa_kernel_cubin.h) are for head size 128, any group, fp16/bf16 or INT8 caches on
+    SM 8.0/8.6 and also E4M3 on SM 8.9/9.0, and need q_scaling == 1 (DecoderXQAImplPrecompiled::shouldUse).
+    With no kernel the engine fails at run time: "No available XQA kernels are found for speculative decoding
+    mode" (cpp/tensorrt_llm/common/attentionOp.cpp).
     """
-    if 64 % group == 0:
-        if group > 32:
-            return [Finding("gqa-group-size", ERROR,
-                            f"{group} query heads per KV head: generation would run on the XQA JIT kernels, "
-                            "which take at most 32 (no available XQA kernel for speculative decoding)",
-                            "Medusa cannot be served on this base by TensorRT-LLM")]
-        return []
-    if head_size not in XQA_PRECOMPILED_HEAD_SIZES:
-        return [Finding("gqa-group-size", ERROR,
-                        f"{group} query heads per KV head: XQA JIT kernels are chosen only when the group size "
-                        "divides 64, and the precompiled XQA kernels are not built for head size "
-                        f"{head_size} (no available XQA kernel for speculative decoding)",
-                        "Medusa cannot be served on this base by TensorRT-LLM")]
-    return [Finding("gqa-group-size", INFO,
-                    f"{group} query heads per KV head: XQA JIT kernels are chosen only when the group size "
-                    "divides 64, so generation runs on the precompiled XQA kernels", "nothing to do")]
+    kv = _kv_kind(kv_dtype)
+    return {s: _route_on(s, group, head_size, kv, q_scaling_one) for s in ((sm,) if sm else XQA_ROUTE_SMS)}
+
+
+def _route_on(sm: int, group: int, head_size: int, kv: str, q_scaling_one: bool) -> XqaRoute:
+    head_ok = head_size % 16 == 0 and 16 <= head_size <= 256
+    if not head_ok:
+        jit = XqaKernels((), (), f"the JIT kernels take head sizes that are multiples of 16 up to 256, not {head_size}")
+    elif group > XQA_JIT_MAX_GROUP:
+        jit = XqaKernels((), (), f"the JIT kernels take at most {XQA_JIT_MAX_GROUP} query heads per KV head")
+    elif sm < 80:
+        jit = XqaKernels((), (), "the JIT kernels need SM 8.0 or later")
+    elif sm == 90 and kv == "FP8":
+        jit = XqaKernels(("QGMMA", "HMMA"), XQA_JIT_QGMMA_TOKENS_PER_BLOCK)
+    else:
+        jit = XqaKernels(("HMMA",), XQA_JIT_HMMA_TOKENS_PER_BLOCK)
+    if head_size not in XQA_PRECOMPILED_MEDUSA_HEAD_SIZES:
+        pre = XqaKernels((), (), "the precompiled Medusa kernels exist for head size "
+                         + "/".join(map(str, XQA_PRECOMPILED_MEDUSA_HEAD_SIZES)) + " only")
+    elif sm not in XQA_ROUTE_SMS:
+        pre = XqaKernels((), (), f"no precompiled Medusa kernels were read for {sm_names([sm])}")
+    elif kv == "FP8" and sm < 89:
+        pre = XqaKernels((), (), f"the precompiled Medusa kernels have no E4M3 cache on {sm_names([sm])}")
+    elif not q_scaling_one:
+        pre = XqaKernels((), (), "the precompiled kernels require q_scaling == 1")
+    else:
+        pre = XqaKernels(("head-size-128",), XQA_PRECOMPILED_TOKENS_PER_BLOCK)
+    if sm == 90 and kv == "FP8" and group <= XQA_HOPPER_JIT_MAX_GROUP:
+        impl, why = "JIT", f"an FP8 KV cache on SM 9.0 with a group size up to {XQA_HOPPER_JIT_MAX_GROUP}"
+    elif 64 % group == 0:
+        impl, why = "JIT", f"group size {group} divides 64"
+    else:
+        impl, why = "precompiled", f"group size {group} does not divide 64"
+    return XqaRoute(sm, impl, why, jit, pre)
+
+
+def describe_xqa_routes(routes: dict[int, XqaRoute]) -> str:
+    """The routes in words, GPUs with the same outcome together: "on SM 9.0 ...; on SM 8.0/8.6/8.9 ..."."""
+    by_outcome: dict[tuple, list[int]] = {}
+    for sm, r in routes.items():
+        by_outcome.setdefault((r.impl, r.why, r.jit, r.precompiled), []).append(sm)
+    parts = []
+    for (impl, why, jit, pre), sms in by_outcome.items():
+        picked = jit if impl == "JIT" else pre
+        text = f"on {sm_names(sms)} the runner picks the {impl} XQA kernels ({why})"
+        if picked.names:
+            text += (f", whose {' and '.join(picked.names)} kernels take it "
+                     f"({', '.join(map(str, picked.tokens_per_block))} tokens per block)")
+        else:
+            text += f", and none takes it ({picked.missing})"
+            if impl == "precompiled":
+                text += (f"; with {XQA_JIT_ENV}=1 the JIT {' and '.join(jit.names)} kernels would" if jit.names
+                         else f"; nor do the JIT kernels ({jit.missing})")
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _xqa_group_findings(group: int, head_size: int) -> list[Finding]:
+    """Which XQA kernels serve a group size (query heads per KV head) with speculative decoding and a
+    float16/bfloat16 KV cache (quantized caches: rule quant-kv-cache); :func:`xqa_medusa_route` has the facts."""
+    routes = xqa_medusa_route(group, head_size)
+    r = routes[XQA_ROUTE_SMS[-1]]  # a float cache takes the same route on every GPU read
+    lead = f"{group} query heads per KV head (head size {head_size}, a float16/bfloat16 KV cache): "
+    if all(x.served for x in routes.values()):
+        if r.impl == "JIT":
+            return []
+        return [Finding("gqa-group-size", INFO,
+                        lead + "XQA JIT kernels are chosen only when the group size divides 64, so generation runs on "
+                        "the precompiled XQA kernels (head size 128; xqa_kernel_cubin.h)", "nothing to do")]
+    if all(x.served_with_jit_env for x in routes.values()):
+        return [Finding("gqa-group-size", WARNING,
+                        lead + f"the group size does not divide 64, so with default settings decoderXQARunner picks "
+                        f"the precompiled XQA kernels, and {r.precompiled.missing}: the engine fails at run time "
+                        "(\"No available XQA kernels are found for speculative decoding mode\"). With "
+                        f"{XQA_JIT_ENV}=1 the runner takes the JIT kernels instead (the 1.2 runner read checks the "
+                        f"variable first), whose HMMA kernels take group sizes up to {XQA_JIT_MAX_GROUP}",
+                        f"run the engine with {XQA_JIT_ENV}=1 in its environment (e.g. `{XQA_JIT_ENV}=1 python3 "
+                        "run.py ...`) and validate on GPU (scripts/validate_on_gpu.sh)")]
+    if r.impl == "JIT":
+        text = (lead + "generation would run on the XQA JIT kernels (the group size divides 64), which take at "
+                f"most {XQA_JIT_MAX_GROUP} (no available XQA kernel for speculative decoding)")
+    else:
+        text = (lead + f"the group size does not divide 64, so the runner picks the precompiled XQA kernels, and "
+                f"{r.precompiled.missing}; {r.jit.missing}, so {XQA_JIT_ENV}=1 does not help either "
+                "(no available XQA kernel for speculative decoding)")
+    return [Finding("gqa-group-size", ERROR, text, "Medusa cannot be served on this base by TensorRT-LLM")]
 
 
 def _custom_q_scaling(hf: HFConfig, head_size: int) -> str | None:
@@ -248,16 +395,27 @@ def _xqa_head_size(f: BaseFacts) -> list[Finding]:
                 "Medusa cannot be served on this base by TensorRT-LLM; choose another base",
             )
         )
-    elif head_size not in XQA_PRECOMPILED_HEAD_SIZES:
-        # decoderXQARunner.cpp routes to JIT only when 64 % group_size == 0
+    elif head_size not in XQA_PRECOMPILED_MEDUSA_HEAD_SIZES:
+        group = f.heads // f.kv if f.kv and f.heads % f.kv == 0 else None
+        # a float cache takes the same route on every GPU read (FP8 on SM 9.0: rule quant-kv-cache)
+        picked = xqa_medusa_route(group, head_size)[XQA_ROUTE_SMS[-1]].impl if group else None
+        if picked is None:
+            route = ""
+        elif picked == "JIT":
+            route = f", which the runner picks for {group} query heads per KV head (the group size divides 64)"
+        else:
+            route = (f", which the runner takes for {group} query heads per KV head only with {XQA_JIT_ENV}=1 "
+                     "(see gqa-group-size)")
         out.append(
             Finding(
                 "xqa-head-size-jit",
                 WARNING,
-                f"head size {head_size} is not among the precompiled XQA kernels "
-                f"({', '.join(map(str, XQA_PRECOMPILED_HEAD_SIZES))}); the engine needs XQA JIT",
-                "build on TensorRT-LLM 1.2.x with the default JIT XQA kernels (do not disable JIT); "
-                "validate on GPU with scripts/validate_on_gpu.sh",
+                f"head size {head_size} is not among the precompiled Medusa XQA kernels (head size "
+                f"{'/'.join(map(str, XQA_PRECOMPILED_MEDUSA_HEAD_SIZES))} only; xqa_kernel_cubin.h); the engine "
+                f"needs the XQA JIT kernels{route}",
+                f"keep the runner on the JIT kernels (never {XQA_JIT_ENV}=0"
+                + (f"; set {XQA_JIT_ENV}=1" if picked == "precompiled" else "")
+                + "); validate on GPU with scripts/validate_on_gpu.sh",
             )
         )
     return out
@@ -321,20 +479,29 @@ def _attention_scale(f: BaseFacts) -> list[Finding]:
     heads, kv, out = f.heads, f.kv, []
     q_scaling = _custom_q_scaling(f.hf, f.head_size)
     if q_scaling and kv and heads % kv == 0:
-        precompiled_path = 64 % (heads // kv) != 0
-        out.append(
-            Finding(
-                "attention-scale",
-                ERROR if precompiled_path else WARNING,
-                f"{q_scaling} sets q_scaling != 1"
-                + ("; generation runs on the precompiled XQA kernels (group size does not divide 64), "
-                   "which require q_scaling == 1: there is no kernel for speculative decoding"
-                   if precompiled_path else
-                   "; the XQA JIT kernels take it, precompiled ones (older releases) do not"),
-                "Medusa cannot be served on this base by TensorRT-LLM's precompiled XQA kernels"
-                if precompiled_path else "use TensorRT-LLM 1.2.x (JIT XQA) and validate on GPU",
-            )
-        )
+        group = heads // kv
+        routes = xqa_medusa_route(group, f.head_size, q_scaling_one=False)
+        r = routes[XQA_ROUTE_SMS[-1]]  # float cache: the same route on every GPU read
+        if all(x.served for x in routes.values()):
+            severity, why, fix = (WARNING, "; the XQA JIT kernels the runner picks for this group size (it divides 64) "
+                                  "take it, the precompiled ones do not",
+                                  f"use TensorRT-LLM 1.2.x (never {XQA_JIT_ENV}=0) and validate on GPU")
+        elif all(x.served_with_jit_env for x in routes.values()):
+            severity, why, fix = (
+                WARNING,
+                f"; {r.why}, so with default settings generation runs on the precompiled XQA kernels, which require "
+                "q_scaling == 1: there is no kernel for speculative decoding and the engine fails at run time. With "
+                f"{XQA_JIT_ENV}=1 the runner takes the JIT kernels, which take it (the 1.2 runner read checks the "
+                "variable first)",
+                f"run the engine with {XQA_JIT_ENV}=1 in its environment and validate on GPU "
+                "(scripts/validate_on_gpu.sh)")
+        else:
+            severity, why, fix = (
+                ERROR,
+                f"; {r.why}, so generation runs on the precompiled XQA kernels, which require q_scaling == 1, and "
+                f"{r.jit.missing}: there is no kernel for speculative decoding",
+                "Medusa cannot be served on this base by TensorRT-LLM's XQA kernels")
+        out.append(Finding("attention-scale", severity, f"{q_scaling} sets q_scaling != 1" + why, fix))
     return out
 
 

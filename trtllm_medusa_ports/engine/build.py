@@ -21,7 +21,14 @@ from typing import Any
 
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
-from trtllm_medusa_ports.compat import ERROR, WARNING, Finding
+from trtllm_medusa_ports.compat import (
+    ERROR,
+    WARNING,
+    XQA_JIT_ENV,
+    Finding,
+    sm_names,
+    xqa_medusa_route,
+)
 from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
 from trtllm_medusa_ports.errors import CheckpointError, PortError
 from trtllm_medusa_ports.files.jsonfile import read_json
@@ -76,12 +83,6 @@ def checkpoint_findings(cfg: dict, path: Path, allow_unsupported: bool = False) 
 FUSIONS_WITHOUT_RESIDUAL_MULTIPLIER = ("reduce_fusion", "norm_quant_fusion", "user_buffer", "pp_reduce_scatter")
 
 
-#: tokens per KV-cache block the XQA kernels take: JIT (decoderXQAImplJIT/kernelUtils.cpp, the SM80+
-#: HMMA kernel's set) and precompiled (decoderXQAImplPrecompiled.cpp ``shouldUse``: 32/64/128)
-XQA_JIT_TOKENS_PER_BLOCK = (16, 32, 64, 128)
-XQA_PRECOMPILED_TOKENS_PER_BLOCK = (32, 64, 128)
-
-
 def _flag(args: Any, name: str, default: Any = None) -> Any:
     return getattr(args, name, default)
 
@@ -113,19 +114,8 @@ def _medusa_flag_findings(cfg: dict, args: Any) -> list[Finding]:
                "the two disagree (tensorrt_llm/builder.py BuildConfig.update_kv_cache_type asserts they agree)",
                "drop --paged_kv_cache (deprecated upstream)")
     tokens = _flag(args, "tokens_per_block", 32)
-    heads = int(cfg.get("num_attention_heads") or 1)
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    jit_route = kv > 0 and heads % kv == 0 and 64 % (heads // kv) == 0  # decoderXQARunner.cpp: JIT when 64 % group == 0
-    allowed = XQA_JIT_TOKENS_PER_BLOCK if jit_route else XQA_PRECOMPILED_TOKENS_PER_BLOCK
-    if tokens is not None and int(tokens) not in allowed:
-        route = ("XQA JIT kernels (decoderXQAImplJIT/kernelUtils.cpp)" if jit_route else
-                 f"precompiled XQA kernels (group size {heads // max(kv, 1)} does not divide 64; "
-                 "decoderXQAImplPrecompiled.cpp)")
-        refuse(f"--tokens_per_block {tokens}",
-               f"generation with speculative decoding runs on the {route}, which take {', '.join(map(str, allowed))} "
-               "tokens per block; with no kernel the engine fails at run time (\"No available XQA kernels are found "
-               "for speculative decoding mode\", cpp/tensorrt_llm/common/attentionOp.cpp)",
-               f"use --tokens_per_block {' or '.join(map(str, allowed))} (default 32)")
+    if tokens is not None:
+        out += _tokens_per_block_findings(cfg, int(tokens))
     mode = _flag(args, "speculative_decoding_mode")
     if mode not in (None, "medusa"):
         refuse(f"--speculative_decoding_mode {mode}", "this checkpoint holds Medusa heads",
@@ -150,6 +140,60 @@ def _medusa_flag_findings(cfg: dict, args: Any) -> list[Finding]:
         refuse("--multiple_profiles enable with --opt_num_tokens",
                "tensorrt_llm/commands/build.py main refuses the pair", "drop --opt_num_tokens")
     return out
+
+
+def _tokens_per_block_findings(cfg: dict, tokens: int) -> list[Finding]:
+    """``--tokens_per_block`` against the XQA kernels that would run Medusa generation (compat.xqa_medusa_route).
+
+    The build cannot know the GPU, so per GPU read the kernels counted are the ones the runner picks, or, where
+    those have none for this shape, the JIT kernels ``TRTLLM_ENABLE_XQA_JIT=1`` gives (the fix ``check`` names).
+    A size none of them takes is refused; one that only some take builds, with a warning naming the others.
+    """
+    heads = int(cfg.get("num_attention_heads") or 1)
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    if kv <= 0 or heads % kv:
+        return []
+    head_size = int(cfg.get("head_size") or int(cfg.get("hidden_size") or 0) // heads)
+    kv_algo = (cfg.get("quantization") or {}).get("kv_cache_quant_algo")
+    routes = xqa_medusa_route(heads // kv, head_size, kv_algo)
+    if str(kv_algo).upper() == "FP8":  # E4M3 caches from SM 8.9 on (rule quant-kv-cache)
+        routes = {sm: r for sm, r in routes.items() if sm >= 89}
+    takes: dict[int, tuple[str, tuple[int, ...]]] = {}
+    for sm, r in routes.items():
+        if r.served:
+            takes[sm] = (f"the {r.impl} XQA kernels the runner picks ({r.why})", r.picked.tokens_per_block)
+        elif r.served_with_jit_env:
+            takes[sm] = (f"the JIT XQA kernels {XQA_JIT_ENV}=1 gives ({r.why}: without it no kernel)",
+                         r.jit.tokens_per_block)
+    if not takes:  # no kernel at all: check and convert report it (gqa-group-size, quant-kv-cache)
+        return []
+    no_kernel = "with no kernel the engine fails at run time (\"No available XQA kernels are found for speculative " \
+                "decoding mode\", cpp/tensorrt_llm/common/attentionOp.cpp)"
+    refusing = [sm for sm, (_, sizes) in takes.items() if tokens not in sizes]
+    by_kernels: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    for sm, what in takes.items():
+        by_kernels.setdefault(what, []).append(sm)
+    detail = "; ".join(f"on {sm_names(sms)} {what} take {', '.join(map(str, sizes))}"
+                       for (what, sizes), sms in by_kernels.items())
+    if len(refusing) < len(takes) and refusing:
+        return [Finding("engine-build-flag", WARNING,
+                        f"--tokens_per_block {tokens}: Medusa generation runs on XQA kernels, and not those of every "
+                        f"GPU take {tokens} tokens per block ({detail}); on {sm_names(refusing)} {no_kernel}",
+                        f"serve on a GPU whose kernels take it, or use --tokens_per_block "
+                        f"{' or '.join(map(str, _common(takes)))}")]
+    if refusing:
+        allowed = sorted({t for _, sizes in takes.values() for t in sizes})
+        return [Finding("engine-build-flag", ERROR,
+                        f"--tokens_per_block {tokens}: generation with speculative decoding runs on XQA kernels, "
+                        f"which take other tokens per block ({detail}); {no_kernel}",
+                        f"use --tokens_per_block {' or '.join(map(str, _common(takes) or allowed))} (default 32)")]
+    return []
+
+
+def _common(takes: dict[int, tuple[str, tuple[int, ...]]]) -> list[int]:
+    """Tokens per block every GPU's kernels take."""
+    sets = [set(sizes) for _, sizes in takes.values()]
+    return sorted(set.intersection(*sets)) if sets else []
 
 
 def _moe_plugin_findings(cfg: dict, args: Any) -> list[Finding]:

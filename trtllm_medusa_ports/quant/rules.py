@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.semantics import MlpKind
-from trtllm_medusa_ports.compat import ERROR, INFO, WARNING, Finding
+from trtllm_medusa_ports.compat import (
+    ERROR,
+    INFO,
+    WARNING,
+    XQA_JIT_ENV,
+    Finding,
+    describe_xqa_routes,
+    sm_names,
+    xqa_medusa_route,
+)
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.quant import QuantSpec
 from trtllm_medusa_ports.sharding import kv_heads_per_rank
@@ -67,7 +76,8 @@ def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_s
         out.append(Finding(
             "quant-fp8-gpu", INFO,
             "FP8 GEMMs run on SM 8.9 and later (Ada, Hopper, Blackwell; TensorRT-LLM's support matrix); FP8 context "
-            "FMHA is switched off below SM 8.9 (tensorrt_llm/builder.py build)",
+            "FMHA is switched off below SM 8.9 and, with paged context FMHA (the default), without an FP8 KV cache "
+            "(tensorrt_llm/builder.py build)",
             "serve on an L4/L40/RTX 40xx, H100/H200 or newer; on Ampere use --qformat int8_wo or int4_wo"))
     if spec.weight_only or spec.kv_cache_quant_algo == "INT8":
         out.append(Finding(
@@ -76,26 +86,41 @@ def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_s
             "(\"INT8/INT4 quantization is not supported on SM>=100\")",
             "on B200/GB200 use --qformat fp8 with --kv_cache_dtype fp8"))
     if spec.kv_cache_quant_algo:
-        group = adapter.num_attention_heads(hf) // max(adapter.num_kv_heads(hf), 1)
-        head = adapter.head_size(hf)
-        jit = 64 % group == 0
-        kind = spec.kv_cache_quant_algo
-        detail = (f"generation with speculative decoding runs on XQA kernels; with {kind} KV they exist "
-                  + ("on the JIT route (group size divides 64; decoderXQAImplJIT/kernelUtils.cpp "
-                     "supportConfigHMMA takes INT8 and E4M3 caches on SM 8.0+)" if jit else
-                     f"only as precompiled kernels for head size 128 (group size {group} does not divide 64; "
-                     "xqa_kernel_cubin.h multi-query-token kernels)"))
-        if kind == "FP8":
-            detail += "; FP8 (E4M3) caches need SM 8.9 or later"
-        else:
-            detail += "; the builder switches paged context FMHA off with an INT8 KV cache (tensorrt_llm/builder.py)"
-        # precompiled multi-query-token kernels with an INT8 / E4M3 cache were read for head size 128 only; the
-        # float ones exist for 64 too (compat.XQA_PRECOMPILED_HEAD_SIZES): 64 is a warning (unconfirmed), others
-        # an error
-        severity = INFO if jit or head == 128 else WARNING if head == 64 else ERROR
-        out.append(Finding("quant-kv-cache", severity, detail,
-                           {ERROR: "Medusa cannot be served with this KV-cache dtype on this base; drop --kv_cache_dtype",
-                            WARNING: "validate on GPU (scripts/validate_on_gpu.sh) before serving, or drop "
-                                     "--kv_cache_dtype",
-                            INFO: "nothing to do; validate on GPU"}[severity]))
+        out.append(kv_cache_finding(hf, adapter, spec.kv_cache_quant_algo))
     return out
+
+
+def kv_cache_finding(hf: HFConfig, adapter: ArchAdapter, kind: str) -> Finding:
+    """Rule ``quant-kv-cache``: which XQA kernels read a quantized KV cache in Medusa generation, per GPU
+    (compat.xqa_medusa_route has the upstream facts)."""
+    group = adapter.num_attention_heads(hf) // max(adapter.num_kv_heads(hf), 1)
+    head = adapter.head_size(hf)
+    routes = xqa_medusa_route(group, head, kind)
+    if kind == "FP8":  # E4M3 caches are served from SM 8.9 on (as this rule has always said)
+        routes = {sm: r for sm, r in routes.items() if sm >= 89}
+    served = [sm for sm, r in routes.items() if r.served]
+    with_env = [sm for sm, r in routes.items() if not r.served and r.served_with_jit_env]
+    detail = (f"generation with speculative decoding runs on XQA kernels; with an {kind} KV cache, {group} query heads "
+              f"per KV head and head size {head}: {describe_xqa_routes(routes)}")
+    if kind == "FP8":
+        detail += "; FP8 (E4M3) caches need SM 8.9 or later"
+    else:
+        detail += "; the builder switches paged context FMHA off with an INT8 KV cache (tensorrt_llm/builder.py)"
+    if len(served) == len(routes):
+        return Finding("quant-kv-cache", INFO, detail, "nothing to do; validate on GPU")
+    if not served and not with_env:
+        return Finding("quant-kv-cache", ERROR, detail,
+                       "Medusa cannot be served with this KV-cache dtype on this base; drop --kv_cache_dtype")
+    fix = []
+    if served:
+        fix.append(f"serve on {sm_names(served)}, where the kernels named take it")
+    if with_env:
+        fix.append(f"on {sm_names(with_env)} run the engine with {XQA_JIT_ENV}=1 in its "
+                   "environment (the 1.2 runner read checks it first)")
+    stuck = [sm for sm, r in routes.items() if not r.served and not r.served_with_jit_env]
+    forced = [sm for sm in stuck if routes[sm].impl == "JIT" and routes[sm].precompiled.names]
+    if forced:
+        fix.append(f"on {sm_names(forced)} {XQA_JIT_ENV}=0 would force the precompiled kernels, "
+                   "which take it (unconfirmed)")
+    return Finding("quant-kv-cache", WARNING, detail,
+                   "; ".join(fix) + "; or drop --kv_cache_dtype; validate on GPU (scripts/validate_on_gpu.sh)")
