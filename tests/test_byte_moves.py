@@ -69,7 +69,9 @@ def test_byte_path_writes_the_tensor_paths_bytes_for_every_family(tmp_path, stor
     # but for value transforms (Gemma's w + 1 norms); the heads are made in memory from their own layout
     hf = HFConfig.read(base)
     ad = adapter_for(arch)
-    transformed = tuple(r.name for place in Place for r in ad.rules_at(place, hf) if isinstance(r.combine, ValueTransform))
+    # value transforms, and combines a family declares tensor-path (weights.tensor_path: GPT-2's Conv1D transposes)
+    transformed = tuple(r.name for place in Place for r in ad.rules_at(place, hf)
+                        if isinstance(r.combine, ValueTransform) or hasattr(r.combine, "tensor_path_reason"))
     assert not [n for n, how in same.moves.items()
                 if how == "tensor" and not n.startswith("medusa_heads.") and not n.endswith(transformed)]
 

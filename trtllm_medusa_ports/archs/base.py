@@ -107,6 +107,10 @@ class ArchAdapter:
     hf_defaults: ClassVar[dict] = {}
     #: the config.json key of the norms' epsilon
     norm_epsilon_key: ClassVar[str] = "rms_norm_eps"
+    #: the config.json keys of the context length (GPT-2: ``n_positions``) and of the activation (GPT-2 and
+    #: GPTBigCode: ``activation_function``); a family default comes from ``hf_defaults``, never a silent guess
+    max_positions_key: ClassVar[str] = "max_position_embeddings"
+    activation_key: ClassVar[str] = "hidden_act"
     #: the prefix of the Hugging Face decoder layers' tensor names (``{i}``: the layer index), written once
     layer_prefix: ClassVar[str] = "model.layers.{i}."
     #: where the family's Hugging Face names differ from :data:`LLAMA_NAMES` (layer roles relative to
@@ -204,8 +208,8 @@ class ArchAdapter:
             "head_size": self.head_size(hf),
             "intermediate_size": self.intermediate_size(hf),
             "vocab_size": hf.require("vocab_size"),
-            "max_position_embeddings": hf.get("max_position_embeddings") or 2048,
-            "hidden_act": self.hf_value(hf, "hidden_act"),
+            "max_position_embeddings": self.max_positions(hf),
+            "hidden_act": self.activation(hf),
             "norm_epsilon": float(self.hf_value(hf, self.norm_epsilon_key)),
             "position_embedding_type": self.position_embedding.value,
             **({"rotary_base": hf.rope_theta, "rotary_scaling": hf.rope_scaling} if self.position_embedding.is_rope else {}),
@@ -217,6 +221,22 @@ class ArchAdapter:
         ``engine_keys``): what the checkpoint's config.json holds of the family."""
         keep = COMMON_CONFIG_KEYS | self.engine_keys
         return {k: v for k, v in self.trtllm_config(hf).items() if k in keep}
+
+    def max_positions(self, hf: HFConfig) -> int:
+        """The context length from config.json's ``max_positions_key``, or the family's declared default; a
+        config with neither fails, naming the key (it was silently 2048 before)."""
+        value = hf.get(self.max_positions_key)
+        if value is None:
+            value = self.hf_defaults.get(self.max_positions_key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ModelError(f"config.json's {self.max_positions_key} is {value!r}: the context length TensorRT-LLM's "
+                             "config needs (max_position_embeddings)", where=str(hf.path),
+                             fix=f"add {self.max_positions_key} (a positive integer) to config.json")
+        return value
+
+    def activation(self, hf: HFConfig) -> str:
+        """The base's activation, read from its own key (``activation_key``)."""
+        return str(self.hf_value(hf, self.activation_key))
 
     def intermediate_size(self, hf: HFConfig) -> int:
         return int(hf.require("intermediate_size"))

@@ -35,7 +35,10 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 class BloomAdapter(ArchAdapter):
     hf_architectures = ("BloomForCausalLM",)
     engine_limits_summary: ClassVar[str] = '`layer_norm_epsilon != 1e-5` (`models/bloom/model.py` passes no `eps`)'
-    hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
+    # BloomConfig has no context length (ALiBi, no position table): 2048 is the BLOOM models' training context,
+    # declared rather than guessed per config
+    hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu',
+                                   'max_position_embeddings': 2048}
     norm_epsilon_key = 'layer_norm_epsilon'
     expected_check_errors: ClassVar[frozenset[str]] = frozenset({"alibi-position-embedding"})
     test_variants: ClassVar[tuple[dict, ...]] = ({},)

@@ -35,7 +35,8 @@ _TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 class GPTJAdapter(ArchAdapter):
     hf_architectures = ("GPTJForCausalLM",)
     engine_limits_summary: ClassVar[str] = '`n_inner != 4 x n_embd`, `layer_norm_epsilon != 1e-5` for ln_f, an `activation_function` other than a tanh GELU (`models/gptj/model.py`: a 4 x hidden MLP, `"gelu"`, ln_f without `eps`)'
-    hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}
+    max_positions_key = 'n_positions'
+    hf_defaults: ClassVar[dict] = {'n_positions': 2048, 'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}
     norm_epsilon_key = 'layer_norm_epsilon'
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"rotary_dim": 16, "tie_word_embeddings": True})
     key_cases: ClassVar[dict | None] = {"rotary_dim": 4}
@@ -73,7 +74,6 @@ class GPTJAdapter(ArchAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg.pop("rotary_scaling")  # GPTJConfig reads no scaling (transformers' GPT-J has none)
-        cfg["max_position_embeddings"] = int(hf.get("n_positions") or hf.get("max_position_embeddings") or 2048)
         cfg["hidden_act"] = "gelu"  # GPTJDecoderLayer's own; the tanh form, which is gelu_new
         cfg["rotary_base"] = 10000.0  # GPT-J's, and what the engine's attention builds (no config key)
         cfg["rotary_dim"] = int(hf.get("rotary_dim") or self.head_size(hf))  # GPTJConfig's own field

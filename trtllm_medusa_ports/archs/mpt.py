@@ -35,7 +35,9 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 class MPTAdapter(ArchAdapter):
     hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
     engine_limits_summary: ClassVar[str] = '`expansion_ratio != 4`, `attn_config.alibi: false`, `layer_norm_epsilon != 1e-5` for ln_f (`models/mpt/model.py`: a 4 x hidden MLP and ALiBi hard-coded, ln_f without `eps`)'
-    hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
+    hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu',
+                                   'max_seq_len': 2048}  # MptConfig's default
+    max_positions_key = "max_seq_len"
     norm_epsilon_key = 'layer_norm_epsilon'
     expected_check_errors: ClassVar[frozenset[str]] = frozenset({"alibi-position-embedding"})
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'n_heads': 2, 'attn_config': {'alibi': True, 'clip_qkv': 0.5}})
@@ -104,7 +106,7 @@ class MPTAdapter(ArchAdapter):
                 "bias": False,
                 "clip_qkv": attn.get("clip_qkv"),
                 "alibi_bias_max": attn.get("alibi_bias_max", 8),
-                "max_position_embeddings": hf.get("max_seq_len") or 2048,
+                "max_position_embeddings": self.max_positions(hf),
                 "position_embedding_type": "alibi" if attn.get("alibi", True) else "learned_absolute",
             }
         )

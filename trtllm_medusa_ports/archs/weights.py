@@ -31,6 +31,15 @@ def layout_only(combine: Callable) -> Callable:
     return combine
 
 
+def tensor_path(reason: str) -> Callable[[Callable], Callable]:
+    """Mark a combine that rearranges values in a way the byte path cannot trace (a transpose makes every output
+    row a strided column of the source): it takes the whole-tensor path, for the ``reason`` given."""
+    def mark(combine: Callable) -> Callable:
+        combine.tensor_path_reason = reason  # type: ignore[attr-defined]
+        return combine
+    return mark
+
+
 def is_layout_only(combine: Callable) -> bool:
     return getattr(combine, "layout_only", False) is True and not isinstance(combine, ValueTransform)
 
@@ -173,6 +182,7 @@ class Role(str, enum.Enum):
     """What a tensor does in a decoder-only base; the keys of an adapter's ``weights`` table."""
 
     EMBEDDING = "embedding"
+    POSITION_EMBEDDING = "position_embedding"  # a learned absolute position table (GPT-2's wpe)
     EMBEDDING_NORM = "embedding_norm"  # Bloom's word_embeddings_layernorm
     INPUT_NORM = "input_norm"
     QKV = "qkv"  # a fused HF tensor (str) or separate q, k, v projections (a 3-tuple)
@@ -196,6 +206,9 @@ class Role(str, enum.Enum):
 #: dense/proj, vocabulary-parallel lm_head).
 ROLES: dict[Role, RoleSpec] = {
     Role.EMBEDDING: RoleSpec("transformer.vocab_embedding", Split.EMBEDDING, Place.FIRST),
+    # tensorrt_llm/models/gpt/model.py GPTModel: an Embedding(max_position_embeddings, hidden) on the first stage,
+    # which optimize_model's parallelize_embedding splits as it splits the vocabulary (use_parallel_embedding)
+    Role.POSITION_EMBEDDING: RoleSpec("transformer.position_embedding", Split.EMBEDDING, Place.FIRST),
     Role.EMBEDDING_NORM: RoleSpec("transformer.ln_embed", place=Place.FIRST),
     Role.INPUT_NORM: RoleSpec("input_layernorm"),
     Role.QKV: RoleSpec("attention.qkv", Split.QKV),

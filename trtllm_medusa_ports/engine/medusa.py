@@ -10,6 +10,8 @@ which only wraps ``LLaMAForCausalLM`` / ``QWenForCausalLM``:
   copy of its own;
 * heads exist on the last pipeline stage only (where the converter writes them and where
   ``medusa_logits`` is marked); upstream builds them on every rank;
+* bases with learned absolute positions get one position id per tree token, rebuilt from the runtime's one per
+  generation request and ``spec_decoding_position_offsets`` (positions.py): upstream's runtime gives none;
 * ``load`` refuses tensors the class does not declare. Upstream only warns ("Provided but not
   required tensors", models/modeling_utils.py ``PretrainedModel.load``), which would turn a
   name mismatch between converter and engine class into a silently wrong engine.
@@ -21,6 +23,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from trtllm_medusa_ports.engine.positions import tree_position_ids
 from trtllm_medusa_ports.engine.spec_decoding import add_spec_decoding_plumbing
 from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.sharding import Mapping
@@ -102,6 +105,9 @@ def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
             self.num_medusa_heads = config.num_medusa_heads
             self.max_medusa_token_len = config.max_draft_len
             self.shared_lm_head = bool(getattr(config, "medusa_shared_lm_head", False))
+            # the position table is read on the first stage only (tensorrt_llm/models/gpt/model.py GPTModel)
+            pet = config.position_embedding_type
+            self.learned_positions = str(getattr(pet, "name", pet)).endswith("learned_absolute")
             if config.mapping.is_last_pp_rank():
                 vocab_padded = Mapping(config.mapping.tp_size).padded_vocab(config.vocab_size)
                 self.medusa_heads = ModuleList(
@@ -109,6 +115,14 @@ def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
                      for _ in range(config.num_medusa_heads)])
 
         def forward(self, *args, **kwargs):
+            spec = kwargs.get("spec_decoding_params")
+            if self.learned_positions and spec is not None and self.config.mapping.is_first_pp_rank():
+                args = list(args)
+                if len(args) > 1:  # DecoderModelForCausalLM.forward(input_ids, position_ids, ...)
+                    args[1] = tree_position_ids(args[1], spec.spec_decoding_position_offsets)
+                else:
+                    kwargs["position_ids"] = tree_position_ids(kwargs["position_ids"],
+                                                               spec.spec_decoding_position_offsets)
             out = super().forward(*args, **kwargs)
             if not kwargs.get("use_cache", False) or not self.config.mapping.is_last_pp_rank():
                 return out

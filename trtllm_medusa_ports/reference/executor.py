@@ -187,10 +187,10 @@ class ReferenceModel:
         self._stored: dict[tuple[int, str], torch.Tensor] = {}
         semantics = self.semantics
         if semantics.position_embedding not in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ,
-                                                PositionEmbedding.ALIBI):
+                                                PositionEmbedding.ALIBI, PositionEmbedding.LEARNED_ABSOLUTE):
             raise CheckpointError(
                 f"position_embedding_type {semantics.position_embedding.value!r} is not implemented by the "
-                "reference executor (it runs rope_gpt_neox, rope_gptj and alibi)",
+                "reference executor (it runs rope_gpt_neox, rope_gptj, alibi and learned_absolute)",
                 where=str(ckpt.path / "config.json"),
                 fix="verification of this variant needs a GPU run (scripts/validate_on_gpu.sh)",
             )
@@ -459,24 +459,37 @@ class ReferenceModel:
         y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
         return y + b if b is not None else y
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+    def _lookup(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of a first-stage table, gathered from the ranks' shards under parallel embedding."""
         ranks = self.stage_ranks(0)
-        name = "transformer.vocab_embedding.weight"
         if self.config.get("use_parallel_embedding") and self.tp > 1:
             if int(self.config.get("embedding_sharding_dim", 0)) == 0:
-                out = torch.zeros(tokens.shape[0], self.hidden_size)
+                out = torch.zeros(ids.shape[0], self.hidden_size)
                 for r in ranks:
                     table = self.stored(r, name)
                     lo = self.mapping.tp_rank(r) * table.shape[0]
-                    local = tokens - lo
+                    local = ids - lo
                     ok = (local >= 0) & (local < table.shape[0])
                     out[ok] += table[local[ok]].float()
-                x = out
-            else:
-                x = torch.cat([self.stored(r, name)[tokens].float() for r in ranks], dim=-1)
-        else:
-            x = self.stored(ranks[0], name)[tokens].float()
+                return out
+            return torch.cat([self.stored(r, name)[ids].float() for r in ranks], dim=-1)
+        return self.stored(ranks[0], name)[ids].float()
+
+    def embed(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embeddings; with learned absolute positions plus the table's rows at ``positions`` (each tree
+        token at its sequence position plus its offset: tensorrt_llm/models/gpt/model.py ``GPTModel.forward``
+        adds ``position_embedding(position_ids)``, the ids our engine class rebuilds per tree token)."""
+        ranks = self.stage_ranks(0)
+        x = self._lookup("transformer.vocab_embedding.weight", tokens)
         x = x * self.semantics.embedding_scale
+        if self.semantics.position_embedding is PositionEmbedding.LEARNED_ABSOLUTE:
+            table = int(self.config.get("max_position_embeddings") or 0)
+            if positions is None or int(positions.max()) >= table:
+                raise CheckpointError(
+                    f"a token at position {None if positions is None else int(positions.max())} is past the learned "
+                    f"position table's {table} rows (max_position_embeddings)", where=str(self.ckpt.path),
+                    fix=f"keep prompts + new tokens + the tree's depth within {table}")
+            x = x + self._lookup("transformer.position_embedding.weight", positions)
         if self.semantics.has_embedding_norm:
             x = self.norm(x, ranks[0], "transformer.ln_embed")
         return x
@@ -733,7 +746,7 @@ class ReferenceModel:
             )
         visible = torch.cat([torch.ones(num_tokens, past, dtype=torch.bool), tree_visible], dim=1)
         rotary = self.rotary_tables(positions)
-        x = self.embed(tokens)
+        x = self.embed(tokens, positions)
         if record is not None:
             record.append(x.clone())
         global_layer = 0

@@ -4,8 +4,15 @@
 layers and activations can be checked numerically (a weight layout, a fused MLP).
 ``swiglu`` splits the *rank-local* input in two, first half ``x``, second half ``gate``,
 and returns ``silu(gate) * x`` (functional.py ``swiglu``); ``gelu`` is the tanh form.
+
+The shape operations the engine adapters build position ids with compute on values as TensorRT would:
+``shape(x, dim)`` a 0-D int32 tensor; ``concat`` turns ints into 1-element constants and 0-D tensors into
+1-element ones (functional.py ``concat``); ``slice(input, starts, sizes)`` takes TensorRT's starts and *sizes*
+(1-D); ``unsqueeze`` / ``view`` reshape; ``+``, ``-`` and ``*`` broadcast a size-1 dimension. A symbolic tensor
+(no value) stays symbolic.
 """
 
+import builtins
 from types import SimpleNamespace
 
 import torch
@@ -33,6 +40,15 @@ class Tensor:
         return self._bin(other, torch.mul, "*")
 
     __rmul__ = __mul__
+
+    def __sub__(self, other):
+        return self._bin(other, torch.sub, "-")
+
+    def rank(self):
+        return self.value.dim()
+
+    def view(self, shape):
+        return view(self, shape)
 
     def mark_output(self, name=None, dtype=None):
         default_net().outputs[name or self.name] = (self, dtype)
@@ -112,3 +128,49 @@ def recv(tensor, src):
 def send(tensor, dest):
     CALLS.append(("send", dest))
     return tensor
+
+
+def _ints(x):
+    """A shape argument (a 1-D Tensor or a list of ints) as a list of ints, None when symbolic."""
+    if isinstance(x, Tensor):
+        return None if x.value is None else [int(v) for v in x.value.reshape(-1)]
+    return [int(v) for v in x]
+
+
+def shape(input, dim=None):
+    if input.value is None:
+        return Tensor(f"shape({input.name})")
+    dims = torch.tensor(list(input.value.shape), dtype=torch.int32)
+    return Tensor(f"shape({input.name})", dims if dim is None else dims[dim])
+
+
+def concat(inputs, dim=0):
+    parts = []
+    for i in inputs:
+        if isinstance(i, int):
+            parts.append(torch.tensor([i], dtype=torch.int32))
+        elif i.value is None:
+            return Tensor("concat(...)")
+        else:
+            parts.append(i.value.reshape(1) if i.value.dim() == 0 else i.value)
+    return Tensor("concat(...)", torch.cat(parts, dim=dim))
+
+
+def slice(input, starts, sizes, strides=None, mode=None, fill_value=None):
+    begin, size = _ints(starts), _ints(sizes)
+    if input.value is None or begin is None or size is None:
+        return Tensor(f"slice({input.name})")
+    index = tuple(builtins.slice(b, b + n) for b, n in zip(begin, size, strict=True))
+    return Tensor(f"slice({input.name})", input.value[index])
+
+
+def unsqueeze(input, axis):
+    return Tensor(f"unsqueeze({input.name})", None if input.value is None else input.value.unsqueeze(axis))
+
+
+def view(input, shape, zero_is_placeholder=True):
+    dims = _ints(shape)
+    if input.value is None or dims is None:
+        return Tensor(f"view({input.name})")
+    return Tensor(f"view({input.name})", input.value.reshape(dims))
+

@@ -7,6 +7,7 @@ activation else ``MLP`` with ``bias=config.bias``. Layer and model take ``spec_d
 ``GPTModel.forward`` takes ``position_ids`` as a required positional argument.
 """
 
+from ... import CALLS
 from ...layers import (
     MLP,
     Attention,
@@ -88,6 +89,18 @@ class GPTModel(Module):
     def forward(self, input_ids, position_ids, use_cache=False, attention_mask=None, kv_cache_params=None,
                 attention_params=None, hidden_states=None, prompt_embedding_table=None, prompt_tasks=None,
                 prompt_vocab_size=None, lora_params=None, spec_decoding_params=None):
+        # hidden_states + position_embedding(position_ids) on the first stage: one position id per packed token,
+        # or the add fails (TensorRT's elementwise layer cannot broadcast [tokens, hidden] with [ids, hidden])
+        if self.mapping.is_first_pp_rank() and self.position_embedding_type == "learned_absolute":
+            self.position_embedding(position_ids)
+            ids, tokens = getattr(position_ids, "value", None), getattr(input_ids, "value", None)
+            if ids is not None and tokens is not None:
+                if ids.shape[0] == 1:  # TensorRT broadcasts a dimension of size 1: every token gets that row
+                    ids = ids.expand(tokens.shape[0])
+                if ids.shape[0] != tokens.shape[0]:
+                    raise ValueError(f"position_embedding(position_ids) has {ids.shape[0]} rows, the token "
+                                     f"embeddings {tokens.shape[0]}: the add cannot broadcast them")
+                CALLS.append(("position_ids", tuple(int(v) for v in ids)))
         return stage_forward(self, input_ids, hidden_states, use_cache,
                              attention_mask=attention_mask, kv_cache_params=kv_cache_params,
                              attention_params=attention_params, lora_params=lora_params,

@@ -1,0 +1,74 @@
+"""Our engine class gives every tree token of a learned-position base (GPT-2, GPTBigCode) its own position id: the
+runtime's inputs as upstream fills them (tests/standin/runtime_buffers.py) go through the class on the stand-in,
+whose GPTModel records the ids it embeds (tests/standin/LEDGER.md)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_engine import _checkpoint, _engine_model, trtllm  # noqa: F401  (trtllm: the stand-in fixture)
+
+sys.path.insert(0, str(Path(__file__).parent / "standin"))
+from runtime_buffers import ContextRequest, GenerationRequest, medusa_step_inputs  # noqa: E402
+
+from trtllm_medusa_ports.tree import MedusaTree  # noqa: E402
+
+TREE = MedusaTree.from_spec("[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]", num_heads=3)
+OFFSETS = TREE.position_offsets  # root 0, then each node's depth
+
+
+def _embedded_positions(model, requests):
+    import tensorrt_llm
+    from tensorrt_llm.functional import Tensor
+    from tensorrt_llm.layers.attention import KeyValueCacheParams, SpecDecodingParams
+
+    ids, positions, offsets, expected = medusa_step_inputs(requests, OFFSETS)
+    tensorrt_llm.CALLS.clear()
+    spec = SpecDecodingParams(spec_decoding_max_generation_length=len(OFFSETS),
+                              spec_decoding_position_offsets=Tensor("spec_decoding_position_offsets", offsets))
+    model.forward(input_ids=Tensor("input_ids", ids), position_ids=Tensor("position_ids", positions), use_cache=True,
+                  last_token_ids=Tensor("last_token_ids"), kv_cache_params=KeyValueCacheParams(),
+                  spec_decoding_params=spec)
+    got = [c[1] for c in tensorrt_llm.CALLS if c[0] == "position_ids"]
+    assert len(got) == 1
+    return list(got[0]), expected
+
+
+@pytest.mark.parametrize("arch", ["GPT2LMHeadModel", "GPTBigCodeForCausalLM"])
+@pytest.mark.parametrize("batch", ["one generation request", "mixed", "context only", "several generation requests"])
+def test_every_tree_token_is_embedded_at_its_own_position(trtllm, store, tmp_path, arch, batch):  # noqa: F811
+    requests = {
+        "one generation request": [GenerationRequest(9, 5, [6, 7, 8, 9, 10, 11])],
+        "mixed": [ContextRequest([1, 2, 3, 4]), ContextRequest([5, 6], begin=3),
+                  GenerationRequest(12, 5, [6, 7, 8, 9, 10, 11]), GenerationRequest(30, 1, [2, 3, 4, 5, 6, 7])],
+        "context only": [ContextRequest([1, 2, 3, 4, 5])],
+        "several generation requests": [GenerationRequest(4, 5, [1] * 6), GenerationRequest(17, 2, [3] * 6)],
+    }[batch]
+    model = _engine_model(_checkpoint(store, tmp_path, arch))
+    got, expected = _embedded_positions(model, requests)
+    assert got == expected
+
+
+@pytest.mark.parametrize("batch", ["one generation request", "mixed"])
+def test_a_class_that_keeps_the_runtimes_ids_fails(trtllm, store, tmp_path, monkeypatch, batch):  # noqa: F811
+    """Without the rebuild: one request embeds every tree token at the root's position (TensorRT broadcasts the one
+    id), several fail on mismatched lengths - the two failures upstream's own classes would have."""
+    import trtllm_medusa_ports.engine.medusa as medusa
+
+    monkeypatch.setattr(medusa, "tree_position_ids", lambda position_ids, offsets: position_ids)
+    model = _engine_model(_checkpoint(store, tmp_path, "GPT2LMHeadModel"))
+    if batch == "one generation request":
+        got, expected = _embedded_positions(model, [GenerationRequest(9, 5, [6, 7, 8, 9, 10, 11])])
+        assert got == [8] * 7 and expected == [8, 9, 9, 10, 10, 10, 11]
+    else:
+        with pytest.raises(ValueError, match="cannot broadcast"):
+            _embedded_positions(model, [ContextRequest([1, 2, 3]), GenerationRequest(12, 5, [6] * 6)])
+
+
+def test_the_rebuild_is_upstreams_shape_arithmetic():
+    """The runtime model itself: one id per generation request, the offsets the tree's depths."""
+    ids, positions, offsets, expected = medusa_step_inputs(
+        [ContextRequest([1, 2]), GenerationRequest(5, 3, [4] * 6)], OFFSETS)
+    assert ids.shape == (2 + 7,) and positions.tolist() == [0, 1, 4] and offsets.tolist() == [OFFSETS]
+    assert expected == [0, 1] + [4 + o for o in OFFSETS] and positions.dtype == torch.int32
