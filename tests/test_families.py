@@ -521,3 +521,31 @@ def test_expert_and_tensor_parallelism_together_verify(tmp_path, store):
     assert tuple(fc.shape) == (2, 96, 64)  # 4 experts / 2, 2 x 96 / 2, hidden
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
     assert_proven(rep)
+
+
+def test_a_sequence_past_the_learned_position_table_is_refused_by_check(store, tmp_path):
+    from trtllm_medusa_ports.api import CheckOptions
+    from trtllm_medusa_ports.api import check as api_check
+
+    base = tiny_base(store, "GPT2LMHeadModel")  # n_positions 256
+    default = api_check(CheckOptions(model_dir=base))
+    [f] = [f for f in default.findings if f.rule == "learned-position-range"]
+    assert f.severity == "warning" and "past the learned position table's 256 rows" in f.message
+    assert "--max_seq_len 252" in f.fix  # mc_sim_7b_63: 4 deep
+    given = api_check(CheckOptions(model_dir=base, max_seq_len=256))
+    assert not given.compatible and any(f.rule == "learned-position-range" and f.severity == "error"
+                                        for f in given.findings)
+    ok = api_check(CheckOptions(model_dir=base, max_seq_len=252))
+    assert not [f for f in ok.findings if f.rule == "learned-position-range"]
+    rope = api_check(CheckOptions(model_dir=tiny_base(store, "Qwen2ForCausalLM"), max_seq_len=10**4))
+    assert not [f for f in rope.findings if f.rule == "learned-position-range"]
+
+
+def test_the_allow_unsupported_note_says_what_the_executor_computes_for_each_rule(store, tmp_path):
+    """ALiBi: the executor computes the base's attention, which no Medusa engine computes - the note must not claim
+    the engine's arithmetic; an engine divergence (computed as the engine does) says so."""
+    base = tiny_base(store, "BloomForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), allow_unsupported=True)
+    notes = [n for n in verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).notes if "--allow_unsupported" in n]
+    assert notes and all("[alibi-position-embedding]" in n and "the base's ALiBi attention" in n for n in notes)
+    assert not any("what the engine would" in n for n in notes)

@@ -2,17 +2,23 @@
 runtime's inputs as upstream fills them (tests/standin/runtime_buffers.py) go through the class on the stand-in,
 whose GPTModel records the ids it embeds (tests/standin/LEDGER.md)."""
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 from test_engine import _checkpoint, _engine_model, trtllm  # noqa: F401  (trtllm: the stand-in fixture)
 
-sys.path.insert(0, str(Path(__file__).parent / "standin"))
-from runtime_buffers import ContextRequest, GenerationRequest, medusa_step_inputs  # noqa: E402
+from trtllm_medusa_ports.tree import MedusaTree
 
-from trtllm_medusa_ports.tree import MedusaTree  # noqa: E402
+# loaded from its file: putting tests/standin on sys.path would make the stand-in's tensorrt_llm importable to
+# every test of the worker (tests/test_engine.py checks that it is not)
+_spec = importlib.util.spec_from_file_location("standin_runtime_buffers",
+                                               Path(__file__).parent / "standin" / "runtime_buffers.py")
+_buffers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_buffers)
+ContextRequest, GenerationRequest, medusa_step_inputs = (_buffers.ContextRequest, _buffers.GenerationRequest,
+                                                         _buffers.medusa_step_inputs)
 
 TREE = MedusaTree.from_spec("[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]", num_heads=3)
 OFFSETS = TREE.position_offsets  # root 0, then each node's depth

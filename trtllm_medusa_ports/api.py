@@ -225,6 +225,24 @@ def _memory_plan(opts: CheckOptions):
         return None
 
 
+def _position_range(opts: CheckOptions) -> list:
+    """Learned-position bases: ``--max_seq_len`` and the tree's depth against the position table."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.compat import learned_position_range
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+    from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
+
+    try:
+        hf = HFConfig.read(opts.model_dir)
+        adapter = adapter_for(hf.architecture)
+        heads = opts.num_medusa_heads or 4
+        paths, _ = resolve_choices(opts.medusa_choices or "mc_sim_7b_63", heads)
+        depth = MedusaTree.from_spec(paths, num_heads=heads).depth
+        return learned_position_range(hf, adapter, opts.max_seq_len, depth)
+    except PortError:  # the base and tree rules already report an unreadable config or tree
+        return []
+
+
 def check(opts: CheckOptions) -> CheckResult:
     from trtllm_medusa_ports.compat import activation_range_finding, errors_of
     from trtllm_medusa_ports.compat import check as _check
@@ -235,6 +253,7 @@ def check(opts: CheckOptions) -> CheckResult:
     arch, findings = _check(opts.model_dir, opts.medusa_model_dir, medusa_choices=opts.medusa_choices,
                             tp_size=opts.tp_size, pp_size=opts.pp_size, max_draft_len=opts.max_draft_len,
                             dtype=opts.dtype, num_medusa_heads=opts.num_medusa_heads, quantization=spec)
+    findings += _position_range(opts)
     plan = _memory_plan(opts)
     prompts = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     if prompts:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.archs.registry import (
     adapter_for,
     adapter_for_model_type,
@@ -50,7 +51,7 @@ _ROPE_ALIASES = {"su": "longrope"}
 
 
 #: every rule id a finding may carry (docs/compatibility-rules.md documents each; a test checks it)
-RULES: set[str] = {
+RULES: set[str] = {"learned-position-range",
     "alibi-position-embedding", "unsupported-architecture", "invalid-config", "heads-unreadable",
     "float16-range", "dtype-float32", "decoding-greedy-only", "not-medusa", "weights-config-mismatch",
     "tree-invalid", "tree-index-range", "tree-pruned", "tree-deeper-than-heads", "tree-too-many-nodes",
@@ -526,6 +527,29 @@ def _sliding_window(f: BaseFacts) -> list[Finding]:
     return out
 
 
+def learned_position_range(hf: HFConfig, adapter: ArchAdapter | None, max_seq_len: int | None,
+                           tree_depth: int) -> list[Finding]:
+    """A base with learned absolute positions has no position past its table: each generation step puts tree
+    tokens up to ``tree_depth`` past the root, so a sequence may reach ``max_seq_len - 1 + tree_depth``
+    (tensorrt_llm/models/gpt/model.py looks ``position_ids`` up in ``position_embedding``; an id past its rows reads
+    no row of the model). trtllm-build's default ``max_seq_len`` is ``max_position_embeddings``
+    (tensorrt_llm/commands/build.py), so the default alone runs the last steps past the table."""
+    if adapter is None or adapter.position_embedding is not PositionEmbedding.LEARNED_ABSOLUTE:
+        return []
+    table = adapter.max_positions(hf)
+    limit = table - tree_depth
+    if max_seq_len is not None and max_seq_len <= limit:
+        return []
+    given = max_seq_len is not None
+    return [Finding(
+        "learned-position-range", ERROR if given else WARNING,
+        (f"--max_seq_len {max_seq_len}" if given else f"trtllm-build's default max_seq_len ({table}, the table)")
+        + f" with a tree {tree_depth} deep puts tree tokens at positions up to "
+        f"{(max_seq_len if given else table) - 1 + tree_depth}, past the learned position table's {table} rows "
+        f"({adapter.max_positions_key}): those tokens would be embedded at no position of the model",
+        f"build with --max_seq_len {limit} or less (trtllm-medusa build passes it through)")]
+
+
 @base_rule("gelu-approximation")
 def _gelu_approximation(f: BaseFacts) -> list[Finding]:
     out = []
@@ -582,12 +606,14 @@ def _spec_decoding_plumbing(f: BaseFacts) -> list[Finding]:
 @base_rule("medusa-head-activation")
 def _medusa_head_activation(f: BaseFacts) -> list[Finding]:
     hf, out = f.hf, []
-    if hf.get("hidden_act") not in (None, "silu") or hf.get("hidden_activation"):
+    key = f.adapter.activation_key if f.adapter is not None else "hidden_act"  # GPT-2: activation_function
+    act = hf.get(key) or hf.get("hidden_act")
+    if act not in (None, "silu") or hf.get("hidden_activation"):
         out.append(
             Finding(
                 "medusa-head-activation",
                 INFO,
-                f"the base's activation is {hf.get('hidden_act') or hf.get('hidden_activation')!r}; "
+                f"the base's activation is {act or hf.get('hidden_activation')!r}; "
                 "Medusa heads use SiLU, and upstream MedusaForCausalLM would give them the base's",
                 "the converter writes medusa_hidden_act = silu; build with `trtllm-medusa build`",
             )

@@ -611,13 +611,29 @@ def _vocab_padding(hf_vocab: int, ref: ReferenceModel, ckpt, model_dir) -> str |
             "padded logits are 0, so its argmax could only pick a padded id where every real logit is below 0")
 
 
+#: what the reference executor computes for a checkpoint written over each overridable rule: the base's own
+#: arithmetic where the engine has no kernel for it (so parity passes and says nothing about the engine), or the
+#: engine's where it computes something else (so parity fails by the rule's difference)
+_OVERRIDE_MEANS = {
+    "alibi-position-embedding": "the base's ALiBi attention, which no XQA kernel of a Medusa engine computes (it "
+                                "fails at run time or drops the slopes): parity says nothing about an engine",
+    "attention-softcapping": "the base's soft-capped attention, which XQA ignores: parity says nothing about an engine",
+    "engine-divergence": "what the engine computes, transformers what the base is: parity fails by that difference",
+}
+
+
 def _allow_unsupported_notes(ckpt) -> list[str]:
-    """A checkpoint written over a refusing rule: the executor computes what the engine would, so a parity failure
-    is that rule's difference (said beside it)."""
-    return [f"the checkpoint was written with --allow_unsupported: {w.split(': ', 1)[-1]} (see `trtllm-medusa "
-            "check`; the executor computes what the engine would, transformers what the base is)"
-            for w in (ckpt.config.get("medusa_ports") or {}).get("warnings", [])
-            if w.startswith("WRITING A CHECKPOINT")]
+    """A checkpoint written over refusing rules: what the executor computes for each (see ``_OVERRIDE_MEANS``)."""
+    notes = []
+    for w in (ckpt.config.get("medusa_ports") or {}).get("warnings", []):
+        if not w.startswith("WRITING A CHECKPOINT"):
+            continue
+        for rule in (r.strip() for r in w.split(": ", 1)[-1].split(";")):
+            means = _OVERRIDE_MEANS.get(rule, "what the engine's class would compute where the port models it; "
+                                              "check the rule's section in docs/compatibility-rules.md")
+            notes.append(f"the checkpoint was written with --allow_unsupported over [{rule}]: the executor computes "
+                         f"{means}")
+    return notes
 
 
 def _hf_runs(hf, prompts: list[list[int]]):
