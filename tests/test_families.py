@@ -549,3 +549,11 @@ def test_the_allow_unsupported_note_says_what_the_executor_computes_for_each_rul
     notes = [n for n in verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).notes if "--allow_unsupported" in n]
     assert notes and all("[alibi-position-embedding]" in n and "the base's ALiBi attention" in n for n in notes)
     assert not any("what the engine would" in n for n in notes)
+
+
+def test_opt_is_refused_with_its_reason(tmp_path):
+    from trtllm_medusa_ports.compat import check_base
+
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["OPTForCausalLM"], "model_type": "opt"}))
+    [f] = check_base(HFConfig.read(tmp_path), None)
+    assert f.rule == "unsupported-architecture" and "no speculative-decoding plumbing" in f.message

@@ -443,7 +443,7 @@ def test_a_weight_only_conversion_moves_the_float_bytes_without_torch(tmp_path, 
     assert json.loads((tmp_path / "wo" / "config.json").read_text())["quantization"]["quant_algo"] == "W4A16"
 
 
-def _rope_families():
+def _non_alibi_dense_families():
     from trtllm_medusa_ports.archs import registry
     from trtllm_medusa_ports.archs.registry import family_test_cases
     from trtllm_medusa_ports.archs.semantics import PositionEmbedding
@@ -452,7 +452,7 @@ def _rope_families():
                    if c.position_embedding is not PositionEmbedding.ALIBI} - set(family_test_cases()["moe"]))
 
 
-@pytest.mark.parametrize("arch", _rope_families())
+@pytest.mark.parametrize("arch", _non_alibi_dense_families())
 def test_every_family_verifies_in_fp8_with_a_quantized_kv_cache_at_tp2(tmp_path, store, arch):
     # the tiny Qwen2's 7 query heads per KV head have no XQA kernel with a quantized cache (rule quant-kv-cache)
     base = tiny_base(store, arch, **({"num_key_value_heads": 14} if arch == "Qwen2ForCausalLM" else {}))

@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
-from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.archs.registry import (
     adapter_for,
     adapter_for_model_type,
     supported_architectures,
 )
+from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig, HFModel
 from trtllm_medusa_ports.files.lazy_tensors import weight_files
@@ -355,6 +355,18 @@ def _rope_families() -> str:
     return ", ".join(sorted({cls.hf_architectures[0] for cls in registry().values() if cls.position_embedding.is_rope}))
 
 
+#: architectures a user may expect after GPT-2 and GPTBigCode, refused with their own reason
+KNOWN_REFUSED = {
+    "OPTForCausalLM": (
+        "TensorRT-LLM's OPT class has no speculative-decoding plumbing (tensorrt_llm/models/opt/model.py: "
+        "OPTDecoderLayer.forward takes no spec_decoding_params and OPTModel.forward swallows it in **kwargs), and its "
+        "learned positions carry HF's offset of 2 (examples/models/contrib/opt/convert_checkpoint.py slices "
+        "embed_positions[2:]); this port has no OPT adapter that adds the plumbing and the tree positions",
+        "serve OPT without Medusa; docs/porting-guide.md shows how a family is added (the plumbing and the learned "
+        "positions exist as capabilities)"),
+}
+
+
 def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
     out: list[Finding] = []
     reason = alibi_reason(hf)
@@ -362,7 +374,10 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
         out.append(_alibi_finding(reason))
     if adapter is None:
         arch = hf.get("architectures") or ["(none)"]
-        if not reason:
+        if not reason and arch[0] in KNOWN_REFUSED:
+            out.append(Finding("unsupported-architecture", ERROR, f"{arch[0]}: {KNOWN_REFUSED[arch[0]][0]}",
+                               KNOWN_REFUSED[arch[0]][1]))
+        elif not reason:
             out.append(
                 Finding(
                     "unsupported-architecture",
