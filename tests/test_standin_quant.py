@@ -73,3 +73,13 @@ def test_stored_weight_only_bytes_are_not_a_plain_matrix():
     assert torch.equal(scale, ours)
     assert not torch.equal(stored, plain.T)  # a reader of the plain layout gets other numbers
     assert torch.equal(stored.flatten().sort().values, plain.T.flatten().sort().values)  # the same bytes, moved
+
+
+def test_build_says_which_fp8_arithmetic_verify_must_prove(trtllm, store, tmp_path, capsys):  # noqa: F811
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, qformat="fp8")
+    assert _build(ckpt, tmp_path / "eng") == 0
+    assert "verify ... --gemm_plugin auto" in capsys.readouterr().err
+    assert _build(ckpt, tmp_path / "eng2", "--gemm_plugin", "fp8") == 0
+    assert "verify ... --gemm_plugin fp8" in capsys.readouterr().err
+    assert _build(ckpt, tmp_path / "eng3", "--use_fused_mlp", "disable") == 0
+    assert "--use_fused_mlp disable keeps mlp.fc and mlp.gate" in capsys.readouterr().err

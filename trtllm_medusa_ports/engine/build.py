@@ -23,6 +23,7 @@ from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.compat import (
     ERROR,
+    INFO,
     WARNING,
     XQA_JIT_ENV,
     Finding,
@@ -231,9 +232,31 @@ def _moe_plugin_findings(cfg: dict, args: Any) -> list[Finding]:
                     "leave --moe_plugin at auto (the default) unless you are comparing the two")]
 
 
+def _fp8_arithmetic_findings(cfg: dict, args: Any) -> list[Finding]:
+    """What an FP8 engine multiplies with depends on two build flags (tensorrt_llm/quantization/layers.py
+    ``FP8Linear.forward``, models/modeling_utils.py ``fuse_gate_mlp``): say which ``verify`` must emulate."""
+    if (cfg.get("quantization") or {}).get("quant_algo") != "FP8":
+        return []
+    gemm = "fp8" if str(_flag(args, "gemm_plugin", None) or "") == "fp8" else "auto"
+    fused = _flag(args, "use_fused_mlp", "enable") not in ("disable", False)
+    out = [Finding("engine-build-flag", INFO,
+                   f"FP8 GEMMs built as --gemm_plugin {gemm} computes them "
+                   + ("(the FP8 GEMM plugin: s_w * s_a in float32)" if gemm == "fp8" else
+                      "(scales cast to the model dtype)") + "; `trtllm-medusa verify` proves this arithmetic with "
+                   f"--gemm_plugin {gemm}", f"verify with `trtllm-medusa verify ... --gemm_plugin {gemm}`")]
+    if not fused:
+        out.append(Finding("engine-build-flag", WARNING,
+                           "--use_fused_mlp disable keeps mlp.fc and mlp.gate as two FP8 linears with their own "
+                           "scales, while verify computes the fused MLP trtllm-build makes by default (both moved to "
+                           "the larger scale): for a checkpoint with separate fc / gate scales (ModelOpt's) the "
+                           "engine computes what verify did not prove",
+                           "leave --use_fused_mlp at its default (enable)"))
+    return out
+
+
 def flag_findings(cfg: dict, args: Any) -> list[Finding]:
     """The rules that need the checkpoint config and the parsed trtllm-build flags together."""
-    out = _medusa_flag_findings(cfg, args) + _moe_plugin_findings(cfg, args)
+    out = _medusa_flag_findings(cfg, args) + _moe_plugin_findings(cfg, args) + _fp8_arithmetic_findings(cfg, args)
     multiplier = cfg.get("residual_multiplier", 1.0)
     enabled = [f"--{name}" for name in FUSIONS_WITHOUT_RESIDUAL_MULTIPLIER
                if getattr(args, name, "disable") in ("enable", True)]

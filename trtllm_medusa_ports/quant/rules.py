@@ -51,11 +51,13 @@ def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_s
     if spec.quant_algo == "FP8" and adapter.num_experts(hf) > 1:
         out.append(Finding(
             "port-limit", ERROR,
-            "FP8 of a mixture-of-experts base: TensorRT-LLM's MOE takes FP8 experts with one weight scale per expert "
-            "([experts, 1]) and one activation scale for all of them ([1], the largest; tensorrt_llm/layers/moe.py, "
-            "ModelOpt build_stacked_experts), which this port does not calibrate or write yet",
+            "FP8 of a mixture-of-experts base: the scales are established - one weight scale per expert ([experts, "
+            "1]; fc's the larger of its gate and up halves'), one activation scale per layer, the largest over the "
+            "experts (tensorrt_llm/layers/moe.py MOEWeightWrapper, ModelOpt build_stacked_experts) - but where the "
+            "MoE plugin's FP8 GEMMs and fused activation round is not in the source read, so verify could not prove "
+            "an emulation computes what the engine does; this port does not write FP8 experts",
             "convert the MoE base weight-only (--qformat int8_wo / int4_wo) or unquantized (a KV-cache dtype alone "
-            "is fine), or quantize it in FP8 with NVIDIA's tools"))
+            "is fine)"))
     if spec.weight_only:
         multiple = WEIGHT_ONLY_MULTIPLE * tp_size
         try:
