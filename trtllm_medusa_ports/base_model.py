@@ -1,6 +1,9 @@
-"""The Hugging Face base model in transformers, as ``train-heads``, ``tune-tree`` and ``verify`` use it: loading
-it, its final-norm hidden states (what the engine's heads see), its vocabulary projection, its end tokens and
-its greedy continuations."""
+"""The Hugging Face base model in transformers, as ``train-heads``, ``tune-tree``, calibration and ``verify`` use
+it: loading it (in float32, or on weights rounded as the checkpoint stores them), its final-norm hidden states
+(what the engine's heads see), its vocabulary projection, its end tokens and its greedy continuations.
+
+Below ``quant`` and ``verify``; it may import the adapters and the file layer, nothing that converts or
+verifies."""
 
 from __future__ import annotations
 
@@ -9,7 +12,10 @@ from pathlib import Path
 
 import torch
 
+from trtllm_medusa_ports.archs import adapter_for
+from trtllm_medusa_ports.archs.weights import ValueTransform, layer_sources
 from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.files.hf_model import HFConfig
 
 
 # -- the base -------------------------------------------------------------------------------
@@ -90,3 +96,50 @@ def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch
         bar.update(len(idx))
     bar.close()
     return out
+
+
+def value_transforms(model_dir: str | Path, architecture: str | None) -> dict[str, ValueTransform]:
+    """HF tensor name -> the value transform the converter applied to it (Gemma's ``w + 1``)."""
+    adapter = adapter_for(architecture or "")
+    if adapter is None:
+        return {}
+    hf = HFConfig.read(model_dir)
+    rules = adapter.embedding_rules(hf) + adapter.final_rules(hf)
+    for i in range(adapter.num_hf_layers(hf)):
+        rules += layer_sources(adapter.layer_rules(hf), i)
+    return {r.sources[0]: r.combine for r in rules if isinstance(r.combine, ValueTransform)}
+
+
+def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[str, ValueTransform] | None = None,
+                  full_precision: tuple[str, ...] = ()):
+    """The transformers model in float32 on weights that equal the checkpoint's values.
+
+    Each weight is rounded to the checkpoint dtype, but those the checkpoint stores in float32 whatever its
+    dtype (``full_precision``: regexes of transformers' parameter names, the adapter's
+    ``full_precision_parameters``, e.g. an MoE router); one the converter transformed first
+    (``transforms``) is rounded as the converter stored it, so that e.g. Gemma's norm computes
+    ``1 + (round(w + 1) - 1) = round(w + 1)``, the engine's multiplier, not ``1 + round(w)``.
+    """
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    except Exception as exc:  # transformers raises many types; keep the message
+        raise ModelError(
+            f"transformers could not load the base model ({type(exc).__name__}: {str(exc)[:300]})",
+            where=str(model_dir),
+            fix="pass the Hugging Face model directory the checkpoint was converted from",
+        ) from None
+    # Round the *weights* to the checkpoint's dtype, compute in float32 (see module doc).
+    # Buffers stay float32: rounding e.g. RoPE's inv_freq would change the reference itself.
+    import re
+
+    transforms = transforms or {}
+    kept = [re.compile(k) for k in full_precision]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if any(k.fullmatch(name) for k in kept):
+                continue
+            t = transforms.get(name)
+            p.copy_(t.as_stored(p, dtype) if t is not None else p.to(dtype).to(torch.float32))
+    return model.eval()

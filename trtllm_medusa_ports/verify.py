@@ -23,12 +23,14 @@ import torch
 
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.semantics import Semantics
-from trtllm_medusa_ports.archs.weights import ValueTransform, layer_sources
-from trtllm_medusa_ports.base_model import end_token_ids
+from trtllm_medusa_ports.base_model import (  # noqa: F401  (load_hf_model, value_transforms: re-exported)
+    end_token_ids,
+    load_hf_model,
+    value_transforms,
+)
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
-from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.files.prompts import check_ids
 from trtllm_medusa_ports.heads.logits import source_heads_logits
 from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, QuantSpec, format_name
@@ -242,53 +244,6 @@ class VerifyReport:
 def default_prompts(vocab: int) -> list[list[int]]:
     """Deterministic prompts that avoid the special ids at the bottom of the vocabulary."""
     return [[(7 * i + 11) % vocab for i in range(6)], [(13 * i + 101) % vocab for i in range(9)]]
-
-
-def value_transforms(model_dir: str | Path, architecture: str | None) -> dict[str, ValueTransform]:
-    """HF tensor name -> the value transform the converter applied to it (Gemma's ``w + 1``)."""
-    adapter = adapter_for(architecture or "")
-    if adapter is None:
-        return {}
-    hf = HFConfig.read(model_dir)
-    rules = adapter.embedding_rules(hf) + adapter.final_rules(hf)
-    for i in range(adapter.num_hf_layers(hf)):
-        rules += layer_sources(adapter.layer_rules(hf), i)
-    return {r.sources[0]: r.combine for r in rules if isinstance(r.combine, ValueTransform)}
-
-
-def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[str, ValueTransform] | None = None,
-                  full_precision: tuple[str, ...] = ()):
-    """The transformers model in float32 on weights that equal the checkpoint's values.
-
-    Each weight is rounded to the checkpoint dtype, but those the checkpoint stores in float32 whatever its
-    dtype (``full_precision``: regexes of transformers' parameter names, the adapter's
-    ``full_precision_parameters``, e.g. an MoE router); one the converter transformed first
-    (``transforms``) is rounded as the converter stored it, so that e.g. Gemma's norm computes
-    ``1 + (round(w + 1) - 1) = round(w + 1)``, the engine's multiplier, not ``1 + round(w)``.
-    """
-    from transformers import AutoModelForCausalLM
-
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    except Exception as exc:  # transformers raises many types; keep the message
-        raise ModelError(
-            f"transformers could not load the base model ({type(exc).__name__}: {str(exc)[:300]})",
-            where=str(model_dir),
-            fix="pass the Hugging Face model directory the checkpoint was converted from",
-        ) from None
-    # Round the *weights* to the checkpoint's dtype, compute in float32 (see module doc).
-    # Buffers stay float32: rounding e.g. RoPE's inv_freq would change the reference itself.
-    import re
-
-    transforms = transforms or {}
-    kept = [re.compile(k) for k in full_precision]
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if any(k.fullmatch(name) for k in kept):
-                continue
-            t = transforms.get(name)
-            p.copy_(t.as_stored(p, dtype) if t is not None else p.to(dtype).to(torch.float32))
-    return model.eval()
 
 
 def use_engine_gelu(model) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
@@ -861,8 +816,8 @@ def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
     Names the tensor itself ("transformer.layers.3.post_layernorm.weight, rank 1") where the
     hidden-state comparison can only name a layer.
     """
-    from trtllm_medusa_ports.convert import _shard_for, base_jobs, job_inputs
     from trtllm_medusa_ports.files.hf_model import HFModel
+    from trtllm_medusa_ports.plan import base_jobs, job_inputs, shard_for
 
     adapter = adapter_for(ckpt.config.get("base_architecture") or "")
     if adapter is None:
@@ -875,7 +830,7 @@ def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
     for job in jobs:
         job, inputs = job_inputs(job, dtype)
         for rank, name in job.targets:
-            expected = _shard_for(job, inputs, ckpt.config, rank).float()
+            expected = shard_for(job, inputs, ckpt.config, rank).float()
             if not ckpt.has(rank, name):
                 return {"tensor": name, "rank": rank, "why": "missing from the checkpoint"}
             stored = ckpt.tensor(rank, name).float()

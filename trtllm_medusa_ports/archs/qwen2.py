@@ -30,7 +30,7 @@ class Qwen2Adapter(LlamaAdapter):
         num_attention_heads=14, num_key_value_heads=2, vocab_size=263, max_position_embeddings=256,
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, head_dim=64,
         # group size 7 with head size 64, as in Qwen2-0.5B (Qwen2-7B: 28 / 4 heads of 128); a group
-        # size that does not divide 64 needs a precompiled XQA head size (compat gqa-group-size)
+        # size that does not divide 64 falls on the precompiled XQA kernels, head size 128 only (xqa.py route)
     )
     trtllm_base_class = "QWenForCausalLM"
     engine_keys: ClassVar[frozenset[str]] = frozenset(['attn_bias', 'mlp_bias', 'qk_layernorm', 'qwen_type', 'seq_length'])

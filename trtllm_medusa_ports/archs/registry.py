@@ -21,8 +21,8 @@ def register(cls: type[ArchAdapter]) -> type[ArchAdapter]:
 
 
 def registry() -> dict[str, type[ArchAdapter]]:
-    import trtllm_medusa_ports.archs  # noqa: F401  (registers every family)
-
+    # every family is registered by then: importing this module runs its package's __init__ first, which imports
+    # each module of archs/ (no import of the package from here: archs/__init__ imports this module)
     return dict(_REGISTRY)
 
 

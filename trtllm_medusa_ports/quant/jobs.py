@@ -37,21 +37,21 @@ _LABEL = re.compile(r"layers\.(\d+)\.(.+)\.weight")
 
 def _constant(label: str, value: Callable[[], float], targets: list[tuple[int, str]]):
     """A float32 ``[1]`` scale tensor; ``value`` is read when the tensor is written (after the amax pass)."""
-    from trtllm_medusa_ports.convert import _first_input, _Job
+    from trtllm_medusa_ports.plan import Job, first_input
 
     def load():
         import torch
 
         return [torch.tensor([value()], dtype=torch.float32)]
 
-    return _Job(label, load, [(1,)], _first_input,
+    return Job(label, load, [(1,)], first_input,
                 Split.REPLICATE, targets, cast_to="float32", stored_dtype="float32")
 
 
 def _tensor_amax(job, dtype: str, on_non_finite: Callable) -> float:
     """The amax of a job the byte path cannot take (a value transform, a pickle): its sources whole."""
-    from trtllm_medusa_ports.convert import job_inputs
     from trtllm_medusa_ports.files.finite import all_finite
+    from trtllm_medusa_ports.plan import job_inputs
 
     plain, inputs = job_inputs(job, dtype)
     if not all(all_finite(t) for t in inputs):
@@ -139,15 +139,15 @@ def measure_weights(jobs: list, moves: list, scales: WeightScales, dtype: str, *
 
     import torch
 
-    from trtllm_medusa_ports.convert import _progress
     from trtllm_medusa_ports.files.byte_moves import ByteMover, MoveKind, NonFinite
     from trtllm_medusa_ports.files.dtypes import to_torch
+    from trtllm_medusa_ports.progress import progress
 
     work = [(job, move) for job, move in zip(jobs, moves, strict=True) if job.label in scales.jobs]
     if not work:
         return
     mover = ByteMover(lambda rank, name: 0, lambda rank: -1)
-    bar = _progress(len(work), quiet, desc="fp8 amax", unit="weight")
+    bar = progress(len(work), quiet, desc="fp8 amax", unit="weight")
 
     def one(job, move) -> float:
         if move.kind is MoveKind.FP8:

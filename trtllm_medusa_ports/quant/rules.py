@@ -4,19 +4,11 @@ from __future__ import annotations
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.semantics import MlpKind
-from trtllm_medusa_ports.compat import (
-    ERROR,
-    INFO,
-    WARNING,
-    XQA_JIT_ENV,
-    Finding,
-    describe_xqa_routes,
-    sm_names,
-    xqa_medusa_route,
-)
 from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.findings import ERROR, INFO, WARNING, Finding
 from trtllm_medusa_ports.quant import QuantSpec
 from trtllm_medusa_ports.sharding import kv_heads_per_rank
+from trtllm_medusa_ports.xqa import XQA_JIT_ENV, describe_xqa_routes, sm_names, xqa_medusa_route
 
 #: tensorrt_llm/quantization/layers.py WeightOnlyQuantLinear / WeightOnlyQuantRowLinear pad in and out
 #: features up to a multiple of 64 x tp_size
