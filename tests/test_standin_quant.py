@@ -83,3 +83,14 @@ def test_build_says_which_fp8_arithmetic_verify_must_prove(trtllm, store, tmp_pa
     assert "verify ... --gemm_plugin fp8" in capsys.readouterr().err
     assert _build(ckpt, tmp_path / "eng3", "--use_fused_mlp", "disable") == 0
     assert "--use_fused_mlp disable keeps mlp.fc and mlp.gate" in capsys.readouterr().err
+
+
+def test_build_refuses_an_install_without_the_engine_flow(trtllm, store, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """An incomplete or 1.3 install (no tensorrt_llm.commands): a clear error, not ModuleNotFoundError."""
+    import sys
+
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, qformat="int8_wo")
+    monkeypatch.setitem(sys.modules, "tensorrt_llm.commands.build", None)  # import raises ImportError
+    assert _build(ckpt, tmp_path / "eng") == 1
+    err = capsys.readouterr().err
+    assert "installed without tensorrt_llm.commands.build" in err and "Traceback" not in err

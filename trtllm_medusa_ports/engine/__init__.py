@@ -42,7 +42,26 @@ def version_warning(trtllm: ModuleType) -> str | None:
             "adapters follow; the build may fail or differ (validate with scripts/validate_on_gpu.sh)")
 
 
+#: the parts of TensorRT-LLM the engine adapters use beyond the package itself: an incomplete or older install
+#: without them ended in ModuleNotFoundError deep in a build
+REQUIRED_MODULES = ("tensorrt_llm.commands.build", "tensorrt_llm.models", "tensorrt_llm.functional")
+
+
 def require_tensorrt_llm() -> ModuleType:
+    trtllm = _import_tensorrt_llm()
+    for name in REQUIRED_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise EngineUnavailable(
+                f"TensorRT-LLM {getattr(trtllm, '__version__', '(version unknown)')} is installed without {name} "
+                f"({exc}): an incomplete install, or a line without the TensorRT engine flow (1.3 removed it)",
+                fix=f"install tensorrt_llm{SUPPORTED_TRTLLM} whole (pip install 'tensorrt_llm{SUPPORTED_TRTLLM}' "
+                    "--extra-index-url https://pypi.nvidia.com)") from None
+    return trtllm
+
+
+def _import_tensorrt_llm() -> ModuleType:
     try:
         return importlib.import_module("tensorrt_llm")
     except ImportError as exc:
