@@ -461,3 +461,16 @@ def test_the_route_per_gpu():
     assert not xqa_medusa_route(7, 128, "FP8", sm=80)[80].served
     # q_scaling != 1: the precompiled kernels refuse it
     assert not xqa_medusa_route(7, 128, q_scaling_one=False, sm=89)[89].served
+
+
+def test_check_refuses_a_quantized_float32_checkpoint_as_convert_does(tmp_path, store):
+    from conftest import tiny_base
+
+    from trtllm_medusa_ports.api import CheckOptions
+    from trtllm_medusa_ports.api import check as api_check
+
+    base = tiny_base(store, "LlamaForCausalLM")
+    res = api_check(CheckOptions(model_dir=base, dtype="float32", kv_cache_dtype="fp8"))
+    assert not res.compatible
+    assert any(f.rule == "dtype-float32" and f.severity == "error" and "convert refuses it" in f.message
+               for f in res.findings)

@@ -674,6 +674,12 @@ def check_conversion(
         from trtllm_medusa_ports.quant.rules import check_quantization
 
         out += check_quantization(hf, adapter, quantization, tp_size)
+        if dtype == "float32":  # convert refuses the same (convert.py): a check must not say COMPATIBLE
+            out.append(Finding(
+                "dtype-float32", ERROR,
+                f"{quantization.quant_algo or quantization.kv_cache_quant_algo} from a float32 checkpoint: TensorRT-LLM "
+                "serves quantized Medusa engines in float16 or bfloat16 (and refuses float32 with speculative "
+                "decoding), so convert refuses it", "pass --dtype float16 or bfloat16"))
     if adapter is not None or alibi_reason(hf) is None:
         out += check_parallel(hf, adapter, tp_size, pp_size, heads, use_parallel_embedding, embedding_sharding_dim)
     if heads is not None:
