@@ -120,13 +120,20 @@ def convert(opts: ConvertOptions) -> ConvertResult:
 
 @dataclass
 class AddHeadsOptions:
-    """``convert --base_checkpoint_dir``: heads added to a TensorRT-LLM checkpoint NVIDIA's tools quantized."""
+    """``convert --base_checkpoint_dir``: heads added to a TensorRT-LLM checkpoint NVIDIA's tools quantized. The base
+    keeps its dtype, quantization and mapping: ``dtype`` None or ``"auto"`` means the base's, and another is refused
+    (``quant.prequantized.FlagConflict``); the rest is checked as ``convert`` checks it."""
 
     base_checkpoint_dir: Path
     medusa_model_dir: Path
     output_dir: Path = Path("tllm_checkpoint")
     max_draft_len: int = 63
     overwrite: bool = False
+    dtype: str | None = None
+    num_medusa_heads: int | None = None
+    num_medusa_layers: int | None = None
+    medusa_choices: str | None = None
+    fsync: bool = False
 
 
 @dataclass
@@ -147,7 +154,9 @@ def add_heads(opts: AddHeadsOptions) -> AddHeadsResult:
     from trtllm_medusa_ports.quant.prequantized import add_heads as _add
 
     res = _add(Path(opts.base_checkpoint_dir), Path(opts.medusa_model_dir), Path(opts.output_dir),
-               max_draft_len=opts.max_draft_len, overwrite=opts.overwrite)
+               max_draft_len=opts.max_draft_len, overwrite=opts.overwrite, dtype=opts.dtype,
+               num_medusa_heads=opts.num_medusa_heads, num_medusa_layers=opts.num_medusa_layers,
+               medusa_choices=opts.medusa_choices, fsync=opts.fsync)
     return AddHeadsResult(res.output_dir, res.config, list(res.warnings), res.summary())
 
 

@@ -143,20 +143,21 @@ def run_convert(args: argparse.Namespace) -> int:
             return 2
     for flag in _FROM_CONFIG:
         if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
-            print(f"error: {flag} is not supported: the value is read from {args.model_dir}/config.json "
-                  "(edit that file if it is wrong)", file=sys.stderr)
+            print(f"error: {flag} is not supported: the value is read from "
+                  f"{args.model_dir or args.base_checkpoint_dir}/config.json (edit that file if it is wrong)",
+                  file=sys.stderr)
             return 2
     if (args.model_dir is None) == (args.base_checkpoint_dir is None):
         print("error: --model_dir and --base_checkpoint_dir: pass one of them\n  fix: --model_dir for a Hugging "
               "Face base, --base_checkpoint_dir for a TensorRT-LLM checkpoint NVIDIA's tools quantized",
               file=sys.stderr)
         return 2
-    if args.base_checkpoint_dir is not None:
-        return _add_heads(args)
     if args.medusa_hidden_act != "silu":
         print("error: --medusa_hidden_act: only silu is supported (Medusa ResBlocks are trained with SiLU)",
               file=sys.stderr)
         return 2
+    if args.base_checkpoint_dir is not None:
+        return _add_heads(args)
     ep = _moe_ep_size(args)
     if ep is None:
         return 2
@@ -216,22 +217,66 @@ def _moe_ep_size(args: argparse.Namespace) -> int | None:
     return ep
 
 
+#: convert's flags (and their defaults) a base quantized by NVIDIA's tools cannot honour: it keeps its own
+#: quantization, mapping and layout, and add-heads reads its family from its config.json and calibrates nothing
+_ADD_HEADS_REFUSED = (
+    ("--qformat", "qformat", None, "quantization"), ("--use_weight_only", "use_weight_only", False, "quantization"),
+    ("--weight_only_precision", "weight_only_precision", None, "quantization"),
+    ("--kv_cache_dtype", "kv_cache_dtype", None, "quantization"), ("--int8_kv_cache", "int8_kv_cache", False,
+                                                                   "quantization"),
+    ("--calib_dataset", "calib_dataset", None, "calibration"), ("--calib_size", "calib_size", 512, "calibration"),
+    ("--calib_max_seq_length", "calib_max_seq_length", 512, "calibration"),
+    ("--tokenizer_dir", "tokenizer_dir", None, "calibration"), ("--device", "device", "cpu", "calibration"),
+    ("--threads", "threads", None, "calibration"),
+    ("--tp_size", "tp_size", 1, "mapping"), ("--pp_size", "pp_size", 1, "mapping"),
+    ("--moe_ep_size", "moe_ep_size", -1, "mapping"), ("--moe_tp_size", "moe_tp_size", -1, "mapping"),
+    ("--use_parallel_embedding", "use_parallel_embedding", False, "layout"),
+    ("--embedding_sharding_dim", "embedding_sharding_dim", 0, "layout"),
+    ("--share_lm_head", "share_lm_head", False, "layout"),
+    ("--model_type", "model_type", None, "family"),
+    ("--allow_unsupported", "allow_unsupported", False, "override"),
+)
+_ADD_HEADS_WHY = {
+    "quantization": "the base keeps its own quantization (its tensors are copied as they are)",
+    "calibration": "nothing is calibrated: the base keeps the scales its tool wrote",
+    "mapping": "the base keeps its own mapping (tensor/pipeline/expert parallelism: its rank files as they are)",
+    "layout": "the base keeps its own embedding and lm_head layout",
+    "family": "the family is read from the base checkpoint's config.json (architecture)",
+    "override": "add-heads runs no check that --allow_unsupported overrides",
+}
+
+
 def _add_heads(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import AddHeadsOptions, add_heads
+    from trtllm_medusa_ports.quant.prequantized import FlagConflict
 
-    asked = [f for f, v in (("--qformat", args.qformat), ("--use_weight_only", args.use_weight_only),
-                            ("--kv_cache_dtype", args.kv_cache_dtype), ("--int8_kv_cache", args.int8_kv_cache),
-                            ("--calib_dataset", args.calib_dataset), ("--tp_size", args.tp_size != 1),
-                            ("--pp_size", args.pp_size != 1), ("--share_lm_head", args.share_lm_head)) if v]
+    asked = [(flag, why) for flag, dest, default, why in _ADD_HEADS_REFUSED if getattr(args, dest) != default]
     if asked:
-        print(f"error: {', '.join(asked)} with --base_checkpoint_dir: the base keeps its own quantization and "
-              "mapping\n  fix: drop them (quantize and shard the base with NVIDIA's tools)", file=sys.stderr)
+        reasons = dict.fromkeys(_ADD_HEADS_WHY[why] for _, why in asked)
+        print(f"error: {', '.join(f for f, _ in asked)} with --base_checkpoint_dir: {'; '.join(reasons)}\n"
+              "  fix: drop them (quantize and shard the base with NVIDIA's tools)", file=sys.stderr)
         return 2
-    result = add_heads(AddHeadsOptions(Path(args.base_checkpoint_dir), Path(args.medusa_model_dir),
-                                       Path(args.output_dir), max_draft_len=args.max_medusa_token_len,
-                                       overwrite=args.overwrite))
+    if args.workers < 1:
+        print(f"error: --workers {args.workers} must be at least 1\n  fix: use --workers 1 or more", file=sys.stderr)
+        return 2
+    # --dtype's default (float16, upstream's for a Hugging Face base) cannot be told from a typed --dtype float16:
+    # it stands for the base's own dtype here, and a float16 run over another base says so below
+    dtype = None if args.dtype == "float16" else args.dtype
+    try:
+        result = add_heads(AddHeadsOptions(
+            Path(args.base_checkpoint_dir), Path(args.medusa_model_dir), Path(args.output_dir),
+            max_draft_len=args.max_medusa_token_len, overwrite=args.overwrite, dtype=dtype,
+            num_medusa_heads=args.num_medusa_heads, num_medusa_layers=args.num_medusa_layers,
+            medusa_choices=args.medusa_choices, fsync=args.fsync))
+    except FlagConflict as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
+    if args.dtype == "float16" and result.config["dtype"] != "float16":
+        print(f"warning: the heads are written in the base's {result.config['dtype']}: --dtype float16 (the default "
+              "for a Hugging Face base) does not apply with --base_checkpoint_dir\n  fix: pass --dtype auto (or "
+              f"{result.config['dtype']}) to say so; another dtype is refused", file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
     return 0
 

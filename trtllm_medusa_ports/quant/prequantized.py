@@ -11,23 +11,34 @@ knows LLaMA and QWen bases only). The base's bytes are copied as they are, never
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtllm_medusa_ports import __version__
 from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.errors import ConversionError, HeadsError
+from trtllm_medusa_ports.errors import CheckpointError, ConversionError, HeadsError
 from trtllm_medusa_ports.files.checkpoint import (
+    Checkpoint,
     StreamingSafetensorsFile,
     atomic_output_dir,
+    guard_output_dir,
     read_checkpoint,
 )
-from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, is_floating, to_torch
+from trtllm_medusa_ports.files.finite import all_finite
 from trtllm_medusa_ports.heads import load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
+from trtllm_medusa_ports.quant import (
+    QUANTIZED_LAYER_FIX,
+    is_scale_tensor,
+    kv_scale_problems,
+    quantized_layer_problems,
+)
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
 
 #: quant_algo values of NVIDIA's tools a Medusa port keeps (tensorrt_llm/quantization/mode.py QuantAlgo)
@@ -41,6 +52,17 @@ KEPT_KV = (None, "FP8", "INT8")
 #: it a WeightOnlyQuantEmbedding the checkpoint has no scales for (tensorrt_llm/quantization/quantize.py)
 COMBINED_EXCLUDE_MODULES = ("lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
                             "*medusa_heads*")
+
+
+#: config.json sizes that must be positive integers
+CONFIG_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+_RANK_FILE = re.compile(r"rank(\d+)\.safetensors")
+#: tensors always in the checkpoint dtype (quantization leaves them float): the embedding, lm_head and the norms
+_MODEL_DTYPE_TENSORS = re.compile(r"transformer\.vocab_embedding\.weight|lm_head\.weight|.*(norm|ln_f)\.weight")
+
+
+class FlagConflict(ConversionError):
+    """A flag add-heads cannot honour: the base keeps its own dtype, quantization and mapping (the CLI exits 2)."""
 
 
 @dataclass
@@ -77,10 +99,7 @@ def _check_base(cfg: dict, where: str):
     if algo == "MIXED_PRECISION":
         raise ConversionError("MIXED_PRECISION checkpoints (quant_cfg.json) are not handled", where=where,
                               fix="quantize with one format")
-    dtype = cfg.get("dtype")
-    if dtype not in CHECKPOINT_DTYPES:
-        raise ConversionError(f"dtype {dtype!r} is not float16, bfloat16 or float32", where=where,
-                              fix="pass a TensorRT-LLM checkpoint")
+    dtype = cfg["dtype"]  # checked by check_base_config
     if algo and int((cfg.get("moe") or {}).get("num_experts") or 0) > 1:
         raise ConversionError(
             f"{algo} experts of a mixture-of-experts base: a tool stores them as MOE declares them (weight-only: "
@@ -89,6 +108,97 @@ def _check_base(cfg: dict, where: str):
             fix="convert the float base with `trtllm-medusa convert --qformat int8_wo` (or int4_wo), which writes "
                 "float experts TensorRT-LLM quantizes at load")
     return arch, adapter, quant, dtype
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def check_base_config(ckpt: Checkpoint) -> None:
+    """config.json's fields add-heads reads, typed and in range, and its mapping against the rank files present
+    (read_checkpoint has checked that the fields exist, that world_size = tp_size x pp_size, and that rank0 ..
+    rank{world_size - 1} exist)."""
+    cfg, where = ckpt.config, str(ckpt.path / "config.json")
+    fix = "config.json must be the one the quantizing tool wrote beside these rank files"
+    for k in CONFIG_SIZES:
+        if not _positive_int(cfg.get(k)):
+            raise CheckpointError(f"{k} is {json.dumps(cfg.get(k))}, not a positive integer", where=where, fix=fix)
+    kv = cfg.get("num_key_value_heads")
+    if kv is not None and not _positive_int(kv):
+        raise CheckpointError(f"num_key_value_heads is {json.dumps(kv)}, not a positive integer", where=where, fix=fix)
+    if cfg["dtype"] not in CHECKPOINT_DTYPES:
+        raise CheckpointError(f"dtype {json.dumps(cfg['dtype'])} is not float16, bfloat16 or float32", where=where,
+                              fix="pass a TensorRT-LLM checkpoint: dtype is its float dtype (of the embedding and "
+                                  "the norms), whatever its quantization")
+    mapping = cfg.get("mapping") or {}
+    for k in ("tp_size", "pp_size", "world_size"):
+        if k in mapping and not _positive_int(mapping[k]):
+            raise CheckpointError(f"mapping.{k} is {json.dumps(mapping[k])}, not a positive integer", where=where, fix=fix)
+    world = len(ckpt.ranks)
+    extra = sorted(int(m.group(1)) for f in ckpt.path.iterdir()
+                   if (m := _RANK_FILE.fullmatch(f.name)) and int(m.group(1)) >= world)
+    if extra:
+        raise CheckpointError(
+            f"mapping says world_size {world} (tp_size {ckpt.tp_size} x pp_size {ckpt.pp_size}), but the directory "
+            f"also holds {', '.join(f'rank{r}.safetensors' for r in extra)}: the rank files were split for another "
+            "mapping", where=where,
+            fix="config.json's mapping must be the one the rank files were written for (tp_size x pp_size = the "
+                "number of rank files)")
+
+
+def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> list[str]:
+    """The rank files against config.json before anything is written: none empty, the float tensors that are
+    always in the checkpoint dtype (embedding, lm_head, norms) in config.json's ``dtype`` (the heads are written in
+    it), lm_head's shape against ``hidden_size`` and ``vocab_size``, every scale finite, every quantized linear
+    holding the weight and scales its ``quant_algo`` declares (``exclude``: the exclude_modules the output carries),
+    a KV cache scale in every attention layer under a quantized KV cache. Returns the warnings (a float weight
+    where the layer takes a quantized one: verify refuses it)."""
+    cfg = ckpt.config
+    dtype, hidden, vocab = cfg["dtype"], cfg["hidden_size"], cfg["vocab_size"]
+    quant = cfg.get("quantization") or {}
+    files = [ckpt.path / f"rank{r}.safetensors" for r in range(len(ckpt.ranks))]
+    for r, tensors in enumerate(ckpt.ranks):
+        if not tensors:
+            raise CheckpointError("the rank file holds no tensors", where=str(files[r]),
+                                  fix="the base checkpoint is damaged: write it again with the quantizing tool")
+    for r, tensors in enumerate(ckpt.ranks):
+        for name, t in tensors.items():
+            if _MODEL_DTYPE_TENSORS.fullmatch(name) and is_floating(t.dtype_name) and t.dtype_name != dtype:
+                raise CheckpointError(
+                    f"config.json says dtype {dtype}, but {name} is {t.dtype_name}: the heads would be written in "
+                    "another dtype than the base's", where=str(files[r]),
+                    fix=f"config.json's dtype must be the rank files' float dtype ({t.dtype_name} here)")
+    mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
+    last = mapping.stage_ranks(mapping.pp_size - 1)
+    parts = [ckpt.ranks[r]["lm_head.weight"].shape for r in last if "lm_head.weight" in ckpt.ranks[r]]
+    if parts:
+        rows = sum(p[0] for p in parts)
+        if (any(len(p) != 2 or p[1] != hidden for p in parts)
+                or (rows != mapping.padded_vocab(vocab) and any(p[0] != vocab for p in parts))):
+            raise CheckpointError(
+                f"lm_head.weight is {' + '.join(str(list(p)) for p in parts)} over the last stage's ranks, which "
+                f"does not fit config.json's vocab_size {vocab} and hidden_size {hidden}", where=str(ckpt.path),
+                fix="config.json must be the one the quantizing tool wrote beside these rank files")
+    for r, tensors in enumerate(ckpt.ranks):
+        for name, t in tensors.items():
+            if not is_scale_tensor(name) or not is_floating(t.dtype_name):
+                continue
+            v = t.load().float()
+            if not bool(v.isfinite().all()):
+                bad = float(v[~v.isfinite()].reshape(-1)[0])
+                raise CheckpointError(f"scale {name} holds {bad}: a scale must be finite", where=str(files[r]),
+                                      fix="the base checkpoint is damaged: quantize it again")
+    warnings = []
+    for p in quantized_layer_problems(ckpt.ranks, quant.get("quant_algo"), exclude):
+        if p.stored_quantized:
+            raise CheckpointError(p.message, where=str(files[p.rank]), fix=QUANTIZED_LAYER_FIX)
+        warnings.append(p.message + "; verify refuses it")
+    for r, att in kv_scale_problems(ckpt.ranks, quant.get("kv_cache_quant_algo")):
+        raise CheckpointError(
+            f"{att} has no KV cache scale (kv_cache_scaling_factor, or k_cache_ and v_cache_scaling_factor), but "
+            f"kv_cache_quant_algo is {quant['kv_cache_quant_algo']}: the engine would quantize its cache with a "
+            "scale nobody measured", where=str(files[r]), fix="pass the checkpoint as the quantizing tool wrote it")
+    return warnings
 
 
 def padded_rows_are_zero(ckpt, cfg: dict, real_vocab: int) -> bool:
@@ -136,23 +246,82 @@ def _check_heads(heads, cfg: dict, heads_dir: Path, ckpt) -> list[str]:
     return warnings
 
 
-def _head_tensors(heads, hidden: int, vocab: int, target):
-    """(name, split, tensor in the checkpoint dtype) of every head tensor."""
+def _finite_in(t, name: str, source, dtype: str, heads_dir: Path):
+    """``t`` (a head tensor as stored) cast to the checkpoint dtype, refused where it holds NaN/Inf or a value the
+    dtype cannot hold (plain convert's check of every head tensor, convert.py: the cast must stay finite)."""
+    import torch
+
+    src = f" (from {source.name})" if source is not None else ""
+    if not all_finite(t):
+        raise HeadsError(f"head tensor {name}{src} holds NaN/Inf", where=str(heads_dir),
+                         fix="the heads are damaged: save them again (or retrain them)")
+    out = t.to(to_torch(dtype))
+    if not all_finite(out):
+        top = float(t.float().abs().max())
+        raise HeadsError(
+            f"head tensor {name}{src} holds {top:g}, beyond {dtype}'s largest finite value "
+            f"{torch.finfo(out.dtype).max:g}: it would be inf in the checkpoint", where=str(heads_dir),
+            fix=f"the heads are written in the base's {dtype} (a base quantized by NVIDIA's tools keeps its dtype): "
+                f"use heads whose values fit {dtype}, e.g. heads trained for a {dtype} base")
+    return out
+
+
+def _head_tensors(heads, hidden: int, vocab: int, dtype: str, heads_dir: Path):
+    """(name, split, tensor in the checkpoint dtype) of every head tensor, each checked finite in that dtype."""
     import torch
 
     for h, blocks in enumerate(heads.blocks):
         for layer, block in enumerate(blocks):
             base = f"medusa_heads.{h}.medusa_layers.{layer}.linear"
-            yield base + ".weight", Split.COLUMN, block.weight.load().to(target)
+            yield base + ".weight", Split.COLUMN, _finite_in(block.weight.load(), base + ".weight", block.weight,
+                                                              dtype, heads_dir)
             bias = block.bias.load() if block.bias is not None else torch.zeros(hidden)
-            yield base + ".bias", Split.COLUMN, bias.to(target)
+            yield base + ".bias", Split.COLUMN, _finite_in(bias, base + ".bias", block.bias, dtype, heads_dir)
         if heads.lm_heads is not None:
-            w = heads.lm_heads[h].load()
+            name = f"medusa_heads.{h}.lm_head.weight"
+            w = _finite_in(heads.lm_heads[h].load(), name, heads.lm_heads[h], dtype, heads_dir)
             if heads.token_map is not None:
                 w = expand_truncated(w, heads.token_map.load(), vocab)
             if w.shape[0] < vocab:  # a padded base vocabulary (_check_heads): zero rows, as the base's
                 w = torch.cat([w, torch.zeros(vocab - w.shape[0], w.shape[1], dtype=w.dtype)])
-            yield f"medusa_heads.{h}.lm_head.weight", Split.VOCAB, w.to(target)
+            yield name, Split.VOCAB, w
+
+
+def _check_options(heads, heads_dir: Path, *, dtype: str, base_dtype: str, num_medusa_heads: int | None,
+                   num_medusa_layers: int | None, max_draft_len: int, medusa_choices: str | None) -> list[str]:
+    """The flags against the base and the heads, as plain convert checks them (convert.py ``_check_options``, the
+    tree through compat.check_tree): the warnings of the tree. A ``dtype`` other than the base's is refused
+    (:class:`FlagConflict`): the base keeps its own."""
+    from trtllm_medusa_ports.compat import check_tree
+
+    if dtype not in ("auto", *CHECKPOINT_DTYPES):
+        raise ConversionError(f"--dtype {dtype!r} is not supported", fix="use auto, float32, float16 or bfloat16")
+    if dtype not in ("auto", base_dtype):
+        raise FlagConflict(
+            f"--dtype {dtype} with --base_checkpoint_dir: the base is {base_dtype} and keeps its own dtype (its "
+            "tensors are copied as they are, and the heads are written in the base's dtype)",
+            fix=f"drop --dtype (or pass --dtype auto or {base_dtype}); for another dtype, quantize the base again "
+                "with NVIDIA's tools in that dtype")
+    if num_medusa_heads is not None and num_medusa_heads != heads.num_heads:
+        raise ConversionError(f"--num_medusa_heads {num_medusa_heads} but the heads checkpoint holds {heads.num_heads}",
+                              where=str(heads_dir),
+                              fix="omit --num_medusa_heads (it is read from the heads) or pass the right directory")
+    if num_medusa_layers is not None and num_medusa_layers != heads.num_layers:
+        raise ConversionError(f"--num_medusa_layers {num_medusa_layers} but the heads have {heads.num_layers} "
+                              "layer(s)", where=str(heads_dir), fix="omit --num_medusa_layers (it is read from the heads)")
+    if isinstance(max_draft_len, bool) or not isinstance(max_draft_len, int) or max_draft_len <= 0:
+        raise ConversionError(f"--max_medusa_token_len must be positive, got {max_draft_len}",
+                              fix="use the number of nodes of your tree (63 for the presets)")
+    if not medusa_choices:
+        return []
+    findings = check_tree(medusa_choices, heads.num_heads, max_draft_len)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise ConversionError("the compatibility check failed; nothing was written:\n"
+                              + "\n".join(f"  [{f.rule}] {f.message}\n    fix: {f.fix}" for f in errors),
+                              fix="address the errors above (`trtllm-medusa tree --choices ... --num_heads "
+                                  f"{heads.num_heads} --max_draft_len {max_draft_len}` shows them)", rules=[f.rule for f in errors])
+    return [f"[{f.rule}] {f.message}" for f in findings if f.severity == "warning"]
 
 
 def _output_config(cfg: dict, quant: dict, arch: str, adapter, heads, max_draft_len: int, provenance: dict) -> dict:
@@ -171,17 +340,23 @@ def _output_config(cfg: dict, quant: dict, arch: str, adapter, heads, max_draft_
     return out_cfg
 
 
-def _write_ranks(tmp: Path, ckpt, pieces: dict[int, list], dtype: str, world_size: int) -> None:
+def _write_ranks(tmp: Path, ckpt, pieces: dict[int, list], dtype: str, world_size: int, durable: bool) -> None:
     """Every rank file: the base's tensors byte for byte, then the heads' pieces of that rank."""
     for r in range(world_size):
         base_tensors = ckpt.ranks[r]
         entries = [(n, t.dtype_name, tuple(t.shape)) for n, t in base_tensors.items()]
         entries += [(n, dtype, tuple(p.shape)) for n, p in pieces.get(r, [])]
-        f = StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries, durable=False)
+        f = StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries, durable=durable)
         try:
-            with open(base_tensors[next(iter(base_tensors))].file, "rb") as src:
+            source = base_tensors[next(iter(base_tensors))].file  # never empty: check_base_tensors
+            try:
+                src = open(source, "rb")  # noqa: SIM115  (closed by the with below)
+            except OSError as exc:  # the input, not the output's disk
+                raise ConversionError(f"cannot read the base rank file ({exc.strerror})", where=str(source),
+                                      fix="the base checkpoint is unreadable: check the file and its disk") from None
+            with src:
                 for n, t in base_tensors.items():  # the base's bytes, as they are
-                    _copy(src.fileno(), t.offset, f.fd, f.slots[n].offset, f.slots[n].nbytes)
+                    _copy(src.fileno(), t.offset, f.fd, f.slots[n].offset, f.slots[n].nbytes, source)
                     f.written(n)
             for n, p in pieces.get(r, []):
                 f.write(n, p)
@@ -191,43 +366,81 @@ def _write_ranks(tmp: Path, ckpt, pieces: dict[int, list], dtype: str, world_siz
             raise
 
 
+def _write_config(tmp: Path, out_cfg: dict, durable: bool) -> None:
+    (tmp / "config.json").write_text(json.dumps(out_cfg, indent=4) + "\n")
+    if durable:  # it and the directory's entries on disk before the directory is swapped in
+        for path in (tmp / "config.json", tmp):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
 def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Path, *, max_draft_len: int = 63,
-              overwrite: bool = False) -> AddHeadsResult:
+              overwrite: bool = False, dtype: str | None = None, num_medusa_heads: int | None = None,
+              num_medusa_layers: int | None = None, medusa_choices: str | None = None,
+              fsync: bool = False) -> AddHeadsResult:
+    """Heads added to a base NVIDIA's tools quantized, or a :class:`PortError` with nothing written: the base
+    validated first (config.json, rank files, scales, quantized layers), then the flags and the heads as plain
+    convert checks them, every head tensor made in memory, then the rank files written atomically.
+    ``dtype`` None or ``"auto"``: the base's (another is refused, :class:`FlagConflict`)."""
     start = time.time()
     base_dir, heads_dir = Path(base_checkpoint_dir), Path(medusa_model_dir)
+    inputs = {"--base_checkpoint_dir": base_dir, "--medusa_model_dir": heads_dir}
+    guard_output_dir(Path(output_dir), inputs)  # before any work: never write into an input
     ckpt = read_checkpoint(base_dir)
+    check_base_config(ckpt)
     cfg = dict(ckpt.config)
     where = str(base_dir / "config.json")
-    arch, adapter, quant, dtype = _check_base(cfg, where)
+    arch, adapter, quant, base_dtype = _check_base(cfg, where)
+    exclude = list(COMBINED_EXCLUDE_MODULES) if quant.get("quant_algo") or quant.get("kv_cache_quant_algo") \
+        else quant.get("exclude_modules")
+    warnings = check_base_tensors(ckpt, exclude)
     heads = load_heads(heads_dir)
-    warnings = _check_heads(heads, cfg, heads_dir, ckpt)
+    warnings += _check_options(heads, heads_dir, dtype=dtype or "auto", base_dtype=base_dtype,
+                               num_medusa_heads=num_medusa_heads, num_medusa_layers=num_medusa_layers,
+                               max_draft_len=max_draft_len, medusa_choices=medusa_choices)
+    warnings += _check_heads(heads, cfg, heads_dir, ckpt)
     mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
     last = mapping.stage_ranks(mapping.pp_size - 1)
     if heads.lm_heads is None and not ckpt.has(last[0], "lm_head.weight"):
         raise ConversionError("the heads share the base lm_head, which the checkpoint does not hold", where=where,
                               fix="use heads with their own lm_heads")
-    out_cfg = _output_config(cfg, quant, arch, adapter, heads, max_draft_len, {
-        "heads_layout": heads.layout, "heads_source": str(heads_dir.resolve()), "heads_dtype": heads.dtype_name,
-        "base_checkpoint": str(base_dir.resolve()), "warnings": warnings})
     pieces: dict[int, list] = {r: [] for r in last}
-    for name, split, t in _head_tensors(heads, int(cfg["hidden_size"]), int(cfg["vocab_size"]), to_torch(dtype)):
+    for name, split, t in _head_tensors(heads, int(cfg["hidden_size"]), int(cfg["vocab_size"]), base_dtype,
+                                        heads_dir):
         for r in last:
             part = shard(split, t, tp_size=mapping.tp_size, tp_rank=mapping.tp_rank(r), num_kv_heads=1,
                          use_parallel_embedding=False, embedding_sharding_dim=0).contiguous()
             pieces[r].append((name, part))
-    inputs = {"--base_checkpoint_dir": base_dir, "--medusa_model_dir": heads_dir}
-    with atomic_output_dir(Path(output_dir), overwrite=overwrite, inputs=inputs) as tmp:
-        _write_ranks(tmp, ckpt, pieces, dtype, mapping.world_size)
-        (tmp / "config.json").write_text(json.dumps(out_cfg, indent=4) + "\n")
+    out_cfg = _output_config(cfg, quant, arch, adapter, heads, max_draft_len, {
+        "heads_layout": heads.layout, "heads_source": str(heads_dir.resolve()), "heads_dtype": heads.dtype_name,
+        "base_checkpoint": str(base_dir.resolve()), "warnings": warnings})
+    durable = fsync or Path(output_dir).exists()
+    try:
+        with atomic_output_dir(Path(output_dir), overwrite=overwrite, inputs=inputs) as tmp:
+            _write_ranks(tmp, ckpt, pieces, base_dtype, mapping.world_size, durable)
+            _write_config(tmp, out_cfg, durable)
+    except OSError as exc:  # the disk, not the inputs: full, read-only, no permission, quota
+        code = errno.errorcode.get(exc.errno, str(exc.errno)) if exc.errno is not None else "no errno"
+        raise ConversionError(f"could not write the checkpoint: {exc.strerror or exc} (errno {exc.errno}, {code})",
+                              where=str(output_dir),
+                              fix="free space or choose a writable --output_dir; nothing was left behind") from None
     return AddHeadsResult(Path(output_dir), out_cfg, mapping.world_size, time.time() - start, warnings)
 
 
-def _copy(src: int, src_off: int, dst: int, dst_off: int, n: int) -> None:
+def _copy(src: int, src_off: int, dst: int, dst_off: int, n: int, source: Path) -> None:
     done = 0
     while done < n:
-        chunk = os.pread(src, min(n - done, 1 << 24), src_off + done)
+        try:
+            chunk = os.pread(src, min(n - done, 1 << 24), src_off + done)
+        except OSError as exc:  # the input, not the output's disk
+            raise ConversionError(f"cannot read the base rank file ({exc.strerror})", where=str(source),
+                                  fix="the base checkpoint is unreadable: check the file and its disk") from None
         if not chunk:
-            raise ConversionError("a base rank file ended before its tensors", fix="the base checkpoint is damaged")
+            raise ConversionError("a base rank file ended before its tensors", where=str(source),
+                                  fix="the base checkpoint is damaged")
         view = memoryview(chunk)
         while len(view):
             w = os.pwrite(dst, view, dst_off + done)
