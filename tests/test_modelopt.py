@@ -143,3 +143,16 @@ def test_a_layer_quant_algo_quantizes_must_hold_quantized_weights(tmp_path, head
     save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="mlp.fc.weight is float16, but quant_algo FP8 makes"):
         _verify(ckpt)
+
+
+def test_verify_shares_add_heads_validation_of_the_checkpoint_config(tmp_path, heads):
+    """A config.json that says tp 1 over tp-2 rank files: refused by verify as by add-heads, naming the files,
+    not a failure inside the executor."""
+    from trtllm_medusa_ports.errors import PortError
+
+    ckpt = _ported(tmp_path, heads, "fp8_tp2")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["mapping"] = {"world_size": 1, "tp_size": 1, "pp_size": 1}
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PortError, match="rank1"):
+        _verify(ckpt)

@@ -654,6 +654,16 @@ def check_parallel(
     return out
 
 
+def _quantized_float32(quantization, dtype: str | None) -> list[Finding]:
+    """convert refuses a quantized float32 checkpoint (convert.py): a check must not say COMPATIBLE for it."""
+    if dtype != "float32":
+        return []
+    return [Finding("dtype-float32", ERROR,
+                    f"{quantization.quant_algo or quantization.kv_cache_quant_algo} from a float32 checkpoint: "
+                    "TensorRT-LLM serves quantized Medusa engines in float16 or bfloat16 (and refuses float32 with "
+                    "speculative decoding), so convert refuses it", "pass --dtype float16 or bfloat16")]
+
+
 def check_conversion(
     hf: HFConfig,
     *,
@@ -673,13 +683,7 @@ def check_conversion(
     if quantization is not None and quantization.any and adapter is not None:
         from trtllm_medusa_ports.quant.rules import check_quantization
 
-        out += check_quantization(hf, adapter, quantization, tp_size)
-        if dtype == "float32":  # convert refuses the same (convert.py): a check must not say COMPATIBLE
-            out.append(Finding(
-                "dtype-float32", ERROR,
-                f"{quantization.quant_algo or quantization.kv_cache_quant_algo} from a float32 checkpoint: TensorRT-LLM "
-                "serves quantized Medusa engines in float16 or bfloat16 (and refuses float32 with speculative "
-                "decoding), so convert refuses it", "pass --dtype float16 or bfloat16"))
+        out += check_quantization(hf, adapter, quantization, tp_size) + _quantized_float32(quantization, dtype)
     if adapter is not None or alibi_reason(hf) is None:
         out += check_parallel(hf, adapter, tp_size, pp_size, heads, use_parallel_embedding, embedding_sharding_dim)
     if heads is not None:
