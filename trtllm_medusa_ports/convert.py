@@ -15,9 +15,7 @@ torch is imported the moment a job needs a tensor or a cast.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +40,7 @@ from trtllm_medusa_ports.files.checkpoint import (
     StreamingSafetensorsFile,
     atomic_output_dir,
     guard_output_dir,
+    write_config,
 )
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, is_floating, itemsize
 from trtllm_medusa_ports.files.hf_model import HFModel
@@ -636,14 +635,7 @@ def _write_config(tmp: Path, cfg: dict, warnings: list[str], durable: bool) -> N
     """config.json (with the conversion's warnings); with ``durable``, it and the directory's entries are on
     disk before the directory is swapped in."""
     cfg["medusa_ports"]["warnings"] = warnings
-    (tmp / "config.json").write_text(json.dumps(cfg, indent=4) + "\n")
-    if durable:
-        for path in (tmp / "config.json", tmp):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+    write_config(tmp, cfg, durable)
 
 
 def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict,

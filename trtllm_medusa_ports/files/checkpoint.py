@@ -333,3 +333,17 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             )
         ranks.append(read_safetensors(f, CheckpointError))
     return Checkpoint(path, config, ranks)
+
+
+def write_config(directory: Path, cfg: dict, durable: bool) -> None:
+    """``directory/config.json``; with ``durable``, it and the directory's entries are on disk (fsync) before the
+    directory is swapped in (the writers of a new checkpoint: convert and add-heads)."""
+    (directory / "config.json").write_text(json.dumps(cfg, indent=4) + "\n")
+    if durable:
+        for path in (directory / "config.json", directory):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+

@@ -28,6 +28,7 @@ from trtllm_medusa_ports.files.checkpoint import (
     atomic_output_dir,
     guard_output_dir,
     read_checkpoint,
+    write_config,
 )
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, is_floating, to_torch
 from trtllm_medusa_ports.files.finite import all_finite
@@ -366,17 +367,6 @@ def _write_ranks(tmp: Path, ckpt, pieces: dict[int, list], dtype: str, world_siz
             raise
 
 
-def _write_config(tmp: Path, out_cfg: dict, durable: bool) -> None:
-    (tmp / "config.json").write_text(json.dumps(out_cfg, indent=4) + "\n")
-    if durable:  # it and the directory's entries on disk before the directory is swapped in
-        for path in (tmp / "config.json", tmp):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-
 def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Path, *, max_draft_len: int = 63,
               overwrite: bool = False, dtype: str | None = None, num_medusa_heads: int | None = None,
               num_medusa_layers: int | None = None, medusa_choices: str | None = None,
@@ -421,7 +411,7 @@ def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Pat
     try:
         with atomic_output_dir(Path(output_dir), overwrite=overwrite, inputs=inputs) as tmp:
             _write_ranks(tmp, ckpt, pieces, base_dtype, mapping.world_size, durable)
-            _write_config(tmp, out_cfg, durable)
+            write_config(tmp, out_cfg, durable)
     except OSError as exc:  # the disk, not the inputs: full, read-only, no permission, quota
         code = errno.errorcode.get(exc.errno, str(exc.errno)) if exc.errno is not None else "no errno"
         raise ConversionError(f"could not write the checkpoint: {exc.strerror or exc} (errno {exc.errno}, {code})",
