@@ -19,13 +19,15 @@ Names exported here are the promised surface; everything else in the package may
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtllm_medusa_ports.compat import Finding
 from trtllm_medusa_ports.convert import ConvertOptions as _ConvertOptions
 from trtllm_medusa_ports.convert import ConvertResult
-from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.errors import CheckpointError, ConversionError, PortError, TreeError
 from trtllm_medusa_ports.files.prompts import PromptInputs
 from trtllm_medusa_ports.tree import MedusaTree
 
@@ -84,9 +86,194 @@ __all__ = [
 from trtllm_medusa_ports.threads import default_threads, torch_threads  # noqa: E402
 
 
-def _check_threads(threads: int | None) -> None:
-    if threads is not None and threads < 1:
-        raise PortError(f"--threads {threads} must be at least 1", fix="omit --threads to choose by the idle cores")
+# -- input validation (docs/api.md "Input validation") ----------------------------------------------
+#: every API function checks its options against these specs before any work, so that a wrong type or an
+#: out-of-range value is refused at the boundary (naming ``Class.field``) instead of failing deep inside.
+#: A field may be None only where its default is None (or its spec says ``none=True``); ranges are the flags'
+#: ``_int_in`` / ``_non_negative`` / ``_fraction`` ranges (cli.py); a plain ``type=int`` flag is checked for its
+#: type only, its value by the rule that judges it (a tp_size of 0 by rule parallel-size, ...).
+@dataclass(frozen=True)
+class _Spec:
+    kind: str  # path, int, float, bool, str, tree, list, ids, of, nested
+    lo: float | None = None
+    hi: float | None = None
+    below: float | None = None  # exclusive upper bound
+    choices: tuple | None = None
+    none: bool = False  # None accepted although the default is not None
+    flag: str | None = ""  # the flag spelling ("": --<field>; None: no flag)
+    of: object = None  # kind "of" / "nested": a zero-argument callable returning the accepted type
+
+
+def _P(**kw) -> _Spec:
+    return _Spec("path", **kw)
+
+
+def _I(lo: int | None = None, hi: int | None = None, **kw) -> _Spec:
+    return _Spec("int", lo=lo, hi=hi, **kw)
+
+
+def _F(lo: float | None = None, **kw) -> _Spec:
+    return _Spec("float", lo=lo, **kw)
+
+
+def _S(*choices: str, **kw) -> _Spec:
+    return _Spec("str", choices=choices or None, **kw)
+
+
+_B, _TREE, _STRS = _Spec("bool"), _Spec("tree"), _Spec("list")
+_DTYPES = ("auto", "float32", "float16", "bfloat16")
+_QUANT = dict(qformat=_S("fp8", "int8_wo", "int4_wo", "full_prec"), use_weight_only=_B,
+              weight_only_precision=_S("int8", "int4"), kv_cache_dtype=_S("fp8", "int8"), int8_kv_cache=_B)
+
+
+def _calibration_type():
+    import sys
+
+    mod = sys.modules.get("trtllm_medusa_ports.quant.calibrate")  # not loaded: nothing can be a Calibration yet
+    return mod.Calibration if mod is not None else ()
+
+
+def _fit_type():
+    from trtllm_medusa_ports.heads import train
+
+    return train.FitOptions
+
+
+_PROMPTS = _Spec("nested", flag=None, of=lambda: PromptInputs)
+_SPECS: dict[str, dict[str, _Spec]] = {
+    "ConvertOptions": dict(
+        model_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), dtype=_S(*_DTYPES), tp_size=_I(), pp_size=_I(),
+        num_medusa_heads=_I(), num_medusa_layers=_I(), max_draft_len=_I(flag="--max_draft_len"), model_type=_S(),
+        workers=_I(), use_parallel_embedding=_B, embedding_sharding_dim=_I(choices=(0, 1)), share_lm_head=_B,
+        overwrite=_B, quiet=_B, allow_unsupported=_B, medusa_choices=_TREE, fast_path=_Spec("bool", flag=None),
+        fsync=_B, **_QUANT, calib_dataset=_P(), calib_size=_I(1), calib_max_seq_length=_I(1), tokenizer_dir=_P(),
+        device=_S(), threads=_I(1), moe_ep_size=_I(),
+        calibration=_Spec("of", flag=None, of=_calibration_type)),
+    "AddHeadsOptions": dict(
+        base_checkpoint_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), max_draft_len=_I(), overwrite=_B,
+        dtype=_S(*_DTYPES), num_medusa_heads=_I(), num_medusa_layers=_I(), medusa_choices=_TREE, fsync=_B),
+    "CheckOptions": dict(
+        model_dir=_P(), medusa_model_dir=_P(), medusa_choices=_TREE, tp_size=_I(), pp_size=_I(), max_draft_len=_I(),
+        num_medusa_heads=_I(), dtype=_S(*_DTYPES), share_lm_head=_B, **_QUANT, max_batch_size=_I(1),
+        max_seq_len=_I(1), gpu_memory_gb=_F(0), prompts=_PROMPTS, tokenizer_dir=_P(), threads=_I(1), quiet=_B),
+    "VerifyOptions": dict(
+        model_dir=_P(), checkpoint_dir=_P(), medusa_choices=_TREE, prompts=_PROMPTS, tokenizer_dir=_P(),
+        max_new_tokens=_I(), medusa_model_dir=_P(), max_quant_error=_F(0), threads=_I(1), quiet=_B,
+        skip_tree_proof=_B, gemm_plugin=_S("auto", "fp8"), calib_dataset=_P(), calib_size=_I(1),
+        calib_max_seq_length=_I(1), accept_unchecked_scales=_B),
+    "TrainOptions": dict(
+        model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
+        dtype=_S("float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
+        fit=_Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1)),
+    "FitOptions": dict(
+        num_heads=_I(1, 64), num_layers=_I(1, 64), steps=_I(1), lr=_F(), batch_size=_I(1, none=True),
+        share_lm_head=_B, seed=_I(), schedule=_S("cosine", "constant", flag=None), warmup=_F(0, flag=None),
+        weight_decay=_F(0, flag=None), full_vocab=_B, negatives=_I(), distill=_F(), save_every=_I(1),
+        matmul_dtype=_S("float32", "bfloat16", flag="--fit_dtype"), quiet=_B, heldout_fraction=_F(0, below=1)),
+    "TuneOptions": dict(
+        model_dir=_P(), medusa_model_dir=_P(), output=_P(), prompts=_PROMPTS, tokenizer_dir=_P(),
+        new_tokens=_I(1, 1 << 16), max_nodes=_I(1, 4096), max_draft_len=_I(1, 4096), top_k=_I(1, 1000),
+        estimate=_S("product", "joint"), baseline=_S(none=True), overwrite=_B, threads=_I(1), quiet=_B),
+    "TreeOptions": dict(choices=_TREE, num_heads=_I(), max_draft_len=_I(), top_k=_I()),
+    "BuildOptions": dict(checkpoint_dir=_P(), args=_STRS, allow_unsupported=_B),
+    "PromptInputs": dict(prompt=_STRS, prompts_file=_P(), prompt_ids=_Spec("ids"), data=_P()),
+    "inspect_heads": dict(path=_P(flag=None), data_check=_Spec("bool", flag="--no_data_check")),
+}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _expected(s: _Spec) -> str:
+    """What a field of this spec accepts, in words."""
+    if s.kind == "int" or s.kind == "float":
+        text = "an integer" if s.kind == "int" else "a number"
+        if s.choices:
+            return f"{text}, one of {', '.join(map(str, s.choices))}"
+        if s.lo is not None and s.hi is not None:
+            return f"{text} in {s.lo}..{s.hi}"
+        if s.lo is not None:
+            return f"{text} >= {s.lo}" + (f" and below {s.below}" if s.below is not None else "")
+        return text
+    if s.kind == "str" and s.choices:
+        return f"one of {', '.join(map(repr, s.choices))}"
+    if s.kind in ("of", "nested"):
+        t = s.of()
+        return f"a {t.__name__} (api.{t.__name__})" if isinstance(t, type) else "a quant.calibrate.Calibration"
+    return {"path": "a path (str or os.PathLike)", "bool": "a bool (True or False)", "str": "a string",
+            "tree": "a medusa_choices tree: a preset name, @file or JSON text (str), or a list of paths",
+            "list": "a list of strings", "ids": "a list of token-id lists (lists of int)"}[s.kind]
+
+
+def _accepts(s: _Spec, v) -> bool:
+    if s.kind == "path":
+        return isinstance(v, (str, os.PathLike)) and str(v) != ""
+    if s.kind in ("int", "float"):
+        if not (_is_int(v) if s.kind == "int" else (_is_int(v) or isinstance(v, float))):
+            return False
+        return (v == v and (s.lo is None or v >= s.lo) and (s.hi is None or v <= s.hi)  # v == v: not NaN
+                and (s.below is None or v < s.below) and (not s.choices or v in s.choices))
+    if s.kind == "bool":
+        return isinstance(v, bool)
+    if s.kind == "str":
+        return isinstance(v, str) and (not s.choices or v in s.choices)
+    if s.kind == "tree":
+        return isinstance(v, (str, list))
+    if s.kind == "list":
+        return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+    if s.kind == "ids":
+        return isinstance(v, (list, tuple)) and all(isinstance(p, (list, tuple)) and all(map(_is_int, p)) for p in v)
+    t = s.of()
+    return isinstance(t, type) and isinstance(v, t)
+
+
+def _check_fields(owner: str, values: dict, defaults: dict, error: type[PortError]) -> None:
+    """Raise ``error`` for the first value its spec (``_SPECS[owner]``) refuses; nested options are checked too."""
+    import math
+
+    specs = _SPECS[owner]
+    for name, v in values.items():
+        s = specs.get(name)
+        if s is None:  # a field with no spec (an addition the table does not know yet) is left to the command
+            continue
+        default = defaults.get(name, dataclasses.MISSING)
+        if v is None and (default is None or s.none):
+            continue
+        if not _accepts(s, v):
+            flag = s.flag if s.flag != "" else f"--{name}"
+            shown = "nan" if isinstance(v, float) and math.isnan(v) else repr(v)
+            given = f"{flag} {shown}" if flag else shown
+            none = " (or None)" if default is None or s.none else ""
+            told = f"; the default is {default!r}" if default not in (dataclasses.MISSING, None) else ""
+            raise error(f"{given} ({type(v).__name__}) is not {_expected(s)}{none}",
+                        where=f"{owner}.{name}", fix=f"give {owner}.{name} {_expected(s)}{none}{told}")
+        if s.kind == "nested":
+            _validate(v, error, f"{owner}.{name}")
+
+
+def _validate(opts, error: type[PortError] = PortError, where: str | None = None) -> None:
+    """Check an options dataclass against its spec (the first class of its MRO that ``_SPECS`` names)."""
+    owner = next((c.__name__ for c in type(opts).__mro__ if c.__name__ in _SPECS), None)
+    if owner is None or not dataclasses.is_dataclass(opts):
+        raise error(f"{opts!r} ({type(opts).__name__}) is not an options dataclass of trtllm_medusa_ports.api",
+                    where=where or "options", fix="build the options with the api's classes, e.g. api.ConvertOptions(...)")
+    values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+    defaults = {f.name: f.default for f in dataclasses.fields(opts) if f.default is not dataclasses.MISSING}
+    try:
+        _check_fields(owner, values, defaults, error)
+    except PortError as exc:
+        if where is None:
+            raise
+        raise error(exc.what, where=f"{where}.{exc.where.split('.', 1)[1]}", fix=exc.fix) from None
+
+
+def _validate_options(opts, cls_name: str, error: type[PortError] = PortError) -> None:
+    """The function's options: an instance of its class (by name; TrainOptions is made lazily), then its fields."""
+    if not any(c.__name__ == cls_name for c in type(opts).__mro__) or not dataclasses.is_dataclass(opts):
+        raise error(f"{opts!r} ({type(opts).__name__}) is not a {cls_name}", where=cls_name,
+                    fix=f"pass api.{cls_name}(...)")
+    _validate(opts, error)
 
 
 def _ids(prompts: PromptInputs, model_dir: Path, tokenizer_dir: Path | None) -> list[list[int]] | None:
@@ -112,7 +299,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     from trtllm_medusa_ports.convert import convert as _convert
     from trtllm_medusa_ports.files.checkpoint import guard_output_dir
 
-    _check_threads(opts.threads)
+    _validate_options(opts, "ConvertOptions", ConversionError)
     if opts.calib_dataset is not None:  # never write where the calibration text lives
         guard_output_dir(Path(opts.output_dir), {"--calib_dataset": Path(opts.calib_dataset)})
     return _convert(opts)
@@ -153,6 +340,7 @@ class AddHeadsResult:
 def add_heads(opts: AddHeadsOptions) -> AddHeadsResult:
     from trtllm_medusa_ports.quant.prequantized import add_heads as _add
 
+    _validate_options(opts, "AddHeadsOptions", ConversionError)
     res = _add(Path(opts.base_checkpoint_dir), Path(opts.medusa_model_dir), Path(opts.output_dir),
                max_draft_len=opts.max_draft_len, overwrite=opts.overwrite, dtype=opts.dtype,
                num_medusa_heads=opts.num_medusa_heads, num_medusa_layers=opts.num_medusa_layers,
@@ -257,7 +445,7 @@ def check(opts: CheckOptions) -> CheckResult:
     from trtllm_medusa_ports.compat import check as _check
     from trtllm_medusa_ports.quant import spec_from_flags
 
-    _check_threads(opts.threads)
+    _validate_options(opts, "CheckOptions")
     spec = spec_from_flags(opts)
     arch, findings = _check(opts.model_dir, opts.medusa_model_dir, medusa_choices=opts.medusa_choices,
                             tp_size=opts.tp_size, pp_size=opts.pp_size, max_draft_len=opts.max_draft_len,
@@ -308,7 +496,7 @@ def verify(opts: VerifyOptions):
     """A :class:`~trtllm_medusa_ports.verify.VerifyReport` (``ok``, ``to_dict()``, ``render()``)."""
     from trtllm_medusa_ports.verify import verify as _verify
 
-    _check_threads(opts.threads)
+    _validate_options(opts, "VerifyOptions")
     prompts = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     return _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
@@ -335,7 +523,7 @@ def train_heads(opts):
     # continues with resume=True.
     from trtllm_medusa_ports.heads.train import train
 
-    _check_threads(opts.threads)
+    _validate_options(opts, "TrainOptions")
     with torch_threads(opts.threads):
         return train(opts)
 
@@ -413,7 +601,7 @@ class TuneTreeResult:
 def tune_tree(opts: TuneOptions) -> TuneTreeResult:
     from trtllm_medusa_ports.tune import tune, write_choices
 
-    _check_threads(opts.threads)
+    _validate_options(opts, "TuneOptions")
     if opts.output is not None:
         out = Path(opts.output).resolve()
         inputs = {"--model_dir": opts.model_dir, "--medusa_model_dir": opts.medusa_model_dir,
@@ -470,6 +658,7 @@ class TreeResult:
 def tree(opts: TreeOptions) -> TreeResult:
     from trtllm_medusa_ports.tree import resolve_choices, upstream_quirks
 
+    _validate_options(opts, "TreeOptions", TreeError)
     paths, pruned = resolve_choices(opts.choices, opts.num_heads)
     t = MedusaTree.from_spec(paths, top_k=opts.top_k, num_heads=opts.num_heads, max_draft_len=opts.max_draft_len)
     return TreeResult(t, [pruned] if pruned else [], upstream_quirks([list(p) for p in t.paths]))
@@ -482,17 +671,38 @@ class HeadsInfo:
     heads: object = None  # heads.MedusaHeads (lazy tensors)
 
     def to_dict(self) -> dict:
-        return self.summary
+        """One type per key: ``vocab_size`` is the heads' own vocabulary (an int) or None where they have none
+        (heads projecting with the base lm_head); ``vocab_size_note`` says why it is None (else None)."""
+        d = dict(self.summary)
+        v = d.get("vocab_size")
+        note = None
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool)):
+            note, v = str(v), None
+        elif v is None and d.get("shares_base_lm_head"):
+            note = "the base's (the heads use its lm_head)"
+        d["vocab_size"] = v
+        out = {}
+        for k, val in d.items():  # the note right after the size it explains
+            out[k] = val
+            if k == "vocab_size":
+                out["vocab_size_note"] = note
+        return out
 
     def render(self) -> str:
-        lines = [f"{k:22s}: {v}" for k, v in self.summary.items() if k != "warnings"]
-        return "\n".join(lines + [f"warning: {w}" for w in self.summary["warnings"]])
+        d = self.to_dict()
+        note = d.pop("vocab_size_note")
+        if note is not None:
+            d["vocab_size"] = note  # the text output says it in words
+        lines = [f"{k:22s}: {v}" for k, v in d.items() if k != "warnings"]
+        return "\n".join(lines + [f"warning: {w}" for w in d["warnings"]])
 
 
 def inspect_heads(path: str | Path, *, data_check: bool = True) -> HeadsInfo:
     """``trtllm-medusa inspect-heads``: a Medusa head checkpoint of any layout; ``data_check``: scan for NaN/Inf."""
+    from trtllm_medusa_ports.errors import HeadsError
     from trtllm_medusa_ports.heads import load_heads
 
+    _check_fields("inspect_heads", {"path": path, "data_check": data_check}, {"data_check": True}, HeadsError)
     heads = load_heads(path)
     if data_check:
         heads.check_finite()
@@ -524,7 +734,22 @@ class BuildResult:
 
 
 def build(opts: BuildOptions) -> BuildResult:
+    """Raises :class:`~trtllm_medusa_ports.errors.CheckpointError` for a missing or unreadable checkpoint and for
+    one the build rules refuse (``rules`` names them); a failed ``trtllm-build`` is ``BuildResult.ok`` False."""
+    from trtllm_medusa_ports.compat import ERROR
+    from trtllm_medusa_ports.engine.build import checkpoint_findings, read_checkpoint_config
     from trtllm_medusa_ports.engine.build import main as build_main
 
-    rc = build_main(str(opts.checkpoint_dir), list(opts.args), allow_unsupported=opts.allow_unsupported)
-    return BuildResult(Path(opts.checkpoint_dir), rc)
+    _validate_options(opts, "BuildOptions", CheckpointError)
+    ckpt = Path(opts.checkpoint_dir)
+    if not ckpt.is_dir():
+        raise CheckpointError("no such checkpoint directory (no config.json)" if not ckpt.exists() else "not a directory",
+                              where=str(ckpt), fix="pass the --output_dir of trtllm-medusa convert")
+    cfg = read_checkpoint_config(ckpt)
+    errors = [f for f in checkpoint_findings(cfg, ckpt / "config.json", opts.allow_unsupported)
+              if f.severity == ERROR]
+    if errors:
+        raise CheckpointError("; ".join(f"[{f.rule}] {f.message}" for f in errors), where=str(ckpt / "config.json"),
+                              fix="; ".join(dict.fromkeys(f.fix for f in errors)), rules=[f.rule for f in errors])
+    rc = build_main(str(ckpt), list(opts.args), allow_unsupported=opts.allow_unsupported)
+    return BuildResult(ckpt, rc)
