@@ -228,11 +228,12 @@ def _accepts(s: _Spec, v) -> bool:
     return isinstance(t, type) and isinstance(v, t)
 
 
-def _check_fields(owner: str, values: dict, defaults: dict, error: type[PortError]) -> None:
-    """Raise ``error`` for the first value its spec (``_SPECS[owner]``) refuses; nested options are checked too."""
+def _check_fields(owner: str, values: dict, defaults: dict, error: type[PortError], label: str | None = None) -> None:
+    """Raise ``error`` for the first value its spec (``_SPECS[owner]``) refuses, its ``where`` ``label.field``
+    (``label``: the owner, or the path to a nested option such as ``TrainOptions.fit``); nested options too."""
     import math
 
-    specs = _SPECS[owner]
+    specs, label = _SPECS[owner], label or owner
     for name, v in values.items():
         s = specs.get(name)
         if s is None:  # a field with no spec (an addition the table does not know yet) is left to the command
@@ -247,9 +248,9 @@ def _check_fields(owner: str, values: dict, defaults: dict, error: type[PortErro
             none = " (or None)" if default is None or s.none else ""
             told = f"; the default is {default!r}" if default not in (dataclasses.MISSING, None) else ""
             raise error(f"{given} ({type(v).__name__}) is not {_expected(s)}{none}",
-                        where=f"{owner}.{name}", fix=f"give {owner}.{name} {_expected(s)}{none}{told}")
+                        where=f"{label}.{name}", fix=f"give {label}.{name} {_expected(s)}{none}{told}")
         if s.kind == "nested":
-            _validate(v, error, f"{owner}.{name}")
+            _validate(v, error, f"{label}.{name}")
 
 
 def _validate(opts, error: type[PortError] = PortError, where: str | None = None) -> None:
@@ -260,12 +261,7 @@ def _validate(opts, error: type[PortError] = PortError, where: str | None = None
                     where=where or "options", fix="build the options with the api's classes, e.g. api.ConvertOptions(...)")
     values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
     defaults = {f.name: f.default for f in dataclasses.fields(opts) if f.default is not dataclasses.MISSING}
-    try:
-        _check_fields(owner, values, defaults, error)
-    except PortError as exc:
-        if where is None:
-            raise
-        raise error(exc.what, where=f"{where}.{exc.where.split('.', 1)[1]}", fix=exc.fix) from None
+    _check_fields(owner, values, defaults, error, where)
 
 
 def _validate_options(opts, cls_name: str, error: type[PortError] = PortError) -> None:
