@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import TreeError
-from trtllm_medusa_ports.files.jsonfile import require_regular_file
+from trtllm_medusa_ports.files.jsonfile import loads, require_regular_file
 
 if TYPE_CHECKING:
     import torch
@@ -37,6 +37,29 @@ Path_ = tuple[int, ...]
 
 #: the largest @FILE tree read (a tree of thousands of nodes takes tens of kB)
 MAX_CHOICES_FILE_BYTES = 1 << 20
+
+#: problems of one kind listed by :func:`validate_choices` before "and N more" (a 1 MB file of duplicate
+#: paths would otherwise be a 7 MB error)
+MAX_LISTED_PROBLEMS = 10
+
+#: the widest integer a path may hold: a top-k index is below top_k (10 in every preset); a wider one
+#: (a Python literal like 0x...) would not even print (Python's int-digit limit)
+_MAX_INDEX_BITS = 64
+
+
+def _show(path) -> str:
+    """A path as messages show it: its first indices (a path of 100k indices is not printed whole), and an
+    integer too wide to print named by its width."""
+    def one(v) -> str:
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > _MAX_INDEX_BITS:
+            return f"<a {v.bit_length()}-bit integer>"
+        r = repr(v)
+        return r if len(r) <= 24 else r[:21] + "..."
+
+    items = [one(v) for v in list(path)[:12]]
+    if len(path) > 12:
+        items.append(f"... ({len(path)} indices)")
+    return "[" + ", ".join(items) + "]"
 
 
 def load_presets() -> dict[str, list[list[int]]]:
@@ -80,14 +103,16 @@ def parse_choices(spec: str | list) -> list[list[int]]:
             if text in presets:
                 return [list(p) for p in presets[text]]
         try:
-            raw = json.loads(text)
-        except RecursionError:
-            raise TreeError("the tree nests deeper than can be read", where=origin,
-                            fix="a tree is a list of paths: [[0], [0, 0], [1]]") from None
+            raw = loads(text, TreeError, where=origin, fix="a tree is a list of paths of small top-k indices: "
+                        "[[0], [0, 0], [1]]")  # deep nesting, an integer of 5000 digits: one TreeError
         except json.JSONDecodeError:
             try:
                 raw = ast.literal_eval(text)
-            except (ValueError, SyntaxError, RecursionError, MemoryError):
+            except (ValueError, SyntaxError, RecursionError, MemoryError) as exc:
+                if "digits" in str(exc) and "limit" in str(exc):  # Python's int-digit limit, in a Python literal
+                    raise TreeError("the tree holds an integer longer than Python reads (its int-digit limit); a "
+                                    "top-k index is below top_k", where=origin,
+                                    fix="use small top-k indices, e.g. [[0], [0, 0], [1]]") from None
                 raise TreeError(
                     f"not a preset name, @file, JSON or Python list: {text[:80]!r}",
                     where=origin,
@@ -105,16 +130,22 @@ def parse_choices(spec: str | list) -> list[list[int]]:
     for i, path in enumerate(raw):
         if not isinstance(path, (list, tuple)) or not path:
             raise TreeError(
-                f"path #{i} is {path!r}; each path must be a non-empty list of integers",
+                f"path #{i} is {_show([path])[1:-1]}; each path must be a non-empty list of integers",
                 where=origin,
                 fix="remove it or write it as a list such as [0, 1]",
             )
         for v in path:
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TreeError(
-                    f"path {list(path)!r} holds {v!r}; indices must be integers",
+                    f"path {_show(path)} holds {_show([v])[1:-1]}; indices must be integers",
                     where=origin,
                     fix="use integer top-k indices",
+                )
+            if v.bit_length() > _MAX_INDEX_BITS:
+                raise TreeError(
+                    f"path #{i} holds an integer of {v.bit_length()} bits; a top-k index is below top_k",
+                    where=origin,
+                    fix="use small top-k indices, e.g. [[0], [0, 0], [1]]",
                 )
         paths.append(list(path))
     return paths
@@ -146,37 +177,46 @@ def validate_choices(
     num_heads: int | None = None,
     max_draft_len: int | None = None,
 ) -> list[str]:
-    """Every problem of the tree, one message each naming the offending path."""
-    problems: list[str] = []
+    """Every problem of the tree, one message each naming the offending path; of each kind, the first
+    :data:`MAX_LISTED_PROBLEMS` and a count of the rest."""
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        return [f"top_k {top_k!r} must be a positive integer"]
+        return [f"top_k {_show([top_k])[1:-1]} must be a positive integer"]
     if not paths:
-        problems.append("the tree is empty; give at least one path such as [0]")
-        return problems
+        return ["the tree is empty; give at least one path such as [0]"]
     seen: set[Path_] = set()
+    duplicates: list[str] = []
     for p in paths:
         t = tuple(p)
         if t in seen:
-            problems.append(f"path {p} appears more than once")
+            duplicates.append(f"path {_show(p)} appears more than once")
         seen.add(t)
+    ranges: list[str] = []
     for p in paths:
         bad = [v for v in p if v < 0 or v >= top_k]
         if bad:
-            problems.append(
-                f"path {p} uses index {bad[0]}, outside the top-{top_k} range 0..{top_k - 1}"
+            ranges.append(
+                f"path {_show(p)} uses index {_show([bad[0]])[1:-1]}, outside the top-{top_k} range 0..{top_k - 1}"
             )
+    orphans: list[str] = []
     for p in paths:
         for d in range(1, len(p)):
             if tuple(p[:d]) not in seen:
-                problems.append(f"path {p} has no parent: its prefix {p[:d]} is not in the tree")
+                orphans.append(f"path {_show(p)} has no parent: its prefix {_show(p[:d])} is not in the tree")
                 break
+    deep: list[str] = []
     if num_heads is not None:
         for p in paths:
             if len(p) > num_heads:
-                problems.append(
-                    f"path {p} has depth {len(p)} but there are only {num_heads} Medusa heads "
+                deep.append(
+                    f"path {_show(p)} has depth {len(p)} but there are only {num_heads} Medusa heads "
                     f"(depth d is guessed by head d-1)"
                 )
+    problems: list[str] = []
+    for kind, found in (("paths appear more than once", duplicates), ("paths use an index outside the range", ranges),
+                        ("paths have no parent", orphans), ("paths are deeper than the heads", deep)):
+        problems += found[:MAX_LISTED_PROBLEMS]
+        if len(found) > MAX_LISTED_PROBLEMS:
+            problems.append(f"and {len(found) - MAX_LISTED_PROBLEMS} more {kind} (of {len(found)})")
     if max_draft_len is not None and len(seen) > max_draft_len:
         problems.append(
             f"the tree has {len(seen)} nodes but max_draft_len is {max_draft_len}; "
@@ -197,6 +237,8 @@ def _fix_for(problems: list[str]) -> str:
         return "every prefix of a path must itself be a path: add the missing prefix"
     if "outside the top-" in first:
         return "use indices below top_k (--top_k)"
+    if "appears more than once" in first:
+        return "list each path once (remove the repeated paths)"
     return "see `trtllm-medusa tree --help`"
 
 

@@ -26,6 +26,16 @@ from pathlib import Path
 from trtllm_medusa_ports.errors import PortError
 
 DATA_FIX = 'one JSON object per line: {"prompt": "..."}, {"text": "..."}, {"prompt_ids": [..]} or {"input_ids": [..]}'
+PROMPTS_FIX = "pass a UTF-8 text file with one prompt per line"
+
+#: The largest prompts / data / calibration file read (read whole). Every item is used: train-heads keeps
+#: the base's hidden state of every token (kilobytes each), calibration takes 512 samples by default, so a
+#: real input is megabytes; 1 GiB of text (~250M tokens) would need terabytes of corpus. A larger file
+#: (a model file or disk image passed by mistake) is refused by its size before it is read.
+MAX_TEXT_FILE_BYTES = 1 << 30
+
+#: files :func:`looks_like_json_lines` took for JSON lines, so that their errors say why (see read_data_file)
+_SNIFFED: set[Path] = set()
 
 
 @dataclass
@@ -86,16 +96,55 @@ def heldout_prompts() -> list[str]:
             for p in prompt_lines(data.joinpath(name).read_text(encoding="utf-8"))]
 
 
-def read_prompts_file(path: str | Path) -> list[str]:
-    from trtllm_medusa_ports.files.jsonfile import require_regular_file
-
-    path = Path(path)
-    require_regular_file(path, PortError, "pass a UTF-8 text file with one prompt per line")  # a FIFO would block
+def _decode_lines(data: bytes, path: Path, what: str, fix: str) -> str:
+    """UTF-8 ``data`` as text, or an error naming the file, the line and the column of the first bad byte."""
     try:
-        lines = prompt_lines(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PortError(f"cannot read the prompts ({exc})", where=str(path),
-                        fix="pass a UTF-8 text file with one prompt per line") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise PortError(f"cannot read {what}: it is not UTF-8 text (line {line}, byte {column} is "
+                        f"0x{data[exc.start]:02x}: {exc.reason})", where=str(path),
+                        fix=f"{fix} (convert it, e.g. iconv -f LATIN1 -t UTF-8 FILE > NEW)") from None
+
+
+def _read_text(path: Path, what: str, fix: str) -> str:
+    from trtllm_medusa_ports.files.jsonfile import read_bytes_limited
+
+    data = read_bytes_limited(path, PortError, limit=MAX_TEXT_FILE_BYTES, fix=fix, what=what)  # a FIFO would block
+    return _decode_lines(data, path, what, fix)
+
+
+def not_utf8(text: str, *, from_os: bool = False) -> str | None:
+    """Why ``text`` cannot be encoded as UTF-8 (None: it can). ``from_os``: the text came from argv, which Python
+    decodes with ``surrogateescape``, so U+DC80..U+DCFF stands for a byte that was not UTF-8; otherwise any
+    surrogate is a lone one (a JSON ``\\udXXX`` escape of half a pair)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        if from_os and 0xDC80 <= code <= 0xDCFF:
+            return f"byte 0x{code - 0xDC00:02x} at character {exc.start + 1} is not UTF-8"
+        return f"character {exc.start + 1} is a lone surrogate (U+{code:04X}), which UTF-8 cannot hold"
+    return None
+
+
+def check_text(text: str, subject: str, *, where: str | None = None, fix: str, from_os: bool = False) -> str:
+    """``text``, or a :class:`PortError` naming ``subject`` when it is not valid UTF-8 (a tokenizer raises
+    ``TypeError`` on such a string)."""
+    why = not_utf8(text, from_os=from_os)
+    if why:
+        raise PortError(f"{subject} is not valid UTF-8 text ({why})", where=where, fix=fix)
+    return text
+
+
+ARGV_TEXT_FIX = ("pass the prompt as UTF-8 text (convert it, e.g. with iconv -t UTF-8), put it in a UTF-8 "
+                 "--prompts_file, or give its token ids with --prompt_ids")
+
+
+def read_prompts_file(path: str | Path) -> list[str]:
+    path = Path(path)
+    lines = prompt_lines(_read_text(path, "the prompts file", PROMPTS_FIX))
     if not lines:
         raise PortError("no prompts in the file", where=str(path), fix="write one prompt per line")
     return lines
@@ -104,26 +153,30 @@ def read_prompts_file(path: str | Path) -> list[str]:
 def read_data_file(path: str | Path, tokenize: Callable[[str], list[int]]) -> list[Item]:
     """JSON lines: ``{"prompt": str}`` or ``{"prompt_ids": [int]}`` (prompts) or ``{"text": str}`` /
     ``{"input_ids": [int]}`` (sequences used as they are)."""
-    from trtllm_medusa_ports.files.jsonfile import require_regular_file
+    from trtllm_medusa_ports.files.jsonfile import loads
 
     path = Path(path)
-    require_regular_file(path, PortError, DATA_FIX)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PortError(f"cannot read the data ({exc})", where=str(path), fix=DATA_FIX) from None
+    sniffed = _take_sniffed(path)
+    # taken for JSON lines by its first character (--calib_dataset): a text file's error says so, and how to pass it
+    fix = (DATA_FIX + "; it was read as JSON lines because its first line starts with '{': if it is text (one "
+           "sample per line), make the first line one that does not start with '{', or write each line as "
+           '{"text": "..."}') if sniffed else DATA_FIX
+    why = " (read as JSON lines: its first line starts with '{')" if sniffed else ""
+    lines = _read_text(path, "the data file", fix).splitlines()
     items = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads(line, PortError, where=str(path), fix=fix, at=f"line {n}{why}")
         except json.JSONDecodeError as exc:
-            raise PortError(f"line {n} is not JSON ({exc.msg})", where=str(path), fix=DATA_FIX) from None
-        except RecursionError:
-            raise PortError(f"line {n} nests JSON deeper than can be read", where=str(path), fix=DATA_FIX) from None
+            raise PortError(f"line {n} is not JSON ({exc.msg}){why}", where=str(path), fix=fix) from None
         if not isinstance(obj, dict):
-            raise PortError(f"line {n} is not a JSON object", where=str(path), fix=DATA_FIX)
+            raise PortError(f"line {n} is not a JSON object{why}", where=str(path), fix=fix)
+        for key in ("prompt", "text"):
+            if isinstance(obj.get(key), str):
+                check_text(obj[key], f"line {n}: field {key}", where=str(path),
+                           fix="write the text as UTF-8 (an escape \\uD800..\\uDFFF is valid only as half of a surrogate pair)")
         if isinstance(obj.get("prompt"), str):
             items.append(Item(tokenize(obj["prompt"]), True))
         elif isinstance(obj.get("text"), str):
@@ -133,9 +186,10 @@ def read_data_file(path: str | Path, tokenize: Callable[[str], list[int]]) -> li
         elif _int_list(obj.get("input_ids")):
             items.append(Item(list(obj["input_ids"]), False))
         else:
-            raise PortError(f"line {n} has none of prompt, text, prompt_ids, input_ids", where=str(path), fix=DATA_FIX)
+            raise PortError(f"line {n} has none of prompt, text, prompt_ids, input_ids{why}", where=str(path),
+                            fix=fix)
     if not items:
-        raise PortError("no items in the data file", where=str(path), fix=DATA_FIX)
+        raise PortError("no items in the data file", where=str(path), fix=fix)
     return items
 
 
@@ -144,12 +198,34 @@ def _int_list(v) -> bool:
 
 
 def looks_like_json_lines(path: str | Path) -> bool:
-    """Whether a file given where either form is accepted (``--calib_dataset``) holds JSON lines."""
+    """Whether a file given where either form is accepted (``--calib_dataset``) holds JSON lines: its first
+    non-blank character is ``{``. A file so taken is remembered, so that an error reading it as JSON lines says
+    why it was read so, and how to give it as text."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(4096).lstrip()[:1] == "{"
+            found = f.read(4096).lstrip()[:1] == "{"
     except OSError:
         return False
+    if found:
+        _SNIFFED.add(_key(path))
+    return found
+
+
+def _key(path: str | Path) -> Path:
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return Path(path)
+
+
+def _take_sniffed(path: Path) -> bool:
+    """Whether :func:`looks_like_json_lines` took ``path`` for JSON lines (once: a later ``--data`` of the same file
+    was given as JSON lines by its flag)."""
+    key = _key(path)
+    if key in _SNIFFED:
+        _SNIFFED.discard(key)
+        return True
+    return False
 
 
 def tokenizer_for(tok_dir: str | Path):
@@ -190,6 +266,9 @@ def read_items(inputs: PromptInputs, tokenize: Callable[[str], list[int]],
     if inputs.prompts_file is not None:
         return [Item(tokenize(t)) for t in read_prompts_file(inputs.prompts_file)]
     if inputs.prompt:
+        n = len(inputs.prompt)
+        for i, t in enumerate(inputs.prompt):  # argv is decoded with surrogateescape: bytes not UTF-8 stay in it
+            check_text(t, "--prompt" if n == 1 else f"--prompt {i + 1} (of {n})", fix=ARGV_TEXT_FIX, from_os=True)
         return [Item(tokenize(t)) for t in inputs.prompt]
     return None if default is None else [Item(tokenize(t)) for t in default()]
 

@@ -32,10 +32,12 @@ as an uninterrupted run (batches are drawn from a generator seeded by ``(seed, s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -205,9 +207,9 @@ def heldout_accuracy(heads: HeadWeights, hidden: torch.Tensor, targets: torch.Te
 
 
 def save_corpus(corpus: Corpus, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save({"version": CORPUS_VERSION, **asdict(corpus)}, tmp)
-    tmp.replace(path)
+    save_whole({"version": CORPUS_VERSION, **asdict(corpus)}, path, "the corpus cache",
+               fix="free space on the disk of --work_dir, or pass another --work_dir (the corpus is a cache, "
+                   "built again by the next run)")
 
 
 def load_corpus(path: Path, key: str) -> Corpus | None:
@@ -514,12 +516,70 @@ class _DeferredStop:
 
 
 def save_state(path: Path, opts: FitOptions, state: FitState) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save({"options": opts.signature(), "step": state.step,
+    save_whole({"options": opts.signature(), "step": state.step,
                 "blocks": [[(w.detach().cpu(), b.detach().cpu()) for w, b in row] for row in state.blocks],
                 "lm_heads": None if state.lm_heads is None else [t.detach().cpu() for t in state.lm_heads],
-                "optimizer": state.optimizer, "history": state.history}, tmp)
-    tmp.replace(path)
+                "optimizer": state.optimizer, "history": state.history}, path, "the training state",
+               fix="free space on the disk of --work_dir, or pass another --work_dir; the last whole state, if "
+                   "any, is kept, and --resume continues from it")
+
+
+def os_error_text(exc: OSError) -> str:
+    """``ENOSPC: No space left on device``."""
+    import errno
+
+    name = errno.errorcode.get(exc.errno, f"errno {exc.errno}") if exc.errno is not None else "OSError"
+    return f"{name}: {exc.strerror or exc}"
+
+
+class _Sink:
+    """What ``torch.save`` writes through: every byte written, or the ``OSError`` kept. torch turns a failed
+    write into a ``RuntimeError`` ("unexpected pos ..."), so the disk's own error is read from here."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.error: OSError | None = None
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        try:
+            while done < len(view):
+                done += os.write(self.fd, view[done:])
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+        return len(view)
+
+    def flush(self) -> None:
+        pass
+
+
+def save_whole(obj, path: Path, what: str, *, fix: str) -> None:
+    """``torch.save(obj)`` to ``path`` whole or not at all: written to ``<path>.tmp``, synced and renamed over it.
+    A failed write (a full disk, a read-only one) removes the temporary file, leaves what ``path`` held, and is
+    one :class:`HeadsError` naming the file and the errno."""
+    tmp = path.with_suffix(".tmp")
+    sink: _Sink | None = None
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            sink = _Sink(fd)
+            torch.save(obj, sink)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if not isinstance(exc, Exception):  # Ctrl-C: no temporary left, the last whole file stands
+            raise
+        err = exc if isinstance(exc, OSError) else sink.error if sink is not None else None
+        if err is None:
+            raise
+        raise HeadsError(f"could not write {what} ({os_error_text(err)}); nothing half-written was left",
+                         where=str(path), fix=fix) from None
 
 
 def load_state(path: Path, opts: FitOptions) -> FitState:
@@ -571,14 +631,22 @@ def write_heads(heads: HeadWeights, output_dir: Path, *, overwrite: bool, base_d
         cfg["version"] = "2"
     if extra:
         cfg.update(extra)
+    from safetensors import SafetensorError
+
+    fix = ("free space or choose a writable --output_dir; the training state is kept, so --resume writes them "
+           "without training again")
     try:
         with atomic_output_dir(output_dir, overwrite=overwrite, inputs=inputs or {"--model_dir": base_dir}) as tmp:
             save_file(sd, str(tmp / "medusa_lm_head.safetensors"))
             (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     except OSError as exc:  # a full disk, a read-only output: nothing half-written is left
-        raise HeadsError(f"could not write the heads ({exc.strerror or exc})", where=str(output_dir),
-                         fix="free space or choose a writable --output_dir; the training state is kept, so "
-                             "--resume writes them without training again") from None
+        raise HeadsError(f"could not write the heads ({os_error_text(exc)})", where=str(output_dir), fix=fix) from None
+    except SafetensorError as exc:  # safetensors' own error for a failed write: "... I/O error: ... (os error 28)"
+        code = re.search(r"os error (\d+)", str(exc))
+        if code is None:  # not the disk's: ours
+            raise
+        why = os_error_text(OSError(int(code[1]), os.strerror(int(code[1]))))
+        raise HeadsError(f"could not write the heads ({why})", where=str(output_dir), fix=fix) from None
     return output_dir
 
 
