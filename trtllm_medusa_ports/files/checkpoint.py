@@ -22,6 +22,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError
-from trtllm_medusa_ports.files.dtypes import BY_NAME, itemsize, name_of
+from trtllm_medusa_ports.files.dtypes import BY_NAME, CHECKPOINT_DTYPES, itemsize, name_of
 from trtllm_medusa_ports.files.jsonfile import read_json
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_safetensors
 
@@ -332,7 +333,48 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
                 fix="the conversion did not finish; convert again",
             )
         ranks.append(read_safetensors(f, CheckpointError))
-    return Checkpoint(path, config, ranks)
+    ckpt = Checkpoint(path, config, ranks)
+    check_config(ckpt)
+    return ckpt
+
+
+_CONFIG_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+_RANK_FILE = re.compile(r"rank(\d+)\.safetensors")
+
+
+def positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def check_config(ckpt: Checkpoint) -> None:
+    """config.json's sizes typed and in range, and its mapping against the rank files present: the one validation of
+    a checkpoint's config, run by :func:`read_checkpoint` for every reader (add-heads, verify, inspect)."""
+    cfg, where = ckpt.config, str(ckpt.path / "config.json")
+    fix = "config.json must be the one written beside these rank files (the converter's or the quantizing tool's)"
+    for k in _CONFIG_SIZES:
+        if not positive_int(cfg.get(k)):
+            raise CheckpointError(f"{k} is {json.dumps(cfg.get(k))}, not a positive integer", where=where, fix=fix)
+    kv = cfg.get("num_key_value_heads")
+    if kv is not None and not positive_int(kv):
+        raise CheckpointError(f"num_key_value_heads is {json.dumps(kv)}, not a positive integer", where=where, fix=fix)
+    if cfg["dtype"] not in CHECKPOINT_DTYPES:
+        raise CheckpointError(f"dtype {json.dumps(cfg['dtype'])} is not float16, bfloat16 or float32", where=where,
+                              fix="pass a TensorRT-LLM checkpoint: dtype is its float dtype (of the embedding and "
+                                  "the norms), whatever its quantization")
+    mapping = cfg.get("mapping") or {}
+    for k in ("tp_size", "pp_size", "world_size"):
+        if k in mapping and not positive_int(mapping[k]):
+            raise CheckpointError(f"mapping.{k} is {json.dumps(mapping[k])}, not a positive integer", where=where, fix=fix)
+    world = len(ckpt.ranks)
+    extra = sorted(int(m.group(1)) for f in ckpt.path.iterdir()
+                   if (m := _RANK_FILE.fullmatch(f.name)) and int(m.group(1)) >= world)
+    if extra:
+        raise CheckpointError(
+            f"mapping says world_size {world} (tp_size {ckpt.tp_size} x pp_size {ckpt.pp_size}), but the directory "
+            f"also holds {', '.join(f'rank{r}.safetensors' for r in extra)}: the rank files were split for another "
+            "mapping", where=where,
+            fix="config.json's mapping must be the one the rank files were written for (tp_size x pp_size = the "
+                "number of rank files)")
 
 
 def write_config(directory: Path, cfg: dict, durable: bool) -> None:

@@ -12,7 +12,6 @@ knows LLaMA and QWen bases only). The base's bytes are copied as they are, never
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import time
@@ -56,8 +55,6 @@ COMBINED_EXCLUDE_MODULES = ("lm_head", "*router", "*vocab_embedding", "*position
 
 
 #: config.json sizes that must be positive integers
-CONFIG_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
-_RANK_FILE = re.compile(r"rank(\d+)\.safetensors")
 #: tensors always in the checkpoint dtype (quantization leaves them float): the embedding, lm_head and the norms
 _MODEL_DTYPE_TENSORS = re.compile(r"transformer\.vocab_embedding\.weight|lm_head\.weight|.*(norm|ln_f)\.weight")
 
@@ -100,7 +97,7 @@ def _check_base(cfg: dict, where: str):
     if algo == "MIXED_PRECISION":
         raise ConversionError("MIXED_PRECISION checkpoints (quant_cfg.json) are not handled", where=where,
                               fix="quantize with one format")
-    dtype = cfg["dtype"]  # checked by check_base_config
+    dtype = cfg["dtype"]  # checked by read_checkpoint (files/checkpoint.py check_config)
     if algo and int((cfg.get("moe") or {}).get("num_experts") or 0) > 1:
         raise ConversionError(
             f"{algo} experts of a mixture-of-experts base: a tool stores them as MOE declares them (weight-only: "
@@ -109,42 +106,6 @@ def _check_base(cfg: dict, where: str):
             fix="convert the float base with `trtllm-medusa convert --qformat int8_wo` (or int4_wo), which writes "
                 "float experts TensorRT-LLM quantizes at load")
     return arch, adapter, quant, dtype
-
-
-def _positive_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
-def check_base_config(ckpt: Checkpoint) -> None:
-    """config.json's fields add-heads reads, typed and in range, and its mapping against the rank files present
-    (read_checkpoint has checked that the fields exist, that world_size = tp_size x pp_size, and that rank0 ..
-    rank{world_size - 1} exist)."""
-    cfg, where = ckpt.config, str(ckpt.path / "config.json")
-    fix = "config.json must be the one the quantizing tool wrote beside these rank files"
-    for k in CONFIG_SIZES:
-        if not _positive_int(cfg.get(k)):
-            raise CheckpointError(f"{k} is {json.dumps(cfg.get(k))}, not a positive integer", where=where, fix=fix)
-    kv = cfg.get("num_key_value_heads")
-    if kv is not None and not _positive_int(kv):
-        raise CheckpointError(f"num_key_value_heads is {json.dumps(kv)}, not a positive integer", where=where, fix=fix)
-    if cfg["dtype"] not in CHECKPOINT_DTYPES:
-        raise CheckpointError(f"dtype {json.dumps(cfg['dtype'])} is not float16, bfloat16 or float32", where=where,
-                              fix="pass a TensorRT-LLM checkpoint: dtype is its float dtype (of the embedding and "
-                                  "the norms), whatever its quantization")
-    mapping = cfg.get("mapping") or {}
-    for k in ("tp_size", "pp_size", "world_size"):
-        if k in mapping and not _positive_int(mapping[k]):
-            raise CheckpointError(f"mapping.{k} is {json.dumps(mapping[k])}, not a positive integer", where=where, fix=fix)
-    world = len(ckpt.ranks)
-    extra = sorted(int(m.group(1)) for f in ckpt.path.iterdir()
-                   if (m := _RANK_FILE.fullmatch(f.name)) and int(m.group(1)) >= world)
-    if extra:
-        raise CheckpointError(
-            f"mapping says world_size {world} (tp_size {ckpt.tp_size} x pp_size {ckpt.pp_size}), but the directory "
-            f"also holds {', '.join(f'rank{r}.safetensors' for r in extra)}: the rank files were split for another "
-            "mapping", where=where,
-            fix="config.json's mapping must be the one the rank files were written for (tp_size x pp_size = the "
-                "number of rank files)")
 
 
 def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> list[str]:
@@ -380,7 +341,6 @@ def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Pat
     inputs = {"--base_checkpoint_dir": base_dir, "--medusa_model_dir": heads_dir}
     guard_output_dir(Path(output_dir), inputs)  # before any work: never write into an input
     ckpt = read_checkpoint(base_dir)
-    check_base_config(ckpt)
     cfg = dict(ckpt.config)
     where = str(base_dir / "config.json")
     arch, adapter, quant, base_dtype = _check_base(cfg, where)

@@ -47,6 +47,7 @@ from trtllm_medusa_ports.quant import (
     EMULATED,
     FP8_GEMM_PATHS,
     FUSED_MLP_ACTIVATIONS,
+    QUANTIZED_LAYER_FIX,
     STORED_WEIGHT_ONLY_FIX,
     QuantSpec,
     fp8_input_value,
@@ -54,6 +55,7 @@ from trtllm_medusa_ports.quant import (
     fp8_requantized,
     fp8_weight_value,
     kv_quantized,
+    quantized_layer_problems,
     stored_weight_only_refusal,
     unplugged_weight_only,
     weight_only_dequantized,
@@ -236,32 +238,15 @@ class ReferenceModel:
 
     def _check_quantized_layers(self) -> None:
         """Every linear ``quant_algo`` quantizes (not excluded) holds the weights and scales its quantized layer
-        declares (tensorrt_llm/quantization/layers.py: FP8Linear float8 weight, weights and activation scales;
-        WeightOnlyGroupwiseQuantLinear int4 packed in int8, weights and pre-quant scales; Int8SmoothQuantLinear
-        int8, its three scales): a float weight there would not load into the engine, and computing it as float
-        would prove the wrong model."""
-        algo = self.quant.quant_algo
-        needs = {"FP8": ("float8_e4m3fn", ("weights_scaling_factor", "activation_scaling_factor")),
-                 "W4A16_AWQ": ("int8", ("weights_scaling_factor", "prequant_scaling_factor")),
-                 "W8A8_SQ_PER_CHANNEL": ("int8", ("weights_scaling_factor", "prequant_scaling_factor",
-                                                  "activation_scaling_factor"))}.get(algo)
-        if needs is None:
+        declares (quant/__init__.py ``quantized_layer_problems``, which add-heads runs too): a float weight there
+        would not load into the engine, and computing it as float would prove the wrong model."""
+        if self.quant.weight_only:  # stored weight-only bytes: _check_stored_weight_only says why they are refused
             return
-        dtype, scales = needs
-        for r in range(self.mapping.world_size):
-            for name, t in self.ckpt.ranks[r].items():
-                if len(t.shape) == 3 or not fp8_quantized(name, self.exclude):  # 3-D: MoE experts
-                    continue
-                linear = name[: -len(".weight")]
-                missing = [s for s in scales if not self.has(r, f"{linear}.{s}")]
-                if t.dtype_name != dtype or missing:
-                    raise CheckpointError(
-                        f"rank {r}: {name} is {t.dtype_name}" + (f" without {', '.join(missing)}" if missing else "")
-                        + f", but quant_algo {algo} makes {linear} a quantized layer taking {dtype} weights and "
-                        f"{', '.join(scales)} (tensorrt_llm/quantization/layers.py); the engine would not load it",
-                        where=str(self.ckpt.path / f"rank{r}.safetensors"),
-                        fix="pass the checkpoint as the quantizing tool wrote it, or name the layer in exclude_modules "
-                            "if it is meant to stay in float")
+        problems = quantized_layer_problems(self.ckpt.ranks, self.quant.quant_algo, self.exclude)
+        if problems:
+            p = problems[0]
+            raise CheckpointError(p.message, where=str(self.ckpt.path / f"rank{p.rank}.safetensors"),
+                                  fix=QUANTIZED_LAYER_FIX)
 
     def _check_stored_weight_only(self) -> None:
         """Weight-only bytes a family's converter stored for one GPU's mixed GEMM are refused before any work."""
