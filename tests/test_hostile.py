@@ -445,6 +445,18 @@ CASES = [
     _c("verify-prompts-file-fifo", lambda ws: (_fifo(ws / "p.txt"), _ckpt(ws) + ["--prompts_file",
                                                                                str(ws / "p.txt")])[1], 1,
        "is not a regular file"),
+    # verify --calib_dataset (a tool's checkpoint's calibration samples): a FIFO, a missing file, a directory, and a
+    # file inside an input (the checkpoint's own config.json) - read only, refused before any model is loaded
+    _c("verify-calib-dataset-fifo", lambda ws: (_fifo(ws / "c.txt"), _ckpt(ws) + ["--calib_dataset",
+                                                                              str(ws / "c.txt")])[1], 1,
+       "not a regular file"),
+    _c("verify-calib-dataset-missing", lambda ws: _ckpt(ws) + ["--calib_dataset", str(ws / "nope.jsonl")], 1,
+       "not a regular file"),
+    _c("verify-calib-dataset-directory", lambda ws: _ckpt(ws) + ["--calib_dataset", str(ws / "heads")], 1,
+       "not a regular file"),
+    _c("verify-calib-dataset-inside-the-checkpoint", lambda ws: _ckpt(ws) + ["--calib_dataset",
+                                                                             str(ws / "ck" / "config.json")], 1,
+       "read as JSON lines"),
     _c("check-prompts-file-fifo", lambda ws: (_fifo(ws / "p.txt"), ["check", "--model_dir", str(ws / "base"),
                                                                      "--prompts_file", str(ws / "p.txt")])[1], 1,
        "is not a regular file"),
@@ -631,6 +643,10 @@ def test_tree_parser_on_random_text(text):
     (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--max_quant_error", "nan"], "must be a number >= 0"),
     (["convert", "--model_dir", "m", "--medusa_model_dir", "h", "--calib_size", "-3"], "must be at least 1"),
     (["check", "--model_dir", "m", "--gpu_memory_gb", "-1"], "must be a number >= 0"),
+    (["convert", "--model_dir", "m", "--medusa_model_dir", "h", "--threads", "0"], "must be at least 1"),
+    (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--gemm_plugin", "bogus"], "invalid choice"),
+    (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--calib_size", "0"], "must be at least 1"),
+    (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--calib_max_seq_length", "x"], "'x' is not an integer"),
 ])
 def test_numeric_flags_are_range_checked_by_the_parser(argv, says, capsys):
     with pytest.raises(SystemExit) as exc:
