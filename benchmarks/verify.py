@@ -109,11 +109,11 @@ def child(spec: dict) -> None:
         out["seconds"], out["tokens"] = time.perf_counter() - start, tokens
     elif kind in ("plain", "medusa", "medusa_trained"):
         from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate, plain_generate
-        from trtllm_medusa_ports.verify import _tree_for
+        from trtllm_medusa_ports.verify import tree_for
 
         ref = ReferenceModel(spec["trained_ckpt"] if kind == "medusa_trained" else spec["ckpt"])
         choices = f"@{spec['trained_choices']}" if kind == "medusa_trained" else "mc_sim_7b_63"
-        tree, _ = _tree_for(choices, ref.num_medusa_heads)
+        tree, _ = tree_for(choices, ref.num_medusa_heads)
         plain_generate(ref, prompts[0], 2)  # warm-up: weights read
         start, tokens, steps = time.perf_counter(), 0, 0
         for p in prompts:

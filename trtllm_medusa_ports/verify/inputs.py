@@ -1,0 +1,50 @@
+"""What verify runs with: the default prompts, the tree (a preset pruned to the heads' depth, within the
+checkpoint's max_draft_len) and the checkpoint's dtype by name.
+
+May import: the file layer (``files/``), ``tree``, ``errors``, ``reference`` (types); no other verify module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
+from trtllm_medusa_ports.files.prompts import check_ids
+from trtllm_medusa_ports.reference.executor import ReferenceModel
+from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
+
+
+def default_prompts(vocab: int) -> list[list[int]]:
+    """Deterministic prompts that avoid the special ids at the bottom of the vocabulary."""
+    return [[(7 * i + 11) % vocab for i in range(6)], [(13 * i + 101) % vocab for i in range(9)]]
+
+
+def tree_for(spec: str, num_heads: int) -> tuple[MedusaTree, str | None]:
+    """The tree; a preset deeper than the heads is pruned (and the note says so), any other
+    tree deeper than the heads is refused, never cut."""
+    paths, pruned = resolve_choices(spec, num_heads)
+    return MedusaTree.from_spec(paths, num_heads=num_heads), pruned
+
+
+def checkpoint_dtype(cfg: dict) -> str:
+    """The checkpoint's dtype by name (float32 where config.json names none a checkpoint uses)."""
+    dtype = cfg.get("dtype")
+    return dtype if dtype in CHECKPOINT_DTYPES else "float32"
+
+
+def prompts_and_tree(prompts: list[list[int]] | None, medusa_choices: str | None, ref: ReferenceModel, ckpt,
+                      checkpoint_dir: str | Path) -> tuple[list[list[int]], MedusaTree, str | None]:
+    """The prompts (inside the vocabulary) and the tree (within the checkpoint's max_draft_len) to verify with."""
+    prompts = prompts or default_prompts(ref.vocab)
+    check_ids(prompts, ref.vocab, error=ModelError, fix="pass --prompt_ids with valid token ids")
+    if medusa_choices is None:
+        medusa_choices = "mc_sim_7b_63"
+    tree, pruned = tree_for(medusa_choices, ref.num_medusa_heads)
+    draft = ckpt.config.get("max_draft_len")
+    if isinstance(draft, int) and tree.num_nodes > draft:  # TensorRT-LLM sizes the tree buffers by it
+        raise ModelError(f"the tree has {tree.num_nodes} nodes, the checkpoint's max_draft_len is {draft}: the engine "
+                         "could not run it", where=str(Path(checkpoint_dir) / "config.json"),
+                         fix=f"verify with a tree of at most {draft} nodes, or convert with --max_draft_len "
+                             f"{tree.num_nodes}")
+    return prompts, tree, pruned

@@ -1,0 +1,96 @@
+"""The quantization checks: the float base's logits and greedy text, the transformers model quantized as the
+checkpoint is (``quant/emulate.py``), and the quantization's effect with every engine rounding on.
+
+May import: ``quant``, ``reference``, ``tree``, ``verify.hf_side``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from trtllm_medusa_ports.quant import QuantSpec, format_name
+from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
+from trtllm_medusa_ports.reference.executor import ReferenceModel
+from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.verify.hf_side import hf_greedy
+
+
+def quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, prompts: list[list[int]],
+                         max_new_tokens: int, notes: list[str], quiet: bool, calibration=None):
+    """For a quantized checkpoint: the float base's logits and greedy text first (the quantization's effect is
+    measured against them), then the transformers model quantized as the checkpoint is (quant/emulate.py).
+    Returns ``(spec, emulation or None, float logits, float greedy)``; ``notes`` gets what was done."""
+    spec = QuantSpec.from_config(ckpt.config)
+    emulation = None
+    float_logits: list[torch.Tensor] = []
+    float_greedy: list[list[int]] = []
+    if spec.any:
+        from trtllm_medusa_ports.quant import emulate
+
+        with torch.no_grad():
+            float_logits = [hf(input_ids=torch.tensor([p])).logits[0] for p in prompts]
+        float_greedy = [hf_greedy(hf, p, max_new_tokens) for p in prompts]
+        emulation = emulate.apply(hf, model_dir, ckpt, ref.adapter, quiet=quiet, activations=False,
+                                  fused=ref.fused_gate_mlp, gemm=ref.fp8_gemm, defer_rederive=True,
+                                  calibration=calibration)
+        notes.append(f"{format_name(spec)}: {emulation.description}")
+        if spec.quant_algo == "FP8":
+            notes.append(
+                f"FP8 GEMMs as built with --gemm_plugin {ref.fp8_gemm} ("
+                + ("scales cast to the model dtype, operands dequantized in it" if ref.fp8_gemm == "auto" else
+                   "the FP8 GEMM plugin: the product scaled by s_w * s_a in float32")
+                + ("; mlp.fc and mlp.gate fused as trtllm-build's default --use_fused_mlp enable does: both moved to "
+                   "the larger of their weight and activation scales" if ref.fused_gate_mlp else "") + ")")
+        if spec.quant_algo in ("FP8", "W8A8_SQ_PER_CHANNEL") or spec.kv_cache_quant_algo:
+            # FP8 / INT8 activation and KV-cache rounding turn float-order noise (another summation order, a tree step
+            # against a single token) into visible differences: parity and greedy equivalence are judged on
+            # the checkpoint's exact weights and scales without those two roundings, which are re-derived
+            # (scales) and measured apart (quant_effect: with them, against float and Medusa against plain)
+            ref.quantize_activations = ref.quantize_kv = False
+            notes.append("parity and greedy equivalence without the FP8 / INT8 activation and KV-cache rounding (it amplifies "
+                         "float noise); its effect is reported under 'against float'")
+
+    return spec, emulation, float_logits, float_greedy
+
+
+def quant_effect_against_float(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]], float_logits: list[torch.Tensor],
+                  float_greedy: list[list[int]], tree: MedusaTree, max_new_tokens: int,
+                  exact_logits: list[torch.Tensor], exact_greedy: list[list[int]]) -> dict:
+    """The quantized model as the engine computes it - every rounding on - against the float base: logits and
+    greedy text; and Medusa against plain decoding with those roundings (where float noise can flip a near tie)."""
+    rounding = spec.quant_algo in ("FP8", "W8A8_SQ_PER_CHANNEL") or bool(spec.kv_cache_quant_algo)
+    ref.quantize_activations = ref.quantize_kv = True
+    # without those roundings the exact pass already computed the engine's logits and greedy text; with them, the
+    # logits come from generation steps, one token at a time, each reading the quantized KV cache the earlier
+    # ones wrote (a context pass attends to its own unquantized K/V and would hide a KV scale that clips)
+    logits = [_stepwise_logits(ref, p) for p in prompts] if rounding else exact_logits
+    diffs = [q - f for q, f in zip(logits, float_logits, strict=True)]
+    agree = [(q.argmax(-1) == f.argmax(-1)).float() for q, f in zip(logits, float_logits, strict=True)]
+    plain = [plain_generate(ref, p, max_new_tokens) for p in prompts] if rounding else exact_greedy
+
+    def agreed(a: list[int], b: list[int]) -> int:
+        return next((j for j, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
+
+    total = sum(len(q) for q in plain)
+    effect = {
+        "top1_agreement": float(torch.cat(agree).mean()),
+        "max_abs_diff": max(float(d.abs().max()) for d in diffs),
+        "mean_abs_diff": float(torch.cat([d.abs().reshape(-1) for d in diffs]).mean()),
+        "greedy_equal_prompts": sum(q == f for q, f in zip(plain, float_greedy, strict=True)),
+        "greedy_agreed_fraction": sum(agreed(q, f) for q, f in zip(plain, float_greedy, strict=True)) / total,
+    }
+    if rounding:
+        medusa = [medusa_generate(ref, p, tree, max_new_tokens).tokens for p in prompts]
+        effect["medusa_vs_plain_with_rounding"] = sum(agreed(m, q) for m, q in zip(medusa, plain, strict=True)) / total
+    return effect
+
+
+def _stepwise_logits(ref: ReferenceModel, prompt: list[int]) -> torch.Tensor:
+    """The logits of every prompt position, the first from a one-token context step and each later one from a
+    generation step that reads the (quantized) KV cache."""
+    cache = ref.new_cache()
+    rows = [ref.forward(prompt[:1], cache)[0]]
+    rows += [ref.forward([t], cache)[0] for t in prompt[1:]]
+    return torch.cat(rows)

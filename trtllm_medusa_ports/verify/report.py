@@ -1,0 +1,205 @@
+"""The verify report: its fields, its verdict (``ok``), its text (``render``) and its JSON.
+
+May import: ``verify.limits`` only (the report is plain data; nothing here computes).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from trtllm_medusa_ports.verify.limits import FLOAT16_MAX, HIT_TOP_K
+
+
+@dataclass
+class VerifyReport:
+    parity: bool
+    logits_max_abs_diff: float
+    tolerance: float
+    greedy_equal: bool
+    tokens_generated: int
+    steps: int
+    mean_accepted_tokens_per_step: float
+    head_top1: list[float]
+    head_topk: list[float]
+    checkpoint_dtype: str
+    prompts: list[list[int]]
+    first_divergence: dict | None = None
+    adjustments: list[str] = field(default_factory=list)
+    engine_arithmetic_effect_max_abs_diff: float | None = None
+    parity_divergence: dict | None = None
+    per_prompt: list[dict] = field(default_factory=list)
+    #: largest |output| of any module of the transformers model on the prompts (float32)
+    max_activation: float = 0.0
+    #: where it was reached
+    max_activation_at: str = ""
+    #: what verify did to the inputs it was given (a preset pruned to the heads' depth)
+    notes: list[str] = field(default_factory=list)
+    #: the checkpoint's heads against the heads read from their source (None: not compared)
+    heads_parity: bool | None = None
+    heads_max_abs_diff: float | None = None
+    heads_tolerance: float | None = None
+    heads_source: str | None = None
+    heads_detail: str | None = None
+    #: tokens per step the tree should give, from the heads' top-k accuracy on these prompts'
+    #: greedy text (Medusa paper's product estimate, tune.py) and from joint counts (no independence)
+    predicted_tokens_per_step: float | None = None
+    predicted_tokens_per_step_joint: float | None = None
+    tree_nodes: int = 0
+    #: tokens per step had every run stopped at the base's end token, as TensorRT-LLM's runtime
+    #: stops at ``end_id`` (reference/decoding.py ``MedusaRun.until_end``); the runs go on past it
+    #: so that greedy equivalence compares every token
+    tokens_per_step_until_end: float | None = None
+    prompts_ending_early: int = 0
+    #: quantized checkpoints (trtllm_medusa_ports/quant): the format; parity is against transformers with
+    #: the same quantization, greedy equivalence against the executor's own plain decoding of it
+    quantization: str | None = None
+    quant_scales_checked: int = 0
+    quant_scale_mismatches: list = field(default_factory=list)
+    quant_scales_not_rederived: str | None = None
+    #: the user accepted scales verify could not re-derive (``accept_unchecked_scales``): said in the verdict
+    unchecked_scales_accepted: bool = False
+    #: the quantization's effect against the float base (information unless max_quant_error is given)
+    quant_effect: dict | None = None
+    max_quant_error: float | None = None
+    #: mixture-of-experts bases: distinct experts a Medusa tree step wakes per layer, on average over the steps,
+    #: against a plain decoding step's (one token: its top-k), of ``moe_num_experts`` - the tree's extra cost
+    moe_num_experts: int | None = None
+    moe_experts_per_tree_step: float | None = None
+    moe_experts_per_plain_step: int | None = None
+    #: the tree proof (reference/tree_proof.py): steps whose drafts are greedy's own tokens along each branch in
+    #: turn, so that every node is accepted and its logits checked; None: not run (``skip_tree_proof``)
+    tree_proof: dict | None = None
+
+    @property
+    def float16_overflow(self) -> bool:
+        return self.checkpoint_dtype == "float16" and self.max_activation > FLOAT16_MAX
+
+    @property
+    def quant_error_exceeded(self) -> bool:
+        return (self.max_quant_error is not None and self.quant_effect is not None
+                and self.quant_effect["max_abs_diff"] > self.max_quant_error)
+
+    @property
+    def heads_unaccounted(self) -> bool:
+        """The heads could not be compared with their source: it was recorded at conversion and is gone (a head
+        changed after conversion would pass greedy equivalence unseen)."""
+        return self.heads_parity is None and bool(self.heads_detail) and "is gone" in self.heads_detail
+
+    @property
+    def ok(self) -> bool:
+        return (self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
+                and not self.heads_unaccounted and not self.quant_scale_mismatches and not self.quant_error_exceeded
+                and (self.tree_proof is None or self.tree_proof["ok"])
+                and not (self.quant_scales_not_rederived and not self.unchecked_scales_accepted))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        d["float16_overflow"] = self.float16_overflow
+        d[f"head_top{HIT_TOP_K}"] = d.pop("head_topk")
+        return d
+
+    def render(self) -> str:
+        lines = [f"note: {n}" for n in self.notes] + [
+            f"logits parity     : {'PASS' if self.parity else 'FAIL'}  max |diff| = {self.logits_max_abs_diff:.3g} "
+            f"(tolerance {self.tolerance:g}; checkpoint dtype {self.checkpoint_dtype})",
+        ]
+        for a in self.adjustments:
+            lines.append(f"  (arithmetic as the engine's: {a})")
+        if self.adjustments:
+            lines.append(f"  engine vs transformers arithmetic: logits differ by "
+                         f"{self.engine_arithmetic_effect_max_abs_diff:.3g}")
+        if self.parity_divergence:
+            t = self.parity_divergence.get("first_differing_tensor")
+            if t and t.get("tensor"):
+                lines.append(f"  first tensor that differs from the converted HF weights: {t['tensor']} "
+                             f"(rank {t['rank']}: {t['why']})")
+            elif t:
+                lines.append(f"  {t['why']}")
+            else:
+                lines.append("  every base tensor equals the converted HF weights: the difference is in how they "
+                             "are used (config.json fields, arithmetic)")
+            lines.append(f"  hidden states part ways at: {self.parity_divergence['where']} "
+                         f"(max |diff| {self.parity_divergence['max_abs_diff']:.3g})")
+        if self.heads_parity is None:
+            lines.append(f"heads parity      : {'FAIL  ' if self.heads_unaccounted else ''}not checked "
+                         f"({self.heads_detail})")
+        else:
+            lines.append(f"heads parity      : {'PASS' if self.heads_parity else 'FAIL'}  max |diff| = "
+                         f"{self.heads_max_abs_diff:.3g} (tolerance {self.heads_tolerance:g}; heads from "
+                         f"{self.heads_source})" + (f"\n  {self.heads_detail}" if self.heads_detail else ""))
+        if self.float16_overflow:
+            lines.append(f"float16 range     : FAIL  activations reach {self.max_activation:.3g} at "
+                         f"{self.max_activation_at}, beyond float16's {FLOAT16_MAX:g}: a float16 engine "
+                         "computes inf/NaN there; convert with --dtype bfloat16")
+        else:
+            lines.append(f"activation range  : largest |activation| {self.max_activation:.3g} "
+                         f"({self.max_activation_at})")
+        lines.append(f"greedy equivalence: {'PASS' if self.greedy_equal else 'FAIL'}  "
+                     f"{self.tokens_generated} tokens over {len(self.prompts)} prompt(s)")
+        if self.first_divergence:
+            d = self.first_divergence
+            lines.append(f"  first divergence: prompt {d['prompt']}, position {d['position']}: "
+                         f"base model {d['expected']}, Medusa {d['got']}")
+        lines.append(self._tree_proof_line())
+        lines.append(f"speculation       : {self.mean_accepted_tokens_per_step:.2f} tokens/step over {self.steps} steps")
+        if self.prompts_ending_early and self.tokens_per_step_until_end is not None:
+            lines.append(f"  until end token : {self.tokens_per_step_until_end:.2f} tokens/step ({self.prompts_ending_early} "
+                         f"of {len(self.prompts)} prompt(s) emit the end token, where a runtime stops)")
+        if self.predicted_tokens_per_step is not None:
+            lines.append(f"  predicted       : {self.predicted_tokens_per_step:.2f} tokens/step for this {self.tree_nodes}-node "
+                         f"tree from the heads' top-k accuracy (joint counts: "
+                         f"{self.predicted_tokens_per_step_joint:.2f}); measured {self.mean_accepted_tokens_per_step:.2f}")
+        if self.moe_experts_per_tree_step is not None:
+            lines.append(f"experts           : a tree step of {self.tree_nodes + 1} tokens wakes "
+                         f"{self.moe_experts_per_tree_step:.2f} of {self.moe_num_experts} experts per layer on average; "
+                         f"a plain decoding step {self.moe_experts_per_plain_step} (the weights each step reads)")
+        if self.quantization:
+            lines.append(f"quantization      : {self.quantization}; parity against transformers quantized the same way")
+            if self.quant_scale_mismatches:
+                lines.append(f"  scales          : FAIL  {len(self.quant_scale_mismatches)} of {self.quant_scales_checked} "
+                             "differ from the re-derived ones, e.g. " + "; ".join(
+                                 f"{n}: written {a:.6g}, re-derived {b:.6g}" for n, a, b in self.quant_scale_mismatches[:3]))
+            elif self.quant_scales_not_rederived:
+                lines.append(f"  scales          : {'UNCHECKED' if self.unchecked_scales_accepted else 'FAIL'}  "
+                             f"{self.quant_scales_checked} weight scale(s) equal the re-derived ones; the activation / "
+                             f"KV scales were not re-derived: {self.quant_scales_not_rederived}"
+                             + ("" if self.unchecked_scales_accepted else
+                                " (pass the calibration samples, or --accept_unchecked_scales to accept them)"))
+            else:
+                lines.append(f"  scales          : PASS  {self.quant_scales_checked} written scale(s) equal the re-derived ones")
+            e = self.quant_effect
+            if e:
+                lines.append(f"  against float   : top-1 agreement {e['top1_agreement']:.3f}, logits max |diff| "
+                             f"{e['max_abs_diff']:.3g}, mean {e['mean_abs_diff']:.3g}; greedy equal to the float base "
+                             f"on {e['greedy_equal_prompts']} of {len(self.prompts)} prompt(s), first "
+                             f"{e['greedy_agreed_fraction']:.2f} of the tokens agree"
+                             + (f"; with the FP8 / KV rounding Medusa and plain decoding agree on "
+                                f"{e['medusa_vs_plain_with_rounding']:.2f} of the tokens"
+                                if "medusa_vs_plain_with_rounding" in e else "")
+                             + (f" (limit --max_quant_error {self.max_quant_error:g}: "
+                                f"{'FAIL' if self.quant_error_exceeded else 'PASS'})"
+                                if self.max_quant_error is not None else " (information, not a verdict)"))
+        lines.append("head top-1 hits   : " + ", ".join(f"{x:.2f}" for x in self.head_top1))
+        lines.append(f"head top-{HIT_TOP_K} hits   : " + ", ".join(f"{x:.2f}" for x in self.head_topk))
+        lines.append("RESULT: " + ("OK" if self.ok else "FAILED")
+                     + (" (with scales it could not re-derive, accepted by --accept_unchecked_scales)"
+                        if self.ok and self.quant_scales_not_rederived and self.unchecked_scales_accepted else "")
+                     + (" (the tree proof was skipped: nodes below the root are proven only where the heads' drafts "
+                        "were accepted)" if self.tree_proof is None else ""))
+        return "\n".join(lines)
+
+    def _tree_proof_line(self) -> str:
+        p = self.tree_proof
+        if p is None:
+            return "tree proof        : not run (--skip_tree_proof)"
+        depths = ", ".join(f"{d['accepted']}/{d['nodes']}" for d in p["per_depth"])
+        line = (f"tree proof        : {'PASS' if p['ok'] else 'FAIL'}  {p['nodes_accepted']} of {p['tree_nodes']} nodes "
+                f"accepted with greedy's own drafts in {p['steps']} steps (by depth: {depths}), logits max |diff| "
+                f"{p['max_abs_diff']:.3g} against plain decoding (tolerance {p['tolerance']:.3g})")
+        return line + (f"\n  {p['failure']}" if p["failure"] else "")
+
+
+def report_json(report: VerifyReport) -> str:
+    return json.dumps(report.to_dict(), indent=2)

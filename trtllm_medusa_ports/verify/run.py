@@ -1,0 +1,210 @@
+"""The verify run: its phases in the order their memory use requires (transformers freed before the executor
+runs the checkpoint), and the report they fill.
+
+May import: every verify module but the package's ``__init__``, ``base_model``, ``files``, ``quant``,
+``reference``, ``threads``, ``errors``.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, value_transforms
+from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.files.checkpoint import read_checkpoint
+from trtllm_medusa_ports.files.dtypes import to_torch
+from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, format_name
+from trtllm_medusa_ports.reference.decoding import plain_generate
+from trtllm_medusa_ports.reference.executor import ReferenceModel
+from trtllm_medusa_ports.reference.tree_proof import tree_proof
+from trtllm_medusa_ports.threads import default_threads, torch_threads
+from trtllm_medusa_ports.verify.checkpoint_side import (
+    allow_unsupported_notes,
+    greedy_runs,
+    parity_pass,
+    vocab_padding,
+)
+from trtllm_medusa_ports.verify.heads import heads_check, source_heads_for
+from trtllm_medusa_ports.verify.hf_side import (
+    arithmetic_effect,
+    engine_arithmetic,
+    hf_greedy,
+    hf_logits_and_states,
+)
+from trtllm_medusa_ports.verify.inputs import checkpoint_dtype, prompts_and_tree
+from trtllm_medusa_ports.verify.limits import PARITY_RTOL
+from trtllm_medusa_ports.verify.measures import head_hit_rates, predicted_tokens_per_step
+from trtllm_medusa_ports.verify.quantization import quant_effect_against_float, quantized_reference
+from trtllm_medusa_ports.verify.report import VerifyReport
+
+
+def verify(
+    model_dir: str | Path,
+    checkpoint_dir: str | Path,
+    *,
+    medusa_choices: str | None = None,
+    prompts: list[list[int]] | None = None,
+    max_new_tokens: int = 32,
+    quiet: bool = False,
+    medusa_model_dir: str | Path | None = None,
+    threads: int | None = None,
+    max_quant_error: float | None = None,
+    skip_tree_proof: bool = False,
+    gemm_plugin: str = "auto",
+    calibration: list[list[int]] | None = None,
+    accept_unchecked_scales: bool = False,
+) -> VerifyReport:
+    """Logits parity, heads parity, greedy equivalence and the tree proof of a checkpoint (see the module doc).
+
+    ``threads``: torch threads to compute with (default :func:`default_threads`).
+    """
+    with torch_threads(threads or default_threads()):
+        return _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
+                       max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
+                       max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin,
+                       calibration=calibration, accept_unchecked_scales=accept_unchecked_scales)
+
+
+def _verify(
+    model_dir: str | Path,
+    checkpoint_dir: str | Path,
+    *,
+    medusa_choices: str | None,
+    prompts: list[list[int]] | None,
+    max_new_tokens: int,
+    quiet: bool,
+    medusa_model_dir: str | Path | None,
+    max_quant_error: float | None = None,
+    skip_tree_proof: bool = False,
+    gemm_plugin: str = "auto",
+    calibration: list[list[int]] | None = None,
+    accept_unchecked_scales: bool = False,
+) -> VerifyReport:
+    if quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if max_new_tokens < 1:
+        raise ModelError(f"--max_new_tokens {max_new_tokens} must be at least 1", fix="e.g. --max_new_tokens 32")
+    def status(text: str) -> None:  # the phases without a progress bar of their own
+        if not quiet:
+            print(f"verify: {text}", file=sys.stderr, flush=True)
+
+    status(f"reading {checkpoint_dir} (every tensor checked for NaN/Inf)")
+    ckpt = read_checkpoint(checkpoint_dir)
+    ref = ReferenceModel(ckpt)
+    if gemm_plugin not in FP8_GEMM_PATHS:
+        raise ModelError(f"--gemm_plugin {gemm_plugin!r}: verify emulates FP8Linear's GEMM for "
+                         + " or ".join(FP8_GEMM_PATHS), fix="pass the --gemm_plugin the engine is built with")
+    ref.fp8_gemm = gemm_plugin
+    dtype = to_torch(checkpoint_dtype(ckpt.config))
+    status(f"loading the base from {model_dir} with transformers")
+    hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")),
+                       full_precision=ref.adapter.full_precision_parameters)
+    ends = end_token_ids(hf)  # where a runtime would stop each run (hf is freed before the runs)
+    arithmetic = engine_arithmetic(hf, ref.semantics)
+    adjustments = [a.description for a in arithmetic]
+    padding = vocab_padding(hf.config.vocab_size, ref, ckpt, model_dir)
+    prompts, tree, pruned = prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir)
+    notes = ([pruned] if pruned else []) + allow_unsupported_notes(ckpt) + ([padding] if padding else [])
+
+    # Quantized checkpoints: the float base first (the quantization's effect is measured against it), then
+    # the same transformers model quantized as the checkpoint is (quant/emulate.py)
+    spec, emulation, float_logits, float_greedy = quantized_reference(hf, ref, ckpt, model_dir, prompts,
+                                                                       max_new_tokens, notes, quiet, calibration)
+
+    # Phase 1, transformers alone: its logits, hidden states, activation range, greedy continuations
+    # and the heads' logits from their source. Its model is then freed, so that it and the executor's
+    # weights are never in memory together (peak: one float32 model, not two).
+    status(f"transformers' logits and hidden states on {len(prompts)} prompt(s)")
+    hf_runs, activations = hf_logits_and_states(hf, prompts)
+    effect = arithmetic_effect(hf, arithmetic, prompts, hf_runs)
+    from tqdm import tqdm
+
+    expected_tokens = [] if spec.any else [
+        hf_greedy(hf, p, max_new_tokens)
+        for p in tqdm(prompts, desc="transformers greedy", unit="prompt", disable=quiet, file=sys.stderr)]
+    source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
+    heads_source = None
+    if source and Path(source).exists():
+        heads_source = source_heads_for(Path(source), hf, ref, [hs[-1] for _, hs in hf_runs], dtype)
+    model_bytes = sum(t.numel() * t.element_size() for t in hf.parameters())
+    if emulation is not None:
+        emulation.close()
+    del hf, arithmetic
+    if model_bytes > 64 * 2**20:  # a full collection costs ~0.3 s in a long-lived process: only when it frees much
+        gc.collect()
+    if emulation is not None:  # the calibration run loads the base again: only now that this copy is freed
+        status("re-deriving the activation / KV-cache scales (the recorded calibration, run again)")
+        emulation.rederive()
+
+    # Phase 2, the checkpoint on the reference executor. 1. parity
+    status(f"logits parity of the checkpoint on the reference executor ({len(prompts)} prompt(s))")
+    parity, max_diff, tolerance, divergence, runs = parity_pass(ref, prompts, hf_runs, model_dir, ckpt)
+    exact_logits = [rl for _, _, rl, _ in runs] if spec.any else []
+    if spec.any:  # greedy equivalence is against the quantized base's own greedy text (the executor's)
+        expected_tokens = [plain_generate(ref, p, max_new_tokens) for p in prompts]
+    del runs
+
+    # 1b. the heads, against their source (recorded at conversion unless given)
+    heads = heads_check(heads_source, source, medusa_model_dir, ref, hf_runs)
+
+    # 2. greedy equivalence, 3. speculation quality
+    ref.moe_activity = [] if ref.semantics.moe_num_experts else None  # (tokens, distinct experts) per MoE layer call
+    g = greedy_runs(ref, prompts, tree, max_new_tokens, expected_tokens, ends, quiet)
+    tree_calls = [n for tokens, n in ref.moe_activity or [] if tokens == tree.num_nodes + 1]
+    ref.moe_activity = None
+    proof = None
+    if not skip_tree_proof:
+        status(f"tree proof: every node of the {tree.num_nodes}-node tree accepted with greedy's own drafts")
+        proof = tree_proof(ref, prompts[0], tree, rtol=PARITY_RTOL,
+                           max_positions=ckpt.config.get("max_position_embeddings")).to_dict()
+    quant_effect = quant_effect_against_float(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens,
+                                 exact_logits, expected_tokens) if spec.any else None
+    status("the heads' hit rates and the tree's predicted tokens per step")
+    top1, topk = head_hit_rates(ref, g.seqs, [len(p) for p in prompts])
+    predicted = predicted_tokens_per_step(ref, tree, g.seqs, [len(p) for p in prompts])
+    return VerifyReport(
+        parity=parity,
+        logits_max_abs_diff=max_diff,
+        tolerance=tolerance,
+        greedy_equal=g.equal,
+        tokens_generated=g.generated,
+        steps=g.steps,
+        mean_accepted_tokens_per_step=sum(g.accepted) / len(g.accepted) if g.accepted else 0.0,
+        head_top1=top1,
+        head_topk=topk,
+        checkpoint_dtype=str(ckpt.config.get("dtype")),
+        prompts=prompts,
+        first_divergence=g.first,
+        parity_divergence=divergence,
+        adjustments=adjustments,
+        engine_arithmetic_effect_max_abs_diff=effect,
+        per_prompt=g.per_prompt,
+        max_activation=activations.max,
+        max_activation_at=activations.where,
+        notes=notes,
+        heads_parity=heads["ok"],
+        heads_max_abs_diff=heads["max_abs_diff"],
+        heads_tolerance=heads["tolerance"],
+        heads_source=str(source) if heads["ok"] is not None else None,
+        heads_detail=heads["why"],
+        predicted_tokens_per_step=predicted[0],
+        predicted_tokens_per_step_joint=predicted[1],
+        tree_nodes=tree.num_nodes,
+        tokens_per_step_until_end=g.until_end[0] / g.until_end[1] if g.until_end[1] else None,
+        prompts_ending_early=g.ending_early,
+        quantization=format_name(spec) if spec.any else None,
+        quant_scales_checked=emulation.scales_checked if emulation else 0,
+        quant_scale_mismatches=emulation.scale_mismatches if emulation else [],
+        quant_scales_not_rederived=emulation.not_rederived if emulation else None,
+        unchecked_scales_accepted=accept_unchecked_scales,
+        quant_effect=quant_effect,
+        max_quant_error=max_quant_error,
+        moe_num_experts=ref.semantics.moe_num_experts or None,
+        moe_experts_per_tree_step=sum(tree_calls) / len(tree_calls) if tree_calls else None,
+        moe_experts_per_plain_step=ref.semantics.moe_top_k or None,
+        tree_proof=proof,
+    )
