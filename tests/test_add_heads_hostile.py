@@ -423,3 +423,20 @@ def test_a_full_disk_while_replacing_keeps_the_old_output(tmp_path, capsys, head
     rc, err = _add(tmp_path, capsys, _fixture(tmp_path), heads, "--overwrite", out=out)
     assert rc == 1 and "ENOSPC" in err, err
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"] and (out / "keep.txt").read_text() == "the old output"
+
+
+@pytest.mark.parametrize("flags, code, needle", [
+    ((), 0, None),  # no --dtype: the base's own, without a word
+    (("--dtype", "auto"), 0, None),
+    (("--dtype", "bfloat16"), 0, None),
+    (("--dtype", "float16"), 2, "--dtype float16 with --base_checkpoint_dir: the base is bfloat16"),  # typed: refused
+])
+def test_a_typed_dtype_is_told_from_the_default_on_a_bfloat16_base(tmp_path, capsys, store, flags, code, needle):
+    h = save_heads(random_heads(QWEN2.hidden_size, QWEN2.vocab_size, num_heads=3, seed=4), tmp_path / "in" / "h")
+    rc, err = _add(tmp_path, capsys, _tool_base(store, tmp_path, "bfloat16"), h, *flags)
+    assert rc == code, err
+    if needle is None:
+        assert "warning: the heads are written" not in err and "dtype" not in err, err
+        assert json.loads((tmp_path / "outs" / "ckpt" / "config.json").read_text())["dtype"] == "bfloat16"
+    else:
+        assert needle in err and not (tmp_path / "outs" / "ckpt").exists(), err

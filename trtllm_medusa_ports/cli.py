@@ -85,8 +85,10 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
                    "heads added")
     p.add_argument("--medusa_model_dir", required=True, help="Medusa heads (any layout; see inspect-heads)")
     p.add_argument("--output_dir", default="tllm_checkpoint", help="TensorRT-LLM checkpoint to write")
-    p.add_argument("--dtype", default="float16", choices=["auto", "float32", "float16", "bfloat16"],
-                   help="checkpoint dtype (default float16 as upstream's Medusa script; auto = the base's own)")
+    # default None, read as float16 (upstream's), so that a typed --dtype float16 can be told from the default
+    p.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"],
+                   help="checkpoint dtype (default float16 as upstream's Medusa script; auto = the base's own; "
+                        "with --base_checkpoint_dir: the base's own)")
     p.add_argument("--tp_size", type=int, default=1)
     p.add_argument("--pp_size", type=int, default=1)
     p.add_argument("--moe_ep_size", type=int, default=-1,
@@ -165,7 +167,7 @@ def run_convert(args: argparse.Namespace) -> int:
         model_dir=Path(args.model_dir),
         medusa_model_dir=Path(args.medusa_model_dir),
         output_dir=Path(args.output_dir),
-        dtype=args.dtype,
+        dtype=args.dtype or "float16",
         tp_size=args.tp_size,
         pp_size=args.pp_size,
         moe_ep_size=ep,
@@ -259,9 +261,8 @@ def _add_heads(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print(f"error: --workers {args.workers} must be at least 1\n  fix: use --workers 1 or more", file=sys.stderr)
         return 2
-    # --dtype's default (float16, upstream's for a Hugging Face base) cannot be told from a typed --dtype float16:
-    # it stands for the base's own dtype here, and a float16 run over another base says so below
-    dtype = None if args.dtype == "float16" else args.dtype
+    # no --dtype: the base's own (a typed --dtype other than the base's is refused by add_heads, exit 2)
+    dtype = args.dtype
     try:
         result = add_heads(AddHeadsOptions(
             Path(args.base_checkpoint_dir), Path(args.medusa_model_dir), Path(args.output_dir),
@@ -273,10 +274,6 @@ def _add_heads(args: argparse.Namespace) -> int:
         return 2
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    if args.dtype == "float16" and result.config["dtype"] != "float16":
-        print(f"warning: the heads are written in the base's {result.config['dtype']}: --dtype float16 (the default "
-              "for a Hugging Face base) does not apply with --base_checkpoint_dir\n  fix: pass --dtype auto (or "
-              f"{result.config['dtype']}) to say so; another dtype is refused", file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
     return 0
 

@@ -46,6 +46,7 @@ from trtllm_medusa_ports.acceptance import (  # noqa: F401  (tune's measures, al
     reference_ranks,
 )
 from trtllm_medusa_ports.errors import PortError, TreeError
+from trtllm_medusa_ports.files.checkpoint import hidden_stem
 from trtllm_medusa_ports.tree import DEFAULT_TOP_K, MedusaTree, upstream_quirks, validate_choices
 
 
@@ -143,8 +144,6 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
     """Measure the heads on held-out text (the base's greedy continuations of ``prompts``) and build the tree."""
     from trtllm_medusa_ports.base_model import continue_greedily, load_base
     from trtllm_medusa_ports.heads import load_heads
-    from trtllm_medusa_ports.tree import resolve_choices
-
     if estimate not in ("product", "joint"):
         raise PortError(f"--estimate {estimate!r} is not one of product, joint", fix="pass --estimate product")
     if max_nodes < 1:
@@ -153,6 +152,7 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
         raise PortError(f"--max_nodes {max_nodes} is above --max_draft_len {max_draft_len}: TensorRT-LLM could not "
                         "run the tree", fix=f"pass --max_nodes {max_draft_len} or less")
     heads = load_heads(medusa_model_dir)
+    baseline_paths = baseline_tree(baseline, heads.num_heads) if baseline else None  # refused before measuring
     if not quiet:
         print(f"tune-tree: loading the base from {model_dir}", file=sys.stderr, flush=True)
     model = load_base(model_dir)
@@ -186,13 +186,31 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
     if problems:  # cannot happen by construction; refuse rather than write a tree check would reject
         raise TreeError("the tuned tree is invalid:\n  - " + "\n  - ".join(problems))
     base = None
-    if baseline:
-        bpaths, _ = resolve_choices(baseline, heads.num_heads)
+    if baseline_paths is not None:
+        bpaths = baseline_paths
         base = {"name": baseline, "num_nodes": len(bpaths),
                 "predicted_tokens_per_step": round(expected_tokens_per_step(bpaths, acc, joint), 4),
                 "acceptance_on_measured_text": round(measured_acceptance(bpaths, ranks), 4)}
     return TuneResult(paths, acc, expected_tokens_per_step(paths, acc, joint), measured_acceptance(paths, ranks),
                       ranks.shape[0], estimate, base)
+
+
+def baseline_tree(baseline: str, num_heads: int) -> list[list[int]]:
+    """The ``--baseline`` tree's paths (pruned to the heads' depth, as verify prunes a preset); a tree that cannot
+    be read is refused under ``--baseline``'s own name, before anything is measured."""
+    from trtllm_medusa_ports.tree import resolve_choices
+
+    try:
+        paths, _ = resolve_choices(baseline, num_heads)
+    except TreeError as exc:
+        where = "--baseline" if exc.where in (None, "--medusa_choices") else f"--baseline {exc.where}"
+        raise TreeError(exc.what, where=where,
+                        fix=(exc.fix or "") + "; or --baseline '' to compare with no tree") from None
+    problems = validate_choices(paths, num_heads=num_heads)
+    if problems:
+        raise TreeError("the baseline tree is invalid:\n  - " + "\n  - ".join(problems), where="--baseline",
+                        fix="pass a tree for these heads, or --baseline '' to compare with no tree")
+    return paths
 
 
 def write_choices(paths: list[list[int]], output: str | Path, *, overwrite: bool = False) -> Path:
@@ -203,7 +221,7 @@ def write_choices(paths: list[list[int]], output: str | Path, *, overwrite: bool
         raise PortError("the output file exists", where=str(out), fix="pass --overwrite or choose another --output")
     if out.exists() and not out.is_file():
         raise PortError("exists and is not a file", where=str(out), fix="choose another --output")
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = out.with_name(f".{hidden_stem(out.name)}.tmp-{os.getpid()}")
     try:
         tmp.write_text(json.dumps(paths, separators=(", ", ": ")) + "\n")
         tmp.replace(out)

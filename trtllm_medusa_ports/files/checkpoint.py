@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -201,13 +202,28 @@ def _umask() -> int:
     return mask
 
 
+#: the longest output name kept whole in the hidden names beside it (``.<name>.partial-XXXXXXXX`` must stay
+#: within the 255 bytes a file name may have on Linux file systems)
+HIDDEN_STEM_BYTES = 200
+
+
+def hidden_stem(name: str) -> str:
+    """``name``, or for a name too long to carry a hidden suffix, its first bytes and a digest of the whole."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= HIDDEN_STEM_BYTES:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return raw[: HIDDEN_STEM_BYTES - 17].decode("utf-8", "ignore") + "-" + digest
+
+
 @contextlib.contextmanager
 def atomic_output_dir(output_dir: Path, *, overwrite: bool,
                       inputs: dict[str, Path] | None = None) -> Iterator[Path]:
     """Yield a temporary directory that becomes ``output_dir`` only if the block succeeds.
 
     * inputs are never touched: see :func:`guard_output_dir`;
-    * one writer at a time: an exclusive lock on ``.<name>.lock`` beside the output, so a second
+    * one writer at a time: an exclusive lock on ``.<name>.lock`` beside the output (``<name>`` shortened by
+      :func:`hidden_stem` where the output's own name is near the file-name limit), so a second
       conversion into the same directory stops instead of replacing the first one's output;
     * ``--overwrite`` swaps the new directory in with one atomic exchange where the system has it,
       so the output is never missing, even if the process is killed;
@@ -218,7 +234,8 @@ def atomic_output_dir(output_dir: Path, *, overwrite: bool,
     parent = output_dir.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        lock_path = parent / f".{output_dir.name}.lock"
+        stem = hidden_stem(output_dir.name)
+        lock_path = parent / f".{stem}.lock"
         lock = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         raise ConversionError(f"cannot create the output directory ({exc.strerror})", where=str(output_dir),
@@ -232,9 +249,9 @@ def atomic_output_dir(output_dir: Path, *, overwrite: bool,
             raise ConversionError("another trtllm-medusa convert is writing this directory",
                                   where=str(output_dir), fix="wait for it, or choose another --output_dir") from None
         _check_target(output_dir, overwrite)
-        for stale in parent.glob(f".{output_dir.name}.partial-*"):
+        for stale in parent.glob(f".{stem}.partial-*"):
             shutil.rmtree(stale, ignore_errors=True)  # ours, left by a killed run (we hold the lock)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{stem}.partial-", dir=parent))
         try:
             yield tmp
             os.chmod(tmp, 0o777 & ~_umask())
@@ -243,7 +260,7 @@ def atomic_output_dir(output_dir: Path, *, overwrite: bool,
                 if _exchange(tmp, output_dir):  # tmp now holds the old output
                     shutil.rmtree(tmp, ignore_errors=True)
                 else:
-                    old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=parent))
+                    old = Path(tempfile.mkdtemp(prefix=f".{stem}.old-", dir=parent))
                     os.rename(output_dir, old / "x")
                     os.rename(tmp, output_dir)
                     shutil.rmtree(old, ignore_errors=True)

@@ -117,6 +117,10 @@ def resolve_spec(*, qformat: str | None = None, use_weight_only: bool = False,
             raise ConversionError(f"--weight_only_precision {precision} without --use_weight_only",
                                   fix="add --use_weight_only (as upstream's convert_checkpoint.py)")
         wo = WEIGHT_ONLY_PRECISIONS[precision]
+        if qformat == "full_prec":
+            raise ConversionError(f"--qformat full_prec and --use_weight_only (weight-only {precision}) ask for two "
+                                  "formats: full_prec keeps every weight float",
+                                  fix="drop --qformat full_prec for weight-only, or drop --use_weight_only")
         if algo is not None and algo != wo:
             raise ConversionError(f"--qformat {qformat} and --use_weight_only --weight_only_precision {precision} "
                                   "ask for two formats", fix="pass one of them")
