@@ -1,0 +1,89 @@
+"""The base-model check: the architecture (an adapter, or a known refusal), then every base rule in report
+order (``BASE_RULES``; importing this module fails if a registered rule is missing from it).
+
+May import: the compat rule modules (``registry``, ``positions``, ``xqa_kernels``, ``engine_class``, ``heads``),
+``archs``, ``findings``, ``errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import supported_architectures
+from trtllm_medusa_ports.compat.engine_class import (
+    engine_class_limit,
+    engine_divergence,
+    gelu_approximation,
+    port_limit,
+    spec_decoding_plumbing,
+)
+from trtllm_medusa_ports.compat.heads import medusa_head_activation
+from trtllm_medusa_ports.compat.positions import (
+    alibi_finding,
+    alibi_reason,
+    rope_scaling,
+    sliding_window,
+)
+from trtllm_medusa_ports.compat.registry import BaseFacts, registered_base_rules
+from trtllm_medusa_ports.compat.xqa_kernels import (
+    attention_scale,
+    attention_softcapping,
+    gqa_group_size,
+    xqa_head_size,
+)
+from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.findings import ERROR, Finding
+
+#: architectures a user may expect after GPT-2 and GPTBigCode, refused with their own reason
+KNOWN_REFUSED = {
+    "OPTForCausalLM": (
+        "TensorRT-LLM's OPT class has no speculative-decoding plumbing (tensorrt_llm/models/opt/model.py: "
+        "OPTDecoderLayer.forward takes no spec_decoding_params and OPTModel.forward swallows it in **kwargs), and its "
+        "learned positions carry HF's offset of 2 (examples/models/contrib/opt/convert_checkpoint.py slices "
+        "embed_positions[2:]); this port has no OPT adapter that adds the plumbing and the tree positions",
+        "serve OPT without Medusa; docs/porting-guide.md shows how a family is added (the plumbing and the learned "
+        "positions exist as capabilities)"),
+}
+
+
+#: the base-model rules in the order their findings report (every one registered with ``@base_rule``)
+BASE_RULES: tuple[Callable[[BaseFacts], list[Finding]], ...] = (
+    xqa_head_size, engine_class_limit, port_limit, engine_divergence, gqa_group_size, rope_scaling, attention_scale,
+    sliding_window, gelu_approximation, attention_softcapping, spec_decoding_plumbing, medusa_head_activation,
+)
+if set(BASE_RULES) != set(registered_base_rules()):  # a rule registered with @base_rule and never run, or the reverse
+    raise AssertionError(f"compat.base.BASE_RULES misses {set(registered_base_rules()) - set(BASE_RULES)} or has "
+                         f"unregistered {set(BASE_RULES) - set(registered_base_rules())}")
+
+
+def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
+    out: list[Finding] = []
+    reason = alibi_reason(hf)
+    if reason:
+        out.append(alibi_finding(reason))
+    if adapter is None:
+        arch = hf.get("architectures") or ["(none)"]
+        if not reason and arch[0] in KNOWN_REFUSED:
+            out.append(Finding("unsupported-architecture", ERROR, f"{arch[0]}: {KNOWN_REFUSED[arch[0]][0]}",
+                               KNOWN_REFUSED[arch[0]][1]))
+        elif not reason:
+            out.append(
+                Finding(
+                    "unsupported-architecture",
+                    ERROR,
+                    f"no adapter for architecture {arch[0]!r}",
+                    "supported: " + ", ".join(supported_architectures())
+                    + "; docs/porting-guide.md shows how to add a family in one file",
+                )
+            )
+        return out
+    try:
+        facts = BaseFacts(hf, adapter, adapter.head_size(hf), adapter.num_attention_heads(hf), adapter.num_kv_heads(hf))
+    except PortError as exc:
+        out.append(Finding("invalid-config", ERROR, exc.what, exc.fix or "fix config.json"))
+        return out
+    for rule_fn in BASE_RULES:
+        out += rule_fn(facts)
+    return out

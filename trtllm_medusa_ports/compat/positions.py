@@ -1,0 +1,141 @@
+"""Position rules: ALiBi (which no XQA kernel of a Medusa engine computes), RoPE scaling types, sliding
+windows, and the learned position table's range against a tree's depth.
+
+May import: ``compat.registry``, ``findings``, ``archs``, ``files.hf_model``.
+"""
+
+from __future__ import annotations
+
+from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import adapter_for, adapter_for_model_type
+from trtllm_medusa_ports.archs.semantics import PositionEmbedding
+from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
+from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.findings import ERROR, WARNING, Finding
+
+#: rope scaling types TensorRT-LLM 1.2.x implements (tensorrt_llm/functional.py RotaryScalingType;
+#: any other name raises ValueError). HF's "su" is Phi-3's old name for longrope, which the
+#: Phi-3 converter maps itself.
+TRTLLM_ROPE_SCALING = ("linear", "dynamic", "longrope", "llama3", "yarn", "mrope")
+
+
+_ROPE_ALIASES = {"su": "longrope"}
+
+
+def alibi_reason(hf: HFConfig) -> str | None:
+    """Why this base uses ALiBi, or None: the family's adapter says (Bloom, MPT, Falcon-ALiBi); for
+    families without an adapter, Baichuan-13B and the generic flags."""
+    mt = hf.model_type.lower()
+    arch = (hf.get("architectures") or [""])[0]
+    adapter = adapter_for(arch) or adapter_for_model_type(mt)
+    if adapter is not None and adapter.alibi_reason(hf):
+        return adapter.alibi_reason(hf)
+    if mt == "baichuan" or arch in ("BaichuanForCausalLM", "BaiChuanForCausalLM"):
+        # Baichuan-13B and Baichuan2-13B use ALiBi, the 7B models RoPE (modeling_baichuan.py
+        # picks by hidden_size: 5120 -> ALiBi).
+        if hf.get("hidden_size") == 5120 or hf.get("num_hidden_layers") == 40:
+            return "Baichuan 13B (hidden_size 5120) uses ALiBi"
+        return None
+    for key in ("alibi", "use_alibi"):
+        if hf.get(key) is True:
+            return f"config.json sets {key} = true"
+    pet = str(hf.get("position_embedding_type", "")).lower()
+    if "alibi" in pet:
+        return f"config.json sets position_embedding_type = {pet!r}"
+    return None
+
+
+def alibi_finding(reason: str) -> Finding:
+    return Finding(
+        "alibi-position-embedding",
+        ERROR,
+        f"this base uses ALiBi ({reason}). With Medusa, TensorRT-LLM runs every generation "
+        "step's attention on XQA kernels, which have no ALiBi: the 1.x JIT kernels refuse it "
+        "(decoderXQAImplJIT supportConfigCommon takes RoPE and learned positions only), so the engine "
+        "fails at run time with 'No available XQA kernels are found for speculative decoding mode' "
+        "(attentionOp.cpp); only the precompiled kernels, chosen when the group size does not divide 64, "
+        "run and drop the slopes silently - the 'very poor accuracy' Bloom reports.",
+        f"use a RoPE or learned-position base ({_rope_families()} ...), serve this model without Medusa, or "
+        "use a framework whose tree attention supports ALiBi. --allow_unsupported writes the checkpoint anyway "
+        "for experiments.",
+        overridable=True,
+    )
+
+
+def _rope_families() -> str:
+    """Supported architectures with rotary positions (derived from the adapters)."""
+    from trtllm_medusa_ports.archs import registry
+
+    return ", ".join(sorted({cls.hf_architectures[0] for cls in registry().values() if cls.position_embedding.is_rope}))
+
+
+@base_rule("rope-scaling-unsupported", "rope-scaling-unverified")
+def rope_scaling(f: BaseFacts) -> list[Finding]:
+    out: list[Finding] = []
+    scaling = f.hf.rope_scaling
+    if scaling:
+        kind = _ROPE_ALIASES.get(scaling.get("type"), scaling.get("type"))
+        if kind not in TRTLLM_ROPE_SCALING:
+            out.append(
+                Finding(
+                    "rope-scaling-unsupported",
+                    ERROR,
+                    f"rope scaling type {kind!r} is not implemented by TensorRT-LLM 1.2.x",
+                    "supported types: " + ", ".join(TRTLLM_ROPE_SCALING),
+                )
+            )
+        elif kind not in ("linear", "llama3"):
+            out.append(
+                Finding(
+                    "rope-scaling-unverified",
+                    WARNING,
+                    f"rope scaling type {kind!r} is converted whole, but the CPU reference "
+                    "executor implements only linear and llama3, so `verify` cannot prove it",
+                    "validate on GPU (scripts/validate_on_gpu.sh)",
+                )
+            )
+    return out
+
+
+@base_rule("sliding-window")
+def sliding_window(f: BaseFacts) -> list[Finding]:
+    hf, out = f.hf, []
+    window = hf.get("sliding_window")
+    max_pos = hf.get("max_position_embeddings") or 0
+    uses_window = window and (hf.get("use_sliding_window", True) is not False) and window < max_pos
+    if uses_window:
+        out.append(
+            Finding(
+                "sliding-window",
+                WARNING,
+                f"sliding-window attention (window {window} < max_position_embeddings {max_pos}); "
+                "the precompiled XQA spec-decoding kernels refuse a cyclic KV cache "
+                "(decoderXQAImplPrecompiled.cpp), and some 1.x JIT kernels refuse a window with Medusa",
+                f"build with max_seq_len <= {window}: the window then never applies and the output "
+                "equals the base model's (verify also runs within the window)",
+            )
+        )
+    return out
+
+
+def learned_position_range(hf: HFConfig, adapter: ArchAdapter | None, max_seq_len: int | None,
+                           tree_depth: int) -> list[Finding]:
+    """A base with learned absolute positions has no position past its table: each generation step puts tree
+    tokens up to ``tree_depth`` past the root, so a sequence may reach ``max_seq_len - 1 + tree_depth``
+    (tensorrt_llm/models/gpt/model.py looks ``position_ids`` up in ``position_embedding``; an id past its rows reads
+    no row of the model). trtllm-build's default ``max_seq_len`` is ``max_position_embeddings``
+    (tensorrt_llm/commands/build.py), so the default alone runs the last steps past the table."""
+    if adapter is None or adapter.position_embedding is not PositionEmbedding.LEARNED_ABSOLUTE:
+        return []
+    table = adapter.max_positions(hf)
+    limit = table - tree_depth
+    if max_seq_len is not None and max_seq_len <= limit:
+        return []
+    given = max_seq_len is not None
+    return [Finding(
+        "learned-position-range", ERROR if given else WARNING,
+        (f"--max_seq_len {max_seq_len}" if given else f"trtllm-build's default max_seq_len ({table}, the table)")
+        + f" with a tree {tree_depth} deep puts tree tokens at positions up to "
+        f"{(max_seq_len if given else table) - 1 + tree_depth}, past the learned position table's {table} rows "
+        f"({adapter.max_positions_key}): those tokens would be embedded at no position of the model",
+        f"build with --max_seq_len {limit} or less (trtllm-medusa build passes it through)")]
