@@ -58,6 +58,8 @@ def test_every_option_defaults_as_its_flag_does(command, argv, classes):
             flag = getattr(ns, dest)
             if command == "train-heads" and name == "batch_size":
                 flag = flag or None  # --batch_size 0 means every position: None in FitOptions
+            if command == "convert" and name == "dtype":
+                flag = flag or "float16"  # no --dtype: float16 (None only tells add-heads a typed float16 apart)
             if command == "convert" and name == "moe_ep_size":
                 flag = 1 if flag == -1 else flag  # upstream's -1: no expert parallelism
             assert _norm(default) == _norm(flag), f"{command}: {cls.__name__}.{name} = {default!r}, flag {flag!r}"

@@ -8,6 +8,7 @@ May import: ``reference``, ``plan`` and ``files`` (replaying the conversion), ``
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,9 +67,10 @@ def allow_unsupported_notes(ckpt) -> list[str]:
     return notes
 
 
-def parity_pass(ref: ReferenceModel, prompts: list[list[int]], hf_runs: list, model_dir: str | Path, ckpt):
+def parity_pass(ref: ReferenceModel, prompts: list[list[int]], hf_runs: list, base_tensors: dict):
     """Logits parity of every prompt against transformers' (``hf_runs``), and where the first failing one
-    parts ways; the runs ``(hf logits, hf states, executor logits, executor states)``."""
+    parts ways (with ``base_tensors``, :func:`base_tensor_check`'s result, naming the first differing tensor);
+    the runs ``(hf logits, hf states, executor logits, executor states)``."""
     max_diff = 0.0
     scale = 1.0
     divergence = None
@@ -83,7 +85,7 @@ def parity_pass(ref: ReferenceModel, prompts: list[list[int]], hf_runs: list, mo
     for hl, hs, rl, record in runs:
         if float((hl - rl).abs().max()) > tolerance:
             divergence = _locate(hs, record)
-            divergence["first_differing_tensor"] = first_differing_tensor(model_dir, ckpt)
+            divergence["first_differing_tensor"] = base_tensors["first_differing"]
             break
     parity = max_diff <= tolerance
     return parity, max_diff, tolerance, divergence, runs
@@ -114,38 +116,65 @@ def _locate(hf_states: tuple[torch.Tensor, ...], ref_states: list[torch.Tensor])
     return {"where": "lm_head", "max_abs_diff": 0.0}
 
 
-def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
-    """The first checkpoint tensor (in conversion order) that differs from what the converter
-    makes of the Hugging Face weights today, or None when every base tensor matches.
+def base_tensor_check(model_dir: str | Path, ckpt) -> dict:
+    """Every base tensor of the checkpoint against what the converter makes of the Hugging Face weights today,
+    whether or not parity passed (a changed embedding row no prompt reads passes parity): ``compared`` (tensors
+    equal), ``skipped`` (stored quantized: their codes and scales are the quantization checks'),
+    ``first_differing`` (None, or the first tensor in conversion order that differs, naming it where the
+    hidden-state comparison can only name a layer, e.g. "transformer.layers.3.post_layernorm.weight, rank 1").
 
-    Names the tensor itself ("transformer.layers.3.post_layernorm.weight, rank 1") where the
-    hidden-state comparison can only name a layer.
+    A vocabulary padded past the base's with zero rows (ModelOpt's export) is compared on the base's rows.
     """
     from trtllm_medusa_ports.files.hf_model import HFModel
     from trtllm_medusa_ports.plan import base_jobs, job_inputs, shard_for
 
+    out = {"compared": 0, "skipped": 0, "first_differing": None}
     adapter = adapter_for(ckpt.config.get("base_architecture") or "")
     if adapter is None:
-        return None
+        out["first_differing"] = {"tensor": None, "rank": None, "why": "the checkpoint names no ported family"}
+        return out
     dtype = checkpoint_dtype(ckpt.config)
     try:
         jobs = base_jobs(HFModel(model_dir), adapter, ckpt.config, dtype)
-    except Exception as exc:  # the weights cannot even be planned: say so in the hint
-        return {"tensor": None, "rank": None, "why": f"the conversion cannot be replayed ({exc})"}
+    except Exception as exc:  # noqa: BLE001 - the weights cannot even be planned: say so in the report
+        out["first_differing"] = {"tensor": None, "rank": None, "why": f"the conversion cannot be replayed ({exc})"}
+        return out
     for job in jobs:
         job, inputs = job_inputs(job, dtype)
         for rank, name in job.targets:
-            expected = shard_for(job, inputs, ckpt.config, rank).float()
-            if not ckpt.has(rank, name):
-                return {"tensor": name, "rank": rank, "why": "missing from the checkpoint"}
-            stored = ckpt.tensor(rank, name).float()
-            if stored.shape != expected.shape:
-                return {"tensor": name, "rank": rank,
-                        "why": f"shape {tuple(stored.shape)}, expected {tuple(expected.shape)}"}
-            if not torch.equal(stored, expected):
-                return {"tensor": name, "rank": rank,
-                        "why": f"values differ by up to {float((stored - expected).abs().max()):.3g}"}
+            why = _stored_differs(ckpt, rank, name, functools.partial(shard_for, job, inputs, ckpt.config, rank))
+            if why == "quantized":
+                out["skipped"] += 1
+            elif why is not None:
+                out["first_differing"] = {"tensor": name, "rank": rank, "why": why}
+                return out
+            else:
+                out["compared"] += 1
+    return out
+
+
+def _stored_differs(ckpt, rank: int, name: str, expected_of) -> str | None:
+    """Why the stored tensor differs from the replayed one (None: equal; "quantized": not a float tensor)."""
+    if not ckpt.has(rank, name):
+        return "missing from the checkpoint"
+    stored = ckpt.tensor(rank, name)
+    if not stored.dtype.is_floating_point or stored.dtype.itemsize < 2:  # int8/int4 codes, FP8
+        return "quantized"
+    stored, expected = stored.float(), expected_of().float()
+    if stored.shape != expected.shape and stored.dim() == 2 and stored.shape[1:] == expected.shape[1:] \
+            and stored.shape[0] > expected.shape[0] and not stored[expected.shape[0]:].any():
+        stored = stored[: expected.shape[0]]  # zero rows past the base's vocabulary (vocab_padding's note)
+    if stored.shape != expected.shape:
+        return f"shape {tuple(stored.shape)}, expected {tuple(expected.shape)}"
+    if not torch.equal(stored, expected):
+        return f"values differ by up to {float((stored - expected).abs().max()):.3g}"
     return None
+
+
+def first_differing_tensor(model_dir: str | Path, ckpt) -> dict | None:
+    """The first checkpoint tensor that differs from the converted Hugging Face weights, or None
+    (:func:`base_tensor_check`'s ``first_differing``)."""
+    return base_tensor_check(model_dir, ckpt)["first_differing"]
 
 
 @dataclass

@@ -70,6 +70,13 @@ class VerifyReport:
     #: the tree proof (reference/tree_proof.py): steps whose drafts are greedy's own tokens along each branch in
     #: turn, so that every node is accepted and its logits checked; None: not run (``skip_tree_proof``)
     tree_proof: dict | None = None
+    #: every base tensor against the converted Hugging Face weights, parity or not (checkpoint_side.py
+    #: base_tensor_check): ``compared``, ``skipped`` (stored quantized), ``first_differing``; None: not compared
+    base_tensors: dict | None = None
+
+    @property
+    def base_tensors_differ(self) -> bool:
+        return self.base_tensors is not None and self.base_tensors["first_differing"] is not None
 
     @property
     def float16_overflow(self) -> bool:
@@ -90,7 +97,7 @@ class VerifyReport:
     def ok(self) -> bool:
         return (self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
                 and not self.heads_unaccounted and not self.quant_scale_mismatches and not self.quant_error_exceeded
-                and (self.tree_proof is None or self.tree_proof["ok"])
+                and (self.tree_proof is None or self.tree_proof["ok"]) and not self.base_tensors_differ
                 and not (self.quant_scales_not_rederived and not self.unchecked_scales_accepted))
 
     def to_dict(self) -> dict:
@@ -110,6 +117,7 @@ class VerifyReport:
         if self.adjustments:
             lines.append(f"  engine vs transformers arithmetic: logits differ by "
                          f"{self.engine_arithmetic_effect_max_abs_diff:.3g}")
+        lines += self._base_tensors_lines()
         if self.parity_divergence:
             t = self.parity_divergence.get("first_differing_tensor")
             if t and t.get("tensor"):
@@ -189,6 +197,17 @@ class VerifyReport:
                      + (" (the tree proof was skipped: nodes below the root are proven only where the heads' drafts "
                         "were accepted)" if self.tree_proof is None else ""))
         return "\n".join(lines)
+
+    def _base_tensors_lines(self) -> list[str]:
+        b = self.base_tensors
+        if b is None or self.parity_divergence:  # a parity failure names the tensor below
+            return []
+        t = b["first_differing"]
+        if t is None:
+            return [f"base tensors      : PASS  {b['compared']} equal the converted HF weights"
+                    + (f" ({b['skipped']} stored quantized: checked by the quantization checks)" if b["skipped"] else "")]
+        what = f"{t['tensor']} (rank {t['rank']}: {t['why']})" if t.get("tensor") else t["why"]
+        return [f"base tensors      : FAIL  {what}"]
 
     def _tree_proof_line(self) -> str:
         p = self.tree_proof

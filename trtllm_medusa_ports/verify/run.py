@@ -22,6 +22,7 @@ from trtllm_medusa_ports.reference.tree_proof import tree_proof
 from trtllm_medusa_ports.threads import default_threads, torch_threads
 from trtllm_medusa_ports.verify.checkpoint_side import (
     allow_unsupported_notes,
+    base_tensor_check,
     greedy_runs,
     parity_pass,
     vocab_padding,
@@ -142,7 +143,9 @@ def _verify(
 
     # Phase 2, the checkpoint on the reference executor. 1. parity
     status(f"logits parity of the checkpoint on the reference executor ({len(prompts)} prompt(s))")
-    parity, max_diff, tolerance, divergence, runs = parity_pass(ref, prompts, hf_runs, model_dir, ckpt)
+    status("every base tensor against the converted Hugging Face weights")
+    base_tensors = base_tensor_check(model_dir, ckpt)
+    parity, max_diff, tolerance, divergence, runs = parity_pass(ref, prompts, hf_runs, base_tensors)
     exact_logits = [rl for _, _, rl, _ in runs] if spec.any else []
     if spec.any:  # greedy equivalence is against the quantized base's own greedy text (the executor's)
         expected_tokens = [plain_generate(ref, p, max_new_tokens) for p in prompts]
@@ -207,4 +210,5 @@ def _verify(
         moe_experts_per_tree_step=sum(tree_calls) / len(tree_calls) if tree_calls else None,
         moe_experts_per_plain_step=ref.semantics.moe_top_k or None,
         tree_proof=proof,
+        base_tensors=base_tensors,
     )

@@ -1,0 +1,55 @@
+"""verify never says OK for what it did not check: every base tensor is compared with the converted Hugging Face
+weights whether or not parity passed (a changed row that no prompt reads passes parity and greedy equivalence)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import convert_to
+from safetensors.torch import load_file, save_file
+
+from trtllm_medusa_ports.verify import verify
+
+
+@pytest.fixture(scope="module")
+def written(store, qwen2_base, qwen2_heads):
+    return convert_to(store / "verify-checks-ckpt", qwen2_base, qwen2_heads, dtype="float32")
+
+
+def _changed(tmp_path, ckpt, name, change):
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    (out / "config.json").write_text((ckpt / "config.json").read_text())
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    change(t[name])
+    save_file(t, str(out / "rank0.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+PROMPTS = [[1, 2, 3, 4], [5, 6, 7]]
+
+
+def test_every_base_tensor_is_compared_when_parity_passes(written, qwen2_base):
+    rep = verify(qwen2_base, written, prompts=PROMPTS, max_new_tokens=4, quiet=True)
+    b = rep.base_tensors
+    assert rep.ok and b["first_differing"] is None and b["skipped"] == 0, rep.render()
+    n = len([k for k in load_file(str(written / "rank0.safetensors")) if not k.startswith("medusa_heads")])
+    assert b["compared"] == n and f"base tensors      : PASS  {n} equal" in rep.render()
+    assert json.loads(json.dumps(rep.to_dict()))["base_tensors"]["compared"] == n
+
+
+@pytest.mark.parametrize("name, rows", [("transformer.vocab_embedding.weight", slice(-11, None)),
+                                        ("transformer.vocab_embedding.weight", slice(100, 101))],
+                         ids=["last-11-rows", "one-row"])
+def test_rows_no_prompt_reads_fail_verify(tmp_path, written, qwen2_base, name, rows):
+    def change(t):
+        t[rows] += 0.5
+
+    ckpt = _changed(tmp_path, written, name, change)
+    rep = verify(qwen2_base, ckpt, prompts=PROMPTS, max_new_tokens=4, quiet=True)
+    t = rep.base_tensors["first_differing"]
+    assert t is not None and t["tensor"] == name and t["rank"] == 0 and "values differ by up to 0.5" in t["why"]
+    assert rep.parity and rep.greedy_equal  # what parity and greedy equivalence alone would have called OK
+    assert not rep.ok and f"base tensors      : FAIL  {name} (rank 0" in rep.render()
+    assert rep.render().rstrip().endswith("RESULT: FAILED")
