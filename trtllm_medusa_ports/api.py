@@ -437,7 +437,7 @@ def _position_range(opts: CheckOptions) -> list:
 
 
 def check(opts: CheckOptions) -> CheckResult:
-    from trtllm_medusa_ports.compat import activation_range_finding, errors_of
+    from trtllm_medusa_ports.compat import activation_range_finding, errors_of, serving_findings
     from trtllm_medusa_ports.compat import check as _check
     from trtllm_medusa_ports.quant import spec_from_flags
 
@@ -507,6 +507,7 @@ def _tool_calibration(opts: VerifyOptions) -> list[list[int]] | None:
         return None
     from trtllm_medusa_ports.quant.calibrate import read_calibration_samples
 
+    findings += serving_findings(plan.to_dict(**fit) if plan else None, opts.max_seq_len, opts.gpu_memory_gb)
     samples, _ = read_calibration_samples(opts.calib_dataset, Path(opts.model_dir), size=opts.calib_size,
                                           max_seq_length=opts.calib_max_seq_length, tokenizer_dir=opts.tokenizer_dir)
     return samples

@@ -6,6 +6,8 @@ May import: ``tree``, ``findings``, ``errors``.
 
 from __future__ import annotations
 
+import dataclasses
+
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.findings import ERROR, WARNING, Finding
 from trtllm_medusa_ports.tree import (
@@ -17,10 +19,21 @@ from trtllm_medusa_ports.tree import (
 
 
 def check_tree(spec: str, num_heads: int | None, max_draft_len: int | None) -> list[Finding]:
+    """The tree's findings; a tree read from a file (``@FILE``) is named in each of them."""
     try:
         paths, pruned = resolve_choices(spec, num_heads)
     except PortError as exc:
-        return [Finding("tree-invalid", ERROR, exc.what, exc.fix or "")]
+        where = f"{exc.where}: " if exc.where and exc.where != "--medusa_choices" else ""
+        return [Finding("tree-invalid", ERROR, where + exc.what, exc.fix or "")]
+    out = _tree_findings(spec, paths, pruned, num_heads, max_draft_len)
+    if isinstance(spec, str) and spec.strip().startswith("@"):
+        source = spec.strip()[1:]
+        out = [dataclasses.replace(f, message=f"{source}: {f.message}") for f in out]
+    return out
+
+
+def _tree_findings(spec, paths: list[list[int]], pruned: str | None, num_heads: int | None,
+                   max_draft_len: int | None) -> list[Finding]:
     out: list[Finding] = []
     if pruned:
         out.append(Finding("tree-pruned", WARNING, pruned,

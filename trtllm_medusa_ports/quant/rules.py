@@ -38,6 +38,32 @@ def linear_shapes(hf: HFConfig, adapter: ArchAdapter, tp_size: int) -> dict[str,
     return shapes
 
 
+def _weight_only_tp_sizes(hf: HFConfig, adapter: ArchAdapter, up_to: int = 64) -> list[int]:
+    """The tp sizes (powers of two up to ``up_to``) at which every weight-only width is a multiple of 64 x tp."""
+    fits = []
+    tp = 1
+    while tp <= up_to:
+        try:
+            shapes = linear_shapes(hf, adapter, tp)
+        except Exception:  # noqa: BLE001 - a tp the heads cannot be split by: the parallel rules say so
+            shapes = None
+        m = WEIGHT_ONLY_MULTIPLE * tp
+        if shapes and all(i % m == 0 and o % m == 0 for i, o in shapes.values()):
+            fits.append(tp)
+        tp *= 2
+    return fits
+
+
+def _weight_only_fix(hf: HFConfig, adapter: ArchAdapter, tp_size: int) -> str:
+    other = "quantize the KV cache alone" if adapter.num_experts(hf) > 1 else "use FP8 (--qformat fp8)"
+    fits = [t for t in _weight_only_tp_sizes(hf, adapter) if t != tp_size]
+    if fits:
+        return (f"use --tp_size {' or '.join(map(str, fits[:3]))} (every width is then a multiple of "
+                f"{WEIGHT_ONLY_MULTIPLE} x tp_size), or {other}")
+    return (f"no tp_size makes every width a multiple of {WEIGHT_ONLY_MULTIPLE} x tp_size (a width that is not a "
+            f"multiple of {WEIGHT_ONLY_MULTIPLE} is not one at any): {other}, or keep the weights float")
+
+
 def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_size: int) -> list[Finding]:
     out: list[Finding] = []
     if spec.quant_algo == "FP8" and adapter.num_experts(hf) > 1:
@@ -64,8 +90,7 @@ def check_quantization(hf: HFConfig, adapter: ArchAdapter, spec: QuantSpec, tp_s
                 f"64 x tp_size = {multiple} (tensorrt_llm/quantization/layers.py WeightOnlyQuantLinear), but the "
                 "float weights of the checkpoint are quantized at load unpadded (modeling_utils.py "
                 f"preprocess_weights): the build fails on {', '.join(bad[:3])}",
-                f"use a tp_size for which every width is a multiple of {WEIGHT_ONLY_MULTIPLE} x tp_size"
-                + (", or quantize the KV cache alone" if adapter.num_experts(hf) > 1 else ", or FP8")))
+                _weight_only_fix(hf, adapter, tp_size)))
     if spec.quant_algo == "FP8":
         out.append(Finding(
             "quant-fp8-gpu", INFO,
