@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.experts import moe_config
+from trtllm_medusa_ports.archs.experts import expert_count, experts_per_token, moe_config
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import (
     BIAS_SPLIT,
@@ -174,6 +174,7 @@ class ArchAdapter:
         self.num_attention_heads(hf)
         self.num_hf_layers(hf)
         hf.require("vocab_size")
+        self.top_k(hf)  # an MoE's expert count and top-k, typed and in range (0 for a dense family)
 
     def hidden_size(self, hf: HFConfig) -> int:
         return int(hf.require("hidden_size", int, "n_embd", "d_model"))
@@ -247,11 +248,12 @@ class ArchAdapter:
         transformers 5 also writes for Qwen3-MoE)."""
         if "moe" not in self.engine_keys:
             return 0
-        return int(hf.require("num_experts", int, "num_local_experts"))
+        return expert_count(hf)
 
     def top_k(self, hf: HFConfig) -> int:
-        """Experts each token is routed to (``num_experts_per_tok``); 0 for a dense family."""
-        return int(hf.require("num_experts_per_tok", int)) if self.num_experts(hf) else 0
+        """Experts each token is routed to (``num_experts_per_tok``, 1 to the expert count); 0 for a dense family."""
+        experts = self.num_experts(hf)
+        return experts_per_token(hf, experts) if experts else 0
 
     def moe_block(self, hf: HFConfig, normalization_mode: int) -> dict:
         """config.json's ``moe`` for this config's experts (:func:`moe_config`)."""

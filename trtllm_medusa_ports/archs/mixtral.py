@@ -71,8 +71,11 @@ class MixtralAdapter(MistralAdapter):
         return super().layer_rules(hf) + expert_rules(f"{moe}gate.weight", fc, proj)
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
-        if self.top_k(hf) > self.num_experts(hf):
-            return [(f"num_experts_per_tok {self.top_k(hf)} is above num_local_experts {self.num_experts(hf)}",
+        # read as written, not through top_k(), which refuses this config where it is read (archs/experts.py
+        # experts_per_token): `check` reports that refusal and this limit beside it instead of stopping at the rule
+        top_k, experts = hf.get("num_experts_per_tok"), hf.get("num_local_experts")
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (top_k, experts)) and top_k > experts:
+            return [(f"num_experts_per_tok {top_k} is above num_local_experts {experts}",
                      "this is not a valid Mixtral config")]
         return []
 

@@ -364,8 +364,9 @@ def positive_int(v) -> bool:
 
 
 def check_config(ckpt: Checkpoint) -> None:
-    """config.json's sizes typed and in range, and its mapping against the rank files present: the one validation of
-    a checkpoint's config, run by :func:`read_checkpoint` for every reader (add-heads, verify, inspect)."""
+    """config.json's sizes typed and in range, its mapping against the rank files present, and its experts against
+    the rank files' expert tensors (:func:`check_experts`): the one validation of a checkpoint's config, run by
+    :func:`read_checkpoint` for every reader (add-heads, verify, inspect)."""
     cfg, where = ckpt.config, str(ckpt.path / "config.json")
     fix = "config.json must be the one written beside these rank files (the converter's or the quantizing tool's)"
     for k in _CONFIG_SIZES:
@@ -392,6 +393,113 @@ def check_config(ckpt: Checkpoint) -> None:
             "mapping", where=where,
             fix="config.json's mapping must be the one the rank files were written for (tp_size x pp_size = the "
                 "number of rank files)")
+    check_experts(ckpt)
+
+
+#: an MoE layer's tensors in the rank files (tensorrt_llm/layers/moe.py ``MOE``: the router ``[experts, hidden]``
+#: in float32 and never split, ``fc`` ``[experts of the rank, 2 x inter / moe_tp_size, hidden]``, ``proj``
+#: ``[experts of the rank, hidden, inter / moe_tp_size]``; Qwen2-MoE's ``SharedMoE`` adds a shared expert ``MLP``
+#: split tp_size ways and its gate ``[1, hidden]``: tensorrt_llm/models/qwen/model.py)
+_EXPERT_TENSOR = re.compile(
+    r"transformer\.layers\.\d+\.mlp\.(router|fc|proj|shared_expert\.fc|shared_expert\.proj|shared_expert_gate)"
+    r"\.weight")
+_EXPERT_FIX = ("config.json and the rank files must come from one conversion: convert again, or restore the "
+               "config.json written beside these rank files")
+
+
+def nonnegative_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def moe_counts(cfg: dict, where: str) -> tuple[int, int]:
+    """config.json's ``moe.num_experts`` and ``moe.top_k``, typed and in range: non-negative integers (0, the
+    default of each, when absent), both or neither 0 (tensorrt_llm/layers/moe.py ``MoeConfig.validate``), and with
+    experts (``num_experts > 1``: ``MoeConfig.has_moe``) a top-k of at most the expert count."""
+    moe = cfg.get("moe")
+    if moe is None:
+        return 0, 0
+    if not isinstance(moe, dict):
+        raise CheckpointError(f"moe is {json.dumps(moe)}, not an object of TensorRT-LLM's MoeConfig fields",
+                              where=where, fix=_EXPERT_FIX)
+    counts = []
+    for k in ("num_experts", "top_k"):
+        v = moe.get(k, 0)
+        if not nonnegative_int(v):
+            raise CheckpointError(f"moe.{k} is {json.dumps(v)}, not a non-negative integer", where=where,
+                                  fix=_EXPERT_FIX)
+        counts.append(v)
+    experts, top_k = counts
+    if (experts == 0) != (top_k == 0) or top_k > max(experts, 1):
+        raise CheckpointError(f"moe.top_k is {top_k} with moe.num_experts {experts}: the experts each token is "
+                              "routed to are 1 to num_experts (both 0 without experts; tensorrt_llm/layers/moe.py "
+                              "MoeConfig.validate)", where=where, fix=_EXPERT_FIX)
+    return experts, top_k
+
+
+def _positive_field(cfg: dict, key: str, where: str) -> int:
+    v = (cfg.get("mapping") or {}).get(key.split(".", 1)[1]) if key.startswith("mapping.") else cfg.get(key)
+    if not positive_int(v):
+        raise CheckpointError(f"{key} is {json.dumps(v)}, not a positive integer (the expert tensors' sizes read "
+                              "it)", where=where, fix=_EXPERT_FIX)
+    return v
+
+
+def expert_shapes(cfg: dict, experts: int, where: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Each expert tensor's shape on every rank, and the config.json fields it comes from; ``mapping``'s
+    ``moe_tp_size`` x ``moe_ep_size`` must be ``tp_size`` (tensorrt_llm/mapping.py; ``moe_ep_size`` 1 and
+    ``moe_tp_size`` tp_size where absent) and divide the intermediate size and the experts."""
+    mapping = cfg.get("mapping") or {}
+    tp = int(mapping.get("tp_size", 1))
+    ep = _positive_field(cfg, "mapping.moe_ep_size", where) if "moe_ep_size" in mapping else 1
+    moe_tp = _positive_field(cfg, "mapping.moe_tp_size", where) if "moe_tp_size" in mapping else tp // ep
+    inter_key = "moe_intermediate_size" if "moe_intermediate_size" in cfg else "intermediate_size"
+    inter, hidden = _positive_field(cfg, inter_key, where), cfg["hidden_size"]
+    if moe_tp * ep != tp or experts % ep or inter % moe_tp:
+        raise CheckpointError(f"mapping.moe_tp_size {moe_tp} x mapping.moe_ep_size {ep} must be tp_size {tp} and "
+                              f"divide {inter_key} {inter} and moe.num_experts {experts} respectively", where=where,
+                              fix=_EXPERT_FIX)
+    per_rank = f"moe.num_experts {experts} / mapping.moe_ep_size {ep}"
+    cut = f"{inter_key} {inter} / mapping.moe_tp_size {moe_tp}"
+    shapes = {"router": ((experts, hidden), f"moe.num_experts {experts}, hidden_size {hidden}"),
+              "fc": ((experts // ep, 2 * inter // moe_tp, hidden), f"{per_rank}, 2 x {cut}, hidden_size {hidden}"),
+              "proj": ((experts // ep, hidden, inter // moe_tp), f"{per_rank}, hidden_size {hidden}, {cut}")}
+    shared = cfg.get("moe_shared_expert_intermediate_size")
+    if positive_int(shared) and shared % tp == 0:
+        cut = f"moe_shared_expert_intermediate_size {shared} / mapping.tp_size {tp}"
+        shapes.update({"shared_expert.fc": ((2 * shared // tp, hidden), f"2 x {cut}, hidden_size {hidden}"),
+                       "shared_expert.proj": ((hidden, shared // tp), f"hidden_size {hidden}, {cut}"),
+                       "shared_expert_gate": ((1, hidden), f"hidden_size {hidden}")})
+    return shapes
+
+
+def check_experts(ckpt: Checkpoint) -> None:
+    """``moe`` (:func:`moe_counts`) and the rank files' expert tensors against it, from the safetensors headers
+    (nothing is loaded): every layer's router, fc and proj (and shared expert) the shapes :func:`expert_shapes`
+    gives - for a quantized (non-float) tensor its expert axis only - and no expert tensor in a checkpoint whose
+    config has no experts (TensorRT-LLM would build a dense MLP there)."""
+    where = str(ckpt.path / "config.json")
+    experts, _ = moe_counts(ckpt.config, where)
+    shapes = expert_shapes(ckpt.config, experts, where) if experts > 1 else {}
+    for rank, tensors in enumerate(ckpt.ranks):
+        for name, t in tensors.items():
+            m = _EXPERT_TENSOR.fullmatch(name)
+            if m is None or (not shapes and m.group(1) not in ("router", "fc")):
+                continue
+            file, got = f"rank{rank}.safetensors", tuple(t.shape)
+            if not shapes:
+                if m.group(1) == "router" or len(got) == 3:
+                    raise CheckpointError(
+                        f"{name} in {file} is an MoE expert tensor {list(got)}, but config.json's moe.num_experts is "
+                        f"{experts}: TensorRT-LLM builds a dense MLP there (tensorrt_llm/layers/moe.py "
+                        "MoeConfig.has_moe: num_experts > 1)", where=str(ckpt.path / file), fix=_EXPERT_FIX)
+                continue
+            want, fields = shapes.get(m.group(1), (None, ""))
+            if want is None:
+                continue
+            same = got == want if t.dtype_name in CHECKPOINT_DTYPES else got[:1] == want[:1] and len(got) == len(want)
+            if not same:
+                raise CheckpointError(f"{name} is {list(got)} in {file}, but config.json implies {list(want)} "
+                                      f"({fields})", where=str(ckpt.path / file), fix=_EXPERT_FIX)
 
 
 def write_config(directory: Path, cfg: dict, durable: bool) -> None:

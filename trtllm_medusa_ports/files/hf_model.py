@@ -215,7 +215,9 @@ class HFModel:
     def weight_problems(self, ignored: tuple[str, ...] = ()) -> list[str]:
         """Base tensors that contradict config.json: a dtype other than float32/float16/bfloat16,
         or a shape other than the one transformers builds from the config (compared on the
-        ``meta`` device: nothing is allocated). ``ignored`` are regexes of non-weight buffers."""
+        ``meta`` device: nothing is allocated) - the experts of an MoE layer against the fused parameters
+        transformers 5 builds for them (:func:`stored_expert_problems`), each message naming the config.json
+        fields (:func:`expert_fields`). ``ignored`` are regexes of non-weight buffers."""
         import re
 
         patterns = [re.compile(p) for p in ignored]
@@ -228,8 +230,9 @@ class HFModel:
         for name, shape in expected.items():
             t = self.tensors.get(name)
             if t is not None and tuple(t.shape) != shape:
-                out.append(f"{name} has shape {list(t.shape)} in {t.file.name}, but config.json implies {list(shape)}")
-        return out
+                out.append(f"{name} has shape {list(t.shape)} in {t.file.name}, but config.json implies {list(shape)}"
+                           + expert_fields(name, self.config.data))
+        return out + stored_expert_problems(self.tensors, expected, self.config.data)
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """Parameter shapes of the transformers model of this config, built on the meta device;
@@ -268,6 +271,89 @@ class HFModel:
         if cache is not None and shapes:
             _write_quietly(cache, json.dumps({k: list(v) for k, v in shapes.items()}))
         return shapes
+
+
+#: How the experts of an MoE layer are stored, against the parameters transformers 5 builds: two 3-D tensors per
+#: layer, ``experts.gate_up_proj`` ``[experts, 2 x inter, hidden]`` and ``experts.down_proj`` ``[experts, hidden,
+#: inter]`` (``router.weight`` / ``gate.weight`` ``[experts, hidden]`` beside them), which its conversion mapping
+#: fills from the layouts checkpoints hold (transformers/src/transformers/conversion_mapping.py, "mixtral": per-expert
+#: ``w1``/``w3``/``w2`` under ``block_sparse_moe``, renamed ``mlp``; "qwen2_moe", which Qwen3-MoE shares: per-expert
+#: ``gate_proj``/``up_proj``/``down_proj``; "granitemoe": ``input_linear``/``output_linear``/``router.layer`` renamed).
+#: Each pattern: a stored name, the parameters it goes into (under ``mlp.`` or ``block_sparse_moe.``) and what part
+#: of it it is - ``half``: one expert's half of gate_up_proj, ``expert``: one expert, ``whole``: the parameter itself.
+#: (transformers 4.x builds the stored names themselves, which :meth:`HFModel.weight_problems` compares directly.)
+_STORED_EXPERTS = (
+    (re.compile(r"(.+\.)(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(?:w1|w3|gate_proj|up_proj)\.weight"),
+     ("experts.gate_up_proj",), "half"),
+    (re.compile(r"(.+\.)(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(?:w2|down_proj)\.weight"),
+     ("experts.down_proj",), "expert"),
+    (re.compile(r"(.+\.)block_sparse_moe\.input_linear\.weight"), ("experts.gate_up_proj",), "whole"),
+    (re.compile(r"(.+\.)block_sparse_moe\.output_linear\.weight"), ("experts.down_proj",), "whole"),
+    (re.compile(r"(.+\.)block_sparse_moe\.(?:gate|router\.layer)\.weight"), ("gate.weight", "router.weight"), "whole"),
+)
+
+
+def _fused_parameter(name: str, expected: dict[str, tuple[int, ...]]):
+    """``(match, fused shape, part)`` of the stored expert tensor ``name`` (:data:`_STORED_EXPERTS`), or None."""
+    for pattern, params, part in _STORED_EXPERTS:
+        m = pattern.fullmatch(name)
+        fused = m and next((expected[k] for mod in ("mlp.", "block_sparse_moe.") for p in params
+                            if (k := m.group(1) + mod + p) in expected), None)
+        if fused:
+            return m, fused, part
+    return None
+
+
+def stored_expert_problems(tensors: dict[str, LazyTensor], expected: dict[str, tuple[int, ...]],
+                           data: dict) -> list[str]:
+    """The stored expert tensors (:data:`_STORED_EXPERTS`) that contradict the fused parameters transformers builds
+    from config.json: a shape other than the part of the parameter they fill, an expert index beyond the expert
+    count, or a layer whose per-expert tensors are not the experts ``0 .. count - 1`` (one expert's tensor missing
+    would otherwise be found only when the conversion plans it)."""
+    out: list[str] = []
+    seen: dict[str, tuple[int, set[int], set[str]]] = {}  # per-expert name with ``*``: count, experts, files
+    for name, t in tensors.items():
+        found = None if name in expected else _fused_parameter(name, expected)
+        if found is None:
+            continue
+        m, fused, part = found
+        if part == "whole":
+            want = fused
+        else:
+            expert = int(m.group(2))
+            entry = seen.setdefault(name.replace(f".experts.{expert}.", ".experts.*.", 1), (fused[0], set(), set()))
+            entry[1].add(expert)
+            entry[2].add(t.file.name)
+            want = (fused[1] // 2,) + fused[2:] if part == "half" else fused[1:]
+        if tuple(t.shape) != want:
+            out.append(f"{name} has shape {list(t.shape)} in {t.file.name}, but config.json implies {list(want)}"
+                       + expert_fields(name, data))
+    for name, (count, experts, files) in sorted(seen.items()):
+        if experts != set(range(count)):
+            beyond, missing = sorted(experts - set(range(count))), sorted(set(range(count)) - experts)
+            held = (f"holds expert(s) {', '.join(map(str, beyond[:4]))} beyond" if beyond else
+                    f"lacks expert(s) {', '.join(map(str, missing[:4]))} of")
+            out.append(f"{name} (in {', '.join(sorted(files)[:3])}) {held} the {count} experts config.json implies"
+                       + expert_fields(name, data))
+    return out
+
+
+def expert_fields(name: str, data: dict) -> str:
+    """The config.json fields an MoE tensor's shape comes from, as `` (field value, ...)``; empty for a tensor of no
+    expert (or a config without experts)."""
+    count = next((k for k in ("num_local_experts", "num_experts") if data.get(k) is not None), None)
+    if count is None or not re.search(r"expert|block_sparse_moe|\.mlp\.gate\.weight$", name):
+        return ""
+    if "shared_expert_gate" in name:
+        keys = ["hidden_size"]
+    elif "shared_expert" in name:
+        keys = ["shared_expert_intermediate_size", "hidden_size"]
+    elif re.search(r"(\.gate|router(\.layer)?)\.weight$", name):
+        keys = [count, "hidden_size"]
+    else:
+        keys = [count, "moe_intermediate_size" if data.get("moe_intermediate_size") is not None
+                else "intermediate_size", "hidden_size"]
+    return " (from config.json's " + ", ".join(f"{k} {data.get(k)!r}" for k in keys) + ")"
 
 
 def shape_cache_dir() -> Path:
