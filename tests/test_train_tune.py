@@ -392,8 +392,8 @@ def test_verify_reports_tokens_per_step_until_the_end_token(tmp_path, llama_trai
     """With an end token the base emits mid-run, verify also reports the runs cut there (as a runtime
     stopping at end_id would), and still compares every token for greedy equivalence."""
     from tests.conftest import convert_to
-    from trtllm_medusa_ports.verify import run as verify_mod  # _verify looks end_token_ids up there
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate
+    from trtllm_medusa_ports.verify import run as verify_mod  # _verify looks end_token_ids up there
 
     base, heads = llama_trained
     ckpt = convert_to(tmp_path / "ckpt", base, heads, dtype="float32")
