@@ -53,16 +53,19 @@ def _training_types() -> dict:
 
     @dataclass
     class FitOptions(train.FitOptions):
-        __doc__ = "How the heads are fitted; the defaults are train-heads' flags."
+        __doc__ = ("How the heads are fitted; the defaults are train-heads' flags (``matmul_dtype`` ``auto``: bfloat16 "
+                   "where the device computes it fast, float32 elsewhere).")
         num_heads: int = 4
         distill: float = 0.5
         quiet: bool = False
+        matmul_dtype: str = "auto"
 
     @dataclass
     class TrainOptions(train.TrainOptions):
         __doc__ = ("train-heads: ``model_dir`` and ``output_dir``, what to train on (``prompts``), how to fit "
                    "(``fit``); the defaults are the command's flags.")
         fit: train.FitOptions = field(default_factory=FitOptions)
+        dtype: str = "auto"
 
     for cls in (FitOptions, TrainOptions):
         cls.__module__, cls.__qualname__ = __name__, cls.__name__
@@ -163,13 +166,14 @@ _SPECS: dict[str, dict[str, _Spec]] = {
         calib_max_seq_length=_I(1), accept_unchecked_scales=_B),
     "TrainOptions": dict(
         model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
-        dtype=_S("float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
-        fit=_Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1)),
+        dtype=_S("auto", "float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
+        fit=_Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1),
+        device_map=_S("auto"), dist_timeout=_I(1)),
     "FitOptions": dict(
         num_heads=_I(1, 64), num_layers=_I(1, 64), steps=_I(1), lr=_F(), batch_size=_I(1, none=True),
         share_lm_head=_B, seed=_I(), schedule=_S("cosine", "constant", flag=None), warmup=_F(0, flag=None),
         weight_decay=_F(0, flag=None), full_vocab=_B, negatives=_I(), distill=_F(), save_every=_I(1),
-        matmul_dtype=_S("float32", "bfloat16", flag="--fit_dtype"), quiet=_B, heldout_fraction=_F(0, below=1)),
+        matmul_dtype=_S("auto", "float32", "bfloat16", flag="--fit_dtype"), quiet=_B, heldout_fraction=_F(0, below=1)),
     "TuneOptions": dict(
         model_dir=_P(), medusa_model_dir=_P(), output=_P(), prompts=_PROMPTS, tokenizer_dir=_P(),
         new_tokens=_I(1, 1 << 16), max_nodes=_I(1, 4096), max_draft_len=_I(1, 4096), top_k=_I(1, 1000),
@@ -517,11 +521,16 @@ def _tool_calibration(opts: VerifyOptions) -> list[list[int]] | None:
 def train_heads(opts):
     """``trtllm-medusa train-heads`` (:class:`TrainOptions` -> :class:`TrainResult`)."""
     # Raises heads.train.TrainingInterrupted (a KeyboardInterrupt) when stopped by a signal; the saved state
-    # continues with resume=True.
+    # continues with resume=True. Under torchrun every rank calls it with the same options (heads/distributed.py);
+    # rank 0 writes, the others return the same result.
     from trtllm_medusa_ports.heads.train import train
 
     _validate_options(opts, "TrainOptions")
-    with torch_threads(opts.threads):
+    threads = opts.threads
+    ranks_here = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    if threads is None and ranks_here.isdigit() and int(ranks_here) > 1:  # the idle cores shared by this node's ranks
+        threads = max(1, default_threads() // int(ranks_here))
+    with torch_threads(threads):
         return train(opts)
 
 

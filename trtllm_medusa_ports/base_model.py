@@ -19,8 +19,14 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 
 
 # -- the base -------------------------------------------------------------------------------
-def load_base(model_dir: str | Path, device: str = "cpu"):
-    """The base model in float32, checked against the supported families."""
+def load_base(model_dir: str | Path, device: str = "cpu", *, device_map: str | None = None,
+              dtype: torch.dtype | None = None):
+    """The base model in float32 (or ``dtype``), checked against the supported families.
+
+    ``device_map="auto"``: spread over the GPUs this process sees, by transformers' ``from_pretrained(device_map=...)``
+    (accelerate places the layers; the first GPU gets the inputs), for a base bigger than one device; under
+    torchrun each rank takes its own block of the node's GPUs (devices.rank_gpus). Not proven here: the
+    machines this project is tested on have one GPU or none."""
     from transformers import AutoModelForCausalLM
 
     from trtllm_medusa_ports.archs import adapter_for
@@ -34,12 +40,38 @@ def load_base(model_dir: str | Path, device: str = "cpu"):
 
         raise ModelError(f"architecture {arch!r} is not a supported base family", where=str(model_dir / "config.json"),
                          fix="supported: " + ", ".join(supported_architectures()))
+    placed = _device_map_kwargs(device_map, device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype or torch.float32, **placed)
     except Exception as exc:  # a damaged or incomplete model directory
         raise ModelError(f"transformers cannot load the base ({type(exc).__name__}: {str(exc)[:200]})",
                          where=str(model_dir), fix="pass a complete Hugging Face model directory") from None
-    return model.to(device).eval()
+    return (model if placed else model.to(device)).eval()
+
+
+def _device_map_kwargs(device_map: str | None, device: str) -> dict:
+    """``from_pretrained``'s placement arguments for ``device_map`` (none without one)."""
+    if device_map is None:
+        return {}
+    if device_map != "auto":
+        raise ModelError(f"device_map {device_map!r} is not 'auto'", fix="pass --device_map auto, or leave it out")
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("accelerate") is None:
+        raise ModelError("--device_map auto needs the accelerate package (transformers places the layers with it)",
+                         fix="pip install accelerate, or leave --device_map out")
+    if torch.device(device).type != "cuda" or not torch.cuda.is_available():
+        return {"device_map": "auto"}
+    from trtllm_medusa_ports.devices import rank_gpus
+
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    gpus = rank_gpus(local_rank, local_world, torch.cuda.device_count())
+    # accelerate fills only the devices max_memory names, in order: this rank's block, a tenth of each kept free
+    # for the activations
+    return {"device_map": "auto",
+            "max_memory": {i: int(torch.cuda.get_device_properties(i).total_memory * 0.9) for i in gpus}}
 
 
 def lm_head_of(model) -> tuple[torch.Tensor, torch.Tensor | None]:

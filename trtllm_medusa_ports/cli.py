@@ -336,11 +336,14 @@ def run_train_heads(args: argparse.Namespace) -> int:
                         prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir),
                         new_tokens=args.new_tokens, dtype=args.dtype, work_dir=_path(args.work_dir),
                         resume=args.resume, overwrite=args.overwrite, device=args.device, fit=fit,
-                        threads=args.threads)
+                        threads=args.threads, device_map=args.device_map, dist_timeout=args.dist_timeout)
+    main_rank = os.environ.get("RANK", "0") in ("", "0")  # under torchrun rank 0 speaks for the job
     try:
         result = train_heads(opts)
     except TrainingInterrupted as exc:
         code = 128 + int(exc.signum)
+        if not main_rank:
+            return code
         if exc.step is not None:
             print(f"interrupted after step {exc.step}; the training state holds exactly those steps: run the same "
                   "command with --resume to continue (the result equals an uninterrupted run's)", file=sys.stderr)
@@ -352,7 +355,8 @@ def run_train_heads(args: argparse.Namespace) -> int:
         print("interrupted before training began: no training state was saved (a finished corpus is cached); "
               "run the same command again", file=sys.stderr)
         return 130
-    print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
+    if main_rank:
+        print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
     return 0
 
 
@@ -533,6 +537,19 @@ def _verify_parser(sub) -> None:
     s.add_argument("--skip_tree_proof", action="store_true",
                    help="leave out the tree proof (steps whose drafts are greedy's own tokens along each branch, so "
                    "that every tree node is accepted and checked; about one plain token per node of the tree)")
+    memory = s.add_mutually_exclusive_group()
+    memory.add_argument("--streaming", dest="streaming", action="store_true", default=None,
+                        help="hold one decoder layer of each side at a time, read again from the files every forward "
+                        "pass (bounded memory, slower; the same results)")
+    memory.add_argument("--no_streaming", dest="streaming", action="store_false",
+                        help="hold each side's whole model in float32 (about 0.73 GB + 0.95x its float32 size)")
+    s.add_argument("--max_memory", type=_non_negative, default=None, metavar="GB",
+                   help="without --streaming / --no_streaming: stream when the in-memory estimate exceeds this "
+                   "(default: the memory available); the report says which mode ran")
+    s.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where both sides compute (default cpu)")
+    s.add_argument("--offload_dir", default=None,
+                   help="streaming: a directory on a disk for transformers' weights while they wait (a temporary "
+                   "file the size of the base in its dtype, removed at once; default: the temporary directory)")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -553,9 +570,10 @@ def _train_heads_parser(sub) -> None:
     s.add_argument("--json", action="store_true", help="print the result (accuracies, history) as JSON")
     s.add_argument("--new_tokens", type=_int_in(1, 1 << 16), default=64,
                    help="greedy tokens generated per prompt (cached)")
-    s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="dtype the base runs in to write the corpus: bfloat16 is about twice as fast where the "
-                   "hardware has it (AVX512-BF16/AMX CPUs, GPUs) and matches a bfloat16-served base")
+    s.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                   help="dtype the base runs in to write the corpus (default auto: bfloat16 where a timed probe finds "
+                   "the device computes it fast - AVX512-BF16/AMX CPUs, GPUs - else float32; an explicit bfloat16 "
+                   "on a device without bfloat16 units warns: it can be 40x slower there)")
     s.add_argument("--steps", type=_int_in(1), default=1000)
     s.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (warm-up, then cosine decay)")
     s.add_argument("--batch_size", type=_int_in(0), default=256, help="positions per head per step (0: all)")
@@ -569,14 +587,21 @@ def _train_heads_parser(sub) -> None:
     s.add_argument("--negatives", type=int, default=8192,
                    help="without --full_vocab: tokens outside the corpus drawn afresh each step into the softmax, "
                    "so that the heads learn to rank them low too")
-    s.add_argument("--fit_dtype", default="float32", choices=["float32", "bfloat16"],  # heads/train.py FIT_DTYPES
-                   help="dtype of the fit's products with the vocabulary: bfloat16 is about twice as fast where "
-                   "the hardware has it; the loss, the heads and the optimiser stay float32")
+    s.add_argument("--fit_dtype", default="auto", choices=["auto", "float32", "bfloat16"],  # FIT_DTYPES + devices.py
+                   help="dtype of the fit's products with the vocabulary (default auto, as --dtype): bfloat16 is "
+                   "about twice as fast where the hardware has it; the loss, the heads and the optimiser stay float32")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--resume", action="store_true", help="continue the saved run (same flags)")
     s.add_argument("--save_every", type=_int_in(1), default=100, help="steps between saved training states")
     s.add_argument("--work_dir", default=None, help="cached corpus and training state (default: OUTPUT_DIR.train)")
-    s.add_argument("--device", default=None, help="default: cuda when present, else cpu")
+    s.add_argument("--device", default=None, help="default: cuda when present, else cpu (under torchrun: "
+                   "cuda:LOCAL_RANK)")
+    s.add_argument("--device_map", default=None, choices=["auto"],
+                   help="load the base across the GPUs this rank sees for the corpus pass (a base bigger than one "
+                   "device; needs accelerate)")
+    s.add_argument("--dist_timeout", type=_int_in(1), default=1800,
+                   help="under torchrun: seconds a rank waits for the others at one exchange before it stops with "
+                   "an error (a rank that dies is noticed at once on CPUs)")
     s.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 

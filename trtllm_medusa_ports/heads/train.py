@@ -53,6 +53,7 @@ from trtllm_medusa_ports.base_model import (  # noqa: F401  (also read from here
     lm_head_of,
     load_base,
 )
+from trtllm_medusa_ports.devices import choose_dtype
 from trtllm_medusa_ports.errors import HeadsError, ModelError, PortError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.prompts import (
@@ -63,6 +64,7 @@ from trtllm_medusa_ports.files.prompts import (
     packaged_prompts,
     read_items,
 )
+from trtllm_medusa_ports.heads.distributed import DEFAULT_TIMEOUT_S, Group, RankLost, join, share
 
 CORPUS_VERSION = 1
 
@@ -148,6 +150,14 @@ def corpus_key(model_dir: Path, items: list[Item], new_tokens: int, dtype: str =
 @torch.no_grad()
 def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, quiet: bool = True,
                  batch: int = 64) -> Corpus:
+    return merge_shards([build_shard(model, items, new_tokens, key, quiet=quiet, batch=batch)], key)
+
+
+@torch.no_grad()
+def build_shard(model, items: list[Item], new_tokens: int, key: str = "", *, quiet: bool = True,
+                batch: int = 64) -> Corpus:
+    """The corpus of ``items`` alone (one rank's share of them under torchrun; it may hold no rows): the sequences
+    in ``items``' order, the rows of each kept sequence together."""
     to_continue = [i for i, it in enumerate(items) if it.continue_it]
     conts = continue_greedily(model, [items[i].ids for i in to_continue], new_tokens, quiet=quiet, batch=batch)
     seqs = [list(it.ids) for it in items]
@@ -177,9 +187,33 @@ def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, qu
         bar.update(len(idx))
     bar.close()
     if not hidden:
+        return Corpus(seqs, starts, torch.zeros((0, 0)), torch.zeros((0, 2), dtype=torch.long), key)
+    return Corpus(seqs, starts, torch.cat(hidden), torch.cat(index), key)
+
+
+def merge_shards(shards: list[Corpus], key: str) -> Corpus:
+    """One corpus of consecutive shards' items, laid out as one build of all of them lays it out: the sequences
+    in order, the rows of each sequence together, the sequences from the shortest to the longest (ties in order),
+    so that a run on N ranks trains on the rows of a one-process run, in its order."""
+    seqs: list[list[int]] = []
+    starts: list[int] = []
+    rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for shard in shards:
+        offset = len(seqs)
+        seqs += shard.seqs
+        starts += shard.starts
+        if not shard.index.shape[0]:
+            continue
+        index = shard.index.clone()
+        index[:, 0] += offset
+        counts = torch.unique_consecutive(index[:, 0], return_counts=True)[1].tolist()
+        for h, i in zip(shard.hidden.split(counts), index.split(counts), strict=True):
+            rows[int(i[0, 0])] = (h, i)
+    if not rows:
         raise ModelError("the prompts gave no text to learn from (every sequence is shorter than 3 tokens)",
                          fix="pass longer prompts or raise --new_tokens")
-    return Corpus(seqs, starts, torch.cat(hidden), torch.cat(index), key)
+    order = sorted(rows, key=lambda i: (len(seqs[i]), i))
+    return Corpus(seqs, starts, torch.cat([rows[i][0] for i in order]), torch.cat([rows[i][1] for i in order]), key)
 
 
 def heldout_rows(corpus: Corpus, fraction: float) -> torch.Tensor:
@@ -379,19 +413,106 @@ def _head_loss(k: int, r: torch.Tensor, hidden_d, targets_d, blocks, lms, c: _Co
     return loss, logits, y
 
 
+@dataclass
+class _Run:
+    """One fit's fixed parts: what every step reads, the parameters it updates and the ranks it runs on."""
+
+    opts: FitOptions
+    group: Group
+    rows: list[torch.Tensor]  # per head, the corpus rows with a target
+    hidden: torch.Tensor
+    targets: torch.Tensor  # remapped to the softmax's columns
+    blocks: list
+    lms: list | None
+    opt: torch.optim.Optimizer
+    vocab: torch.Tensor
+    others: torch.Tensor
+    n_neg: int
+    lm_head: torch.Tensor
+    lm_bias: torch.Tensor | None
+    low: torch.dtype | None
+    device: str
+
+
+def _fit_step(run: _Run, step: int, report: bool) -> tuple[float, list[float]]:
+    """One step on the global batch: the heads' mean loss and (``report``) each head's top-1 on the batch.
+
+    Under torchrun every rank draws the same global batch (the step's generator) and computes its contiguous slice
+    of it, its loss weighted by the slice's share of the batch; the gradients are summed over the ranks before the
+    update, so every rank makes the update a one-process run makes (up to the order of the float sums)."""
+    opts, group = run.opts, run.group
+    g = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
+    for param_group in run.opt.param_groups:
+        param_group["lr"] = lr_at(step, opts)
+    run.opt.zero_grad(set_to_none=True)
+    columns = _step_columns(run.vocab, run.others, run.n_neg, g, run.lm_head.shape[0], opts, run.lm_head,
+                            run.lm_bias, run.low, run.device)
+    total, top1 = 0.0, []
+    for k in range(opts.num_heads):
+        r = run.rows[k]
+        if opts.batch_size and opts.batch_size < r.numel():
+            r = r[torch.randint(0, r.numel(), (opts.batch_size,), generator=g)]
+        n = r.numel()
+        if group.world > 1:
+            lo, hi = group.span(n)
+            r = r[lo:hi]
+        if not r.numel():  # more ranks than rows: this rank's slice is empty
+            top1.append(0.0)
+            continue
+        loss, logits, y = _head_loss(k, r.to(run.device), run.hidden, run.targets, run.blocks, run.lms, columns,
+                                     run.low, opts)
+        if group.world > 1:
+            loss = loss * (r.numel() / n)
+        total = total + loss
+        if report:
+            hit = (logits.detach().argmax(-1) == y).float()
+            top1.append(float(hit.mean()) if group.world == 1 else float(hit.sum()) / n)
+    if isinstance(total, torch.Tensor):
+        total.backward()  # one backward for all heads
+        total = float(total.detach())
+    if group.world > 1:  # every collective of a step comes before its update: a failed one leaves the step undone
+        _sum_gradients(run, columns)
+        if report:
+            sums = group.sum_(torch.tensor([total, *top1], dtype=torch.float64), f"the loss all-reduce of step {step + 1}")
+            total, top1 = float(sums[0]), sums[1:].tolist()
+    run.opt.step()
+    return total / opts.num_heads, top1
+
+
+def _sum_gradients(run: _Run, columns: _Columns) -> None:
+    """Each parameter's gradient summed over the ranks (zero where a rank's slice gave it none); the heads' own
+    projections on this step's columns only, the rows outside them having no gradient on any rank."""
+    what = "the gradient all-reduce"
+    blocks = [t for row in run.blocks for wb in row for t in wb]
+    for t in blocks + (run.lms or []):
+        if t.grad is None:
+            t.grad = torch.zeros_like(t)
+    flat = run.group.sum_(torch.cat([t.grad.reshape(-1) for t in blocks]), what)
+    for t, part in zip(blocks, flat.split([t.numel() for t in blocks]), strict=True):
+        t.grad.copy_(part.view_as(t))
+    for t in run.lms or []:
+        if columns.whole:
+            run.group.sum_(t.grad, what)
+        else:
+            part = run.group.sum_(t.grad.index_select(0, columns.cols), what)
+            t.grad.index_copy_(0, columns.cols, part)
+
+
 def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor, lm_bias: torch.Tensor | None,
               opts: FitOptions, *, state_path: Path | None = None, resume: bool = False,
               stop_after: int | None = None, device: str = "cpu",
-              index: torch.Tensor | None = None) -> tuple[HeadWeights, list[dict]]:
+              index: torch.Tensor | None = None, group: Group | None = None) -> tuple[HeadWeights, list[dict]]:
     """Fit heads: ``hidden [N, H]`` final-norm states, ``targets [N, heads]`` (-1: none).
 
     ``stop_after`` ends the run after that many steps of this call, with the state saved, as an
     interrupted run would end (tests use it; a resumed run then continues from the saved step).
     Each step draws from its own generator (seeded by the step), so a resumed run takes exactly the
-    steps an uninterrupted one would.
+    steps an uninterrupted one would. ``group``: the ranks under torchrun (every rank calls this with the same
+    corpus; each computes its slice of every batch, rank 0 alone saves the state); none: this process alone.
     """
     from tqdm import tqdm
 
+    group = group or Group()
     H = hidden.shape[1]
     V = lm_head.shape[0]
     usable = [targets[:, k] >= 0 for k in range(opts.num_heads)]
@@ -401,13 +522,12 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     vocab, remap, others, n_neg = _fit_vocab(targets, V, opts)
     _check_fit_dtype(opts.matmul_dtype)
     low = None if opts.matmul_dtype == "float32" else getattr(torch, opts.matmul_dtype)
-    lm_head_d = lm_head.to(device)
-    lm_bias_d = lm_bias.to(device) if lm_bias is not None else None
     rows = [torch.nonzero(u).squeeze(1) for u in usable]
     if opts.distill:
         _check_distill_rows(rows, index)
 
     state = load_state(state_path, opts) if resume and state_path is not None and state_path.is_file() else None
+    group.same(state.step if state is not None else 0, "the step the saved training state resumes from")
     torch.manual_seed(opts.seed)
     blocks, lms, start, history = _start_params(state, opts, H, lm_head, device)
     params = [t.requires_grad_(True) for row in blocks for wb in row for t in wb]
@@ -416,57 +536,40 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     opt = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay)
     if state is not None:
         opt.load_state_dict(state.optimizer)
-    hidden_d = hidden.to(device)
-    targets_d = remap[targets.clamp(min=0)].to(device)
+    run = _Run(opts, group, rows, hidden.to(device), remap[targets.clamp(min=0)].to(device), blocks, lms, opt, vocab,
+               others, n_neg, lm_head.to(device), lm_bias.to(device) if lm_bias is not None else None, low, device)
 
     def save(step: int) -> None:
-        if state_path is not None:
+        if state_path is not None and group.main:  # the other ranks hold the same weights: rank 0 writes them
             save_state(state_path, opts, FitState(step, blocks, lms, opt.state_dict(), history))
 
     # As the heads grow confident most softmax probabilities fall into float32's subnormal range,
     # which x86 CPUs compute many times slower: flush them to zero while training.
     flushed = torch.set_flush_denormal(True)
     end = opts.steps if stop_after is None else min(opts.steps, start + stop_after)
-    bar = tqdm(total=opts.steps, initial=start, desc="train heads", unit="step", disable=opts.quiet, file=sys.stderr)
+    bar = tqdm(total=opts.steps, initial=start, desc="train heads", unit="step", disable=opts.quiet or not group.main,
+               file=sys.stderr)
     step = start
     stop = _DeferredStop()
     try:
         stop.install()
-        for step in range(start, end):
-            if stop.signum is not None:
-                break
-            g = torch.Generator().manual_seed(opts.seed * 1_000_003 + step)
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, opts)
-            opt.zero_grad(set_to_none=True)
-            total = 0.0
-            top1 = []
-            report = not opts.quiet or step % 10 == 0 or step == end - 1
-            columns = _step_columns(vocab, others, n_neg, g, V, opts, lm_head_d, lm_bias_d, low, device)
-            for k in range(opts.num_heads):
-                r = rows[k]
-                if opts.batch_size and opts.batch_size < r.numel():
-                    r = r[torch.randint(0, r.numel(), (opts.batch_size,), generator=g)]
-                loss, logits, y = _head_loss(k, r.to(device), hidden_d, targets_d, blocks, lms, columns, low, opts)
-                total = total + loss
-                if report:
-                    top1.append(float((logits.detach().argmax(-1) == y).float().mean()))
-            total.backward()  # one backward for all heads
-            opt.step()
-            if report:
-                mean = float(total.detach()) / opts.num_heads
-                if step % 10 == 0 or step == end - 1:
-                    history.append({"step": step + 1, "loss": round(mean, 4), "top1": [round(t, 3) for t in top1]})
-                bar.set_postfix_str(f"loss {mean:.3f} top1 " + " ".join(f"{t:.2f}" for t in top1), refresh=False)
-            bar.update(1)
-            if opts.save_every and (step + 1) % opts.save_every == 0 and step + 1 < end:
-                save(step + 1)
-        else:
-            step = end
-        if stop.signum is not None:  # the steps before `step` are done, none after: exactly what is saved
+        step = _fit_steps(run, start, end, stop, history, bar, save)
+        try:  # a signal during the last step counts too
+            signum = group.max_int(stop.signum or 0, "the stop check")
+        except RankLost as exc:
+            raise _StepsStopped(step, exc) from None
+        if signum:  # the steps before `step` are done, none after: exactly what is saved
             save(step)
             bar.close()
-            raise TrainingInterrupted(step, stop.signum)
+            raise TrainingInterrupted(step, signum)
+    except _StepsStopped as exc:  # a rank was lost during step exc.step + 1: the steps before it are whole
+        bar.close()
+        step = exc.step
+        save(step)
+        kept = (f"the training state holds exactly those {step} steps ({state_path})"
+                if group.main and state_path is not None else "rank 0 keeps the training state")
+        raise RankLost(f"{exc.lost.what}, after {step} whole steps; {kept}", where=exc.lost.where,
+                       fix=exc.lost.fix) from None
     except KeyboardInterrupt as exc:  # not deferred (another thread, no handler): the last whole save stands
         bar.close()
         if isinstance(exc, TrainingInterrupted):
@@ -481,6 +584,36 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     heads = HeadWeights([[(w.detach().cpu().clone(), b.detach().cpu().clone()) for w, b in row] for row in blocks],
                         None if lms is None else [t.detach().cpu().clone() for t in lms])
     return heads, history
+
+
+class _StepsStopped(Exception):
+    """A collective failed during step ``step + 1`` (``lost``: the error); the steps before it are done."""
+
+    def __init__(self, step: int, lost: RankLost):
+        super().__init__(step)
+        self.step, self.lost = step, lost
+
+
+def _fit_steps(run: _Run, start: int, end: int, stop, history: list[dict], bar, save) -> int:
+    """Steps ``start`` to ``end`` (exclusive) with their history, progress and periodic saves; returns the step
+    the run stopped before (``end``, or the first step a stop signal any rank received came before)."""
+    opts = run.opts
+    for step in range(start, end):
+        try:
+            if run.group.max_int(stop.signum or 0, "the stop check"):
+                return step
+            report = not opts.quiet or step % 10 == 0 or step == end - 1
+            mean, top1 = _fit_step(run, step, report)
+        except RankLost as exc:
+            raise _StepsStopped(step, exc) from None
+        if report:
+            if step % 10 == 0 or step == end - 1:
+                history.append({"step": step + 1, "loss": round(mean, 4), "top1": [round(t, 3) for t in top1]})
+            bar.set_postfix_str(f"loss {mean:.3f} top1 " + " ".join(f"{t:.2f}" for t in top1), refresh=False)
+        bar.update(1)
+        if opts.save_every and (step + 1) % opts.save_every == 0 and step + 1 < end:
+            save(step + 1)
+    return end
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -660,7 +793,8 @@ class TrainOptions:
     tokenizer_dir: Path | None = None
     new_tokens: int = 64
     #: the dtype the base runs in to write the corpus (continuations, hidden states): bfloat16 is about
-    #: twice as fast on CPUs with AVX512-BF16/AMX and on GPUs, and is how most bases are served
+    #: twice as fast on CPUs with AVX512-BF16/AMX and on GPUs, and is how most bases are served; "auto":
+    #: bfloat16 where the device computes it fast, float32 elsewhere (devices.choose_dtype)
     dtype: str = "float32"
     work_dir: Path | None = None  # default: <output_dir>.train
     resume: bool = False
@@ -670,6 +804,11 @@ class TrainOptions:
     stop_after: int | None = None
     #: torch threads (None: the idle cores, api.default_threads)
     threads: int | None = None
+    #: "auto": the base is loaded across the GPUs a rank sees (transformers' device_map, needs accelerate) for the
+    #: corpus pass, for a base bigger than one device; None: on --device
+    device_map: str | None = None
+    #: seconds a rank waits for the others at one collective under torchrun (a dead rank is noticed at once on gloo)
+    dist_timeout: int = DEFAULT_TIMEOUT_S
 
 
 @dataclass
@@ -686,6 +825,12 @@ class TrainResult:
     heldout_top1: list[float] | None = None
     heldout_positions: int = 0
     heldout_sequences: int = 0
+    #: the dtypes used (``auto`` resolved), the ranks the run had, and warnings (also printed when they arose)
+    dtype: str = "float32"
+    fit_dtype: str = "float32"
+    world_size: int = 1
+    rank: int = 0
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         last = self.history[-1] if self.history else {}
@@ -693,13 +838,15 @@ class TrainResult:
                 "positions": self.positions, "sequences": self.sequences,
                 "last_batch_loss": last.get("loss"), "last_batch_top1": last.get("top1"),
                 "heldout_top1": self.heldout_top1, "heldout_positions": self.heldout_positions,
-                "heldout_sequences": self.heldout_sequences,
+                "heldout_sequences": self.heldout_sequences, "dtype": self.dtype, "fit_dtype": self.fit_dtype,
+                "world_size": self.world_size, "warnings": self.warnings,
                 "corpus_seconds": self.corpus_seconds, "fit_seconds": self.fit_seconds, "history": self.history}
 
     def summary(self) -> str:
         last = self.history[-1] if self.history else {}
         where = f"wrote {self.output_dir}" if self.output_dir else "stopped (state saved; continue with --resume)"
-        text = (f"{where}: {self.steps} steps on {self.positions} positions of {self.sequences} sequences; "
+        ranks = f" on {self.world_size} ranks" if self.world_size > 1 else ""
+        text = (f"{where}: {self.steps} steps{ranks} on {self.positions} positions of {self.sequences} sequences; "
                 f"last batch loss {last.get('loss')}, top-1 per head {last.get('top1')} (training batch)")
         if self.heldout_top1 is not None:
             text += (f"; held out ({self.heldout_sequences} sequences, {self.heldout_positions} positions): top-1 per "
@@ -713,30 +860,30 @@ def _tokenizer(tok_dir: Path):
     return tokenizer_for(tok_dir)
 
 
-def train(opts: TrainOptions) -> TrainResult:
-    """``trtllm-medusa train-heads``: corpus (cached) -> fit (resumable) -> FasterDecoding layout."""
-    from trtllm_medusa_ports.files.checkpoint import guard_output_dir
-
+def _check_train_options(opts: TrainOptions) -> None:
     f = opts.fit
     for name, v, lo in (("--num_heads", f.num_heads, 1), ("--num_layers", f.num_layers, 1), ("--steps", f.steps, 1),
-                        ("--new_tokens", opts.new_tokens, 1)):
+                        ("--new_tokens", opts.new_tokens, 1), ("--dist_timeout", opts.dist_timeout, 1)):
         if v < lo:
             raise PortError(f"{name} {v} must be at least {lo}", fix=f"pass {name} {lo} or more")
     if not f.lr > 0:
         raise PortError(f"--lr {f.lr} must be positive", fix="e.g. --lr 3e-3")
-    if opts.dtype not in CHECKPOINT_DTYPES:
-        raise PortError(f"--dtype {opts.dtype} is not one of {', '.join(CHECKPOINT_DTYPES)}", fix="e.g. --dtype bfloat16")
-    _check_fit_dtype(f.matmul_dtype)  # before the corpus is built, not minutes later
+    if opts.dtype != "auto" and opts.dtype not in CHECKPOINT_DTYPES:
+        raise PortError(f"--dtype {opts.dtype} is not auto or one of {', '.join(CHECKPOINT_DTYPES)}",
+                        fix="e.g. --dtype auto")
+    if f.matmul_dtype != "auto":
+        _check_fit_dtype(f.matmul_dtype)  # before the corpus is built, not minutes later
+    if opts.device_map not in (None, "auto"):
+        raise PortError(f"--device_map {opts.device_map!r} is not auto", fix="pass --device_map auto, or leave it out")
     if not 0 <= f.heldout_fraction < 1:
         raise PortError(f"--heldout_fraction {f.heldout_fraction} must be at least 0 and below 1",
                         fix="e.g. --heldout_fraction 0.05 (0: nothing held out)")
     if not 0 <= f.distill <= 1:
         raise PortError(f"--distill {f.distill} must be between 0 and 1", fix="e.g. --distill 0.5 (0: hard targets only)")
-    out = guard_output_dir(Path(opts.output_dir), {"--model_dir": Path(opts.model_dir)})
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not opts.overwrite:
-        raise PortError("output directory is not empty", where=str(out),
-                        fix="pass --overwrite to replace it, or choose another --output_dir")
-    device = opts.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _train_device(device: str | None) -> str:
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError) as exc:
@@ -745,12 +892,19 @@ def train(opts: TrainOptions) -> TrainResult:
         raise PortError(f"--device {device}: torch sees no CUDA device here", fix="use --device cpu")
     if dev.type not in ("cpu", "cuda"):
         raise PortError(f"--device {device}: only cpu and cuda are supported", fix="use --device cpu")
+    return device
+
+
+def _work_dir(opts: TrainOptions, out: Path) -> Path:
+    """The corpus and training state's folder, created: never an input, its parent, the output or a file."""
+    from trtllm_medusa_ports.files.checkpoint import guard_output_dir
+
     work = Path(opts.work_dir) if opts.work_dir else out.parent / f"{out.name}.train"
     inputs = {"--model_dir": Path(opts.model_dir)}
     inputs.update(opts.prompts.paths())
     if opts.tokenizer_dir:
         inputs["--tokenizer_dir"] = Path(opts.tokenizer_dir)
-    try:  # the corpus and training state live there: never an input, its parent, the output or a file
+    try:
         guard_output_dir(work, inputs)
     except PortError as exc:
         raise PortError(exc.what.replace("--output_dir", "--work_dir"), where=exc.where,
@@ -764,11 +918,59 @@ def train(opts: TrainOptions) -> TrainResult:
     except OSError as exc:
         raise PortError(f"cannot create --work_dir ({exc.strerror})", where=str(work),
                         fix="choose a writable --work_dir") from None
-    lock = _lock_work_dir(work)  # one run at a time per work dir: a second would overwrite the first's state
+    return work
+
+
+def train(opts: TrainOptions) -> TrainResult:
+    """``trtllm-medusa train-heads``: corpus (cached) -> fit (resumable) -> FasterDecoding layout.
+
+    Under torchrun (``WORLD_SIZE`` > 1) every rank runs this with the same options: each continues its share of the
+    prompts, rank 0 merges the shares into the one corpus a single process writes, every rank fits its slice of each
+    batch (heads/distributed.py), and rank 0 alone writes the training state and the heads."""
+    from trtllm_medusa_ports.files.checkpoint import guard_output_dir
+
+    _check_train_options(opts)
+    out = guard_output_dir(Path(opts.output_dir), {"--model_dir": Path(opts.model_dir)})
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not opts.overwrite:
+        raise PortError("output directory is not empty", where=str(out),
+                        fix="pass --overwrite to replace it, or choose another --output_dir")
+    device = _train_device(opts.device)
+    work = _work_dir(opts, out)
+    group, device = join(device, opts.dist_timeout, spread=opts.device_map is not None)
+    lock = None
     try:
-        return _train_locked(opts, out, work, device)
+        error = None
+        if group.main:  # one run at a time per work dir: a second would overwrite the first's state
+            try:
+                lock = _lock_work_dir(work)
+            except PortError as exc:
+                error = exc
+        group.agree(error, "the --work_dir lock")
+        opts, warnings = _resolve_dtypes(opts, device, group)
+        result = _train_locked(opts, out, work, device, group)
+        result.warnings = warnings
+        return result
     finally:
-        os.close(lock)
+        if lock is not None:
+            os.close(lock)
+        with contextlib.suppress(Exception):  # a lost rank's group may not leave cleanly; its error stands
+            group.close()
+
+
+def _resolve_dtypes(opts: TrainOptions, device: str, group: Group) -> tuple[TrainOptions, list[str]]:
+    """``--dtype`` / ``--fit_dtype`` ``auto`` resolved (rank 0 probes its device once; every rank takes its
+    choice), and a warning for an explicit bfloat16 the device computes slowly (printed at once)."""
+    from dataclasses import replace
+
+    chosen = None
+    if group.main:
+        dtype, w1 = choose_dtype(opts.dtype, device, "--dtype")
+        fit_dtype, w2 = choose_dtype(opts.fit.matmul_dtype, device, "--fit_dtype")
+        chosen = (dtype, fit_dtype, [w for w in (w1, w2) if w])
+        for w in chosen[2]:
+            print(f"warning: {w}", file=sys.stderr, flush=True)
+    dtype, fit_dtype, warnings = group.gather(chosen, "the dtype choice")[0]
+    return replace(opts, dtype=dtype, fit=replace(opts.fit, matmul_dtype=fit_dtype)), warnings
 
 
 def _lock_work_dir(work: Path) -> int:
@@ -784,15 +986,7 @@ def _lock_work_dir(work: Path) -> int:
     return fd
 
 
-def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> TrainResult:
-    f = opts.fit
-    if f.quiet:  # --quiet silences transformers' loading bars too
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    if not f.quiet:
-        print(f"train-heads: loading the base from {opts.model_dir}", file=sys.stderr, flush=True)
-    model = load_base(opts.model_dir, device)
+def _load_items(opts: TrainOptions, model) -> list[Item]:
     tokenize = lazy_tokenizer(opts.tokenizer_dir or opts.model_dir)  # loaded only when text needs it
     items = read_items(opts.prompts, tokenize, default=packaged_prompts)
     vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else lm_head_of(model)[0].shape[0]
@@ -803,17 +997,29 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> Tra
             raise PortError(f"prompt {n} has {len(it.ids)} tokens; with --new_tokens {opts.new_tokens} it passes the "
                             f"base's max_position_embeddings {max_pos}",
                             fix="shorten the prompt (one prompt per line) or lower --new_tokens")
+    return items
+
+
+def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group: Group) -> TrainResult:
+    f = opts.fit
+    quiet = f.quiet or not group.main  # one rank's bars and status lines
+    if quiet:  # --quiet silences transformers' loading bars too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if not quiet:
+        print(f"train-heads: loading the base from {opts.model_dir}" + (f" on {group.world} ranks" if group.world > 1
+              else ""), file=sys.stderr, flush=True)
+    low = getattr(torch, opts.dtype)
+    model = load_base(opts.model_dir, device, device_map=opts.device_map, dtype=low if opts.device_map else None)
+    items = _load_items(opts, model)
     key = corpus_key(Path(opts.model_dir), items, opts.new_tokens, opts.dtype)
-    corpus = load_corpus(work / "corpus.pt", key)
-    if corpus is not None and not f.quiet:
-        print(f"train-heads: the cached corpus of {work} ({len(corpus.seqs)} sequences)", file=sys.stderr, flush=True)
-    lm_head, lm_bias = (t.clone() if t is not None else None for t in lm_head_of(model))  # float32, as loaded
+    # float32 as loaded (of the --dtype weights with --device_map), on the CPU where the held-out check runs
+    lm_head, lm_bias = (t.detach().float().to("cpu", copy=True) if t is not None else None for t in lm_head_of(model))
     t0 = time.monotonic()
-    if corpus is None:
-        model = model.to(getattr(torch, opts.dtype))
-        corpus = build_corpus(model, items, opts.new_tokens, key, quiet=f.quiet)
-        save_corpus(corpus, work / "corpus.pt")
-    corpus_s = time.monotonic() - t0
+    corpus, built = _shared_corpus(model, None if opts.device_map else low, items, opts.new_tokens, key, work, group,
+                                   quiet)
+    corpus_s = time.monotonic() - t0 if built else 0.0
     del model
     held = heldout_rows(corpus, f.heldout_fraction)
     fit_rows = ~held
@@ -821,21 +1027,95 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str) -> Tra
         raise PortError("every sequence is held out: nothing is left to train on",
                         fix="pass more prompts or a smaller --heldout_fraction")
     targets = corpus.targets(f.num_heads)
+    t1 = time.monotonic()
     heads, history = fit_heads(corpus.hidden[fit_rows], targets[fit_rows], lm_head, lm_bias, f,
                                state_path=work / "state.pt", resume=opts.resume, stop_after=opts.stop_after,
-                               device=device, index=corpus.index[fit_rows])
-    fit_s = time.monotonic() - t0 - corpus_s
-    done = history and history[-1]["step"] >= f.steps
+                               device=device, index=corpus.index[fit_rows], group=group)
     result = TrainResult(None, history[-1]["step"] if history else 0, int(fit_rows.sum()), len(corpus.seqs),
-                         history, heads, round(corpus_s, 1), round(fit_s, 1))
-    if done and bool(held.any()):
-        result.heldout_top1 = heldout_accuracy(heads, corpus.hidden[held], targets[held], lm_head, lm_bias)
+                         history, heads, round(corpus_s, 1), round(time.monotonic() - t1, 1), dtype=opts.dtype,
+                         fit_dtype=f.matmul_dtype, world_size=group.world, rank=group.rank)
+    if history and history[-1]["step"] >= f.steps:
+        _finish(result, opts, corpus, held, targets, lm_head, lm_bias, out, group)
+    return result
+
+
+def _finish(result: TrainResult, opts: TrainOptions, corpus: Corpus, held: torch.Tensor, targets: torch.Tensor,
+            lm_head: torch.Tensor, lm_bias: torch.Tensor | None, out: Path, group: Group) -> None:
+    """A finished run: the held-out accuracy, and the heads written by rank 0 (the others wait for its word)."""
+    f = opts.fit
+    if bool(held.any()):
+        result.heldout_top1 = heldout_accuracy(result.heads, corpus.hidden[held], targets[held], lm_head, lm_bias)
         result.heldout_positions = int(held.sum())
         result.heldout_sequences = len(set(corpus.index[held, 0].tolist()))
-    if done:
+    error = None
+    if group.main:
         extra = {"medusa_ports_training": {"steps": f.steps, "lr": f.lr, "batch_size": f.batch_size,
                                            "positions": corpus.hidden.shape[0], "sequences": len(corpus.seqs),
-                                           "new_tokens": opts.new_tokens, "final": history[-1]}}
-        result.output_dir = write_heads(heads, out, overwrite=opts.overwrite, base_dir=Path(opts.model_dir),
-                                        extra=extra)
-    return result
+                                           "new_tokens": opts.new_tokens, "final": result.history[-1]}}
+        try:
+            write_heads(result.heads, out, overwrite=opts.overwrite, base_dir=Path(opts.model_dir), extra=extra)
+        except PortError as exc:
+            error = exc
+    group.agree(error, "writing the heads")
+    result.output_dir = out
+
+
+def _shared_corpus(model, dtype: torch.dtype | None, items: list[Item], new_tokens: int, key: str, work: Path,
+                   group: Group, quiet: bool) -> tuple[Corpus, bool]:
+    """The corpus (``work/corpus.pt``, cached) and whether it was built now, by the base cast to ``dtype`` (None:
+    as loaded). Under torchrun each rank continues its
+    contiguous share of the items into ``corpus.rank<R>-of-<N>.pt`` (kept for a rerun at the same world size if the
+    job stops before the merge); rank 0 merges the shares into ``corpus.pt``, the file one process writes, so that a
+    later run at any world size reads it."""
+    path = work / "corpus.pt"
+    corpus = load_corpus(path, key)
+    cached = group.gather(corpus is not None, "the corpus cache check")
+    if all(cached):
+        if not quiet:
+            print(f"train-heads: the cached corpus of {work} ({len(corpus.seqs)} sequences)", file=sys.stderr,
+                  flush=True)
+        return corpus, False
+    if dtype is not None:
+        model = model.to(dtype)
+    if group.world == 1:
+        corpus = build_corpus(model, items, new_tokens, key, quiet=quiet)
+        save_corpus(corpus, path)
+        return corpus, True
+    error = None
+    try:
+        lo, hi = group.span(len(items))
+        shard_path, shard_key = work / f"corpus.rank{group.rank}-of-{group.world}.pt", f"{key}/{lo}-{hi}"
+        if load_corpus(shard_path, shard_key) is None:
+            save_corpus(build_shard(model, items[lo:hi], new_tokens, shard_key, quiet=quiet), shard_path)
+    except PortError as exc:
+        error = exc
+    group.agree(error, "the corpus shares")
+    error = None
+    if group.main:
+        try:
+            save_corpus(_merged_shards(work, key, len(items), group.world), path)
+        except PortError as exc:
+            error = exc
+        else:  # merged and saved: the shares are no longer needed
+            for r in range(group.world):
+                with contextlib.suppress(OSError):
+                    os.unlink(work / f"corpus.rank{r}-of-{group.world}.pt")
+    group.agree(error, "the corpus merge")
+    corpus = load_corpus(path, key)
+    group.agree(None if corpus is not None else HeadsError(
+        "the merged corpus rank 0 wrote is not in --work_dir here", where=str(path),
+        fix="give every rank the same --work_dir on one shared filesystem"), "reading the merged corpus")
+    return corpus, True
+
+
+def _merged_shards(work: Path, key: str, n: int, world: int) -> Corpus:
+    shards = []
+    for r in range(world):
+        lo, hi = share(n, r, world)
+        shard_path = work / f"corpus.rank{r}-of-{world}.pt"
+        shard = load_corpus(shard_path, f"{key}/{lo}-{hi}")
+        if shard is None:
+            raise HeadsError(f"rank {r}'s share of the corpus is missing or not this run's", where=str(shard_path),
+                             fix="give every rank the same --work_dir on one shared filesystem, and run again")
+        shards.append(shard)
+    return merge_shards(shards, key)
