@@ -216,6 +216,32 @@ def test_a_one_process_state_resumes_on_two_ranks(setup, tmp_path):
     assert _max_diff(out, setup["ref"]) < 2e-5
 
 
+def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(setup, tmp_path):
+    """SIGTERM reaches rank 1 alone during step 4: the ranks agree to stop before step 5 (none is left waiting in
+    an exchange), rank 0 saves exactly 4 steps and says so; one process resumes to the uninterrupted heads."""
+    out = tmp_path / "heads"
+
+    def hook(rank):
+        import trtllm_medusa_ports.heads.train as train_mod
+
+        real = train_mod.lr_at
+
+        def lr_at(step, opts):
+            if rank == 1 and step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return real(step, opts)
+
+        train_mod.lr_at = lr_at
+
+    codes, outs, errs = _ranks(2, _argv(setup, out), tmp_path / "logs", hook)
+    assert codes == [128 + signal.SIGTERM] * 2, errs
+    assert "interrupted after step 4; the training state holds exactly those steps" in errs[0]
+    assert errs[1] == "" and outs == ["", ""] and not out.exists()
+    assert torch.load(tmp_path / "heads.train" / "state.pt", weights_only=True)["step"] == 4
+    resumed = api.train_heads(_opts(setup, out, resume=True))
+    assert resumed.steps == 8 and _max_diff(resumed, setup["ref"]) < 2e-5
+
+
 def test_a_hung_rank_ends_the_job_at_the_timeout(setup, tmp_path):
     """Rank 1 stops answering (SIGSTOP) in step 3: rank 0 gives up after --dist_timeout with the reason."""
     out = tmp_path / "heads"
