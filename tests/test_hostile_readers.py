@@ -79,8 +79,9 @@ def _convert(ws: Path, *extra: str) -> list[str]:
             "--output_dir", str(ws / "out"), "--quiet", *extra]
 
 
-def _fp8(ws: Path, calib: Path) -> list[str]:
-    return _convert(ws, "--qformat", "fp8", "--calib_dataset", str(calib), "--calib_size", "1")
+def _fp8(ws: Path, calib: Path, size: int = 1) -> list[str]:
+    # calibration reads no further than --calib_size samples: a bad line 2 needs a size of 2 to be read
+    return _convert(ws, "--qformat", "fp8", "--calib_dataset", str(calib), "--calib_size", str(size))
 
 
 def _check(ws: Path, *extra: str) -> list[str]:
@@ -279,7 +280,9 @@ NOT_UTF8 = [
     Case("data-file-bytes", lambda ws: _train(ws, "--data", str(_write(
         ws / "d.jsonl", b'{"prompt_ids": [1, 2, 3]}\n{"text": "ab\xfe"}\n'))),
          ("d.jsonl", "not UTF-8 text", "line 2, byte 13 is 0xfe")),
-    Case("calibration-text-bytes", lambda ws: _fp8(ws, _write(ws / "calib.txt", b"t1 t2\nt3 \xc3(\n")),
+    Case("calibration-text-bytes", lambda ws: _convert(  # read line by line: line 1 is tokenized, line 2 is not
+        ws, "--qformat", "fp8", "--calib_dataset", str(_write(ws / "calib.txt", b"t1 t2\nt3 \xc3(\n")),
+        "--calib_size", "2", "--tokenizer_dir", str(ws / "tok")),
          ("calib.txt", "not UTF-8 text", "line 2, byte 4 is 0xc3")),
 ]
 
@@ -295,11 +298,11 @@ SNIFFED = [
     Case("first-line-is-text", lambda ws: _fp8(ws, _write(ws / "calib.txt", "{name} is a placeholder\nt1 t2\n")),
          ("calib.txt", "line 1 is not JSON", "read as JSON lines: its first line starts with '{'",
           "make the first line one that does not start with '{'", '{"text": "..."}')),
-    Case("a-later-line-is-text", lambda ws: _fp8(ws, _write(ws / "calib.txt", '{"input_ids": [1, 2]}\nt1 t2\n')),
+    Case("a-later-line-is-text", lambda ws: _fp8(ws, _write(ws / "calib.txt", '{"input_ids": [1, 2]}\nt1 t2\n'), 2),
          ("line 2 is not JSON", "its first line starts with '{'")),
-    Case("a-line-is-a-list", lambda ws: _fp8(ws, _write(ws / "calib.txt", '{"input_ids": [1, 2]}\n[1, 2]\n')),
+    Case("a-line-is-a-list", lambda ws: _fp8(ws, _write(ws / "calib.txt", '{"input_ids": [1, 2]}\n[1, 2]\n'), 2),
          ("line 2 is not a JSON object", "its first line starts with '{'")),
-    Case("a-line-without-the-keys", lambda ws: _fp8(ws, _write(ws / "calib.txt", '{"prompt_ids": [1]}\n{"t": 1}\n')),
+    Case("a-line-without-the-keys", lambda ws: _fp8(ws, _write(ws / "calib.txt", '{"prompt_ids": [1]}\n{"t": 1}\n'), 2),
          ("line 2 has none of prompt", "its first line starts with '{'")),
 ]
 

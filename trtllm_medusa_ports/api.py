@@ -464,6 +464,7 @@ def check(opts: CheckOptions) -> CheckResult:
         with torch_threads(opts.threads):
             findings.append(activation_range_finding(*measure_activation_range(opts.model_dir, prompts), opts.dtype))
     fit = dict(batch=opts.max_batch_size, seq_len=opts.max_seq_len, gpu_memory_gb=opts.gpu_memory_gb)
+    findings += serving_findings(plan.to_dict(**fit) if plan else None, opts.max_seq_len, opts.gpu_memory_gb)
     return CheckResult(not errors_of(findings), arch, findings, plan, fit)
 
 
@@ -511,7 +512,6 @@ def _tool_calibration(opts: VerifyOptions) -> list[list[int]] | None:
         return None
     from trtllm_medusa_ports.quant.calibrate import read_calibration_samples
 
-    findings += serving_findings(plan.to_dict(**fit) if plan else None, opts.max_seq_len, opts.gpu_memory_gb)
     samples, _ = read_calibration_samples(opts.calib_dataset, Path(opts.model_dir), size=opts.calib_size,
                                           max_seq_length=opts.calib_max_seq_length, tokenizer_dir=opts.tokenizer_dir)
     return samples

@@ -18,7 +18,8 @@ a text item is a prompt like any other. :class:`PromptInputs` holds what was giv
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -28,7 +29,7 @@ from trtllm_medusa_ports.errors import PortError
 DATA_FIX = 'one JSON object per line: {"prompt": "..."}, {"text": "..."}, {"prompt_ids": [..]} or {"input_ids": [..]}'
 PROMPTS_FIX = "pass a UTF-8 text file with one prompt per line"
 
-#: The largest prompts / data / calibration file read (read whole). Every item is used: train-heads keeps
+#: The largest prompts / data / calibration file read (read line by line, as far as needed). Every item is used: train-heads keeps
 #: the base's hidden state of every token (kilobytes each), calibration takes 512 samples by default, so a
 #: real input is megabytes; 1 GiB of text (~250M tokens) would need terabytes of corpus. A larger file
 #: (a model file or disk image passed by mistake) is refused by its size before it is read.
@@ -96,23 +97,65 @@ def heldout_prompts() -> list[str]:
             for p in prompt_lines(data.joinpath(name).read_text(encoding="utf-8"))]
 
 
-def _decode_lines(data: bytes, path: Path, what: str, fix: str) -> str:
-    """UTF-8 ``data`` as text, or an error naming the file, the line and the column of the first bad byte."""
+def _not_utf8(data: bytes, exc: UnicodeDecodeError, line: int, path: Path, what: str, fix: str) -> PortError:
+    """The error for ``data`` (line ``line`` of the file) that is not UTF-8: the line and the column of the bad byte."""
+    column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+    line += data.count(b"\n", 0, exc.start)
+    return PortError(f"cannot read {what}: it is not UTF-8 text (line {line}, byte {column} is "
+                      f"0x{data[exc.start]:02x}: {exc.reason})", where=str(path),
+                      fix=f"{fix} (convert it, e.g. iconv -f LATIN1 -t UTF-8 FILE > NEW)")
+
+
+def _physical_lines(path: Path, what: str, fix: str, max_line_bytes: int | None) -> Iterator[tuple[bytes, bool]]:
+    """Each ``\\n``-ended line of the file as bytes, read as it is needed (a reader that stops early reads no
+    further), and whether it was cut at ``max_line_bytes`` (its rest is skipped, never held). A file over
+    :data:`MAX_TEXT_FILE_BYTES` is refused unread, as is one that grows past it while it is read."""
+    from trtllm_medusa_ports.files.jsonfile import require_regular_file, size_text
+
+    def too_big(size: int) -> PortError:
+        return PortError(f"{what} is {size_text(size)}, more than the {size_text(MAX_TEXT_FILE_BYTES)} any real one "
+                         "takes; it was not read", where=str(path), fix=fix)
+
+    require_regular_file(path, PortError, fix)  # a FIFO would block
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise PortError(f"cannot read {what}: it is not UTF-8 text (line {line}, byte {column} is "
-                        f"0x{data[exc.start]:02x}: {exc.reason})", where=str(path),
-                        fix=f"{fix} (convert it, e.g. iconv -f LATIN1 -t UTF-8 FILE > NEW)") from None
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_TEXT_FILE_BYTES:  # never read a huge (or sparse) file
+                raise too_big(size)
+            seen, cap = 0, max_line_bytes or MAX_TEXT_FILE_BYTES + 1
+            while line := f.readline(cap):
+                seen += len(line)
+                cut = len(line) == cap and not line.endswith(b"\n")
+                while cut and (rest := f.readline(1 << 20)):  # the rest of a cut line: skipped a MiB at a time
+                    seen += len(rest)
+                    if rest.endswith(b"\n"):
+                        break
+                if seen > MAX_TEXT_FILE_BYTES:
+                    raise too_big(seen)
+                yield line, cut
+    except OSError as exc:
+        raise PortError(f"cannot read ({exc.strerror})", where=str(path), fix=fix) from None
 
 
-def _read_text(path: Path, what: str, fix: str) -> str:
-    from trtllm_medusa_ports.files.jsonfile import read_bytes_limited
-
-    data = read_bytes_limited(path, PortError, limit=MAX_TEXT_FILE_BYTES, fix=fix, what=what)  # a FIFO would block
-    return _decode_lines(data, path, what, fix)
+def text_lines(path: str | Path, what: str, fix: str, *, max_line_bytes: int | None = None
+               ) -> Iterator[tuple[int, str, bool]]:
+    """``(number, text, cut)`` of each line of a UTF-8 text file, the lines ``str.splitlines`` gives, read as
+    they are asked for. ``max_line_bytes``: a longer line is cut there (``cut`` True; a multi-byte character
+    the cut splits is left out), and its rest is never read into memory. A byte that is not UTF-8 is an error
+    naming its line and column."""
+    path = Path(path)
+    number = 0
+    for physical, (data, cut) in enumerate(_physical_lines(path, what, fix, max_line_bytes), 1):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if not (cut and exc.reason == "unexpected end of data"):
+                raise _not_utf8(data, exc, physical, path, what, fix) from None
+            text = data[: exc.start].decode("utf-8")  # the cut split the last character
+        parts = text.splitlines()
+        for i, part in enumerate(parts):
+            number += 1
+            yield number, part, cut and i == len(parts) - 1
 
 
 def not_utf8(text: str, *, from_os: bool = False) -> str | None:
@@ -144,53 +187,80 @@ ARGV_TEXT_FIX = ("pass the prompt as UTF-8 text (convert it, e.g. with iconv -t 
 
 def read_prompts_file(path: str | Path) -> list[str]:
     path = Path(path)
-    lines = prompt_lines(_read_text(path, "the prompts file", PROMPTS_FIX))
+    lines = [text for _, text, _ in prompt_file_lines(path)]
     if not lines:
         raise PortError("no prompts in the file", where=str(path), fix="write one prompt per line")
     return lines
 
 
+def prompt_file_lines(path: str | Path, *, max_line_bytes: int | None = None) -> Iterator[tuple[int, str, bool]]:
+    """``(line number, prompt, cut)`` of each non-blank line of a prompts file, read as asked for (a literal
+    backslash-n is a line break; ``max_line_bytes`` as in :func:`text_lines`)."""
+    for n, line, cut in text_lines(path, "the prompts file", PROMPTS_FIX, max_line_bytes=max_line_bytes):
+        if line.strip():
+            yield n, line.replace("\\n", "\n"), cut
+
+
 def read_data_file(path: str | Path, tokenize: Callable[[str], list[int]]) -> list[Item]:
     """JSON lines: ``{"prompt": str}`` or ``{"prompt_ids": [int]}`` (prompts) or ``{"text": str}`` /
     ``{"input_ids": [int]}`` (sequences used as they are)."""
-    from trtllm_medusa_ports.files.jsonfile import loads
-
     path = Path(path)
     sniffed = _take_sniffed(path)
-    # taken for JSON lines by its first character (--calib_dataset): a text file's error says so, and how to pass it
-    fix = (DATA_FIX + "; it was read as JSON lines because its first line starts with '{': if it is text (one "
-           "sample per line), make the first line one that does not start with '{', or write each line as "
-           '{"text": "..."}') if sniffed else DATA_FIX
-    why = " (read as JSON lines: its first line starts with '{')" if sniffed else ""
-    lines = _read_text(path, "the data file", fix).splitlines()
-    items = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = loads(line, PortError, where=str(path), fix=fix, at=f"line {n}{why}")
-        except json.JSONDecodeError as exc:
-            raise PortError(f"line {n} is not JSON ({exc.msg}){why}", where=str(path), fix=fix) from None
-        if not isinstance(obj, dict):
-            raise PortError(f"line {n} is not a JSON object{why}", where=str(path), fix=fix)
-        for key in ("prompt", "text"):
-            if isinstance(obj.get(key), str):
-                check_text(obj[key], f"line {n}: field {key}", where=str(path),
-                           fix="write the text as UTF-8 (an escape \\uD800..\\uDFFF is valid only as half of a surrogate pair)")
-        if isinstance(obj.get("prompt"), str):
-            items.append(Item(tokenize(obj["prompt"]), True))
-        elif isinstance(obj.get("text"), str):
-            items.append(Item(tokenize(obj["text"]), False))
-        elif _int_list(obj.get("prompt_ids")):
-            items.append(Item(list(obj["prompt_ids"]), True))
-        elif _int_list(obj.get("input_ids")):
-            items.append(Item(list(obj["input_ids"]), False))
-        else:
-            raise PortError(f"line {n} has none of prompt, text, prompt_ids, input_ids{why}", where=str(path),
-                            fix=fix)
+    items = [item for _, item in data_file_items(path, tokenize, sniffed=sniffed)]
     if not items:
-        raise PortError("no items in the data file", where=str(path), fix=fix)
+        raise PortError("no items in the data file", where=str(path), fix=_data_fix(sniffed))
     return items
+
+
+def _data_fix(sniffed: bool) -> str:
+    # taken for JSON lines by its first character (--calib_dataset): a text file's error says so, and how to pass it
+    return (DATA_FIX + "; it was read as JSON lines because its first line starts with '{': if it is text (one "
+            "sample per line), make the first line one that does not start with '{', or write each line as "
+            '{"text": "..."}') if sniffed else DATA_FIX
+
+
+def data_file_items(path: str | Path, tokenize: Callable[[str], list[int]], *, max_line_bytes: int | None = None,
+                    sniffed: bool | None = None) -> Iterator[tuple[int, Item]]:
+    """``(line number, item)`` of each non-blank line of a JSON-lines data file, read as asked for (a reader that
+    stops early reads no further). ``max_line_bytes``: a longer line is refused, naming it. ``sniffed``: whether
+    :func:`looks_like_json_lines` took the file for JSON lines (None: ask it), so that errors say why."""
+    from trtllm_medusa_ports.files.jsonfile import size_text
+
+    path = Path(path)
+    sniffed = _take_sniffed(path) if sniffed is None else sniffed
+    fix = _data_fix(sniffed)
+    why = " (read as JSON lines: its first line starts with '{')" if sniffed else ""
+    for n, line, cut in text_lines(path, "the data file", fix, max_line_bytes=max_line_bytes):
+        if cut:
+            raise PortError(f"line {n} is longer than {size_text(max_line_bytes or 0)}, more than any sample "
+                            "needs; it was not read whole", where=str(path), fix=fix)
+        if line.strip():
+            yield n, _data_item(line, n, path, tokenize, fix, why)
+
+
+def _data_item(line: str, n: int, path: Path, tokenize: Callable[[str], list[int]], fix: str, why: str) -> Item:
+    """Line ``n`` of a data file as its item (text through ``tokenize``), or the error naming the line."""
+    from trtllm_medusa_ports.files.jsonfile import loads
+
+    try:
+        obj = loads(line, PortError, where=str(path), fix=fix, at=f"line {n}{why}")
+    except json.JSONDecodeError as exc:
+        raise PortError(f"line {n} is not JSON ({exc.msg}){why}", where=str(path), fix=fix) from None
+    if not isinstance(obj, dict):
+        raise PortError(f"line {n} is not a JSON object{why}", where=str(path), fix=fix)
+    for key in ("prompt", "text"):
+        if isinstance(obj.get(key), str):
+            check_text(obj[key], f"line {n}: field {key}", where=str(path),
+                       fix="write the text as UTF-8 (an escape \\uD800..\\uDFFF is valid only as half of a surrogate pair)")
+    if isinstance(obj.get("prompt"), str):
+        return Item(tokenize(obj["prompt"]), True)
+    if isinstance(obj.get("text"), str):
+        return Item(tokenize(obj["text"]), False)
+    if _int_list(obj.get("prompt_ids")):
+        return Item(list(obj["prompt_ids"]), True)
+    if _int_list(obj.get("input_ids")):
+        return Item(list(obj["input_ids"]), False)
+    raise PortError(f"line {n} has none of prompt, text, prompt_ids, input_ids{why}", where=str(path), fix=fix)
 
 
 def _int_list(v) -> bool:

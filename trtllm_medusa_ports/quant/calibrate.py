@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,13 +57,20 @@ class Calibration:
     seconds: float = 0.0
     source: str = ""
     digest: str = ""
+    #: the tokenizer text samples went through (:func:`tokenizer_record`); None: the samples were token ids
+    tokenizer: dict | None = None
+    #: the base's context (tokens), the samples cut to it or to --calib_max_seq_length, and what a user should know
+    #: (samples cut at the context); see :class:`CalibrationSamples`
+    context: int | None = None
+    cut: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         """The whole calibration as JSON (:meth:`from_json` reads it back): calibrate once, convert elsewhere."""
         d = {"inputs": [[i, name, v] for (i, name), v in sorted(self.inputs.items())],
              "qkv_outputs": [[i, v] for i, v in sorted(self.qkv_outputs.items())],
              "kv_cached": [[i, v] for i, v in sorted(self.kv_cached.items())],
-             **{k: getattr(self, k) for k in ("samples", "tokens", "seconds", "source", "digest")}}
+             **{k: getattr(self, k) for k in ("samples", "tokens", "seconds", "source", "digest", *_READ_FIELDS)}}
         return json.dumps(d)
 
     @classmethod
@@ -71,12 +79,35 @@ class Calibration:
         return cls(inputs={(int(i), str(n)): float(v) for i, n, v in d["inputs"]},
                    qkv_outputs={int(i): float(v) for i, v in d["qkv_outputs"]},
                    kv_cached={int(i): float(v) for i, v in d.get("kv_cached", [])},
-                   **{k: d[k] for k in ("samples", "tokens", "seconds", "source", "digest")})
+                   **{k: d[k] for k in ("samples", "tokens", "seconds", "source", "digest")},
+                   **{k: d[k] for k in _READ_FIELDS if k in d})
 
     def record(self) -> dict:
-        """What config.json keeps of it (``medusa_ports.calibration``): enough for ``verify`` to redo it."""
-        return {"source": self.source, "samples": self.samples, "tokens": self.tokens, "sha256": self.digest,
-                "seconds": round(self.seconds, 3)}
+        """What config.json keeps of it (``medusa_ports.calibration``): enough for ``verify`` to redo it, and to
+        tell a different tokenizer (``tokenizer``, :func:`recorded_tokenizer_matches`) from different samples."""
+        out = {"source": self.source, "samples": self.samples, "tokens": self.tokens, "sha256": self.digest,
+               "seconds": round(self.seconds, 3), "cut": self.cut}
+        out.update({k: getattr(self, k) for k in ("context", "tokenizer", "notes") if getattr(self, k)})
+        return out
+
+
+#: what reading the samples found, kept by :class:`Calibration` (and its JSON) beside the ranges
+_READ_FIELDS = ("tokenizer", "context", "cut", "notes")
+
+
+class CalibrationSamples(list):
+    """The calibration samples: a list of token-id lists, with what reading them found, which
+    :func:`calibrate` keeps in the :class:`Calibration` (and so in config.json): ``source``; ``context``, the
+    base's context in tokens (None: unknown) and ``limit``, the tokens kept per sample (--calib_max_seq_length
+    or the context, the smaller); ``cut``, the samples longer than ``limit``; ``notes``; ``tokenizer``, the
+    :func:`tokenizer_record` of the tokenizer text went through (None: every sample was token ids)."""
+
+    def __init__(self, samples=(), *, source: str = "", limit: int = 0, context: int | None = None):
+        super().__init__(samples)
+        self.source, self.limit, self.context = source, limit, context
+        self.cut = 0
+        self.notes: list[str] = []
+        self.tokenizer: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -111,48 +142,198 @@ def samples_digest(samples: list[list[int]]) -> str:
     return hashlib.sha256(json.dumps(samples, separators=(",", ":")).encode()).hexdigest()
 
 
+#: a long text is cut before it is tokenized: first to this many characters per token wanted (real tokenizers
+#: average 3-5), doubled until the cut text gives enough tokens (a 200,000-token line costs a few thousand)
+_CHARS_PER_TOKEN = 8
+#: tokens past the limit the cut text must still give, so that the cut, which may split a word, changes none
+#: of the tokens kept
+_CUT_MARGIN = 16
+#: a text line is read up to max(1 MiB, 2 KiB per token kept): its rest could add no token
+_LINE_BYTES_PER_TOKEN, _MIN_LINE_BYTES = 2048, 1 << 20
+
+
+def first_tokens(tokenize: Callable[[str], list[int]], text: str, limit: int) -> list[int]:
+    """The first ``limit + 1`` tokens of ``text`` (all of them, when it has fewer), tokenizing a prefix of it
+    where one is enough: a sample is cut to ``limit`` tokens, the one more says that it was. TensorRT-LLM cuts
+    the tokenized text the same way (``tensorrt_llm/quantization/quantize_by_modelopt.py``
+    ``get_calib_dataloader``: ``truncation=True, max_length=calib_max_seq_length``), after tokenizing it whole."""
+    want = limit + 1 + _CUT_MARGIN
+    chars = _CHARS_PER_TOKEN * want
+    while chars < len(text):
+        ids = tokenize(text[:chars])
+        if len(ids) >= want:
+            return ids[: limit + 1]
+        chars *= 2
+    return tokenize(text)[: limit + 1]
+
+
+def base_context(model_dir: str | Path) -> tuple[int, str] | None:
+    """The base's context in tokens and the config.json key it is read from (the family's
+    :meth:`~trtllm_medusa_ports.archs.base.ArchAdapter.max_positions`); None where ``model_dir`` holds no
+    config.json (a folder with a tokenizer only) or names no family and no ``max_position_embeddings``."""
+    from trtllm_medusa_ports.archs import adapter_for
+
+    if not (Path(model_dir) / "config.json").is_file():
+        return None
+    hf = HFConfig.read(model_dir)
+    try:
+        adapter = adapter_for(hf.architecture)
+    except ModelError:  # no architectures: convert --model_type names the family
+        adapter = None
+    if adapter is not None:
+        return adapter.max_positions(hf), adapter.max_positions_key
+    value = hf.get("max_position_embeddings")
+    return (value, "max_position_embeddings") if isinstance(value, int) and value > 0 else None
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json",
+                   "merges.txt", "vocab.txt", "added_tokens.json", "special_tokens_map.json", "tokenizer_config.json")
+
+
+def tokenizer_record(tok_dir: str | Path) -> dict:
+    """Which tokenizer text samples went through: its folder (``path``, ``name``) and the sha256 of its files
+    (:data:`TOKENIZER_FILES` present, names and bytes; ``files`` lists them), so that two folders holding the
+    same tokenizer match and an edited vocabulary does not."""
+    d = Path(tok_dir).resolve()
+    h, files = hashlib.sha256(), []
+    for name in TOKENIZER_FILES:
+        f = d / name
+        if not f.is_file():
+            continue
+        files.append(name)
+        h.update(name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        h.update(b"\0")
+    return {"path": str(d), "name": d.name, "sha256": h.hexdigest(), "files": files}
+
+
+def recorded_tokenizer_matches(record: dict, tokenizer_dir: str | Path) -> str | None:
+    """Whether the calibration ``record`` (config.json ``medusa_ports.calibration``) was tokenized with the
+    tokenizer in ``tokenizer_dir``: None when it was (or the record names none: its samples were token ids, or it
+    predates tokenizer records), else why not, in words (verify: "re-derived with a different tokenizer", not
+    "different samples")."""
+    rec = record.get("tokenizer")
+    if not isinstance(rec, dict) or not rec.get("sha256"):
+        return None
+    now = tokenizer_record(tokenizer_dir)
+    if now["sha256"] == rec["sha256"]:
+        return None
+    return (f"the calibration text was tokenized with the tokenizer in {rec.get('path')} (sha256 "
+            f"{str(rec['sha256'])[:12]}, files {', '.join(rec.get('files') or []) or 'none'}), and {now['path']} "
+            f"holds another (sha256 {now['sha256'][:12]}, files {', '.join(now['files']) or 'none'})")
+
+
+def recorded_tokenizer_dir(record: dict, model_dir: str | Path) -> Path:
+    """The folder to tokenize a recorded calibration's text with again: the recorded tokenizer's, where it still
+    exists, else ``model_dir`` (the default at conversion)."""
+    rec = record.get("tokenizer")
+    path = rec.get("path") if isinstance(rec, dict) else None
+    return Path(path) if path and Path(path).is_dir() else Path(model_dir)
+
+
 def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, size: int | None, max_seq_length: int,
-                             tokenizer_dir: str | Path | None = None) -> tuple[list[list[int]], str]:
-    """The calibration samples (token ids, one per line or prompt, cut at ``max_seq_length``) and their source.
+                             tokenizer_dir: str | Path | None = None) -> tuple[CalibrationSamples, str]:
+    """The calibration samples (token ids, one per line or prompt) and their source.
 
     ``path`` (``--calib_dataset``): text lines (one sample each, ``\\n`` for a line break), read as
     ``--prompts_file``, or JSON lines with ``text``, ``prompt``, ``input_ids`` or ``prompt_ids``, read as
     ``--data`` (ids used as they are, no token added; files/prompts.py); None: the packaged prompts.
     Fewer samples than ``size`` is an error, never a silent smaller calibration; ``size`` None: every sample.
+    The file is read line by line and no further than the ``size`` samples (a file over the text-input limit is
+    refused unread). Each sample is cut to ``max_seq_length`` tokens, or to the base's context where that is
+    shorter (:func:`base_context`; a note says so and names the first sample cut, as upstream's quantize.py
+    cuts to ``--calib_max_seq_length``); text is cut before it is tokenized (:func:`first_tokens`).
     """
-    from trtllm_medusa_ports.files.prompts import (
-        PromptInputs,
-        lazy_tokenizer,
-        looks_like_json_lines,
-        packaged_prompts,
-        read_items,
-    )
-
     if (size is not None and size < 1) or max_seq_length < 1:
         raise PortError(f"--calib_size {size} and --calib_max_seq_length {max_seq_length} must be at least 1",
                         fix="e.g. --calib_size 512 --calib_max_seq_length 512 (upstream's defaults)")
-    tokenize = lazy_tokenizer(tokenizer_dir or model_dir)
-    if path is None:
-        source = "packaged prompts"
-        items = read_items(PromptInputs(), tokenize, default=lambda: packaged_prompts()[:size] if size else packaged_prompts())
-    else:
-        source = str(Path(path).resolve())
-        p = Path(path)
-        if not p.is_file():
-            hub = not p.exists() and "/" in str(path) and not str(path).startswith((".", "/"))
-            raise PortError("the calibration dataset is not a regular file"
-                            + (" (a dataset name like upstream's ccdv/cnn_dailymail is not fetched: no hub access)"
-                               if hub else ""), where=str(p),
-                            fix="pass a text file (one sample per line) or JSON lines with text / input_ids"
-                                + ("; omit --calib_dataset for the packaged prompts" if hub else ""))
-        inputs = PromptInputs(data=p) if looks_like_json_lines(p) else PromptInputs(prompts_file=p)
-        items = read_items(inputs, tokenize)
-    samples = [it.ids for it in items if it.ids]
+    context = base_context(model_dir)
+    limit = min(max_seq_length, context[0]) if context else max_seq_length
+    tok = _SampleTokenizer(Path(tokenizer_dir or model_dir), limit)
+    source = "packaged prompts" if path is None else _calibration_file(path)
+    samples = CalibrationSamples(source=source, limit=limit, context=context[0] if context else None)
+    at_context: list[str] = []
+    read = _packaged_samples(tok, size) if path is None else _file_samples(Path(path), tok, limit)
+    try:
+        for label, ids, longer in read:
+            if not ids:
+                continue
+            if longer or len(ids) > limit:
+                samples.cut += 1
+                if limit < max_seq_length:
+                    at_context.append(label)
+            samples.append(ids[:limit])
+            if size is not None and len(samples) == size:
+                break
+    finally:
+        read.close()  # the file is closed where reading stopped
     size = len(samples) if size is None else size
     if len(samples) < size:
         raise PortError(f"the calibration set has {len(samples)} non-empty sample(s), --calib_size asks for {size}",
                         where=source, fix=f"pass --calib_size {len(samples)} or a larger --calib_dataset")
-    return [ids[:max_seq_length] for ids in samples[:size]], source
+    if at_context:
+        samples.notes.append(
+            f"calibration: {len(at_context)} of {len(samples)} sample(s) ({', '.join(at_context[:3])}"
+            f"{', ...' if len(at_context) > 3 else ''}) are longer than the base's context of {limit} tokens "
+            f"({context[1]}) and were cut to it: --calib_max_seq_length {max_seq_length} is above the context")
+    samples.tokenizer = tokenizer_record(tok.tok_dir) if tok.used else None
+    return samples, source
+
+
+class _SampleTokenizer:
+    """Text -> its first ``limit + 1`` tokens (:func:`first_tokens`) through the tokenizer of ``tok_dir``, loaded
+    at the first text; ``used``: whether any text was tokenized."""
+
+    def __init__(self, tok_dir: Path, limit: int):
+        from trtllm_medusa_ports.files.prompts import lazy_tokenizer
+
+        self.tok_dir, self.limit, self.used = tok_dir, limit, False
+        self._tokenize = lazy_tokenizer(tok_dir)
+
+    def __call__(self, text: str) -> list[int]:
+        self.used = True
+        return first_tokens(self._tokenize, text, self.limit)
+
+
+def _calibration_file(path: str | Path) -> str:
+    """The source a --calib_dataset names (its resolved path), or the error where it is not a regular file."""
+    p = Path(path)
+    if not p.is_file():
+        hub = not p.exists() and "/" in str(path) and not str(path).startswith((".", "/"))
+        raise PortError("the calibration dataset is not a regular file"
+                        + (" (a dataset name like upstream's ccdv/cnn_dailymail is not fetched: no hub access)"
+                           if hub else ""), where=str(p),
+                        fix="pass a text file (one sample per line) or JSON lines with text / input_ids"
+                            + ("; omit --calib_dataset for the packaged prompts" if hub else ""))
+    return str(p.resolve())
+
+
+def _packaged_samples(tok: _SampleTokenizer, size: int | None) -> Iterator[tuple[str, list[int], bool]]:
+    from trtllm_medusa_ports.files.prompts import packaged_prompts
+
+    for n, text in enumerate(packaged_prompts()[:size] if size else packaged_prompts(), 1):
+        yield f"prompt {n}", tok(text), False
+
+
+def _file_samples(p: Path, tok: _SampleTokenizer, limit: int) -> Iterator[tuple[str, list[int], bool]]:
+    """``(label, ids, cut)`` of each line of a calibration file, read as asked for: JSON lines by its first
+    character (files/prompts.py ``looks_like_json_lines``, which says so in its errors), else text lines, each
+    read up to the bytes its tokens can need (``cut``: the line was longer)."""
+    from trtllm_medusa_ports.files.jsonfile import MAX_JSON_FILE_BYTES
+    from trtllm_medusa_ports.files.prompts import (
+        data_file_items,
+        looks_like_json_lines,
+        prompt_file_lines,
+    )
+
+    if looks_like_json_lines(p):
+        for n, item in data_file_items(p, tok, max_line_bytes=MAX_JSON_FILE_BYTES):
+            yield f"line {n}", item.ids, False
+        return
+    for n, text, cut in prompt_file_lines(p, max_line_bytes=max(_MIN_LINE_BYTES, _LINE_BYTES_PER_TOKEN * limit)):
+        yield f"line {n}", tok(text), cut
 
 
 def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: list[list[int]], *,
@@ -181,6 +362,8 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
     modules = dict(model.named_modules())
     cal = Calibration(source=source, digest=samples_digest(samples), samples=len(samples),
                       tokens=sum(len(s) for s in samples))
+    if isinstance(samples, CalibrationSamples):
+        cal.tokenizer, cal.context, cal.cut, cal.notes = samples.tokenizer, samples.context, samples.cut, list(samples.notes)
 
     def keep(store: dict, key, value: float) -> None:
         store[key] = max(store.get(key, 0.0), value)
