@@ -239,6 +239,18 @@ def test_a_device_nothing_can_compute_on_is_a_usage_error_of_train_heads(ws, cap
               "--steps", "1", "--quiet", "--device", device], capsys, 2, (f"--device {device}",))
 
 
+def test_a_device_nothing_can_compute_on_is_a_usage_error_of_verify(ws, capsys):
+    from trtllm_medusa_ports.cli import build_parser
+
+    try:
+        build_parser().parse_args(["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--device", "meta"])
+    except SystemExit:
+        pytest.skip("verify takes no --device in this checkout")
+    capsys.readouterr()
+    _run(ws, ["verify", "--model_dir", str(ws / "base"), "--checkpoint_dir", str(ws / "nosuchckpt"), "--quiet",
+              "--device", "meta"], capsys, 2, ("--device meta: the meta device holds",))
+
+
 def test_the_api_refuses_the_device_before_calibrating(ws):
     with pytest.raises(PortError, match="--device meta: the meta device holds") as exc:
         api.convert(api.ConvertOptions(model_dir=ws / "base", medusa_model_dir=ws / "heads", output_dir=ws / "out",

@@ -302,7 +302,50 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     _validate_options(opts, "ConvertOptions", ConversionError)
     if opts.calib_dataset is not None:  # never write where the calibration text lives
         guard_output_dir(Path(opts.output_dir), {"--calib_dataset": Path(opts.calib_dataset)})
-    return _convert(opts)
+    unused = _check_calibration_flags(opts)
+    res = _convert(opts)
+    record = (res.config.get("medusa_ports") or {}).get("calibration") or {}
+    res.warnings[:0] = unused + list(record.get("notes") or [])  # samples cut at the base's context
+    return res
+
+
+#: convert's flags of the calibration pass, with their defaults
+_CALIBRATION_FLAGS = (("--calib_dataset", "calib_dataset", None), ("--calib_size", "calib_size", 512),
+                      ("--calib_max_seq_length", "calib_max_seq_length", 512),
+                      ("--tokenizer_dir", "tokenizer_dir", None), ("--device", "device", "cpu"),
+                      ("--threads", "threads", None))
+
+
+def _check_calibration_flags(opts: ConvertOptions) -> list[str]:
+    """The warning for calibration flags set on a conversion that runs no calibration (a float or weight-only
+    format, or a given ``ConvertOptions.calibration``): never ignored in silence. A path among them that does not
+    exist is an error (a typo would otherwise pass unseen). Where a calibration runs, ``--device`` is checked by
+    computing on it (devices.check_device) before anything is read."""
+    from trtllm_medusa_ports.quant import spec_from_flags
+
+    spec = spec_from_flags(opts)
+    if spec.needs_calibration and opts.calibration is None:
+        from trtllm_medusa_ports.devices import check_device
+
+        check_device(opts.device, "--device", ConversionError)
+        return []
+    given = [flag for flag, name, default in _CALIBRATION_FLAGS if getattr(opts, name) != default]
+    for flag, name in (("--calib_dataset", "calib_dataset"), ("--tokenizer_dir", "tokenizer_dir")):
+        path = getattr(opts, name)
+        if path is not None and not Path(path).exists():
+            raise ConversionError(f"{flag}: no such file or directory (and nothing is calibrated: the flag does not "
+                                  "apply)", where=str(path), fix=f"drop {flag}, or correct the path")
+    if not given:
+        return []
+    if spec.needs_calibration:
+        why = "ConvertOptions.calibration is given and used as it is"
+    elif spec.weight_only:
+        why = (f"weight-only {spec.quant_algo} calibrates nothing (TensorRT-LLM quantizes the weights at load, from "
+               "the weights alone)")
+    else:
+        why = "a float checkpoint calibrates nothing"
+    return [f"{', '.join(given)}: ignored, {why}; drop {'it' if len(given) == 1 else 'them'}, or calibrate with "
+            "--qformat fp8 or --kv_cache_dtype fp8 / int8"]
 
 
 @dataclass

@@ -161,7 +161,7 @@ def run_convert(args: argparse.Namespace) -> int:
     if args.base_checkpoint_dir is not None:
         return _add_heads(args)
     ep = _moe_ep_size(args)
-    if ep is None:
+    if ep is None or not _calibration_device_ok(args):
         return 2
     opts = ConvertOptions(
         model_dir=Path(args.model_dir),
@@ -217,6 +217,27 @@ def _moe_ep_size(args: argparse.Namespace) -> int | None:
               "  fix: pass one of them (the other is tp_size divided by it)", file=sys.stderr)
         return None
     return ep
+
+
+def _calibration_device_ok(args: argparse.Namespace) -> bool:
+    """``--device`` where a calibration pass will compute on it, checked by doing so (devices.check_device: meta,
+    cuda without CUDA, an ordinal past the GPUs, a bad name); False after the message (a usage error)."""
+    from trtllm_medusa_ports.quant import spec_from_flags
+
+    if not spec_from_flags(args).needs_calibration:
+        return True  # a flag that does not apply: api.convert warns
+    return _device_ok(args.device)
+
+
+def _device_ok(device: str) -> bool:
+    from trtllm_medusa_ports.devices import check_device
+
+    try:
+        check_device(device, "--device")
+    except PortError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 #: convert's flags (and their defaults) a base quantized by NVIDIA's tools cannot honour: it keeps its own
@@ -327,6 +348,8 @@ def run_train_heads(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import FitOptions, TrainOptions, train_heads
     from trtllm_medusa_ports.heads.train import TrainingInterrupted
 
+    if args.device is not None and not _device_ok(args.device):  # computed on before the base is loaded
+        return 2
     fit = FitOptions(num_heads=args.num_heads, num_layers=args.num_layers, steps=args.steps, lr=args.lr,
                      batch_size=args.batch_size or None, share_lm_head=args.share_lm_head, seed=args.seed,
                      full_vocab=args.full_vocab, distill=args.distill, save_every=args.save_every,
@@ -411,6 +434,15 @@ def run_check(args: argparse.Namespace) -> int:
 def run_verify(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import VerifyOptions, verify
 
+    device = getattr(args, "device", "cpu")
+    if device != "cpu" and not _device_ok(device):  # computed on before anything is loaded
+        return 2
+    if args.calib_dataset is None:  # they say how to read --calib_dataset: alone, they change nothing
+        given = [f for f, v, d in (("--calib_size", args.calib_size, None),
+                                   ("--calib_max_seq_length", args.calib_max_seq_length, 512)) if v != d]
+        if given:
+            print(f"warning: {', '.join(given)}: ignored without --calib_dataset (a checkpoint converted here "
+                  "re-derives its scales from its recorded calibration)", file=sys.stderr)
     report = verify(VerifyOptions(
         model_dir=Path(args.model_dir), checkpoint_dir=Path(args.checkpoint_dir), medusa_choices=args.medusa_choices,
         prompts=_prompt_inputs(args), tokenizer_dir=_path(args.tokenizer_dir), max_new_tokens=args.max_new_tokens,

@@ -1,6 +1,10 @@
-"""What a device computes fast, measured: bfloat16 against float32 (:func:`bfloat16_slowdown`,
-:func:`choose_dtype`), and which GPUs a torchrun rank takes (:func:`rank_gpus`).
+"""The torch device a command computes on (convert's calibration pass, train-heads), checked by computing on it.
 
+``torch.device(...)`` accepts names nothing can run on: ``meta`` holds no values, ``cuda`` parses on a
+machine without CUDA, ``cuda:7`` on one with two GPUs. Only allocating there and multiplying tells, so that
+is the check, run when the flags are read, before any model is loaded.
+
+What a device computes fast is measured the same way (:func:`bfloat16_slowdown`, :func:`choose_dtype`):
 ``train-heads`` computes in bfloat16 where that is fast (CPUs with AVX512-BF16 or AMX, GPUs from Ampere on) and in
 float32 elsewhere - on a CPU without bfloat16 units a held-out run measured ``--fit_dtype bfloat16`` 42x slower
 than float32 (32-47 s a step of a 270M base). torch emulates bfloat16 where the units are missing, so a small
@@ -11,6 +15,41 @@ from __future__ import annotations
 
 import functools
 import time
+
+from trtllm_medusa_ports.errors import PortError
+
+DEVICE_FIX = ("use --device cpu, or cuda / cuda:N for a GPU this torch can reach (python -c \"import torch; "
+              "print(torch.cuda.is_available(), torch.cuda.device_count())\")")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def check_device(device: str, flag: str = "--device", error: type[PortError] = PortError) -> str:
+    """``device`` as torch spells it, when torch can allocate a tensor there and multiply two; otherwise
+    ``error`` naming ``flag``, the device and what torch said (never a traceback from deep in the run)."""
+    import torch
+
+    if not isinstance(device, str) or not device.strip():
+        raise error(f"{flag} {device!r} names no device", fix=DEVICE_FIX)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise error(f"{flag} {device!r} is not a torch device ({_first_line(exc)})", fix=DEVICE_FIX) from None
+    if dev.type == "meta":
+        raise error(f"{flag} {device}: the meta device holds shapes but no values, so nothing can be computed on it",
+                    fix=DEVICE_FIX)
+    try:
+        torch.empty(1, device=dev)
+        a = torch.ones(2, 2, device=dev)
+        got = float((a @ a).sum().cpu())
+    except Exception as exc:  # noqa: BLE001 - RuntimeError, AssertionError (a torch built without CUDA), ...
+        raise error(f"{flag} {device}: torch cannot compute there ({_first_line(exc)})", fix=DEVICE_FIX) from None
+    if got != 8.0:
+        raise error(f"{flag} {device}: a 2x2 product of ones came out {got}, not 8", fix=DEVICE_FIX)
+    return str(dev)
 
 
 def rank_gpus(local_rank: int, local_world: int, count: int) -> list[int]:
