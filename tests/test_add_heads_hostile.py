@@ -207,16 +207,6 @@ def test_a_preset_tree_is_pruned_to_the_heads_with_a_warning(tmp_path, capsys, h
     assert any("tree-pruned" in w for w in cfg["medusa_ports"]["warnings"])
 
 
-def test_the_dtype_default_on_a_bfloat16_base_says_the_heads_take_the_bases(tmp_path, capsys, store):
-    h = save_heads(random_heads(QWEN2.hidden_size, QWEN2.vocab_size, num_heads=2), tmp_path / "in" / "h")
-    rc, err = _add(tmp_path, capsys, _tool_base(store, tmp_path, "bfloat16"), h)
-    assert rc == 0 and "written in the base's bfloat16" in err and "--dtype auto" in err, err
-    assert json.loads((tmp_path / "outs" / "ckpt" / "config.json").read_text())["dtype"] == "bfloat16"
-    shutil.rmtree(tmp_path / "outs")
-    rc, err = _add(tmp_path, capsys, _tool_base(store, tmp_path / "b", "bfloat16"), h, "--dtype", "auto")
-    assert rc == 0 and "warning" not in err, err
-
-
 def test_the_api_refuses_another_dtype_and_honours_fsync(tmp_path, heads, monkeypatch):
     from trtllm_medusa_ports.api import AddHeadsOptions, add_heads
     from trtllm_medusa_ports.errors import ConversionError

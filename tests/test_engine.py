@@ -687,7 +687,8 @@ def test_quantized_checkpoints_load_through_upstreams_quantized_path(trtllm, sto
     ("scale-shape", "not the same shape"),
     ("weight-not-fp8", "the parameter is fp8"),
 ])
-def test_standin_catches_a_damaged_quantized_checkpoint(trtllm, store, tmp_path, capsys, damage, needle):
+def test_standin_catches_a_damaged_quantized_checkpoint(trtllm, store, tmp_path, capsys, monkeypatch, damage,
+                                                         needle):
     flags = dict(qformat="int8_wo") if damage == "quantize-heads" else dict(qformat="fp8")
     ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, **flags)
     cfg = json.loads((ckpt / "config.json").read_text())
@@ -710,7 +711,22 @@ def test_standin_catches_a_damaged_quantized_checkpoint(trtllm, store, tmp_path,
         save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
     assert _build(ckpt, tmp_path / "eng") == 1
     err = capsys.readouterr().err
-    assert needle in err, err
+    ours = OUR_REFUSAL[damage]  # refused by our checkpoint validation before TensorRT-LLM is reached
+    assert (ours or needle) in err, err
+    if ours is not None:  # and the stand-in itself catches it, as TensorRT-LLM's load would
+        import trtllm_medusa_ports.engine.build as build_mod
+        from trtllm_medusa_ports.files.jsonfile import read_json
+
+        monkeypatch.setattr(build_mod, "read_checkpoint_config", lambda d: read_json(d / "config.json", ValueError, fix=""))
+        assert _build(ckpt, tmp_path / "eng2") == 1
+        err = capsys.readouterr().err
+        assert needle in err and ours not in err, err
+
+
+#: what our validation (files/checkpoint.py check_medusa_excluded, quant quantized_layer_problems) says first
+OUR_REFUSAL = {"quantize-heads": "would be built as a quantized layer", "drop-scale": "without activation_scaling_factor",
+               "rename-scale": "without activation_scaling_factor", "scale-shape": None,
+               "weight-not-fp8": "qkv.weight is float16"}
 
 
 def test_float16_checkpoint_of_an_overflowing_base_carries_the_finding_and_build_refuses_it(trtllm, store, tmp_path,

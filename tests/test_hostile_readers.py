@@ -208,7 +208,7 @@ LONG_INTS = [
          ("t.json", "field [1][0]", f"{DIGITS} digits")),
     Case("choices-file-on-convert", lambda ws: _convert(ws, "--medusa_choices",
                                                         f"@{_write(ws / 't.json', f'[[0], [0, {BIG}]]')}"),
-         ("[tree-invalid] field [1][1]", f"{DIGITS} digits")),  # compat's finding keeps the what, not the where
+         ("[tree-invalid] ", "t.json: field [1][1]", f"{DIGITS} digits")),  # the finding names the file
     Case("choices-argv", lambda ws: _convert(ws, "--medusa_choices", f"[[0], [{BIG}]]"),
          ("[tree-invalid] field [1][0]",)),
     Case("choices-argv-on-tree", lambda ws: ["tree", "--choices", f"[[0], [{BIG}]]"],

@@ -194,7 +194,7 @@ def test_bad_quantization_input_writes_nothing(tmp_path, store, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
     cases = [(["--calib_dataset", str(tmp_path / "missing.jsonl")], "not a regular file"),
-             (["--calib_dataset", str(empty)], "no prompts in the file"),
+             (["--calib_dataset", str(empty)], "the calibration set has 0 non-empty sample(s)"),
              (["--calib_dataset", str(_calib(tmp_path, vocab, n=3)), "--calib_size", "5"],
               "has 3 non-empty sample(s), --calib_size asks for 5"),
              (["--calib_dataset", str(_calib(tmp_path, vocab)), "--calib_size", "2", "--dtype", "float32"],
@@ -399,12 +399,25 @@ def test_tool_quantized_base_refusals(tmp_path, store, capsys):
     err = capsys.readouterr().err  # float weights under an AWQ quant_algo: not what the engine would load
     assert "dense.weight is float16 without weights_scaling_factor" in err and "taking int8 weights" in err
     assert not (tmp_path / "o-missing").exists()
-    cfg["moe"] = {"num_experts": 4, "top_k": 2}  # a tool's MoE experts: a layout verify cannot read back
+    cfg["moe"] = {"num_experts": 4, "top_k": 2}  # config.json's experts over rank files that hold none
     (tool / "config.json").write_text(json.dumps(cfg))
     assert main(args[:-2] + [str(tmp_path / "o-moe"), "--quiet", "--medusa_model_dir", str(heads)]) == 1
     err = capsys.readouterr().err
-    assert "experts of a mixture-of-experts base" in err and "--qformat int8_wo" in err
-    assert not (tmp_path / "o-moe").exists()
+    assert "rank files must come from one conversion" in err and not (tmp_path / "o-moe").exists()
+
+
+def test_a_tool_quantized_mixture_of_experts_base_is_refused(tmp_path, store, capsys):
+    """A tool's quantized experts (a layout verify cannot read back yet) are refused, with the route that works."""
+    base = tiny_base(store, "MixtralForCausalLM", **WIDE)
+    heads = _heads(tmp_path, "MixtralForCausalLM", 128)
+    tool = _tool_checkpoint(convert_to(tmp_path / "ours", base, heads, dtype="float16", qformat="int8_wo"),
+                            tmp_path / "tool")
+    out = tmp_path / "o-moe"
+    assert main(["convert", "--base_checkpoint_dir", str(tool), "--medusa_model_dir", str(heads), "--output_dir",
+                 str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "W8A16 experts of a mixture-of-experts base" in err and "--qformat int8_wo" in err, err
+    assert not out.exists()
 
 
 def test_a_calibration_run_once_serves_several_conversions(tmp_path, store):

@@ -5,6 +5,7 @@ stand-in's former behaviour."""
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from test_engine import _build, _engine_model, _quantized, trtllm  # noqa: F401  (trtllm: the stand-in fixture)
@@ -36,7 +37,14 @@ def test_an_empty_exclude_list_stays_empty_and_the_embedding_is_then_quantized(t
     assert type(model.transformer.vocab_embedding).__name__ == "Embedding"  # *vocab_embedding excluded
     cfg["quantization"]["exclude_modules"] = []
     _write(ckpt, cfg)
-    assert _build(ckpt, tmp_path / "eng") != 0  # nothing excluded: heads, lm_head and embedding quantized
+    assert _build(ckpt, tmp_path / "eng") != 0  # refused by our validation: the heads would be quantized layers
+    assert "no exclude_modules (so quantize_layers' defaults" in capsys.readouterr().err
+    import trtllm_medusa_ports.engine.build as build_mod
+    from trtllm_medusa_ports.files.jsonfile import read_json
+
+    with pytest.MonkeyPatch.context() as mp:  # past it, the stand-in's load (as TensorRT-LLM's) fails too
+        mp.setattr(build_mod, "read_checkpoint_config", lambda d: read_json(d / "config.json", ValueError, fix=""))
+        assert _build(ckpt, tmp_path / "eng1") != 0  # nothing excluded: heads, lm_head and embedding quantized
     err = capsys.readouterr().err
     assert "vocab_embedding.per_token_scale" in err
     cfg["quantization"]["exclude_modules"] = ["*lm_head", "*medusa_heads*"]  # the embedding left out of the list

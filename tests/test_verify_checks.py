@@ -53,3 +53,32 @@ def test_rows_no_prompt_reads_fail_verify(tmp_path, written, qwen2_base, name, r
     assert rep.parity and rep.greedy_equal  # what parity and greedy equivalence alone would have called OK
     assert not rep.ok and f"base tensors      : FAIL  {name} (rank 0" in rep.render()
     assert rep.render().rstrip().endswith("RESULT: FAILED")
+
+
+# -- the Medusa heads excluded from a quant_algo: checked by read_checkpoint, for every reader ----------------------
+@pytest.mark.parametrize("quantization, refused", [
+    ({"quant_algo": "FP8"}, "no exclude_modules (so quantize_layers' defaults"),
+    ({"quant_algo": "FP8", "exclude_modules": []}, "no exclude_modules (so quantize_layers' defaults"),
+    ({"quant_algo": "W8A16", "exclude_modules": ["*lm_head", "*router"]}, 'exclude_modules ["*lm_head", "*router"]'),
+    ({"quant_algo": "FP8", "exclude_modules": "*medusa_heads*"}, "not a list of module patterns"),
+    ({"quant_algo": "FP8", "exclude_modules": ["*lm_head", "*medusa_heads*"]}, None),
+    ({"quant_algo": None, "kv_cache_quant_algo": "FP8"}, None),  # no weight quantized: nothing to exclude
+], ids=["fp8-none", "fp8-empty", "wo-without-medusa", "not-a-list", "excluded", "kv-only"])
+def test_the_heads_must_be_excluded_from_a_quant_algo(tmp_path, written, quantization, refused):
+    from trtllm_medusa_ports.errors import CheckpointError
+    from trtllm_medusa_ports.files.checkpoint import read_checkpoint
+
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    (out / "rank0.safetensors").write_bytes((written / "rank0.safetensors").read_bytes())
+    cfg = json.loads((written / "config.json").read_text())
+    cfg["quantization"] = quantization
+    (out / "config.json").write_text(json.dumps(cfg))
+    if refused is None:
+        assert read_checkpoint(out).config["quantization"] == quantization
+        return
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint(out)
+    assert refused in e.value.what and e.value.where == str(out / "config.json"), str(e.value)
+    if "not a list" not in refused:
+        assert "medusa_heads.0.medusa_layers.0.linear" in e.value.what and "*medusa_heads*" in e.value.fix

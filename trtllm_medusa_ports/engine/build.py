@@ -32,7 +32,9 @@ from trtllm_medusa_ports.compat import (
 )
 from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
 from trtllm_medusa_ports.errors import CheckpointError, PortError
+from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.jsonfile import read_json
+from trtllm_medusa_ports.quant import BITS, QUANTIZED_LAYER_FIX, quantized_layer_problems
 
 
 def read_checkpoint_config(checkpoint_dir: Path) -> dict:
@@ -44,6 +46,16 @@ def read_checkpoint_config(checkpoint_dir: Path) -> dict:
     if not isinstance(cfg.get("architecture"), str):
         raise CheckpointError("config.json has no architecture string", where=str(path),
                               fix="pass the --output_dir of trtllm-medusa convert")
+    # the one validation every reader runs (files/checkpoint.py check_config: sizes, mapping against the rank
+    # files, experts, the Medusa heads excluded from a quant_algo) and the quantized layers' stored dtypes and
+    # scales (quant/__init__.py quantized_layer_problems, which verify and add-heads run): headers only
+    ckpt = read_checkpoint(checkpoint_dir)
+    q = cfg.get("quantization") or {}
+    problems = [p for p in quantized_layer_problems(ckpt.ranks, q.get("quant_algo"), q.get("exclude_modules"))
+                if q.get("quant_algo") not in BITS or p.stored_quantized]
+    if problems:
+        raise CheckpointError(problems[0].message, where=str(checkpoint_dir / f"rank{problems[0].rank}.safetensors"),
+                              fix=QUANTIZED_LAYER_FIX)
     return cfg
 
 

@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import fnmatch
 import hashlib
 import json
 import os
@@ -394,6 +395,44 @@ def check_config(ckpt: Checkpoint) -> None:
             fix="config.json's mapping must be the one the rank files were written for (tp_size x pp_size = the "
                 "number of rank files)")
     check_experts(ckpt)
+    check_medusa_excluded(ckpt)
+
+
+#: tensorrt_llm/quantization/quantize.py ``quantize_layers``: the exclusions it uses where config.json's
+#: ``quantization.exclude_modules`` is missing or empty (``quant_config.exclude_modules or [...]``); every other
+#: linear module becomes a quantized layer, whatever dtype its stored weight has
+QUANTIZE_LAYERS_DEFAULT_EXCLUDE = ("*lm_head", "*router", "*vocab_embedding", "*position_embedding",
+                                   "*block_embedding", "*shared_expert_gate")
+_MEDUSA_LINEAR = re.compile(r"(medusa_heads\.\d+\.(medusa_layers\.\d+\.linear|lm_head))\.weight")
+
+
+def check_medusa_excluded(ckpt: Checkpoint) -> None:
+    """With a ``quant_algo``, every Medusa linear (``medusa_heads.H.medusa_layers.L.linear``, ``medusa_heads.H.lm_head``)
+    must be matched by ``exclude_modules`` (fnmatch on the module's dotted name, as quantize_layers matches): the
+    heads are stored float, and a head the build quantizes would be a quantized layer over float weights.
+    examples/quantization/quantize_by_modelopt.py ``combine_medusa_weight`` adds ``*medusa_heads*`` for this."""
+    q = ckpt.config.get("quantization") or {}
+    if not isinstance(q, dict) or not q.get("quant_algo"):
+        return
+    exclude = q.get("exclude_modules")
+    where = str(ckpt.path / "config.json")
+    if exclude is not None and (not isinstance(exclude, list) or not all(isinstance(p, str) for p in exclude)):
+        raise CheckpointError(f"quantization.exclude_modules is {json.dumps(exclude)[:200]}, not a list of module "
+                              "patterns", where=where, fix='write a list of fnmatch patterns, e.g. ["*lm_head", '
+                                                            '"*medusa_heads*"]')
+    patterns = exclude or list(QUANTIZE_LAYERS_DEFAULT_EXCLUDE)
+    for r, tensors in enumerate(ckpt.ranks):
+        for name in tensors:
+            m = _MEDUSA_LINEAR.fullmatch(name)
+            if m and not any(fnmatch.fnmatchcase(m.group(1), p) for p in patterns):
+                said = f"exclude_modules {json.dumps(exclude)}" if exclude else \
+                    "no exclude_modules (so quantize_layers' defaults, which name no Medusa module)"
+                raise CheckpointError(
+                    f"quant_algo {q['quant_algo']} with {said}: the Medusa linear {m.group(1)} (rank{r}.safetensors) "
+                    "would be built as a quantized layer (tensorrt_llm/quantization/quantize.py quantize_layers) over "
+                    "the float weights stored for it", where=where,
+                    fix='add "*medusa_heads*" to quantization.exclude_modules (as examples/quantization/'
+                        "quantize_by_modelopt.py combine_medusa_weight does), or convert again")
 
 
 #: an MoE layer's tensors in the rank files (tensorrt_llm/layers/moe.py ``MOE``: the router ``[experts, hidden]``
