@@ -163,7 +163,8 @@ _SPECS: dict[str, dict[str, _Spec]] = {
         model_dir=_P(), checkpoint_dir=_P(), medusa_choices=_TREE, prompts=_PROMPTS, tokenizer_dir=_P(),
         max_new_tokens=_I(), medusa_model_dir=_P(), max_quant_error=_F(0), threads=_I(1), quiet=_B,
         skip_tree_proof=_B, gemm_plugin=_S("auto", "fp8"), calib_dataset=_P(), calib_size=_I(1),
-        calib_max_seq_length=_I(1), accept_unchecked_scales=_B),
+        calib_max_seq_length=_I(1), accept_unchecked_scales=_B, streaming=_Spec("bool", none=True),
+        max_memory=_F(0), device=_S(), offload_dir=_P()),
     "TrainOptions": dict(
         model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
         dtype=_S("auto", "float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
@@ -514,7 +515,7 @@ def check(opts: CheckOptions) -> CheckResult:
 # -- verify -------------------------------------------------------------------------------------
 @dataclass
 class VerifyOptions:
-    """``trtllm-medusa verify``: logits parity, heads parity and greedy equivalence of a checkpoint, on CPU."""
+    """``trtllm-medusa verify``: logits parity, heads parity and greedy equivalence of a checkpoint (CPU or GPU)."""
 
     model_dir: Path
     checkpoint_dir: Path
@@ -534,6 +535,12 @@ class VerifyOptions:
     calib_size: int | None = None  # default: every sample of calib_dataset
     calib_max_seq_length: int = 512
     accept_unchecked_scales: bool = False
+    #: memory (verify/mode.py): True streams both sides one layer at a time, False holds each whole, None chooses
+    #: streaming where the in-memory estimate exceeds max_memory (GB; default: the memory available)
+    streaming: bool | None = None
+    max_memory: float | None = None
+    device: str = "cpu"  # cpu, cuda or cuda:N: where both sides compute
+    offload_dir: Path | None = None  # streaming: where transformers' weights wait (default: the temporary directory)
 
 
 def verify(opts: VerifyOptions):
@@ -546,7 +553,8 @@ def verify(opts: VerifyOptions):
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
                    threads=opts.threads, max_quant_error=opts.max_quant_error, skip_tree_proof=opts.skip_tree_proof,
                    gemm_plugin=opts.gemm_plugin, calibration=_tool_calibration(opts),
-                   accept_unchecked_scales=opts.accept_unchecked_scales)
+                   accept_unchecked_scales=opts.accept_unchecked_scales, streaming=opts.streaming,
+                   max_memory=opts.max_memory, device=opts.device, offload_dir=opts.offload_dir)
 
 
 def _tool_calibration(opts: VerifyOptions) -> list[list[int]] | None:

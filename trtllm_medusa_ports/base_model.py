@@ -8,6 +8,7 @@ verifies."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -142,36 +143,97 @@ def value_transforms(model_dir: str | Path, architecture: str | None) -> dict[st
     return {r.sources[0]: r.combine for r in rules if isinstance(r.combine, ValueTransform)}
 
 
-def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[str, ValueTransform] | None = None,
-                  full_precision: tuple[str, ...] = ()):
-    """The transformers model in float32 on weights that equal the checkpoint's values.
+def weight_rounding(dtype: torch.dtype, transforms: dict[str, ValueTransform] | None = None,
+                    full_precision: tuple[str, ...] = ()) -> Callable[[str, torch.Tensor], torch.Tensor]:
+    """``(name, float32 weight) -> the weight as the checkpoint stores it, in float32``: rounded to ``dtype``,
+    but those the checkpoint stores in float32 whatever its dtype (``full_precision``: regexes of transformers'
+    parameter names, the adapter's ``full_precision_parameters``, e.g. an MoE router); one the converter
+    transformed first (``transforms``) is rounded as the converter stored it, so that e.g. Gemma's norm computes
+    ``1 + (round(w + 1) - 1) = round(w + 1)``, the engine's multiplier, not ``1 + round(w)``."""
+    import re
 
-    Each weight is rounded to the checkpoint dtype, but those the checkpoint stores in float32 whatever its
-    dtype (``full_precision``: regexes of transformers' parameter names, the adapter's
-    ``full_precision_parameters``, e.g. an MoE router); one the converter transformed first
-    (``transforms``) is rounded as the converter stored it, so that e.g. Gemma's norm computes
-    ``1 + (round(w + 1) - 1) = round(w + 1)``, the engine's multiplier, not ``1 + round(w)``.
+    transforms = transforms or {}
+    kept = [re.compile(k) for k in full_precision]
+
+    def rounded(name: str, w: torch.Tensor) -> torch.Tensor:
+        if any(k.fullmatch(name) for k in kept):
+            return w
+        t = transforms.get(name)
+        return t.as_stored(w, dtype) if t is not None else w.to(dtype).to(torch.float32)
+    return rounded
+
+
+def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[str, ValueTransform] | None = None,
+                  full_precision: tuple[str, ...] = (), *, streaming: bool = False, device: str = "cpu",
+                  offload_dir: str | Path | None = None):
+    """The transformers model in float32 on weights that equal the checkpoint's values (:func:`weight_rounding`).
+
+    Buffers stay float32: rounding e.g. RoPE's inv_freq would change the reference itself. ``streaming``: the
+    weights are read one decoder layer (or other module) at a time as the model runs, the same values
+    (base_streaming.py; ``offload_dir``: where their temporary file goes); ``device``: where the model computes
+    (in memory on ``cuda`` with several GPUs and accelerate installed, a model larger than the first GPU's free
+    memory is spread over them by transformers' ``device_map="auto"``).
     """
+    rounded = weight_rounding(dtype, transforms, full_precision)
+    if streaming:
+        from trtllm_medusa_ports.base_streaming import load_streamed
+
+        return load_streamed(model_dir, value=rounded, device=device, offload_dir=offload_dir)
     from transformers import AutoModelForCausalLM
 
+    placement = _device_map(model_dir, device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **placement)
     except Exception as exc:  # transformers raises many types; keep the message
         raise ModelError(
             f"transformers could not load the base model ({type(exc).__name__}: {str(exc)[:300]})",
             where=str(model_dir),
             fix="pass the Hugging Face model directory the checkpoint was converted from",
         ) from None
-    # Round the *weights* to the checkpoint's dtype, compute in float32 (see module doc).
-    # Buffers stay float32: rounding e.g. RoPE's inv_freq would change the reference itself.
-    import re
-
-    transforms = transforms or {}
-    kept = [re.compile(k) for k in full_precision]
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if any(k.fullmatch(name) for k in kept):
-                continue
-            t = transforms.get(name)
-            p.copy_(t.as_stored(p, dtype) if t is not None else p.to(dtype).to(torch.float32))
+            p.copy_(rounded(name, p))
+    if not placement and torch.device(device).type != "cpu":
+        model = model.to(device)
     return model.eval()
+
+
+def release(model) -> None:
+    """Free what a streamed model holds outside Python's reach at once (its weight file); a no-op in memory."""
+    from trtllm_medusa_ports.base_streaming import streamed_weights
+
+    streamed = streamed_weights(model)
+    if streamed is not None:
+        streamed.close()
+
+
+def _device_map(model_dir: str | Path, device: str) -> dict:
+    """transformers' ``device_map="auto"`` placement (:func:`_device_map_kwargs`) where a model in memory on
+    ``cuda`` does not fit the first GPU's free memory and there are more; else ``{}`` (the model is moved whole).
+    Not proven here: the machines this project is tested on have one GPU or none."""
+    if device != "cuda" or not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        return {}
+    import importlib.util
+
+    need = base_float32_bytes(model_dir)
+    free, _ = torch.cuda.mem_get_info(0)
+    if need <= free:
+        return {}
+    if importlib.util.find_spec("accelerate") is None:
+        raise ModelError(f"the base needs {need / 1e9:.1f} GB in float32, the first GPU has {free / 1e9:.1f} GB "
+                         "free, and spreading it over the GPUs needs accelerate", where=str(model_dir),
+                         fix="pip install accelerate, or verify with --streaming (one layer on the GPU at a time)")
+    return _device_map_kwargs("auto", device)
+
+
+def base_float32_bytes(model_dir: str | Path) -> int:
+    """The base's weights in float32 (4 bytes a value, from the weight files' headers: nothing is read)."""
+    from trtllm_medusa_ports.files.lazy_tensors import read_tensor_files, weight_files
+
+    total = 0
+    for t in read_tensor_files(weight_files(Path(model_dir)), ModelError).values():
+        n = 1
+        for s in t.shape:
+            n *= s
+        total += 4 * n
+    return total

@@ -449,7 +449,8 @@ def run_verify(args: argparse.Namespace) -> int:
         medusa_model_dir=_path(args.medusa_model_dir), max_quant_error=args.max_quant_error, threads=args.threads,
         quiet=args.quiet, skip_tree_proof=args.skip_tree_proof, gemm_plugin=args.gemm_plugin,
         calib_dataset=_path(args.calib_dataset), calib_size=args.calib_size,
-        calib_max_seq_length=args.calib_max_seq_length, accept_unchecked_scales=args.accept_unchecked_scales))
+        calib_max_seq_length=args.calib_max_seq_length, accept_unchecked_scales=args.accept_unchecked_scales,
+        streaming=args.streaming, max_memory=args.max_memory, device=args.device, offload_dir=_path(args.offload_dir)))
     _out(args, report)
     return 0 if report.ok else 1
 

@@ -16,15 +16,15 @@ def source_heads_logits(heads, hidden: torch.Tensor, dtype: torch.dtype, base_lm
     weights rounded to the checkpoint dtype: what the converted heads must reproduce."""
     from trtllm_medusa_ports.heads.loader import expand_truncated
 
-    def rounded(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype).float()
+    def rounded(t: torch.Tensor) -> torch.Tensor:  # on the hidden states' device (verify --device)
+        return t.to(dtype).float().to(hidden.device)
 
     outs = []
     for h in range(heads.num_heads):
         x = hidden
         for block in heads.blocks[h]:
             w = rounded(block.weight.load())
-            b = rounded(block.bias.load()) if block.bias is not None else torch.zeros(w.shape[0])
+            b = rounded(block.bias.load()) if block.bias is not None else torch.zeros(w.shape[0], device=w.device)
             x = x + torch.nn.functional.silu(x @ w.T + b)
         if use_base_lm_head:
             y = base_lm_head(x)
@@ -32,7 +32,8 @@ def source_heads_logits(heads, hidden: torch.Tensor, dtype: torch.dtype, base_lm
             ref = heads.lm_heads[h] if heads.lm_heads is not None else heads.shared_lm_head
             proj = ref.load()
             if heads.token_map is not None:
-                proj = expand_truncated(proj, heads.token_map.load(), vocab)
+                with torch.device("cpu"):  # beside the files' tensors; rounded() moves the result
+                    proj = expand_truncated(proj, heads.token_map.load(), vocab)
             y = x @ rounded(proj).T
         outs.append(y[..., :vocab])
     return torch.stack(outs)

@@ -89,7 +89,8 @@ def _where(mapping: Mapping, num_layers: int, i: int) -> tuple[int, int]:
 
 def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdapter, *, rederive: bool = True,
           quiet: bool = True, activations: bool = True, fused: bool = False, gemm: str = "auto",
-          defer_rederive: bool = False, calibration: list[list[int]] | None = None) -> Emulation:
+          defer_rederive: bool = False, calibration: list[list[int]] | None = None,
+          layers: set[int] | None = None) -> Emulation:
     """Quantize ``model`` (in place) as the checkpoint is quantized; compare every written scale.
 
     ``activations=False`` leaves FP8 linears' inputs unquantized (verify's exact checks: that rounding
@@ -98,14 +99,16 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
     path (quant.FP8_GEMM_PATHS). ``defer_rederive``: the activation / KV scales are re-derived (a calibration
     run, which loads the base again) only when :meth:`Emulation.rederive` is called, after the caller has
     freed ``model``: one model in memory at a time. ``calibration``: the samples a tool's checkpoint (no
-    ``medusa_ports.calibration`` record) was calibrated on, to re-derive its scales under the tool's rule."""
+    ``medusa_ports.calibration`` record) was calibrated on, to re-derive its scales under the tool's rule.
+    ``layers``: quantize only these decoder layers (a streamed model, one layer in memory at a time; the
+    weight-only formats, whose layers are quantized independently)."""
     cfg = ckpt.config
     spec = QuantSpec.from_config(cfg)
     exclude = (cfg.get("quantization") or {}).get("exclude_modules")
     dtype = to_torch(cfg["dtype"]) if cfg["dtype"] in CHECKPOINT_DTYPES else torch.float32
     hf = HFConfig.read(model_dir)
     modules = dict(model.named_modules())
-    linears = hf_linears(modules, adapter, hf, str(model_dir))
+    linears = [lin for lin in hf_linears(modules, adapter, hf, str(model_dir)) if layers is None or lin.layer in layers]
     mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
     n_layers = int(cfg["num_hidden_layers"])
     em = Emulation(f"transformers with the checkpoint's quantization ({spec.quant_algo or 'float weights'}"
@@ -140,7 +143,8 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
                         compare(f"rank{r} {base}.per_channel_scale (worst of {got.numel()})", float(got[i]),
                                 float(want[i]))
         if spec.weight_only and adapter.num_experts(hf) > 1:
-            _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, str(model_dir))
+            _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, str(model_dir),
+                                 layers)
         if spec.quant_algo == "FP8":
             _fp8(em, modules, linears, mapping, n_layers, exclude, dtype, written, compare, activations, fused, gemm)
         if spec.quant_algo in TOOL_ALGOS:
@@ -282,7 +286,8 @@ _EXPERT_PROJ = {"down_proj", "w2", "output_linear"}
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
-def _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, where) -> None:
+def _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, where,
+                         layers: set[int] | None = None) -> None:
     """The routed and shared experts' weights as the engine multiplies by them: weight_only_quantize_dict
     quantizes the rank files' 3-D ``mlp.fc`` / ``mlp.proj`` per expert and per output channel (and the shared
     expert's linears as any), so each transformers expert matrix is quantized per row, the down-projections
@@ -297,6 +302,8 @@ def _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_laye
         shared = ".shared_expert." in name
         if m is None or parts[-1] == "bias" or not (shared or ".experts" in name or leaf in ("input_linear",
                                                                                               "output_linear")):
+            continue
+        if layers is not None and int(m.group(1)) not in layers:
             continue
         if leaf not in _EXPERT_FC | _EXPERT_PROJ:
             raise ModelError(f"the expert weight {name} {tuple(p.shape)} is not one weight-only verify emulates",

@@ -110,6 +110,17 @@ _REPLICATED = tuple(
 )
 
 
+#: the tensors :class:`ReferenceModel` keeps together when streaming: a decoder layer's, a Medusa head's
+_GROUP = re.compile(r"(transformer\.layers\.\d+|medusa_heads\.\d+)\.")
+
+
+def streaming_group(name: str) -> str:
+    """The streaming group of a checkpoint tensor: its decoder layer or Medusa head, else its module (the
+    name without its last part: ``transformer.ln_f``, ``lm_head``, ``transformer.vocab_embedding``)."""
+    m = _GROUP.match(name)
+    return m.group(1) if m else name.rsplit(".", 1)[0]
+
+
 def activation(name: str):
     try:
         return _ACTS[name]
@@ -156,10 +167,15 @@ class ReferenceModel:
     Memory: each rank's weights are held once, in float32 (the embedding table in the checkpoint's
     dtype: it is only indexed). Column-parallel outputs are gathered as the engine gathers them - each
     rank multiplies by its own shard and the outputs are concatenated - so no gathered copy of a weight
-    is ever made.
+    is ever made. ``streaming=True`` keeps only the tensors of the group in use - one rank's tensors of one
+    decoder layer, of one Medusa head, or of one other module (embedding, final norm, lm_head) - and reads
+    the next group's from the rank files when the computation reaches it: peak memory is one layer's shard
+    in float32 whatever the model's size; every forward pass reads the checkpoint once. The values
+    are the same either way (the same read and conversion, only what is kept differs). ``device``: where
+    the weights are put and the computation runs (factory calls follow ``torch.device`` scopes).
     """
 
-    def __init__(self, checkpoint: Checkpoint | str | Path):
+    def __init__(self, checkpoint: Checkpoint | str | Path, *, streaming: bool = False, device: str = "cpu"):
         ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else read_checkpoint(checkpoint)
         self.ckpt = ckpt
         cfg = ckpt.config
@@ -187,6 +203,11 @@ class ReferenceModel:
         self.local_kv_heads = kv_heads_per_rank(self.num_kv_heads, self.tp)
         self._weights: dict[tuple[int, str], torch.Tensor] = {}
         self._stored: dict[tuple[int, str], torch.Tensor] = {}
+        self.streaming = streaming
+        self.device = torch.device(device)
+        self._group: tuple[int, str] | None = None  # streaming: the (rank, group) whose tensors are kept
+        #: streaming: how many times a group's tensors were read (a measure of the re-reading it costs)
+        self.group_loads = 0
         semantics = self.semantics
         if semantics.position_embedding not in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ,
                                                 PositionEmbedding.ALIBI, PositionEmbedding.LEARNED_ABSOLUTE):
@@ -270,23 +291,41 @@ class ReferenceModel:
     def stage_ranks(self, pp_rank: int) -> list[int]:
         return self.mapping.stage_ranks(pp_rank)
 
+    def _kept(self, cache: dict, rank: int, name: str) -> bool:
+        """Whether ``(rank, name)`` is in ``cache``; streaming, a tensor of another group than the kept one first
+        drops every kept tensor (see the class doc)."""
+        if self.streaming:
+            group = (rank, streaming_group(name))
+            if group != self._group:
+                self._weights.clear()
+                self._stored.clear()
+                self._group = group
+                self.group_loads += 1
+        return (rank, name) in cache
+
     def weight(self, rank: int, name: str) -> torch.Tensor:
-        """Tensor ``name`` of ``rank`` in float32, read once and kept."""
+        """Tensor ``name`` of ``rank`` in float32, read once and kept (streaming: while its group is in use)."""
         key = (rank, name)
-        if key not in self._weights:
-            t = self.ckpt.tensor(rank, name)
-            scale_name = name[: -len("weight")] + "per_channel_scale"
-            if self.quant.quant_algo in TOOL_ALGOS and t.dtype == torch.int8:
-                linear = name[: -len(".weight")]
-                t, _, _ = effective_weight(self.quant.quant_algo, self.tool_tensors(rank, linear), self.dtype)
-            elif self.quant.weight_only and self.has(rank, scale_name):  # a family's convert_checkpoint.py
-                t = unplugged_weight_only(t, self.ckpt.tensor(rank, scale_name), self.dtype)
-            elif self.quant.weight_only and weight_only_quantized(name, self.exclude):
-                t = weight_only_dequantized(t, self.quant.quant_algo)
-            elif t.dtype == torch.float8_e4m3fn:
-                t = self._fp8_weight(rank, name, t)
-            self._weights[key] = t.float()
+        if not self._kept(self._weights, rank, name):
+            with torch.device("cpu"):  # the rank files' tensors: converted on the CPU whatever the device
+                self._weights[key] = self._float32(rank, name).to(self.device)
         return self._weights[key]
+
+    def _float32(self, rank: int, name: str) -> torch.Tensor:
+        """Tensor ``name`` of ``rank`` as the engine multiplies by it, in float32 (dequantized where stored
+        quantized)."""
+        t = self.ckpt.tensor(rank, name)
+        scale_name = name[: -len("weight")] + "per_channel_scale"
+        if self.quant.quant_algo in TOOL_ALGOS and t.dtype == torch.int8:
+            linear = name[: -len(".weight")]
+            t, _, _ = effective_weight(self.quant.quant_algo, self.tool_tensors(rank, linear), self.dtype)
+        elif self.quant.weight_only and self.has(rank, scale_name):  # a family's convert_checkpoint.py
+            t = unplugged_weight_only(t, self.ckpt.tensor(rank, scale_name), self.dtype)
+        elif self.quant.weight_only and weight_only_quantized(name, self.exclude):
+            t = weight_only_dequantized(t, self.quant.quant_algo)
+        elif t.dtype == torch.float8_e4m3fn:
+            t = self._fp8_weight(rank, name, t)
+        return t.float()
 
     def tool_tensors(self, rank: int, linear: str) -> dict[str, torch.Tensor]:
         """A tool-quantized linear's tensors (quant/tool_formats.py), by their short names."""
@@ -327,7 +366,7 @@ class ReferenceModel:
                 or not fp8_quantized(linear + ".weight", self.exclude)):
             return x
         key = (rank, linear + ".activation_scaling_factor")
-        if key not in self._weights:
+        if not self._kept(self._weights, *key):
             pair = self.fused_pair(linear)
             self._weights[key] = torch.tensor(max(self._scalar(rank, n + ".activation_scaling_factor")
                                                   for n in (pair or (linear,))))
@@ -339,8 +378,8 @@ class ReferenceModel:
         key = (rank, linear + ".prequant_scaling_factor")
         if not self.has(*key):
             return x
-        if key not in self._weights:
-            self._weights[key] = self.ckpt.tensor(*key).float().reshape(-1)
+        if not self._kept(self._weights, *key):
+            self._weights[key] = self.ckpt.tensor(*key).float().reshape(-1).to(self.device)
         x = smoothed_input(x, self._weights[key], self.dtype)
         if self.quant.quant_algo == SQ and self.quantize_activations:
             x = sq_activation(x, self._scalar(rank, linear + ".activation_scaling_factor"), self.dtype)
@@ -350,7 +389,7 @@ class ReferenceModel:
         if not self.quant.kv_cache_quant_algo or not self.quantize_kv:
             return None
         key = (rank, prefix + "kv_cache_scaling_factor")
-        if key not in self._weights:
+        if not self._kept(self._weights, *key):
             if not self.has(rank, key[1]) and self.has(rank, prefix + "k_cache_scaling_factor"):
                 # ModelOpt writes k and v scales; preprocess_weights loads their max (process_kv_scaling_factor)
                 self._weights[key] = torch.maximum(self.ckpt.tensor(rank, prefix + "k_cache_scaling_factor").float(),
@@ -361,10 +400,11 @@ class ReferenceModel:
 
     def stored(self, rank: int, name: str) -> torch.Tensor:
         """Tensor ``name`` of ``rank`` as the checkpoint stores it (half the memory of float32 for
-        float16 / bfloat16), read once and kept: for tables that are indexed, not multiplied."""
+        float16 / bfloat16), read once and kept (streaming: while its group is in use): for tables that are
+        indexed, not multiplied."""
         key = (rank, name)
-        if key not in self._stored:
-            self._stored[key] = self.ckpt.tensor(rank, name)
+        if not self._kept(self._stored, rank, name):
+            self._stored[key] = self.ckpt.tensor(rank, name).to(self.device)
         return self._stored[key]
 
     def has(self, rank: int, name: str) -> bool:

@@ -1,7 +1,7 @@
 """The quantization checks: the float base's logits and greedy text, the transformers model quantized as the
 checkpoint is (``quant/emulate.py``), and the quantization's effect with every engine rounding on.
 
-May import: ``quant``, ``reference``, ``tree``, ``verify.hf_side``.
+May import: ``base_streaming``, ``files``, ``quant``, ``reference``, ``tree``, ``verify.hf_side``.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from trtllm_medusa_ports.base_streaming import streamed_weights
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
@@ -32,9 +33,11 @@ def quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, pr
         with torch.no_grad():
             float_logits = [hf(input_ids=torch.tensor([p])).logits[0] for p in prompts]
         float_greedy = [hf_greedy(hf, p, max_new_tokens) for p in prompts]
-        emulation = emulate.apply(hf, model_dir, ckpt, ref.adapter, quiet=quiet, activations=False,
-                                  fused=ref.fused_gate_mlp, gemm=ref.fp8_gemm, defer_rederive=True,
-                                  calibration=calibration)
+        options = dict(quiet=quiet, activations=False, fused=ref.fused_gate_mlp, gemm=ref.fp8_gemm,
+                       defer_rederive=True, calibration=calibration)
+        streamed = streamed_weights(hf)
+        emulation = (emulate.apply(hf, model_dir, ckpt, ref.adapter, **options) if streamed is None else
+                     _emulate_streamed(hf, streamed, model_dir, ckpt, ref, options))
         notes.append(f"{format_name(spec)}: {emulation.description}")
         if spec.quant_algo == "FP8":
             notes.append(
@@ -53,6 +56,32 @@ def quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, pr
                          "float noise); its effect is reported under 'against float'")
 
     return spec, emulation, float_logits, float_greedy
+
+
+def _emulate_streamed(hf, streamed, model_dir: str | Path, ckpt, ref: ReferenceModel, options: dict):
+    """:func:`quant.emulate.apply` on a streamed model, one decoder layer at a time: each layer's weights read, its
+    linears quantized as the checkpoint's are, and the result kept as that layer's weights from then on (streaming
+    runs the weight-only formats only, whose layers are quantized independently: ``verify.mode``)."""
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+    from trtllm_medusa_ports.quant import emulate
+    from trtllm_medusa_ports.quant.calibrate import hf_linears
+
+    modules = dict(hf.named_modules())
+    by_layer: dict[int, list[torch.nn.Module]] = {}
+    for lin in hf_linears(modules, ref.adapter, HFConfig.read(model_dir), str(model_dir)):
+        by_layer.setdefault(lin.layer, []).extend(modules[n] for n in lin.modules)
+    out = None
+    for layer, held in sorted(by_layer.items()):
+        with streamed.materialized(*held):
+            part = emulate.apply(hf, model_dir, ckpt, ref.adapter, layers={layer}, **options)
+            streamed.persist(*held)
+        if out is None:
+            out = part
+        else:
+            out.scales_checked += part.scales_checked
+            out.scale_mismatches += part.scale_mismatches
+            out.handles += part.handles
+    return out if out is not None else emulate.apply(hf, model_dir, ckpt, ref.adapter, layers=set(), **options)
 
 
 def quant_effect_against_float(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]], float_logits: list[torch.Tensor],

@@ -73,6 +73,9 @@ class VerifyReport:
     #: every base tensor against the converted Hugging Face weights, parity or not (checkpoint_side.py
     #: base_tensor_check): ``compared``, ``skipped`` (stored quantized), ``first_differing``; None: not compared
     base_tensors: dict | None = None
+    #: where and how verify ran (verify/mode.py ``MemoryMode``): ``mode`` "in-memory" or "streaming", ``reason``,
+    #: ``device``, the estimates it chose by; the other fields are the same in either mode
+    memory_mode: dict | None = None
 
     @property
     def base_tensors_differ(self) -> bool:
@@ -189,6 +192,9 @@ class VerifyReport:
                              + (f" (limit --max_quant_error {self.max_quant_error:g}: "
                                 f"{'FAIL' if self.quant_error_exceeded else 'PASS'})"
                                 if self.max_quant_error is not None else " (information, not a verdict)"))
+        if self.memory_mode:
+            m = self.memory_mode
+            lines.append(f"memory            : {m['mode']} on {m['device']} ({m['reason']})")
         lines.append("head top-1 hits   : " + ", ".join(f"{x:.2f}" for x in self.head_top1))
         lines.append(f"head top-{HIT_TOP_K} hits   : " + ", ".join(f"{x:.2f}" for x in self.head_topk))
         lines.append("RESULT: " + ("OK" if self.ok else "FAILED")

@@ -11,7 +11,10 @@ import gc
 import sys
 from pathlib import Path
 
-from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, value_transforms
+import torch
+
+from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, release, value_transforms
+from trtllm_medusa_ports.base_streaming import bound_the_allocator
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import to_torch
@@ -37,6 +40,8 @@ from trtllm_medusa_ports.verify.hf_side import (
 from trtllm_medusa_ports.verify.inputs import checkpoint_dtype, prompts_and_tree
 from trtllm_medusa_ports.verify.limits import PARITY_RTOL
 from trtllm_medusa_ports.verify.measures import head_hit_rates, predicted_tokens_per_step
+from trtllm_medusa_ports.verify.mode import check_device
+from trtllm_medusa_ports.verify.mode import choose as choose_mode
 from trtllm_medusa_ports.verify.quantization import quant_effect_against_float, quantized_reference
 from trtllm_medusa_ports.verify.report import VerifyReport
 
@@ -56,16 +61,25 @@ def verify(
     gemm_plugin: str = "auto",
     calibration: list[list[int]] | None = None,
     accept_unchecked_scales: bool = False,
+    streaming: bool | None = None,
+    max_memory: float | None = None,
+    device: str = "cpu",
+    offload_dir: str | Path | None = None,
 ) -> VerifyReport:
     """Logits parity, heads parity, greedy equivalence and the tree proof of a checkpoint (see the module doc).
 
-    ``threads``: torch threads to compute with (default :func:`default_threads`).
+    ``threads``: torch threads to compute with (default :func:`default_threads`). ``streaming`` (None: chosen
+    against ``max_memory`` GB, see ``verify.mode``), ``device`` (``cpu``, ``cuda``, ``cuda:N``: both sides compute
+    there) and ``offload_dir`` (streaming: where transformers' weights wait on disk) change where and in how much
+    memory it runs, never its results.
     """
-    with torch_threads(threads or default_threads()):
+    device = check_device(device)
+    with torch_threads(threads or default_threads()), torch.device(device):
         return _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
                        max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
                        max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin,
-                       calibration=calibration, accept_unchecked_scales=accept_unchecked_scales)
+                       calibration=calibration, accept_unchecked_scales=accept_unchecked_scales,
+                       placement=(streaming, max_memory, device, offload_dir))
 
 
 def _verify(
@@ -82,7 +96,9 @@ def _verify(
     gemm_plugin: str = "auto",
     calibration: list[list[int]] | None = None,
     accept_unchecked_scales: bool = False,
+    placement: tuple = (None, None, "cpu", None),
 ) -> VerifyReport:
+    streaming, max_memory, device, offload_dir = placement
     if quiet:
         from transformers.utils import logging as hf_logging
 
@@ -95,7 +111,11 @@ def _verify(
 
     status(f"reading {checkpoint_dir} (every tensor checked for NaN/Inf)")
     ckpt = read_checkpoint(checkpoint_dir)
-    ref = ReferenceModel(ckpt)
+    memory = choose_mode(model_dir, ckpt, streaming=streaming, max_memory_gb=max_memory, device=device)
+    status(f"memory: {memory.summary()}")
+    if memory.streaming:  # freed weights go back to the system (both sides read and free them all the time)
+        bound_the_allocator()
+    ref = ReferenceModel(ckpt, streaming=memory.streaming, device=device)
     if gemm_plugin not in FP8_GEMM_PATHS:
         raise ModelError(f"--gemm_plugin {gemm_plugin!r}: verify emulates FP8Linear's GEMM for "
                          + " or ".join(FP8_GEMM_PATHS), fix="pass the --gemm_plugin the engine is built with")
@@ -103,7 +123,8 @@ def _verify(
     dtype = to_torch(checkpoint_dtype(ckpt.config))
     status(f"loading the base from {model_dir} with transformers")
     hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")),
-                       full_precision=ref.adapter.full_precision_parameters)
+                       full_precision=ref.adapter.full_precision_parameters, streaming=memory.streaming,
+                       device=device, offload_dir=offload_dir)
     ends = end_token_ids(hf)  # where a runtime would stop each run (hf is freed before the runs)
     arithmetic = engine_arithmetic(hf, ref.semantics)
     adjustments = [a.description for a in arithmetic]
@@ -134,17 +155,20 @@ def _verify(
     model_bytes = sum(t.numel() * t.element_size() for t in hf.parameters())
     if emulation is not None:
         emulation.close()
+    release(hf)
     del hf, arithmetic
     if model_bytes > 64 * 2**20:  # a full collection costs ~0.3 s in a long-lived process: only when it frees much
         gc.collect()
     if emulation is not None:  # the calibration run loads the base again: only now that this copy is freed
         status("re-deriving the activation / KV-cache scales (the recorded calibration, run again)")
-        emulation.rederive()
+        with torch.device("cpu"):  # a calibration run of its own, on the CPU
+            emulation.rederive()
 
     # Phase 2, the checkpoint on the reference executor. 1. parity
     status(f"logits parity of the checkpoint on the reference executor ({len(prompts)} prompt(s))")
     status("every base tensor against the converted Hugging Face weights")
-    base_tensors = base_tensor_check(model_dir, ckpt)
+    with torch.device("cpu"):  # file against file: the CPU, whatever --device
+        base_tensors = base_tensor_check(model_dir, ckpt)
     parity, max_diff, tolerance, divergence, runs = parity_pass(ref, prompts, hf_runs, base_tensors)
     exact_logits = [rl for _, _, rl, _ in runs] if spec.any else []
     if spec.any:  # greedy equivalence is against the quantized base's own greedy text (the executor's)
@@ -211,4 +235,5 @@ def _verify(
         moe_experts_per_plain_step=ref.semantics.moe_top_k or None,
         tree_proof=proof,
         base_tensors=base_tensors,
+        memory_mode=memory.to_dict(),
     )
