@@ -86,3 +86,27 @@ def test_tune_tree_baseline_prunes_a_preset_to_the_heads():
     assert paths and max(len(p) for p in paths) == 2
     with pytest.raises(TreeError, match="depth 3"):
         baseline_tree("[[0], [0, 0], [0, 0, 0]]", 2)
+
+
+# -- train-heads: the base's context by its family's own key, the device by computing on it -------------------------
+def test_train_heads_reads_the_context_from_the_familys_own_key(tmp_path, capsys, store):
+    from conftest import tiny_base
+
+    base = tiny_base(store, "GPT2LMHeadModel")  # n_positions 256, no max_position_embeddings
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt_ids": [' + ", ".join(["5"] * 250) + "]}\n")
+    rc = main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--data", str(data),
+               "--new_tokens", "10", "--steps", "1", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "prompt 0 has 250 tokens; with --new_tokens 10 it passes the base's n_positions 256" in err, err
+    assert not (tmp_path / "h").exists()
+
+
+@pytest.mark.parametrize("device", ["cuda:7", "meta", "bogus"])
+def test_train_heads_api_checks_the_device_by_computing_on_it(tmp_path, qwen2_base, device):
+    from trtllm_medusa_ports.api import TrainOptions, train_heads
+    from trtllm_medusa_ports.errors import PortError
+
+    with pytest.raises(PortError, match="--device"):
+        train_heads(TrainOptions(model_dir=qwen2_base, output_dir=tmp_path / "h", device=device))
+    assert not (tmp_path / "h").exists()

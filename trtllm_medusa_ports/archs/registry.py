@@ -3,6 +3,7 @@ test data is derived from what they declare."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,6 +34,26 @@ def families() -> dict[str, type[ArchAdapter]]:
 def adapter_for(architecture: str) -> ArchAdapter | None:
     cls = registry().get(architecture)
     return cls() if cls else None
+
+
+def base_context(model_dir: str | Path) -> tuple[int, str] | None:
+    """The base's context in tokens and the config.json key it is read from (the family's
+    ``ArchAdapter.max_positions``); None where ``model_dir`` holds no
+    config.json (a folder with a tokenizer only) or names no family and no ``max_position_embeddings``."""
+    from trtllm_medusa_ports.errors import ModelError
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    if not (Path(model_dir) / "config.json").is_file():
+        return None
+    hf = HFConfig.read(model_dir)
+    try:
+        adapter = adapter_for(hf.architecture)
+    except ModelError:  # no architectures: convert --model_type names the family
+        adapter = None
+    if adapter is not None:
+        return adapter.max_positions(hf), adapter.max_positions_key
+    value = hf.get("max_position_embeddings")
+    return (value, "max_position_embeddings") if isinstance(value, int) and value > 0 else None
 
 
 def adapter_for_model_type(model_type: str) -> ArchAdapter | None:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import torch
 
+from trtllm_medusa_ports.archs.registry import base_context
 from trtllm_medusa_ports.base_model import (  # noqa: F401  (also read from here)
     continue_greedily,
     end_token_ids,
@@ -53,7 +54,7 @@ from trtllm_medusa_ports.base_model import (  # noqa: F401  (also read from here
     lm_head_of,
     load_base,
 )
-from trtllm_medusa_ports.devices import choose_dtype
+from trtllm_medusa_ports.devices import check_device, choose_dtype
 from trtllm_medusa_ports.errors import HeadsError, ModelError, PortError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.prompts import (
@@ -892,7 +893,7 @@ def _train_device(device: str | None) -> str:
         raise PortError(f"--device {device}: torch sees no CUDA device here", fix="use --device cpu")
     if dev.type not in ("cpu", "cuda"):
         raise PortError(f"--device {device}: only cpu and cuda are supported", fix="use --device cpu")
-    return device
+    return check_device(device, "--device")  # a real allocation and product there (cuda:7 of 1 GPU, ...)
 
 
 def _work_dir(opts: TrainOptions, out: Path) -> Path:
@@ -990,12 +991,13 @@ def _load_items(opts: TrainOptions, model) -> list[Item]:
     tokenize = lazy_tokenizer(opts.tokenizer_dir or opts.model_dir)  # loaded only when text needs it
     items = read_items(opts.prompts, tokenize, default=packaged_prompts)
     vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else lm_head_of(model)[0].shape[0]
-    max_pos = getattr(model.config, "max_position_embeddings", None)
+    # the family's own context key (GPT-2's n_positions, MPT's max_seq_len: archs.registry base_context)
+    max_pos, key = base_context(opts.model_dir) or (None, None)
     check_ids([it.ids for it in items], vocab, "item")
     for n, it in enumerate(items):
         if max_pos and len(it.ids) + (opts.new_tokens if it.continue_it else 0) > max_pos:
             raise PortError(f"prompt {n} has {len(it.ids)} tokens; with --new_tokens {opts.new_tokens} it passes the "
-                            f"base's max_position_embeddings {max_pos}",
+                            f"base's {key} {max_pos}",
                             fix="shorten the prompt (one prompt per line) or lower --new_tokens")
     return items
 

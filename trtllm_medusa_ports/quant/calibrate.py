@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.registry import base_context
 from trtllm_medusa_ports.archs.weights import layer_sources
 from trtllm_medusa_ports.errors import ModelError, PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig
@@ -165,25 +166,6 @@ def first_tokens(tokenize: Callable[[str], list[int]], text: str, limit: int) ->
             return ids[: limit + 1]
         chars *= 2
     return tokenize(text)[: limit + 1]
-
-
-def base_context(model_dir: str | Path) -> tuple[int, str] | None:
-    """The base's context in tokens and the config.json key it is read from (the family's
-    :meth:`~trtllm_medusa_ports.archs.base.ArchAdapter.max_positions`); None where ``model_dir`` holds no
-    config.json (a folder with a tokenizer only) or names no family and no ``max_position_embeddings``."""
-    from trtllm_medusa_ports.archs import adapter_for
-
-    if not (Path(model_dir) / "config.json").is_file():
-        return None
-    hf = HFConfig.read(model_dir)
-    try:
-        adapter = adapter_for(hf.architecture)
-    except ModelError:  # no architectures: convert --model_type names the family
-        adapter = None
-    if adapter is not None:
-        return adapter.max_positions(hf), adapter.max_positions_key
-    value = hf.get("max_position_embeddings")
-    return (value, "max_position_embeddings") if isinstance(value, int) and value > 0 else None
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json",
