@@ -205,7 +205,11 @@ def _expected(s: _Spec) -> str:
         return f"one of {', '.join(map(repr, s.choices))}"
     if s.kind in ("of", "nested"):
         t = s.of()
-        return f"a {t.__name__} (api.{t.__name__})" if isinstance(t, type) else "a quant.calibrate.Calibration"
+        if isinstance(t, type) and globals().get(t.__name__) is t:  # a type the API exports
+            return f"a {t.__name__} (api.{t.__name__})"
+        # a type of a module below (quant.calibrate.Calibration), loaded or not yet: one spelling either way
+        return "a " + (f"{t.__module__.removeprefix('trtllm_medusa_ports.')}.{t.__qualname__}"
+                       if isinstance(t, type) else "quant.calibrate.Calibration")
     return {"path": "a path (str or os.PathLike)", "bool": "a bool (True or False)", "str": "a string",
             "tree": "a medusa_choices tree: a preset name, @file or JSON text (str), or a list of paths",
             "list": "a list of strings", "ids": "a list of token-id lists (lists of int)"}[s.kind]
