@@ -82,3 +82,27 @@ def test_the_heads_must_be_excluded_from_a_quant_algo(tmp_path, written, quantiz
     assert refused in e.value.what and e.value.where == str(out / "config.json"), str(e.value)
     if "not a list" not in refused:
         assert "medusa_heads.0.medusa_layers.0.linear" in e.value.what and "*medusa_heads*" in e.value.fix
+
+
+# -- a text calibration is re-derived with the tokenizer it went through -------------------------------------------
+def test_verify_rederives_a_text_calibration_with_the_recorded_tokenizer(tmp_path, qwen2_base, qwen2_heads):
+    import shutil
+
+    from trtllm_medusa_ports.cli import main
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer, tiny_config
+
+    vocab = tiny_config("Qwen2ForCausalLM").vocab_size
+    tok = save_tiny_tokenizer(tmp_path / "tok", vocab)  # the base's folder holds no tokenizer
+    calib = tmp_path / "calib.txt"
+    calib.write_text("\n".join(" ".join(f"t{vocab - 1 - (7 * i + j) % 20}" for j in range(12)) for i in range(4)) + "\n")
+    ckpt = tmp_path / "ckpt"
+    assert main(["convert", "--model_dir", str(qwen2_base), "--medusa_model_dir", str(qwen2_heads), "--output_dir",
+                 str(ckpt), "--qformat", "fp8", "--calib_dataset", str(calib), "--calib_size", "4",
+                 "--tokenizer_dir", str(tok), "--quiet"]) == 0
+    rep = verify(qwen2_base, ckpt, prompts=PROMPTS, max_new_tokens=4, quiet=True)
+    assert rep.quant_scales_not_rederived is None and rep.quant_scales_checked > 0 and rep.ok, rep.render()
+    shutil.rmtree(tok)
+    save_tiny_tokenizer(tok, vocab - 30)  # another tokenizer where the recorded one was: the top ids are unknown
+    rep = verify(qwen2_base, ckpt, prompts=PROMPTS, max_new_tokens=4, quiet=True)
+    why = rep.quant_scales_not_rederived
+    assert not rep.ok and why and "tokenized again with another tokenizer" in why and str(tok.resolve()) in why, why

@@ -348,6 +348,8 @@ def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, ex
     from trtllm_medusa_ports.quant.calibrate import (
         calibrate,
         read_calibration_samples,
+        recorded_tokenizer_dir,
+        recorded_tokenizer_matches,
         samples_digest,
     )
 
@@ -358,13 +360,17 @@ def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, ex
     if record:
         source = record.get("source")
         path = None if source == "packaged prompts" else source
+        tok_dir = recorded_tokenizer_dir(record, model_dir)  # the tokenizer the text went through at conversion
         try:
             samples, _ = read_calibration_samples(path, model_dir, size=int(record["samples"]),
-                                                  max_seq_length=int(record.get("max_seq_length", 10**9)))
+                                                  max_seq_length=int(record.get("max_seq_length", 10**9)),
+                                                  tokenizer_dir=tok_dir)
         except (PortError, OSError, KeyError, ValueError) as exc:
             return f"its calibration samples cannot be read again ({exc})"
         if samples_digest(samples) != record.get("sha256"):
-            return f"the calibration samples at {source} changed since the conversion"
+            other = recorded_tokenizer_matches(record, tok_dir)
+            return (f"the calibration samples at {source} were tokenized again with another tokenizer: {other}"
+                    if other else f"the calibration samples at {source} changed since the conversion")
     elif tool_samples:
         samples, source, rtol = tool_samples, "the given calibration samples", TOOL_SCALE_RTOL
     else:
