@@ -106,3 +106,19 @@ def test_verify_rederives_a_text_calibration_with_the_recorded_tokenizer(tmp_pat
     rep = verify(qwen2_base, ckpt, prompts=PROMPTS, max_new_tokens=4, quiet=True)
     why = rep.quant_scales_not_rederived
     assert not rep.ok and why and "tokenized again with another tokenizer" in why and str(tok.resolve()) in why, why
+
+
+def test_verify_reads_the_base_weight_headers_before_transformers_loads(tmp_path, written, qwen2_base):
+    import shutil
+
+    from trtllm_medusa_ports.errors import ModelError
+
+    base = shutil.copytree(qwen2_base, tmp_path / "base")
+    t = load_file(str(base / "model.safetensors"))
+    t["model.norm.weight"] = t["model.norm.weight"][:-3].clone()
+    save_file(t, str(base / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ModelError) as e:
+        verify(base, written, prompts=PROMPTS, max_new_tokens=2, quiet=True)
+    what = e.value.what
+    assert "contradict config.json" in what and "model.norm.weight" in what and "model.safetensors" in what, what
+    assert e.value.where == str(base)

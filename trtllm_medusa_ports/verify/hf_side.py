@@ -1,7 +1,7 @@
 """The Hugging Face side: the transformers model made to compute as the engine does (GELU, q/k norm
 epsilon), its greedy text, logits and hidden states, and its activation range.
 
-May import: ``base_model``, ``archs``, ``errors``, ``files.prompts``; no other verify module (the checkpoint
+May import: ``base_model``, ``archs``, ``errors``, ``files.prompts``, ``files.hf_model``; no other verify module (the checkpoint
 side never reaches transformers through here).
 """
 
@@ -16,6 +16,7 @@ import torch
 from trtllm_medusa_ports.archs.semantics import Semantics
 from trtllm_medusa_ports.base_model import load_hf_model
 from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.files.hf_model import HFModel
 from trtllm_medusa_ports.files.prompts import check_ids
 
 
@@ -172,3 +173,15 @@ def arithmetic_effect(hf, arithmetic, prompts: list[list[int]], hf_runs) -> floa
     for a in arithmetic:
         a.redo()
     return effect
+
+
+def check_base_weights(model_dir: str | Path, ignored: tuple[str, ...] = ()) -> None:
+    """The base's weight headers against its config.json, as convert and check read them
+    (``HFModel.weight_problems``: dtypes, shapes, MoE experts against their config fields), before transformers
+    loads anything: a wrong tensor is named by file and field, not by transformers' own load error."""
+    problems = HFModel(model_dir).weight_problems(ignored)
+    if problems:
+        raise ModelError(f"{len(problems)} base tensor(s) contradict config.json, e.g. " + "; ".join(problems[:3]),
+                         where=str(model_dir),
+                         fix="pass the Hugging Face model directory the checkpoint was converted from (its weights "
+                             "and config.json as the model's authors wrote them)")

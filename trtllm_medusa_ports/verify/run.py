@@ -33,6 +33,7 @@ from trtllm_medusa_ports.verify.checkpoint_side import (
 from trtllm_medusa_ports.verify.heads import heads_check, source_heads_for
 from trtllm_medusa_ports.verify.hf_side import (
     arithmetic_effect,
+    check_base_weights,
     engine_arithmetic,
     hf_greedy,
     hf_logits_and_states,
@@ -121,6 +122,7 @@ def _verify(
                          + " or ".join(FP8_GEMM_PATHS), fix="pass the --gemm_plugin the engine is built with")
     ref.fp8_gemm = gemm_plugin
     dtype = to_torch(checkpoint_dtype(ckpt.config))
+    check_base_weights(model_dir, ref.adapter.ignored_hf_tensors)
     status(f"loading the base from {model_dir} with transformers")
     hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")),
                        full_precision=ref.adapter.full_precision_parameters, streaming=memory.streaming,
