@@ -1,5 +1,5 @@
 """What every compatibility rule reports: a :class:`Finding` (rule id, severity, message, fix) and the registry
-of rule ids the documentation lists. Imports nothing of the package: every rule module (compat.py, quant/rules.py)
+of rule ids the documentation lists. Imports nothing of the package: every rule module (compat/, quant/rules.py)
 imports it, and it imports none of them."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Which XQA kernels serve a Medusa generation step, per GPU: the route TensorRT-LLM 1.2's runner takes and the
-limits of each kernel family. Data and arithmetic only (imports nothing of the package); the rules (compat.py,
+limits of each kernel family. Data and arithmetic only (imports nothing of the package); the rules (compat/,
 quant/rules.py) and ``trtllm-medusa build`` (engine/build.py) read it."""
 
 from __future__ import annotations
