@@ -1,0 +1,10 @@
+"""The command line's flags, below cli.py (which alone imports this package):
+
+* ``parsers.py``: every command's argparse parser (``build_parser``) and the flag groups commands share;
+* ``types.py``: argparse types with a range (``int_in``, ``non_negative``, ``fraction``);
+* ``refused.py``: flags accepted only to be refused, with the reason;
+* ``values.py``: what the commands read from their flags (paths, prompts, the MoE split, the device) and how a
+  result is printed.
+
+Its modules import the standard library, errors, devices, quant and files.prompts; never cli or api.
+"""

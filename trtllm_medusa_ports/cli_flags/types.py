@@ -1,0 +1,43 @@
+"""argparse types with a range, named in the error: the ranges of the commands' flags (the API's validation
+specs in options/validation.py hold the same ranges).
+
+May import: the standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def int_in(lo: int, hi: int | None = None):
+    """An argparse type: an integer in [lo, hi] (hi None: no upper bound), named in the error."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo and hi is None:
+            raise argparse.ArgumentTypeError(f"{v} must be at least {lo}")
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is outside {lo}..{hi}")
+        return v
+    return parse
+
+
+def non_negative(text: str) -> float:
+    """An argparse type: a number >= 0 (NaN refused), named in the error."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{v} must be a number >= 0")
+    return v
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number in [0, 1), named in the error."""
+    v = non_negative(text)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"{v} must be below 1")
+    return v

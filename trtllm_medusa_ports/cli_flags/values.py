@@ -1,0 +1,69 @@
+"""What the commands read from their flags beyond one value each (paths, the prompts, the MoE split, the device
+they compute on) and how a command's result is printed.
+
+May import: the standard library, errors, and lazily devices, quant and files.prompts; never cli or api.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from trtllm_medusa_ports.errors import PortError
+
+
+def print_result(args: argparse.Namespace, result) -> None:
+    """The command's result: ``to_dict()`` as JSON with --json, else its text."""
+    print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.render())
+
+
+def prompt_inputs(args: argparse.Namespace):
+    """--prompt / --prompts_file / --prompt_ids / --data, as every command reads them (files/prompts.py)."""
+    from trtllm_medusa_ports.files.prompts import PromptInputs, parse_prompt_ids
+
+    return PromptInputs(prompt=list(args.prompt or []),
+                        prompts_file=Path(args.prompts_file) if args.prompts_file else None,
+                        prompt_ids=parse_prompt_ids(args.prompt_ids) if args.prompt_ids else None,
+                        data=Path(args.data) if args.data else None)
+
+
+def as_path(v) -> Path | None:
+    """A flag's path, or None where the flag was not given (or empty)."""
+    return Path(v) if v else None
+
+
+def moe_ep_size(args: argparse.Namespace) -> int | None:
+    """Expert parallelism from --moe_ep_size / --moe_tp_size (upstream's pair, -1 each: resolved as
+    tensorrt_llm/mapping.py does); None (after the message) where they contradict --tp_size."""
+    ep, tpm, tp = args.moe_ep_size, args.moe_tp_size, args.tp_size
+    if ep == -1:
+        ep = 1 if tpm == -1 else (tp // tpm if tpm > 0 and tp % tpm == 0 else 0)
+    if ep < 1 or (tpm != -1 and tpm * ep != tp):
+        print(f"error: --moe_tp_size {args.moe_tp_size} x --moe_ep_size {args.moe_ep_size} must equal --tp_size {tp}\n"
+              "  fix: pass one of them (the other is tp_size divided by it)", file=sys.stderr)
+        return None
+    return ep
+
+
+def calibration_device_ok(args: argparse.Namespace) -> bool:
+    """``--device`` where a calibration pass will compute on it, checked by doing so (devices.check_device: meta,
+    cuda without CUDA, an ordinal past the GPUs, a bad name); False after the message (a usage error)."""
+    from trtllm_medusa_ports.quant import spec_from_flags
+
+    if not spec_from_flags(args).needs_calibration:
+        return True  # a flag that does not apply: api.convert warns
+    return device_ok(args.device)
+
+
+def device_ok(device: str) -> bool:
+    """Whether ``--device`` computes (devices.check_device); False after the message (a usage error)."""
+    from trtllm_medusa_ports.devices import check_device
+
+    try:
+        check_device(device, "--device")
+    except PortError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return False
+    return True
