@@ -335,6 +335,33 @@ def _weight_only_by_slices(w: torch.Tensor, pieces: int, dtype: torch.dtype, alg
     return torch.cat([one(c) for c in w.chunk(pieces, dim=-1)], dim=-1)
 
 
+def _recorded_samples(record: dict, model_dir) -> list[list[int]] | str:
+    """The samples a conversion's calibration ``record`` ran on, read again as it read them (with the tokenizer the
+    text went through), or why they cannot be had: unreadable, changed, or tokenized otherwise now."""
+    from trtllm_medusa_ports.errors import PortError
+    from trtllm_medusa_ports.quant.calibrate import (
+        read_calibration_samples,
+        recorded_tokenizer_dir,
+        recorded_tokenizer_matches,
+        samples_digest,
+    )
+
+    source = record.get("source")
+    path = None if source == "packaged prompts" else source
+    tok_dir = recorded_tokenizer_dir(record, model_dir)  # the tokenizer the text went through at conversion
+    try:
+        samples, _ = read_calibration_samples(path, model_dir, size=int(record["samples"]),
+                                              max_seq_length=int(record.get("max_seq_length", 10**9)),
+                                              tokenizer_dir=tok_dir)
+    except (PortError, OSError, KeyError, ValueError) as exc:
+        return f"its calibration samples cannot be read again ({exc})"
+    if samples_digest(samples) != record.get("sha256"):
+        other = recorded_tokenizer_matches(record, tok_dir)
+        return (f"the calibration samples at {source} were tokenized again with another tokenizer: {other}"
+                if other else f"the calibration samples at {source} changed since the conversion")
+    return samples
+
+
 def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, exclude, compare, rederive,
               quiet, tool_samples=None) -> str | None:
     """Run the calibration again and compare the activation and KV-cache scales.
@@ -344,14 +371,7 @@ def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, ex
     it was calibrated on (``tool_samples``) it is re-derived under the tool's rule - ModelOpt
     ``get_kv_cache_scaling_factor`` and TensorRT-LLM's own ``int8_kv_cache``: the q, k and v projection outputs'
     amax (ModelOpt floors an FP8 KV scale at 1) - within :data:`TOOL_SCALE_RTOL`."""
-    from trtllm_medusa_ports.errors import PortError
-    from trtllm_medusa_ports.quant.calibrate import (
-        calibrate,
-        read_calibration_samples,
-        recorded_tokenizer_dir,
-        recorded_tokenizer_matches,
-        samples_digest,
-    )
+    from trtllm_medusa_ports.quant.calibrate import calibrate
 
     record = (ckpt.config.get("medusa_ports") or {}).get("calibration")
     if not rederive:
@@ -359,18 +379,9 @@ def _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, ex
     rtol = SCALE_RTOL
     if record:
         source = record.get("source")
-        path = None if source == "packaged prompts" else source
-        tok_dir = recorded_tokenizer_dir(record, model_dir)  # the tokenizer the text went through at conversion
-        try:
-            samples, _ = read_calibration_samples(path, model_dir, size=int(record["samples"]),
-                                                  max_seq_length=int(record.get("max_seq_length", 10**9)),
-                                                  tokenizer_dir=tok_dir)
-        except (PortError, OSError, KeyError, ValueError) as exc:
-            return f"its calibration samples cannot be read again ({exc})"
-        if samples_digest(samples) != record.get("sha256"):
-            other = recorded_tokenizer_matches(record, tok_dir)
-            return (f"the calibration samples at {source} were tokenized again with another tokenizer: {other}"
-                    if other else f"the calibration samples at {source} changed since the conversion")
+        samples = _recorded_samples(record, model_dir)
+        if isinstance(samples, str):  # why they cannot be had again
+            return samples
     elif tool_samples:
         samples, source, rtol = tool_samples, "the given calibration samples", TOOL_SCALE_RTOL
     else:
