@@ -117,6 +117,19 @@ def test_no_module_of_a_split_package_imports_its_own_init():
         assert [m for m in inside if pkg in g[m]] == [], pkg
 
 
+def test_the_entries_helpers_serve_their_entry_alone():
+    """cli_flags/ is the command line's (only cli.py imports it), options/ the API's (only api.py imports it), and
+    neither imports back into cli or api."""
+    g = _graph(function_level=True)
+    p = "trtllm_medusa_ports."
+    for helpers, entry in (("cli_flags", "cli"), ("options", "api")):
+        inside = {m for m in _modules() if m == p + helpers or m.startswith(p + helpers + ".")}
+        assert len(inside) > 3, helpers
+        users = {m for m in g if m not in inside and g[m] & inside}
+        assert users == {p + entry}, helpers
+        assert not _reaches(g, p + helpers, p + "cli") and not _reaches(g, p + helpers, p + "api"), helpers
+
+
 #: the stages of the pipeline, where a function over 60 lines is a room too big to read
 PIPELINE = ("convert.py", "plan.py", "verify/", "compat/", "quant", "cli.py", "cli_flags/", "api.py", "options/",
             "findings.py", "xqa.py")

@@ -15,11 +15,14 @@ result, not an error: ``VerifyReport.ok`` is False.
     report = api.verify(api.VerifyOptions(model_dir=..., checkpoint_dir=res.output_dir))
 
 Names exported here are the promised surface; everything else in the package may change.
+
+This module holds each command's options and result dataclasses and its function, nothing else: what the
+functions check and compute from the options is options/'s. May import: options, the stages' types
+(convert, compat, files.prompts, tree, errors, threads), and lazily each command's stage.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +32,12 @@ from trtllm_medusa_ports.convert import ConvertOptions as _ConvertOptions
 from trtllm_medusa_ports.convert import ConvertResult
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, PortError, TreeError
 from trtllm_medusa_ports.files.prompts import PromptInputs
+from trtllm_medusa_ports.options.calibration import check_calibration_flags, tool_calibration
+from trtllm_medusa_ports.options.check import memory_plan_for, position_range_findings
+from trtllm_medusa_ports.options.prompts import token_ids
+from trtllm_medusa_ports.options.validation import SPECS as _SPECS  # noqa: F401  (tests read api._SPECS)
+from trtllm_medusa_ports.options.validation import check_fields, validate_options
+from trtllm_medusa_ports.options.validation import validate as _validate  # noqa: F401  (tests: api._validate)
 from trtllm_medusa_ports.tree import MedusaTree
 
 #: defined with the training (heads/train.py, which imports torch): read from there when first asked for, so that
@@ -89,206 +98,6 @@ __all__ = [
 from trtllm_medusa_ports.threads import default_threads, torch_threads  # noqa: E402
 
 
-# -- input validation (docs/api.md "Input validation") ----------------------------------------------
-#: every API function checks its options against these specs before any work, so that a wrong type or an
-#: out-of-range value is refused at the boundary (naming ``Class.field``) instead of failing deep inside.
-#: A field may be None only where its default is None (or its spec says ``none=True``); ranges are the flags'
-#: ``_int_in`` / ``_non_negative`` / ``_fraction`` ranges (cli.py); a plain ``type=int`` flag is checked for its
-#: type only, its value by the rule that judges it (a tp_size of 0 by rule parallel-size, ...).
-@dataclass(frozen=True)
-class _Spec:
-    kind: str  # path, int, float, bool, str, tree, list, ids, of, nested
-    lo: float | None = None
-    hi: float | None = None
-    below: float | None = None  # exclusive upper bound
-    choices: tuple | None = None
-    none: bool = False  # None accepted although the default is not None
-    flag: str | None = ""  # the flag spelling ("": --<field>; None: no flag)
-    of: object = None  # kind "of" / "nested": a zero-argument callable returning the accepted type
-
-
-def _P(**kw) -> _Spec:
-    return _Spec("path", **kw)
-
-
-def _I(lo: int | None = None, hi: int | None = None, **kw) -> _Spec:
-    return _Spec("int", lo=lo, hi=hi, **kw)
-
-
-def _F(lo: float | None = None, **kw) -> _Spec:
-    return _Spec("float", lo=lo, **kw)
-
-
-def _S(*choices: str, **kw) -> _Spec:
-    return _Spec("str", choices=choices or None, **kw)
-
-
-_B, _TREE, _STRS = _Spec("bool"), _Spec("tree"), _Spec("list")
-_DTYPES = ("auto", "float32", "float16", "bfloat16")
-_QUANT = dict(qformat=_S("fp8", "int8_wo", "int4_wo", "full_prec"), use_weight_only=_B,
-              weight_only_precision=_S("int8", "int4"), kv_cache_dtype=_S("fp8", "int8"), int8_kv_cache=_B)
-
-
-def _calibration_type():
-    import sys
-
-    mod = sys.modules.get("trtllm_medusa_ports.quant.calibrate")  # not loaded: nothing can be a Calibration yet
-    return mod.Calibration if mod is not None else ()
-
-
-def _fit_type():
-    from trtllm_medusa_ports.heads import train
-
-    return train.FitOptions
-
-
-_PROMPTS = _Spec("nested", flag=None, of=lambda: PromptInputs)
-_SPECS: dict[str, dict[str, _Spec]] = {
-    "ConvertOptions": dict(
-        model_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), dtype=_S(*_DTYPES), tp_size=_I(), pp_size=_I(),
-        num_medusa_heads=_I(), num_medusa_layers=_I(), max_draft_len=_I(flag="--max_draft_len"), model_type=_S(),
-        workers=_I(), use_parallel_embedding=_B, embedding_sharding_dim=_I(choices=(0, 1)), share_lm_head=_B,
-        overwrite=_B, quiet=_B, allow_unsupported=_B, medusa_choices=_TREE, fast_path=_Spec("bool", flag=None),
-        fsync=_B, **_QUANT, calib_dataset=_P(), calib_size=_I(1), calib_max_seq_length=_I(1), tokenizer_dir=_P(),
-        device=_S(), threads=_I(1), moe_ep_size=_I(),
-        calibration=_Spec("of", flag=None, of=_calibration_type)),
-    "AddHeadsOptions": dict(
-        base_checkpoint_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), max_draft_len=_I(), overwrite=_B,
-        dtype=_S(*_DTYPES), num_medusa_heads=_I(), num_medusa_layers=_I(), medusa_choices=_TREE, fsync=_B),
-    "CheckOptions": dict(
-        model_dir=_P(), medusa_model_dir=_P(), medusa_choices=_TREE, tp_size=_I(), pp_size=_I(), max_draft_len=_I(),
-        num_medusa_heads=_I(), dtype=_S(*_DTYPES), share_lm_head=_B, **_QUANT, max_batch_size=_I(1),
-        max_seq_len=_I(1), gpu_memory_gb=_F(0), prompts=_PROMPTS, tokenizer_dir=_P(), threads=_I(1), quiet=_B),
-    "VerifyOptions": dict(
-        model_dir=_P(), checkpoint_dir=_P(), medusa_choices=_TREE, prompts=_PROMPTS, tokenizer_dir=_P(),
-        max_new_tokens=_I(), medusa_model_dir=_P(), max_quant_error=_F(0), threads=_I(1), quiet=_B,
-        skip_tree_proof=_B, gemm_plugin=_S("auto", "fp8"), calib_dataset=_P(), calib_size=_I(1),
-        calib_max_seq_length=_I(1), accept_unchecked_scales=_B, streaming=_Spec("bool", none=True),
-        max_memory=_F(0), device=_S(), offload_dir=_P()),
-    "TrainOptions": dict(
-        model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
-        dtype=_S("auto", "float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
-        fit=_Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1),
-        device_map=_S("auto"), dist_timeout=_I(1)),
-    "FitOptions": dict(
-        num_heads=_I(1, 64), num_layers=_I(1, 64), steps=_I(1), lr=_F(), batch_size=_I(1, none=True),
-        share_lm_head=_B, seed=_I(), schedule=_S("cosine", "constant", flag=None), warmup=_F(0, flag=None),
-        weight_decay=_F(0, flag=None), full_vocab=_B, negatives=_I(), distill=_F(), save_every=_I(1),
-        matmul_dtype=_S("auto", "float32", "bfloat16", flag="--fit_dtype"), quiet=_B, heldout_fraction=_F(0, below=1)),
-    "TuneOptions": dict(
-        model_dir=_P(), medusa_model_dir=_P(), output=_P(), prompts=_PROMPTS, tokenizer_dir=_P(),
-        new_tokens=_I(1, 1 << 16), max_nodes=_I(1, 4096), max_draft_len=_I(1, 4096), top_k=_I(1, 1000),
-        estimate=_S("product", "joint"), baseline=_S(none=True), overwrite=_B, threads=_I(1), quiet=_B),
-    "TreeOptions": dict(choices=_TREE, num_heads=_I(), max_draft_len=_I(), top_k=_I()),
-    "BuildOptions": dict(checkpoint_dir=_P(), args=_STRS, allow_unsupported=_B),
-    "PromptInputs": dict(prompt=_STRS, prompts_file=_P(), prompt_ids=_Spec("ids"), data=_P()),
-    "inspect_heads": dict(path=_P(flag=None), data_check=_Spec("bool", flag="--no_data_check")),
-}
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _expected(s: _Spec) -> str:
-    """What a field of this spec accepts, in words."""
-    if s.kind == "int" or s.kind == "float":
-        text = "an integer" if s.kind == "int" else "a number"
-        if s.choices:
-            return f"{text}, one of {', '.join(map(str, s.choices))}"
-        if s.lo is not None and s.hi is not None:
-            return f"{text} in {s.lo}..{s.hi}"
-        if s.lo is not None:
-            return f"{text} >= {s.lo}" + (f" and below {s.below}" if s.below is not None else "")
-        return text
-    if s.kind == "str" and s.choices:
-        return f"one of {', '.join(map(repr, s.choices))}"
-    if s.kind in ("of", "nested"):
-        t = s.of()
-        if isinstance(t, type) and globals().get(t.__name__) is t:  # a type the API exports
-            return f"a {t.__name__} (api.{t.__name__})"
-        # a type of a module below (quant.calibrate.Calibration), loaded or not yet: one spelling either way
-        return "a " + (f"{t.__module__.removeprefix('trtllm_medusa_ports.')}.{t.__qualname__}"
-                       if isinstance(t, type) else "quant.calibrate.Calibration")
-    return {"path": "a path (str or os.PathLike)", "bool": "a bool (True or False)", "str": "a string",
-            "tree": "a medusa_choices tree: a preset name, @file or JSON text (str), or a list of paths",
-            "list": "a list of strings", "ids": "a list of token-id lists (lists of int)"}[s.kind]
-
-
-def _accepts(s: _Spec, v) -> bool:
-    if s.kind == "path":
-        return isinstance(v, (str, os.PathLike)) and str(v) != ""
-    if s.kind in ("int", "float"):
-        if not (_is_int(v) if s.kind == "int" else (_is_int(v) or isinstance(v, float))):
-            return False
-        return (v == v and (s.lo is None or v >= s.lo) and (s.hi is None or v <= s.hi)  # v == v: not NaN
-                and (s.below is None or v < s.below) and (not s.choices or v in s.choices))
-    if s.kind == "bool":
-        return isinstance(v, bool)
-    if s.kind == "str":
-        return isinstance(v, str) and (not s.choices or v in s.choices)
-    if s.kind == "tree":
-        return isinstance(v, (str, list))
-    if s.kind == "list":
-        return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
-    if s.kind == "ids":
-        return isinstance(v, (list, tuple)) and all(isinstance(p, (list, tuple)) and all(map(_is_int, p)) for p in v)
-    t = s.of()
-    return isinstance(t, type) and isinstance(v, t)
-
-
-def _check_fields(owner: str, values: dict, defaults: dict, error: type[PortError], label: str | None = None) -> None:
-    """Raise ``error`` for the first value its spec (``_SPECS[owner]``) refuses, its ``where`` ``label.field``
-    (``label``: the owner, or the path to a nested option such as ``TrainOptions.fit``); nested options too."""
-    import math
-
-    specs, label = _SPECS[owner], label or owner
-    for name, v in values.items():
-        s = specs.get(name)
-        if s is None:  # a field with no spec (an addition the table does not know yet) is left to the command
-            continue
-        default = defaults.get(name, dataclasses.MISSING)
-        if v is None and (default is None or s.none):
-            continue
-        if not _accepts(s, v):
-            flag = s.flag if s.flag != "" else f"--{name}"
-            shown = "nan" if isinstance(v, float) and math.isnan(v) else repr(v)
-            given = f"{flag} {shown}" if flag else shown
-            none = " (or None)" if default is None or s.none else ""
-            told = f"; the default is {default!r}" if default not in (dataclasses.MISSING, None) else ""
-            raise error(f"{given} ({type(v).__name__}) is not {_expected(s)}{none}",
-                        where=f"{label}.{name}", fix=f"give {label}.{name} {_expected(s)}{none}{told}")
-        if s.kind == "nested":
-            _validate(v, error, f"{label}.{name}")
-
-
-def _validate(opts, error: type[PortError] = PortError, where: str | None = None) -> None:
-    """Check an options dataclass against its spec (the first class of its MRO that ``_SPECS`` names)."""
-    owner = next((c.__name__ for c in type(opts).__mro__ if c.__name__ in _SPECS), None)
-    if owner is None or not dataclasses.is_dataclass(opts):
-        raise error(f"{opts!r} ({type(opts).__name__}) is not an options dataclass of trtllm_medusa_ports.api",
-                    where=where or "options", fix="build the options with the api's classes, e.g. api.ConvertOptions(...)")
-    values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
-    defaults = {f.name: f.default for f in dataclasses.fields(opts) if f.default is not dataclasses.MISSING}
-    _check_fields(owner, values, defaults, error, where)
-
-
-def _validate_options(opts, cls_name: str, error: type[PortError] = PortError) -> None:
-    """The function's options: an instance of its class (by name; TrainOptions is made lazily), then its fields."""
-    if not any(c.__name__ == cls_name for c in type(opts).__mro__) or not dataclasses.is_dataclass(opts):
-        raise error(f"{opts!r} ({type(opts).__name__}) is not a {cls_name}", where=cls_name,
-                    fix=f"pass api.{cls_name}(...)")
-    _validate(opts, error)
-
-
-def _ids(prompts: PromptInputs, model_dir: Path, tokenizer_dir: Path | None) -> list[list[int]] | None:
-    """Token ids of the given prompts (text through the tokenizer), or None when none were given."""
-    from trtllm_medusa_ports.files.prompts import lazy_tokenizer, read_items
-
-    items = read_items(prompts, lazy_tokenizer(tokenizer_dir or model_dir))
-    return None if items is None else [it.ids for it in items]
-
-
 # -- convert ------------------------------------------------------------------------------------
 @dataclass
 class ConvertOptions(_ConvertOptions):
@@ -304,53 +113,14 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     from trtllm_medusa_ports.convert import convert as _convert
     from trtllm_medusa_ports.files.checkpoint import guard_output_dir
 
-    _validate_options(opts, "ConvertOptions", ConversionError)
+    validate_options(opts, "ConvertOptions", ConversionError)
     if opts.calib_dataset is not None:  # never write where the calibration text lives
         guard_output_dir(Path(opts.output_dir), {"--calib_dataset": Path(opts.calib_dataset)})
-    unused = _check_calibration_flags(opts)
+    unused = check_calibration_flags(opts)
     res = _convert(opts)
     record = (res.config.get("medusa_ports") or {}).get("calibration") or {}
     res.warnings[:0] = unused + list(record.get("notes") or [])  # samples cut at the base's context
     return res
-
-
-#: convert's flags of the calibration pass, with their defaults
-_CALIBRATION_FLAGS = (("--calib_dataset", "calib_dataset", None), ("--calib_size", "calib_size", 512),
-                      ("--calib_max_seq_length", "calib_max_seq_length", 512),
-                      ("--tokenizer_dir", "tokenizer_dir", None), ("--device", "device", "cpu"),
-                      ("--threads", "threads", None))
-
-
-def _check_calibration_flags(opts: ConvertOptions) -> list[str]:
-    """The warning for calibration flags set on a conversion that runs no calibration (a float or weight-only
-    format, or a given ``ConvertOptions.calibration``): never ignored in silence. A path among them that does not
-    exist is an error (a typo would otherwise pass unseen). Where a calibration runs, ``--device`` is checked by
-    computing on it (devices.check_device) before anything is read."""
-    from trtllm_medusa_ports.quant import spec_from_flags
-
-    spec = spec_from_flags(opts)
-    if spec.needs_calibration and opts.calibration is None:
-        from trtllm_medusa_ports.devices import check_device
-
-        check_device(opts.device, "--device", ConversionError)
-        return []
-    given = [flag for flag, name, default in _CALIBRATION_FLAGS if getattr(opts, name) != default]
-    for flag, name in (("--calib_dataset", "calib_dataset"), ("--tokenizer_dir", "tokenizer_dir")):
-        path = getattr(opts, name)
-        if path is not None and not Path(path).exists():
-            raise ConversionError(f"{flag}: no such file or directory (and nothing is calibrated: the flag does not "
-                                  "apply)", where=str(path), fix=f"drop {flag}, or correct the path")
-    if not given:
-        return []
-    if spec.needs_calibration:
-        why = "ConvertOptions.calibration is given and used as it is"
-    elif spec.weight_only:
-        why = (f"weight-only {spec.quant_algo} calibrates nothing (TensorRT-LLM quantizes the weights at load, from "
-               "the weights alone)")
-    else:
-        why = "a float checkpoint calibrates nothing"
-    return [f"{', '.join(given)}: ignored, {why}; drop {'it' if len(given) == 1 else 'them'}, or calibrate with "
-            "--qformat fp8 or --kv_cache_dtype fp8 / int8"]
 
 
 @dataclass
@@ -388,7 +158,7 @@ class AddHeadsResult:
 def add_heads(opts: AddHeadsOptions) -> AddHeadsResult:
     from trtllm_medusa_ports.quant.prequantized import add_heads as _add
 
-    _validate_options(opts, "AddHeadsOptions", ConversionError)
+    validate_options(opts, "AddHeadsOptions", ConversionError)
     res = _add(Path(opts.base_checkpoint_dir), Path(opts.medusa_model_dir), Path(opts.output_dir),
                max_draft_len=opts.max_draft_len, overwrite=opts.overwrite, dtype=opts.dtype,
                num_medusa_heads=opts.num_medusa_heads, num_medusa_layers=opts.num_medusa_layers,
@@ -451,56 +221,19 @@ class CheckResult:
         return "\n".join(lines)
 
 
-def _memory_plan(opts: CheckOptions):
-    """The memory plan of what check was asked about, or None where the inputs cannot give one (the findings
-    say why)."""
-    from trtllm_medusa_ports.convert import plan_layout
-    from trtllm_medusa_ports.memory import memory_plan
-
-    try:
-        copts = ConvertOptions(model_dir=Path(opts.model_dir),
-                               medusa_model_dir=Path(opts.medusa_model_dir) if opts.medusa_model_dir else None,
-                               output_dir=Path("unused"), dtype=opts.dtype or "float16", tp_size=opts.tp_size,
-                               pp_size=opts.pp_size, max_draft_len=opts.max_draft_len or 63,
-                               share_lm_head=opts.share_lm_head, qformat=opts.qformat,
-                               use_weight_only=opts.use_weight_only, weight_only_precision=opts.weight_only_precision,
-                               kv_cache_dtype=opts.kv_cache_dtype, int8_kv_cache=opts.int8_kv_cache)
-        return memory_plan(*plan_layout(copts))
-    except (PortError, ValueError, KeyError, ZeroDivisionError, RuntimeError):
-        return None
-
-
-def _position_range(opts: CheckOptions) -> list:
-    """Learned-position bases: ``--max_seq_len`` and the tree's depth against the position table."""
-    from trtllm_medusa_ports.archs import adapter_for
-    from trtllm_medusa_ports.compat import learned_position_range
-    from trtllm_medusa_ports.files.hf_model import HFConfig
-    from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
-
-    try:
-        hf = HFConfig.read(opts.model_dir)
-        adapter = adapter_for(hf.architecture)
-        heads = opts.num_medusa_heads or 4
-        paths, _ = resolve_choices(opts.medusa_choices or "mc_sim_7b_63", heads)
-        depth = MedusaTree.from_spec(paths, num_heads=heads).depth
-        return learned_position_range(hf, adapter, opts.max_seq_len, depth)
-    except PortError:  # the base and tree rules already report an unreadable config or tree
-        return []
-
-
 def check(opts: CheckOptions) -> CheckResult:
     from trtllm_medusa_ports.compat import activation_range_finding, errors_of, serving_findings
     from trtllm_medusa_ports.compat import check as _check
     from trtllm_medusa_ports.quant import spec_from_flags
 
-    _validate_options(opts, "CheckOptions")
+    validate_options(opts, "CheckOptions")
     spec = spec_from_flags(opts)
     arch, findings = _check(opts.model_dir, opts.medusa_model_dir, medusa_choices=opts.medusa_choices,
                             tp_size=opts.tp_size, pp_size=opts.pp_size, max_draft_len=opts.max_draft_len,
                             dtype=opts.dtype, num_medusa_heads=opts.num_medusa_heads, quantization=spec)
-    findings += _position_range(opts)
-    plan = _memory_plan(opts)
-    prompts = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
+    findings += position_range_findings(opts)
+    plan = memory_plan_for(opts)
+    prompts = token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     if prompts:
         import sys
 
@@ -551,25 +284,14 @@ def verify(opts: VerifyOptions):
     """A :class:`~trtllm_medusa_ports.verify.VerifyReport` (``ok``, ``to_dict()``, ``render()``)."""
     from trtllm_medusa_ports.verify import verify as _verify
 
-    _validate_options(opts, "VerifyOptions")
-    prompts = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
+    validate_options(opts, "VerifyOptions")
+    prompts = token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     return _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
                    threads=opts.threads, max_quant_error=opts.max_quant_error, skip_tree_proof=opts.skip_tree_proof,
-                   gemm_plugin=opts.gemm_plugin, calibration=_tool_calibration(opts),
+                   gemm_plugin=opts.gemm_plugin, calibration=tool_calibration(opts),
                    accept_unchecked_scales=opts.accept_unchecked_scales, streaming=opts.streaming,
                    max_memory=opts.max_memory, device=opts.device, offload_dir=opts.offload_dir)
-
-
-def _tool_calibration(opts: VerifyOptions) -> list[list[int]] | None:
-    """The calibration samples given for a tool's checkpoint (token ids), or None."""
-    if opts.calib_dataset is None:
-        return None
-    from trtllm_medusa_ports.quant.calibrate import read_calibration_samples
-
-    samples, _ = read_calibration_samples(opts.calib_dataset, Path(opts.model_dir), size=opts.calib_size,
-                                          max_seq_length=opts.calib_max_seq_length, tokenizer_dir=opts.tokenizer_dir)
-    return samples
 
 
 # -- train-heads ----------------------------------------------------------------------------------
@@ -580,7 +302,7 @@ def train_heads(opts):
     # rank 0 writes, the others return the same result.
     from trtllm_medusa_ports.heads.train import train
 
-    _validate_options(opts, "TrainOptions")
+    validate_options(opts, "TrainOptions")
     threads = opts.threads
     ranks_here = os.environ.get("LOCAL_WORLD_SIZE", "1")
     if threads is None and ranks_here.isdigit() and int(ranks_here) > 1:  # the idle cores shared by this node's ranks
@@ -662,7 +384,7 @@ class TuneTreeResult:
 def tune_tree(opts: TuneOptions) -> TuneTreeResult:
     from trtllm_medusa_ports.tune import tune, write_choices
 
-    _validate_options(opts, "TuneOptions")
+    validate_options(opts, "TuneOptions")
     if opts.output is not None:
         out = Path(opts.output).resolve()
         inputs = {"--model_dir": opts.model_dir, "--medusa_model_dir": opts.medusa_model_dir,
@@ -673,7 +395,7 @@ def tune_tree(opts: TuneOptions) -> TuneTreeResult:
                 raise PortError(f"--output {opts.output} is {'the input' if out == s else 'inside the input'} {flag}",
                                 where=str(opts.output),
                                 fix=f"write the tree outside {flag}, e.g. --output ./tree.json")
-    ids = _ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
+    ids = token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     with torch_threads(opts.threads):
         res = tune(opts.model_dir, opts.medusa_model_dir, prompt_ids=ids, tokenizer_dir=opts.tokenizer_dir,
                    max_nodes=opts.max_nodes, max_draft_len=opts.max_draft_len, top_k=opts.top_k,
@@ -719,7 +441,7 @@ class TreeResult:
 def tree(opts: TreeOptions) -> TreeResult:
     from trtllm_medusa_ports.tree import resolve_choices, upstream_quirks
 
-    _validate_options(opts, "TreeOptions", TreeError)
+    validate_options(opts, "TreeOptions", TreeError)
     paths, pruned = resolve_choices(opts.choices, opts.num_heads)
     t = MedusaTree.from_spec(paths, top_k=opts.top_k, num_heads=opts.num_heads, max_draft_len=opts.max_draft_len)
     return TreeResult(t, [pruned] if pruned else [], upstream_quirks([list(p) for p in t.paths]))
@@ -763,7 +485,7 @@ def inspect_heads(path: str | Path, *, data_check: bool = True) -> HeadsInfo:
     from trtllm_medusa_ports.errors import HeadsError
     from trtllm_medusa_ports.heads import load_heads
 
-    _check_fields("inspect_heads", {"path": path, "data_check": data_check}, {"data_check": True}, HeadsError)
+    check_fields("inspect_heads", {"path": path, "data_check": data_check}, {"data_check": True}, HeadsError)
     heads = load_heads(path)
     if data_check:
         heads.check_finite()
@@ -801,7 +523,7 @@ def build(opts: BuildOptions) -> BuildResult:
     from trtllm_medusa_ports.engine.build import checkpoint_findings, read_checkpoint_config
     from trtllm_medusa_ports.engine.build import main as build_main
 
-    _validate_options(opts, "BuildOptions", CheckpointError)
+    validate_options(opts, "BuildOptions", CheckpointError)
     ckpt = Path(opts.checkpoint_dir)
     if not ckpt.is_dir():
         raise CheckpointError("no such checkpoint directory (no config.json)" if not ckpt.exists() else "not a directory",
