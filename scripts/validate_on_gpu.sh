@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Validate Medusa engines on a GPU machine with TensorRT-LLM 1.2.x installed:
-# convert -> trtllm-medusa build -> run with --medusa_choices -> compare with HF greedy.
+# convert -> verify --device cuda (in memory and streaming) -> trtllm-medusa build -> run with --medusa_choices
+# -> compare with HF greedy.
 # Prints a PASS/FAIL table per family. Not run in CI (no GPU, no TensorRT-LLM there).
 #
 #   scripts/validate_on_gpu.sh [RUN_PY] [WORKDIR]
@@ -21,6 +22,25 @@ NEW=24
 python3 -c "import tensorrt_llm; print('TensorRT-LLM', tensorrt_llm.__version__)" || {
   echo "TensorRT-LLM is not importable: install tensorrt_llm 1.2.x on a GPU machine" >&2; exit 1; }
 [ -f "$RUN_PY" ] || { echo "examples/run.py not found at $RUN_PY (pass it as the first argument)" >&2; exit 1; }
+
+# verify on the GPU (the code path CPU tests drive with --device cpu): in memory and streaming, each must pass and
+# the two reports must be the same but for memory_mode (weight-only streams; other quantized formats do not)
+verify_on_cuda() {
+  local d=$1 modes="--no_streaming"
+  case "$QFORMAT" in ""|int8_wo|int4_wo) modes="--no_streaming --streaming" ;; esac
+  for m in $modes; do
+    trtllm-medusa verify --model_dir "$d/base" --checkpoint_dir "$d/ckpt" --medusa_choices "$TREE" \
+      --max_new_tokens 8 --device cuda "$m" --json --quiet >"$d/verify-cuda$m.json" 2>>"$d/verify-cuda.log" || return 1
+  done
+  [ "$modes" = "--no_streaming" ] && return 0
+  python3 - "$d" >>"$d/verify-cuda.log" 2>&1 <<'PY'
+import json, sys
+a, b = (json.load(open(f"{sys.argv[1]}/verify-cuda{m}.json")) for m in ("--no_streaming", "--streaming"))
+print("memory modes:", a.pop("memory_mode")["mode"], b.pop("memory_mode")["mode"])
+differ = [k for k in a if a[k] != b[k]]
+sys.exit(f"streaming and in-memory reports differ in {differ}" if differ else 0)
+PY
+}
 
 printf '%-24s %-6s %s\n' family result detail
 for arch in $FAMILIES; do
@@ -49,6 +69,8 @@ PY
         --dtype float16 --max_medusa_token_len 7 ${QFORMAT:+--qformat "$QFORMAT"} --overwrite --quiet \
         >"$d/convert.log" 2>&1; then
     status=FAIL; detail="convert (see $d/convert.log)"
+  elif ! verify_on_cuda "$d"; then
+    status=FAIL; detail="verify --device cuda (see $d/verify-cuda.log)"
   elif ! trtllm-medusa build --checkpoint_dir "$d/ckpt" --output_dir "$d/engine" --gemm_plugin auto \
         --max_batch_size 1 >"$d/build.log" 2>&1; then
     status=FAIL; detail="build (see $d/build.log)"

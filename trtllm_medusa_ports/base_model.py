@@ -145,7 +145,8 @@ def value_transforms(model_dir: str | Path, architecture: str | None) -> dict[st
 
 def weight_rounding(dtype: torch.dtype, transforms: dict[str, ValueTransform] | None = None,
                     full_precision: tuple[str, ...] = ()) -> Callable[[str, torch.Tensor], torch.Tensor]:
-    """``(name, float32 weight) -> the weight as the checkpoint stores it, in float32``: rounded to ``dtype``,
+    """``(name, float32 weight) -> the weight as the checkpoint stores it`` (in ``dtype``, or float32: copy it into a
+    float32 tensor, which holds it exactly): rounded to ``dtype``,
     but those the checkpoint stores in float32 whatever its dtype (``full_precision``: regexes of transformers'
     parameter names, the adapter's ``full_precision_parameters``, e.g. an MoE router); one the converter
     transformed first (``transforms``) is rounded as the converter stored it, so that e.g. Gemma's norm computes
@@ -159,7 +160,7 @@ def weight_rounding(dtype: torch.dtype, transforms: dict[str, ValueTransform] | 
         if any(k.fullmatch(name) for k in kept):
             return w
         t = transforms.get(name)
-        return t.as_stored(w, dtype) if t is not None else w.to(dtype).to(torch.float32)
+        return t.as_stored(w, dtype) if t is not None else w.to(dtype)
     return rounded
 
 

@@ -40,6 +40,8 @@ from trtllm_medusa_ports.errors import ModelError
 
 #: the dtypes a captured weight may be kept in, smallest first: the first that holds it exactly is used
 _EXACT_DTYPES = (torch.bfloat16, torch.float16)
+#: values a weight is checked, converted and written in at a time (4 MB of float32)
+_CHUNK = 1 << 20
 
 
 class WeightStore:
@@ -69,31 +71,42 @@ class WeightStore:
 
     def put(self, key: str, tensor: torch.Tensor) -> None:
         """Keep ``tensor`` (a float tensor; kept in bfloat16 or float16 where that holds it exactly), and where its
-        data sat against a 64-byte boundary (:meth:`alignment`)."""
+        data sat against a 64-byte boundary (:meth:`alignment`). Checked, converted and written
+        :data:`_CHUNK` values at a time: no second copy of a weight is made."""
         self._alignment[key] = tensor.data_ptr() % _ALIGN
-        t = tensor.detach().to("cpu").contiguous()
-        if t.is_floating_point() and t.dtype == torch.float32:
-            t = next((c for c in (t.to(d) for d in _EXACT_DTYPES) if torch.equal(c.float(), t)), t)
-        raw = t.reshape(-1).view(torch.uint8).numpy()
+        flat = tensor.detach().to("cpu").reshape(-1)
+        pieces = range(0, flat.numel(), _CHUNK)
+        dtype = flat.dtype
+        if dtype == torch.float32:
+            dtype = next((d for d in _EXACT_DTYPES if all(torch.equal(flat[i:i + _CHUNK].to(d).float(),
+                                                                      flat[i:i + _CHUNK]) for i in pieces)), dtype)
+        nbytes = flat.numel() * torch.empty(0, dtype=dtype).element_size()
         old = self._index.get(key)
-        offset = old[0] if old is not None and old[1] == raw.nbytes else self._end
-        view = memoryview(raw).cast("B")
+        offset = old[0] if old is not None and old[1] == nbytes else self._end
         done = 0
         try:
-            while done < len(view):
-                done += os.pwrite(self._fd, view[done:], offset + done)
+            for i in pieces:
+                view = memoryview(flat[i:i + _CHUNK].to(dtype).contiguous().view(torch.uint8).numpy()).cast("B")
+                written = 0
+                while written < len(view):
+                    written += os.pwrite(self._fd, view[written:], offset + done + written)
+                done += written
         except OSError as exc:
             hint = " (the disk is full)" if exc.errno == errno.ENOSPC else ""
             raise ModelError(f"cannot write the streaming weight file ({exc.strerror}){hint}", where=self.directory,
                              fix="pass --offload_dir on a disk with room for the base in its own dtype") from None
-        self._index[key] = (offset, raw.nbytes, t.dtype, tuple(t.shape))
-        self._end = max(self._end, offset + raw.nbytes)
+        self._index[key] = (offset, nbytes, dtype, tuple(tensor.shape))
+        self._end = max(self._end, offset + nbytes)
 
     def get(self, key: str) -> torch.Tensor:
         """The tensor kept under ``key``, in float32 (the exact value that was put)."""
+        return self.get_stored(key).to(torch.float32)
+
+    def get_stored(self, key: str) -> torch.Tensor:
+        """The tensor kept under ``key`` in the dtype it is kept in (the put value, exactly)."""
         offset, nbytes, dtype, shape = self._index[key]
         if nbytes == 0:
-            return torch.zeros(shape, dtype=torch.float32, device="cpu")
+            return torch.zeros(shape, dtype=dtype, device="cpu")
         buf = bytearray(nbytes)
         view, done = memoryview(buf), 0
         while done < nbytes:
@@ -102,7 +115,7 @@ class WeightStore:
                 raise ModelError("the streaming weight file ended early", where=self.directory,
                                  fix="run again; the temporary file was changed while in use")
             done += n
-        return torch.frombuffer(buf, dtype=dtype).reshape(shape).to(torch.float32)
+        return torch.frombuffer(buf, dtype=dtype).reshape(shape)
 
     def alignment(self, key: str) -> int:
         """The put tensor's data address modulo 64 bytes. Matrix kernels pick their code path by it (a float32
@@ -118,14 +131,23 @@ class WeightStore:
 _ALIGN = 64
 
 
-def placed(t: torch.Tensor, alignment: int, device: torch.device) -> torch.Tensor:
-    """``t`` copied onto ``device`` with its data ``alignment`` bytes past a 64-byte boundary (see
-    :meth:`WeightStore.alignment`)."""
-    item = t.element_size()
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` (any float dtype) holds exactly ``b``'s values, compared :data:`_CHUNK` values at a time."""
+    if a.shape != b.shape:
+        return False
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    return all(torch.equal(fa[i:i + _CHUNK].to(fb.dtype), fb[i:i + _CHUNK]) for i in range(0, fb.numel(), _CHUNK))
+
+
+def placed(t: torch.Tensor, alignment: int, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``t`` copied (as ``dtype``, default its own) onto ``device`` with its data ``alignment`` bytes past a 64-byte
+    boundary (see :meth:`WeightStore.alignment`)."""
+    dtype = dtype or t.dtype
+    item = torch.empty(0, dtype=dtype).element_size()
     if alignment % item:
-        return t.to(device)
+        return t.to(device=device, dtype=dtype)
     pad = _ALIGN // item
-    buf = torch.empty(t.numel() + pad, dtype=t.dtype, device=device)
+    buf = torch.empty(t.numel() + pad, dtype=dtype, device=device)
     shift = ((alignment - buf.data_ptr()) % _ALIGN) // item
     out = buf[shift:shift + t.numel()].view(t.shape)
     out.copy_(t)
@@ -171,10 +193,20 @@ class StreamedWeights:
                 lambda _m, _a, _o, u=unit: self._leave(u), always_call=True))
 
     def _read(self, entry: _Entry) -> torch.Tensor:
-        t = self.store.get(entry.key)
+        """A weight in float32 where transformers had it (its device, its alignment), through ``value``: the kept
+        bytes, one float32 copy and ``value``'s result at most at once."""
+        # on the CPU where transformers' weight sat against a cache line; elsewhere (a GPU) where its allocator puts
+        # a weight the model is moved there with: at the start of a block
+        align = self.store.alignment(entry.key) if self.device.type == "cpu" else 0
+        out = placed(self.store.get_stored(entry.key), align, self.device, torch.float32)
         if self._value is not None and entry.key not in self._final:
-            t = self._value(entry.name, t)
-        return placed(t, self.store.alignment(entry.key), self.device)
+            with torch.no_grad():
+                v = self._value(entry.name, out)
+                if _same(v, out):  # ``value`` keeps this weight as it is (a bfloat16 base verified in bfloat16):
+                    self._final.add(entry.key)  # the same input gives the same output, so never again
+                else:
+                    out.copy_(v)
+        return out
 
     def _enter(self, unit: _Unit) -> None:
         unit.depth += 1
@@ -291,8 +323,9 @@ def load_streamed(model_dir: str | Path, *, value: Callable[[str, torch.Tensor],
                   device: str | torch.device = "cpu", offload_dir: str | Path | None = None):
     """The transformers model of ``model_dir`` (float32) with its weights streamed (see the module doc).
 
-    ``value(name, weight)``: applied to each weight (float32, on the CPU) each time it is read, ``name`` its
-    first name in ``named_parameters()``; ``device``: where the read weights are put. Returns the model
+    ``value(name, weight)``: applied to each weight (float32, where it computes) each time it is read, ``name`` its
+    first name in ``named_parameters()``; it returns the values to use, in any float dtype that holds them (they
+    are copied into the float32 weight). ``device``: where the read weights are put. Returns the model
     (``streamed_weights(model)`` gives its :class:`StreamedWeights`)."""
     import transformers
     from transformers import AutoModelForCausalLM

@@ -307,8 +307,11 @@ class ReferenceModel:
         """Tensor ``name`` of ``rank`` in float32, read once and kept (streaming: while its group is in use)."""
         key = (rank, name)
         if not self._kept(self._weights, rank, name):
-            with torch.device("cpu"):  # the rank files' tensors: converted on the CPU whatever the device
-                self._weights[key] = self._float32(rank, name).to(self.device)
+            if self.device.type == "cpu":
+                self._weights[key] = self._float32(rank, name)
+            else:
+                with torch.device("cpu"):  # the rank files' tensors: converted on the CPU whatever the device
+                    self._weights[key] = self._float32(rank, name).to(self.device)
         return self._weights[key]
 
     def _float32(self, rank: int, name: str) -> torch.Tensor:
@@ -417,8 +420,9 @@ class ReferenceModel:
             for name, lazy in tensors.items():
                 if lazy.dtype_name not in ("float32", "float16", "bfloat16", "float8_e4m3fn"):
                     continue
-                t = lazy.load()
-                if not bool(torch.isfinite(t.float() if t.dtype == torch.float8_e4m3fn else t).all()):
+                t = lazy.load().reshape(-1)
+                if not all(bool(torch.isfinite(c.float() if c.dtype == torch.float8_e4m3fn else c).all())
+                           for c in t.split(1 << 20)):  # a million values at a time: no tensor-sized temporaries
                     raise CheckpointError(f"tensor {name!r} holds NaN/Inf",
                                           where=str(self.ckpt.path / f"rank{r}.safetensors"),
                                           fix="the checkpoint is damaged: convert again")

@@ -11,8 +11,6 @@ import gc
 import sys
 from pathlib import Path
 
-import torch
-
 from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, release, value_transforms
 from trtllm_medusa_ports.base_streaming import bound_the_allocator
 from trtllm_medusa_ports.errors import ModelError
@@ -41,7 +39,7 @@ from trtllm_medusa_ports.verify.hf_side import (
 from trtllm_medusa_ports.verify.inputs import checkpoint_dtype, prompts_and_tree
 from trtllm_medusa_ports.verify.limits import PARITY_RTOL
 from trtllm_medusa_ports.verify.measures import head_hit_rates, predicted_tokens_per_step
-from trtllm_medusa_ports.verify.mode import check_device
+from trtllm_medusa_ports.verify.mode import check_device, cpu_scope, default_device
 from trtllm_medusa_ports.verify.mode import choose as choose_mode
 from trtllm_medusa_ports.verify.quantization import quant_effect_against_float, quantized_reference
 from trtllm_medusa_ports.verify.report import VerifyReport
@@ -75,7 +73,7 @@ def verify(
     memory it runs, never its results.
     """
     device = check_device(device)
-    with torch_threads(threads or default_threads()), torch.device(device):
+    with torch_threads(threads or default_threads()), default_device(device):
         return _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
                        max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
                        max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin,
@@ -163,13 +161,13 @@ def _verify(
         gc.collect()
     if emulation is not None:  # the calibration run loads the base again: only now that this copy is freed
         status("re-deriving the activation / KV-cache scales (the recorded calibration, run again)")
-        with torch.device("cpu"):  # a calibration run of its own, on the CPU
+        with cpu_scope(device):  # a calibration run of its own, on the CPU
             emulation.rederive()
 
     # Phase 2, the checkpoint on the reference executor. 1. parity
     status(f"logits parity of the checkpoint on the reference executor ({len(prompts)} prompt(s))")
     status("every base tensor against the converted Hugging Face weights")
-    with torch.device("cpu"):  # file against file: the CPU, whatever --device
+    with cpu_scope(device):  # file against file: the CPU, whatever --device
         base_tensors = base_tensor_check(model_dir, ckpt)
     parity, max_diff, tolerance, divergence, runs = parity_pass(ref, prompts, hf_runs, base_tensors)
     exact_logits = [rl for _, _, rl, _ in runs] if spec.any else []
