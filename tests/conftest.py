@@ -1,53 +1,136 @@
-"""Shared fixtures: tiny bases and heads are built by the tests (no model hub)."""
+"""Shared fixtures: tiny bases and heads are built by the tests (no model hub).
+
+Inputs that many tests read (tiny bases, their heads, trained heads) are built once per test run, in one
+directory every pytest-xdist worker sees (:func:`run_store`), by whichever worker asks first (:func:`built_once`).
+They are read-only: a test that must change one copies it first; a test that writes into one fails, naming
+what it changed (:func:`pytest_runtest_teardown`).
+"""
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import shutil
+import sys
 import tempfile
+import types
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 
-from trtllm_medusa_ports.convert import ConvertOptions, convert
-from trtllm_medusa_ports.fixtures.synthetic import (
-    random_heads,
-    save_heads,
-    save_tiny_base,
-    tiny_config,
-    train_heads,
-)
-
-torch.set_num_threads(1)  # tiny models: a second thread only waits (and, on a busy machine, stalls every op)
-# shapes built by transformers are cached per config (files/hf_model.py): one cache per test session
+# torch and the package are imported where used: pytest-xdist's controller loads this file too, and runs no test
+# shapes built by transformers are cached per config (files/hf_model.py): this process's cache until the session
+# starts, then the run's (_run_store)
 os.environ["TRTLLM_MEDUSA_CACHE"] = tempfile.mkdtemp(prefix="trtllm-medusa-test-cache-")
 atexit.register(shutil.rmtree, os.environ["TRTLLM_MEDUSA_CACHE"], True)  # ours: gone with the session
 
 
+#: what this file keeps for the session, one for both names it is imported under (``conftest``, as pytest and most
+#: tests import it, and ``tests.conftest``): the run's shared directory once the session starts (_run_store), the
+#: shared directories handed out in this process and what each held then (path -> {name: (size, mtime)}), those
+#: handed out during the test now running
+_STATE = sys.modules.setdefault("_medusa_ports_test_state", types.ModuleType("_medusa_ports_test_state"))
+if not hasattr(_STATE, "run"):
+    _STATE.run, _STATE.shared, _STATE.handed = [], {}, set()
+_RUN: list[Path] = _STATE.run
+_SHARED: dict[Path, dict[str, tuple[int, int]]] = _STATE.shared
+_HANDED: set[Path] = _STATE.handed
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _run_store(tmp_path_factory) -> Path:
+    """The run's shared inputs, and its transformers shapes (files/hf_model.py, written atomically): under
+    pytest-xdist, in the directory above every worker's own (one per run). One torch thread per process."""
+    base = tmp_path_factory.getbasetemp()
+    run = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    run.mkdir(exist_ok=True)
+    os.environ["TRTLLM_MEDUSA_CACHE"] = str(run / "shape-cache")
+    import torch
+
+    torch.set_num_threads(1)  # tiny models: a second thread only waits (and, on a busy machine, stalls every op)
+    _RUN[:] = [run]
+    return run
+
+
+def run_store() -> Path:
+    """Where :func:`built_once` keeps what the whole run shares."""
+    assert _RUN, "the session has not started: build shared inputs in fixtures or tests, not at import"
+    return _RUN[0]
+
+
 @pytest.fixture(scope="session")
 def store(tmp_path_factory) -> Path:
+    """This worker's directory for what its session keeps (tiny_base's bases are the run's: run_store)."""
     return tmp_path_factory.mktemp("store")
 
 
-_BASES: dict = {}
+def _snapshot(d: Path) -> dict[str, tuple[int, int]]:
+    out = {}
+    for p in d.rglob("*"):
+        st = p.lstat()
+        out[str(p.relative_to(d))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def built_once(target: Path, build: Callable[[Path], object]) -> Path:
+    """``target``, made by ``build(directory)`` once per test run whichever worker asks first (the others wait
+    for it); read-only from then on (a test that writes into it fails)."""
+    if target not in _SHARED:
+        if not target.is_dir():
+            with open(f"{target}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                if not target.is_dir():
+                    part = target.with_name(f".{target.name}.{os.getpid()}.partial")
+                    shutil.rmtree(part, ignore_errors=True)
+                    build(part)
+                    os.rename(part, target)  # whole or absent for the other workers
+        _SHARED[target] = _snapshot(target)
+    _HANDED.add(target)
+    return target
+
+
+def _changes(d: Path) -> list[str]:
+    now, then = _snapshot(d), _SHARED[d]
+    return sorted({n for n in now.keys() | then.keys() if now.get(n) != then.get(n)})
+
+
+def pytest_runtest_setup(item):
+    _HANDED.clear()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    """A test that wrote into a shared input errs, naming it: later tests, any worker's, would read the change."""
+    used = set(_HANDED)
+    _HANDED.clear()
+    for value in getattr(item, "funcargs", {}).values():
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, Path) and v in _SHARED:
+                used.add(v)
+    changed = {d: c for d in sorted(used) if (c := _changes(d))}
+    if changed:
+        _SHARED.update({d: _snapshot(d) for d in changed})  # reported once
+        raise AssertionError("this test changed inputs shared by the whole run (copy one to change it, as in "
+                             "shutil.copytree(base, tmp_path / 'base')): "
+                             + "; ".join(f"{d.name}: {', '.join(c[:5])}" for d, c in changed.items()))
 
 
 def tiny_base(root: Path, architecture: str, **overrides) -> Path:
-    """A saved tiny base (cached per session by its parameters)."""
-    key = (architecture, json.dumps(overrides, sort_keys=True))
-    if key not in _BASES:
-        d = root / f"base-{architecture}-{len(_BASES)}"
-        # seeded by the parameters as first spelled (norm_offset was norm_scale), so that every base - and
-        # the half-precision margins it was checked at - stays the same
-        spelled = {("norm_scale" if k == "norm_offset" else k): v for k, v in overrides.items()}
-        seed = zlib.crc32(json.dumps(spelled, sort_keys=True).encode()) % 997
-        save_tiny_base(architecture, d, seed=seed, **overrides)
-        _BASES[key] = d
-    return _BASES[key]
+    """A saved tiny base, built once per test run for its parameters (read-only: copy it to change it); ``root``
+    is not where it is kept (any worker's test may have built it first)."""
+    spec = json.dumps(overrides, sort_keys=True)
+    # seeded by the parameters as first spelled (norm_offset was norm_scale), so that every base - and
+    # the half-precision margins it was checked at - stays the same
+    spelled = {("norm_scale" if k == "norm_offset" else k): v for k, v in overrides.items()}
+    seed = zlib.crc32(json.dumps(spelled, sort_keys=True).encode()) % 997
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_base
+
+    return built_once(run_store() / f"base-{architecture}-{zlib.crc32(spec.encode()):08x}",
+                      lambda d: save_tiny_base(architecture, d, seed=seed, **overrides))
 
 
 @pytest.fixture(scope="session")
@@ -62,19 +145,26 @@ def llama_base(store) -> Path:
 
 @pytest.fixture(scope="session")
 def qwen2_heads(store, qwen2_base) -> Path:
+    from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
+
     cfg = tiny_config("Qwen2ForCausalLM")
-    return save_heads(random_heads(cfg.hidden_size, cfg.vocab_size, num_heads=3, seed=1), store / "qwen2-heads")
+    return built_once(run_store() / "qwen2-heads", lambda d: save_heads(
+        random_heads(cfg.hidden_size, cfg.vocab_size, num_heads=3, seed=1), d))
 
 
 @pytest.fixture(scope="session")
 def llama_trained(store) -> tuple[Path, Path]:
     """A Llama base with heads trained to predict it (multi-token acceptance happens)."""
+    from trtllm_medusa_ports.fixtures.synthetic import save_heads, train_heads
+
     base = tiny_base(store, "LlamaForCausalLM", embedding_gain=4.0)
-    heads = train_heads(base, num_heads=3)
-    return base, save_heads(heads, store / "llama-trained-heads")
+    return base, built_once(run_store() / "llama-trained-heads",
+                            lambda d: save_heads(train_heads(base, num_heads=3), d))
 
 
 def convert_to(out: Path, base: Path, heads: Path, **kw) -> Path:
+    from trtllm_medusa_ports.convert import ConvertOptions, convert
+
     kw.setdefault("quiet", True)
     convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=out, **kw))
     return out
@@ -93,6 +183,8 @@ def assert_tree_step_matches_sequential(ref, prompt, tokens, tree):
 
     This is what makes Medusa's greedy output equal the base model's.
     """
+    import torch
+
     cache = ref.new_cache()
     ref.forward(prompt, cache)
     logits, _ = ref.forward(tokens, cache, spec_decoding_position_offsets=tree.position_offsets,

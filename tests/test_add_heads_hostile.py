@@ -12,17 +12,19 @@ import json
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import convert_to, tiny_base
+from conftest import built_once, convert_to, run_store, tiny_base
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.cli import main
-from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
+from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
 
 FIXTURES = Path(__file__).parent / "fixtures" / "modelopt"
-QWEN2 = tiny_config("Qwen2ForCausalLM")
+#: the tiny Qwen2's numbers as its family declares them (no transformers config at collection)
+QWEN2 = SimpleNamespace(**TINY_CONFIGS["Qwen2ForCausalLM"])
 
 
 def _digest(path: Path) -> dict[str, str]:
@@ -53,11 +55,14 @@ def _fixture(tmp_path: Path, name: str = "fp8", *, config=None, tensors=None, ra
 
 def _tool_base(store: Path, tmp_path: Path, dtype: str, *, config=None, tensors=None) -> Path:
     """A float base as a tool writes it (no heads, the HF architecture), made from our conversion of a tiny Qwen2."""
-    key = store / f"add-heads-hostile-{dtype}"
-    if not key.exists():
+    name = f"add-heads-hostile-{dtype}"
+
+    def build(made: Path) -> None:  # our heads and conversion, and the tool-style base from them, in made/
+        made.mkdir()
+        key = made / name
         base = tiny_base(store, "Qwen2ForCausalLM")
-        h = save_heads(random_heads(QWEN2.hidden_size, QWEN2.vocab_size, num_heads=2, seed=3), store / f"{key.name}-h")
-        ours = convert_to(store / f"{key.name}-ours", base, h, dtype=dtype)
+        h = save_heads(random_heads(QWEN2.hidden_size, QWEN2.vocab_size, num_heads=2, seed=3), made / "h")
+        ours = convert_to(made / "ours", base, h, dtype=dtype)
         key.mkdir()
         cfg = json.loads((ours / "config.json").read_text())
         for k in ("num_medusa_heads", "num_medusa_layers", "max_draft_len", "medusa_hidden_act",
@@ -67,6 +72,8 @@ def _tool_base(store: Path, tmp_path: Path, dtype: str, *, config=None, tensors=
         t = {n: v for n, v in load_file(str(ours / "rank0.safetensors")).items() if not n.startswith("medusa_heads")}
         save_file(t, str(key / "rank0.safetensors"), metadata={"format": "pt"})
         (key / "config.json").write_text(json.dumps(cfg))
+
+    key = built_once(run_store() / f"{name}-inputs", build) / name
     d = tmp_path / "in" / key.name
     shutil.copytree(key, d)
     if config is not None:

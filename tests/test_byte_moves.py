@@ -272,12 +272,13 @@ def test_the_shape_cache_key_reads_transformers_version_without_importing_it():
     assert _transformers_version() == version("transformers")
 
 
-def test_transformers_shapes_are_cached_per_config_and_still_checked(tmp_path, store):
+def test_transformers_shapes_are_cached_per_config_and_still_checked(tmp_path, store, monkeypatch):
     import json
     import shutil
 
     from trtllm_medusa_ports.files.hf_model import HFModel, shape_cache_dir
 
+    monkeypatch.setenv("TRTLLM_MEDUSA_CACHE", str(tmp_path / "cache"))  # the run's is shared with other workers
     base = tmp_path / "base"
     shutil.copytree(tiny_base(store, "LlamaForCausalLM", num_hidden_layers=1), base)
     cfg = json.loads((base / "config.json").read_text())

@@ -28,12 +28,14 @@ from safetensors.torch import load_file, save_file
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.lazy_tensors import read_safetensors
-from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
+from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
 from trtllm_medusa_ports.tree import parse_choices, validate_choices
 
 ARCH = "LlamaForCausalLM"
-CFG = tiny_config(ARCH)
-H, V = CFG.hidden_size, CFG.vocab_size
+#: the family's tiny config as declared (the transformers config built from it has the same numbers; building it
+#: here would import transformers' config classes at collection)
+CFG = TINY_CONFIGS[ARCH]
+H, V = CFG["hidden_size"], CFG["vocab_size"]
 
 
 @pytest.fixture(scope="module")
@@ -411,7 +413,7 @@ CASES = [
                                                _train(ws, "--data", str(ws / "d.jsonl")))[1], 1,
        "nests JSON deeper than can be read"),
     _c("train-prompt-beyond-positions", lambda ws: ((ws / "d.jsonl").write_text(
-        json.dumps({"prompt_ids": [1] * (CFG.max_position_embeddings + 1)}) + "\n"),
+        json.dumps({"prompt_ids": [1] * (CFG["max_position_embeddings"] + 1)}) + "\n"),
         _train(ws, "--data", str(ws / "d.jsonl")))[1], 1, "max_position_embeddings", "shorten the prompt"),
     _c("tree-file-utf8-bom", lambda ws: ((ws / "t.json").write_bytes(b"\xef\xbb\xbf[[0], [1]]"),
                                          ["tree", "--choices", f"@{ws / 't.json'}"])[1], 0),
