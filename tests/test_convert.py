@@ -374,21 +374,29 @@ def test_one_spelling_per_concept_and_upstreams_extra_flags(tmp_path, qwen2_base
     assert main(["tree", "--medusa_choices", "[[0],[1]]", "--num_medusa_heads", "1", "--max_draft_len", "2"]) == 0
 
 
-def test_dropin_script(tmp_path, qwen2_base, qwen2_heads):
-    import subprocess
+def test_dropin_script(tmp_path, qwen2_base, qwen2_heads, monkeypatch, capsys):
+    """upstream's file name and flags, run as __main__ in this process (a fresh interpreter running it is
+    tests/test_byte_moves.py's _cli_convert)."""
+    import runpy
     import sys
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "convert" / "convert_checkpoint.py"
-    r = subprocess.run([sys.executable, str(script), "--model_dir", str(qwen2_base), "--medusa_model_dir",
-                        str(qwen2_heads), "--output_dir", str(tmp_path / "d"), "--model_type", "qwen2",
-                        "--max_medusa_token_len", "20", "--quiet"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+
+    def run(*argv: str) -> int:
+        monkeypatch.setattr(sys, "argv", [str(script), "--model_dir", str(qwen2_base), "--medusa_model_dir",
+                                          str(qwen2_heads), *argv])
+        with pytest.raises(SystemExit) as done:
+            runpy.run_path(str(script), run_name="__main__")
+        return done.value.code
+
+    assert run("--output_dir", str(tmp_path / "d"), "--model_type", "qwen2", "--max_medusa_token_len", "20",
+               "--quiet") == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "d" / "config.json").read_text())["max_draft_len"] == 20
-    r = subprocess.run([sys.executable, str(script), "--model_dir", str(qwen2_base), "--medusa_model_dir",
-                        str(qwen2_heads), "--output_dir", str(tmp_path / "e"), "--model_type", "gpt9"],
-                       capture_output=True, text=True)
-    assert r.returncode == 1 and "not a supported family" in r.stderr and "Traceback" not in r.stderr
+    capsys.readouterr()
+    assert run("--output_dir", str(tmp_path / "e"), "--model_type", "gpt9") == 1
+    err = capsys.readouterr().err
+    assert "not a supported family" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("same", [True, False])
