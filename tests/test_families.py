@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_proven, assert_tree_step_matches_sequential, convert_to, tiny_base
+from conftest import (
+    assert_proven,
+    assert_tree_step_matches_sequential,
+    built_once,
+    convert_to,
+    run_store,
+    tiny_base,
+)
 
 from trtllm_medusa_ports.archs import adapter_for, registry, supported_architectures
 from trtllm_medusa_ports.archs.registry import family_test_cases
@@ -31,6 +38,27 @@ def _heads_for(base, tmp_path):
     hf = HFConfig.read(base)
     ad = adapter_for(hf.architecture)
     return save_heads(random_heads(ad.hidden_size(hf), hf.get("vocab_size"), num_heads=3, seed=11), tmp_path / "h")
+
+
+#: the intact shared conversions' verify reports, by name (this process's)
+_INTACT: dict = {}
+
+
+def _intact(name: str, base: Path, **convert_kw):
+    """A conversion the tests that damage it share, converted once per run (each damages its own copy), and the
+    intact checkpoint's verify report, computed once per process: every such test asserts it."""
+    heads = built_once(run_store() / f"{name}-heads", lambda d: _heads_for(base, d)) / "h"
+    ckpt = built_once(run_store() / name, lambda d: convert_to(d, base, heads, **convert_kw))
+    if name not in _INTACT:
+        _INTACT[name] = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    return ckpt, _INTACT[name]
+
+
+def _copy(ckpt: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    shutil.copytree(ckpt, tmp_path / "c")
+    return tmp_path / "c"
 
 
 @pytest.mark.parametrize("arch, overrides", VARIANTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(VARIANTS)])
@@ -131,12 +159,12 @@ def test_a_wrong_expert_layout_or_routing_fails_verify(tmp_path, store, damage):
     from safetensors.torch import load_file, save_file
 
     base = tiny_base(store, "MixtralForCausalLM")
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2)
-    good = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    intact, good = _intact("families-mixtral-tp2", base, tp_size=2)
     assert good.parity
     # the tree's cost on a MoE base: a step of 7 tokens wakes more of the 4 experts than a token's top-2
     assert good.moe_num_experts == 4 and good.moe_experts_per_plain_step == 2
     assert 2 <= good.moe_experts_per_tree_step <= 4 and "experts           : a tree step of 7 tokens" in good.render()
+    ckpt = _copy(intact, tmp_path)
     cfg = json.loads((ckpt / "config.json").read_text())
     if damage in ("normalization mode", "top k"):
         if damage == "normalization mode":
@@ -436,8 +464,9 @@ def test_granite_multipliers_reach_the_reference_semantics(store, tmp_path):
 def test_a_granite_checkpoint_missing_a_multiplier_fails_verify(store, tmp_path, key, wrong):
     # weights large enough that the attention scale shows in the logits (with 0.02, softmax is flat)
     base = tiny_base(store, "GraniteForCausalLM", initializer_range=0.2)
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path))
-    assert verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).parity
+    intact, good = _intact("families-granite-wide", base)
+    assert good.parity
+    ckpt = _copy(intact, tmp_path)
     path = ckpt / "config.json"
     cfg = json.loads(path.read_text())
     cfg[key] = json.loads((base / "config.json").read_text())["attention_multiplier"] if wrong == "hf" else wrong

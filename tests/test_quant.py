@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import assert_proven, convert_to, tiny_base
+from conftest import assert_proven, built_once, convert_to, run_store, tiny_base
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.archs import adapter_for
@@ -132,12 +132,14 @@ def test_quantized_checkpoint_loads_as_upstream_and_verifies(tmp_path, store, ar
 
 
 @pytest.fixture(scope="module")
-def fp8_ckpt(tmp_path_factory, store):
-    tmp = tmp_path_factory.mktemp("fp8")
+def fp8_ckpt(store):
+    """Converted once per run, read-only (a test that damages it damages a copy)."""
     base = tiny_base(store, "LlamaForCausalLM", **WIDE)
-    ckpt = convert_to(tmp / "c", base, _heads(tmp, "LlamaForCausalLM", 128), dtype="float16", qformat="fp8",
-                      kv_cache_dtype="int8", calib_dataset=_calib(tmp, tiny_config("LlamaForCausalLM").vocab_size),
-                      calib_size=6)
+    inputs = built_once(run_store() / "quant-fp8-inputs", lambda d: (
+        d.mkdir(), _heads(d, "LlamaForCausalLM", 128), _calib(d, tiny_config("LlamaForCausalLM").vocab_size)))
+    ckpt = built_once(run_store() / "quant-fp8-int8-kv", lambda d: convert_to(
+        d, base, inputs / "heads", dtype="float16", qformat="fp8", kv_cache_dtype="int8",
+        calib_dataset=inputs / "calib6.jsonl", calib_size=6))
     return base, ckpt
 
 

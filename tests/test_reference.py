@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_tree_step_matches_sequential, convert_to, tiny_base
+from conftest import (
+    assert_tree_step_matches_sequential,
+    built_once,
+    convert_to,
+    run_store,
+    tiny_base,
+)
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.cli import main
@@ -99,9 +105,10 @@ def _rewrite(ckpt, rank, fn):
     save_file(sd, str(f))
 
 
-@pytest.fixture
-def good_ckpt(tmp_path, qwen2_base, qwen2_heads):
-    return convert_to(tmp_path / "good", qwen2_base, qwen2_heads, tp_size=2)
+@pytest.fixture(scope="module")
+def good_ckpt(qwen2_base, qwen2_heads):
+    """Converted once per run, read-only (the tests that break it break a copy: _broken)."""
+    return built_once(run_store() / "reference-qwen2-tp2", lambda d: convert_to(d, qwen2_base, qwen2_heads, tp_size=2))
 
 
 def _broken(good, tmp_path, name):
