@@ -21,8 +21,11 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 
 # -- the base -------------------------------------------------------------------------------
 def load_base(model_dir: str | Path, device: str = "cpu", *, device_map: str | None = None,
-              dtype: torch.dtype | None = None):
+              dtype: torch.dtype | None = None, streaming: bool = False, offload_dir: str | Path | None = None):
     """The base model in float32 (or ``dtype``), checked against the supported families.
+
+    ``streaming``: in float32 with its weights read one decoder layer (or other module) at a time as it runs
+    (base_streaming.load_streamed; ``offload_dir``: where their temporary file goes), the same values.
 
     ``device_map="auto"``: spread over the GPUs this process sees, by transformers' ``from_pretrained(device_map=...)``
     (accelerate places the layers; the first GPU gets the inputs), for a base bigger than one device; under
@@ -41,6 +44,10 @@ def load_base(model_dir: str | Path, device: str = "cpu", *, device_map: str | N
 
         raise ModelError(f"architecture {arch!r} is not a supported base family", where=str(model_dir / "config.json"),
                          fix="supported: " + ", ".join(supported_architectures()))
+    if streaming:
+        from trtllm_medusa_ports.base_streaming import load_streamed
+
+        return load_streamed(model_dir, device=device, offload_dir=offload_dir)
     placed = _device_map_kwargs(device_map, device)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype or torch.float32, **placed)
@@ -76,10 +83,25 @@ def _device_map_kwargs(device_map: str | None, device: str) -> dict:
 
 
 def lm_head_of(model) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The base's vocabulary projection (weight ``[V, H]``, bias or None), as the engine's heads use it."""
+    """The base's vocabulary projection (weight ``[V, H]``, bias or None), as the engine's heads use it (read in
+    place for the call where the model is streamed)."""
+    import contextlib
+
+    from trtllm_medusa_ports.base_streaming import streamed_weights
+
     out = model.get_output_embeddings()
-    bias = getattr(out, "bias", None)
-    return out.weight.detach().float(), (bias.detach().float() if bias is not None else None)
+    streamed = streamed_weights(model)
+    with streamed.materialized(out) if streamed is not None else contextlib.nullcontext():
+        bias = getattr(out, "bias", None)
+        return out.weight.detach().float(), (bias.detach().float() if bias is not None else None)
+
+
+def model_device(model) -> torch.device:
+    """Where a model computes and its inputs go: its first weight's device, a streamed model's own."""
+    from trtllm_medusa_ports.base_streaming import streamed_weights
+
+    streamed = streamed_weights(model)
+    return streamed.device if streamed is not None else next(model.parameters()).device
 
 
 @torch.no_grad()
@@ -103,7 +125,7 @@ def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch
     """The base's greedy continuation of each prompt (cut after an end token), prompts left-padded."""
     from tqdm import tqdm
 
-    device = next(model.parameters()).device
+    device = model_device(model)
     eos = end_token_ids(model)
     pad = min(eos) if eos else 0
     out: list[list[int]] = [[] for _ in prompts]

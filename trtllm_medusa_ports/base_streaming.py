@@ -386,3 +386,23 @@ def load_streamed(model_dir: str | Path, *, value: Callable[[str, torch.Tensor],
 def streamed_weights(model) -> StreamedWeights | None:
     """The :class:`StreamedWeights` of a model :func:`load_streamed` made, else None (a model in memory)."""
     return getattr(model, "_medusa_streamed", None)
+
+
+def to_dtype(model, dtype: torch.dtype):
+    """``model.to(dtype)``, for a model :func:`load_streamed` made too: its buffers and placeholders are cast, and
+    each unit's weights are cast as they are read (after ``value``), so that it computes as the model loaded in
+    float32 and cast in memory does - the same values, the same products. Returns the model."""
+    model = model.to(dtype)
+    streamed = streamed_weights(model)
+    if streamed is None:
+        return model
+
+    def cast(unit: _Unit) -> None:
+        for e in unit.entries:
+            w = getattr(e.owner, e.attr)
+            if w.device.type != "meta" and w.dtype != dtype:
+                setattr(e.owner, e.attr, torch.nn.Parameter(w.detach().to(dtype), requires_grad=False))
+
+    for unit in streamed.units:  # after the hook that reads the weights (registered first, with prepend)
+        streamed._handles.append(unit.module.register_forward_pre_hook(lambda _m, _a, u=unit: cast(u)))
+    return model

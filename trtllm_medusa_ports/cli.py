@@ -178,7 +178,8 @@ def run_train_heads(args: argparse.Namespace) -> int:
                         prompts=prompt_inputs(args), tokenizer_dir=as_path(args.tokenizer_dir),
                         new_tokens=args.new_tokens, dtype=args.dtype, work_dir=as_path(args.work_dir),
                         resume=args.resume, overwrite=args.overwrite, device=args.device, fit=fit,
-                        threads=args.threads, device_map=args.device_map, dist_timeout=args.dist_timeout)
+                        threads=args.threads, device_map=args.device_map, dist_timeout=args.dist_timeout,
+                        streaming=args.streaming, max_memory=args.max_memory, offload_dir=as_path(args.offload_dir))
     main_rank = os.environ.get("RANK", "0") in ("", "0")  # under torchrun rank 0 speaks for the job
     try:
         result = train_heads(opts)

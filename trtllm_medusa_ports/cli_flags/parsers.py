@@ -220,6 +220,23 @@ def _verify_parser(sub, run) -> None:
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _add_train_memory_args(s) -> None:
+    """train-heads' memory flags: how the base is held for the corpus pass (memory_mode.py, as verify chooses)."""
+    memory = s.add_mutually_exclusive_group()
+    memory.add_argument("--streaming", dest="streaming", action="store_true", default=None,
+                        help="hold one decoder layer of the base at a time for the corpus pass, read again from a "
+                        "temporary file every forward pass (bounded memory, slower; the same corpus and heads)")
+    memory.add_argument("--no_streaming", dest="streaming", action="store_false",
+                        help="hold the whole base in float32 for the corpus pass")
+    s.add_argument("--max_memory", type=non_negative, default=None, metavar="GB",
+                   help="without --streaming / --no_streaming: stream when the in-memory estimate exceeds this, per "
+                   "process (default: the memory available, shared by this node's ranks); --json says which mode ran")
+    s.add_argument("--offload_dir", default=None,
+                   help="streaming: a directory on a disk for the base's weights while they wait (a temporary file "
+                   "the size of the base in its dtype, one per rank, removed at once; default: the temporary "
+                   "directory)")
+
+
 def _train_heads_parser(sub, run) -> None:
     """``trtllm-medusa train-heads``'s flags."""
     s = sub.add_parser("train-heads", help="train Medusa heads for a base on its own greedy continuations")
@@ -265,6 +282,7 @@ def _train_heads_parser(sub, run) -> None:
     s.add_argument("--device_map", default=None, choices=["auto"],
                    help="load the base across the GPUs this rank sees for the corpus pass (a base bigger than one "
                    "device; needs accelerate)")
+    _add_train_memory_args(s)
     s.add_argument("--dist_timeout", type=int_in(1), default=1800,
                    help="under torchrun: seconds a rank waits for the others at one exchange before it stops with "
                    "an error (a rank that dies is noticed at once on CPUs)")

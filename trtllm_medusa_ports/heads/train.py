@@ -53,7 +53,10 @@ from trtllm_medusa_ports.base_model import (  # noqa: F401  (also read from here
     final_hidden,
     lm_head_of,
     load_base,
+    model_device,
+    release,
 )
+from trtllm_medusa_ports.base_streaming import to_dtype
 from trtllm_medusa_ports.devices import check_device, choose_dtype
 from trtllm_medusa_ports.errors import HeadsError, ModelError, PortError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
@@ -66,6 +69,13 @@ from trtllm_medusa_ports.files.prompts import (
     read_items,
 )
 from trtllm_medusa_ports.heads.distributed import DEFAULT_TIMEOUT_S, Group, RankLost, join, share
+from trtllm_medusa_ports.memory_mode import (
+    LIBRARIES_BYTES,
+    MemoryMode,
+    check_max_memory,
+    hf_sizes,
+    select,
+)
 
 CORPUS_VERSION = 1
 
@@ -166,7 +176,7 @@ def build_shard(model, items: list[Item], new_tokens: int, key: str = "", *, qui
     for i, c in zip(to_continue, conts, strict=True):
         starts[i] = len(seqs[i]) - 1
         seqs[i] = seqs[i] + c
-    device = next(model.parameters()).device
+    device = model_device(model)
     hidden, index = [], []
     keep = [i for i, s in enumerate(seqs) if len(s) - starts[i] >= 3]  # else nothing for a head to predict
     keep.sort(key=lambda i: len(seqs[i]))
@@ -810,6 +820,12 @@ class TrainOptions:
     device_map: str | None = None
     #: seconds a rank waits for the others at one collective under torchrun (a dead rank is noticed at once on gloo)
     dist_timeout: int = DEFAULT_TIMEOUT_S
+    #: memory (memory_mode.py, as verify): True streams the base one decoder layer at a time for the corpus pass,
+    #: False holds it whole, None streams where the in-memory estimate exceeds max_memory (GB, per process; default:
+    #: the available memory shared by this node's ranks); under torchrun each rank streams its own copy
+    streaming: bool | None = None
+    max_memory: float | None = None
+    offload_dir: Path | None = None  # streaming: where the base's weights wait (default: the temporary directory)
 
 
 @dataclass
@@ -832,6 +848,8 @@ class TrainResult:
     world_size: int = 1
     rank: int = 0
     warnings: list[str] = field(default_factory=list)
+    #: how the base was held for the corpus pass (memory_mode.MemoryMode as a dict: mode, reason, estimates)
+    memory_mode: dict | None = None
 
     def to_dict(self) -> dict:
         last = self.history[-1] if self.history else {}
@@ -840,7 +858,7 @@ class TrainResult:
                 "last_batch_loss": last.get("loss"), "last_batch_top1": last.get("top1"),
                 "heldout_top1": self.heldout_top1, "heldout_positions": self.heldout_positions,
                 "heldout_sequences": self.heldout_sequences, "dtype": self.dtype, "fit_dtype": self.fit_dtype,
-                "world_size": self.world_size, "warnings": self.warnings,
+                "world_size": self.world_size, "warnings": self.warnings, "memory_mode": self.memory_mode,
                 "corpus_seconds": self.corpus_seconds, "fit_seconds": self.fit_seconds, "history": self.history}
 
     def summary(self) -> str:
@@ -881,6 +899,11 @@ def _check_train_options(opts: TrainOptions) -> None:
                         fix="e.g. --heldout_fraction 0.05 (0: nothing held out)")
     if not 0 <= f.distill <= 1:
         raise PortError(f"--distill {f.distill} must be between 0 and 1", fix="e.g. --distill 0.5 (0: hard targets only)")
+    check_max_memory(opts.max_memory)
+    if opts.device_map is not None and (opts.streaming or opts.max_memory is not None):
+        flag = "--streaming" if opts.streaming else "--max_memory"
+        raise PortError(f"--device_map auto holds the base in memory across the GPUs; {flag} streams it on one device",
+                        fix="pass one of them")
 
 
 def _train_device(device: str | None) -> str:
@@ -948,14 +971,57 @@ def train(opts: TrainOptions) -> TrainResult:
                 error = exc
         group.agree(error, "the --work_dir lock")
         opts, warnings = _resolve_dtypes(opts, device, group)
-        result = _train_locked(opts, out, work, device, group)
-        result.warnings = warnings
+        memory = group.gather(choose_memory(opts, device) if group.main else None, "the memory mode")[0]
+        result = _train_locked(opts, out, work, device, group, memory)
+        result.warnings, result.memory_mode = warnings, memory.to_dict()
         return result
     finally:
         if lock is not None:
             os.close(lock)
         with contextlib.suppress(Exception):  # a lost rank's group may not leave cleanly; its error stands
             group.close()
+
+
+#: train-heads' in-memory peak per float32 byte of the base (benchmarks/train_memory.py on bfloat16 bases: peak RSS
+#: 0.67 GB + 1.35x the float32 size - transformers' float32 copy beside the bfloat16 it read)
+IN_MEMORY_PER_FLOAT32 = 1.35
+#: the streaming peak per float32 byte of the base's largest unit (the unit, its read buffer, a cast copy); the KV
+#: cache of a batch of continuations comes on top (every layer's, as in memory)
+STREAMING_PER_UNIT = 3.0
+
+
+def fit_bytes(opts: TrainOptions) -> int:
+    """What the fit holds whichever way the base was held (float32): the base's lm_head copy, and each head's
+    ResBlocks and own lm_head (``--share_lm_head``: none) with their gradients and AdamW's two moments; the cached
+    hidden states (positions x hidden size x 4 bytes) come on top."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    try:
+        hf = HFConfig.read(opts.model_dir)
+        adapter = adapter_for(hf.architecture)
+        H, V = int(adapter.hidden_size(hf)), int(hf.get("vocab_size"))
+    except (PortError, OSError, TypeError, ValueError, AttributeError):
+        return 0  # loading the base says what is wrong with it
+    f = opts.fit
+    per_head = f.num_layers * (H * H + H) + (0 if f.share_lm_head else V * H)
+    return 4 * (V * H + 4 * f.num_heads * per_head)
+
+
+def choose_memory(opts: TrainOptions, device: str) -> MemoryMode:
+    """How the base is held for the corpus pass (memory_mode.select, the rule verify follows): the estimates are
+    the libraries, the base (whole in float32, or its largest decoder layer) and :func:`fit_bytes`."""
+    total, unit = hf_sizes(opts.model_dir)
+    fit = fit_bytes(opts)
+    in_memory = LIBRARIES_BYTES + int(IN_MEMORY_PER_FLOAT32 * total) + fit
+    streamed = LIBRARIES_BYTES + int(STREAMING_PER_UNIT * unit) + fit
+    if opts.device_map is not None:
+        mode, reason = "in-memory", "--device_map auto: the base in memory across the GPUs"
+    else:
+        ranks = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        mode, reason = select(opts.streaming, opts.max_memory, in_memory,
+                              ranks_here=int(ranks) if ranks.isdigit() else 1)
+    return MemoryMode(mode, reason, device, total, unit, in_memory, streamed, check_max_memory(opts.max_memory))
 
 
 def _resolve_dtypes(opts: TrainOptions, device: str, group: Group) -> tuple[TrainOptions, list[str]]:
@@ -1002,7 +1068,8 @@ def _load_items(opts: TrainOptions, model) -> list[Item]:
     return items
 
 
-def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group: Group) -> TrainResult:
+def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group: Group,
+                  memory: MemoryMode) -> TrainResult:
     f = opts.fit
     quiet = f.quiet or not group.main  # one rank's bars and status lines
     if quiet:  # --quiet silences transformers' loading bars too
@@ -1010,10 +1077,14 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group:
 
         hf_logging.disable_progress_bar()
     if not quiet:
+        print(f"train-heads: memory: {memory.summary()}", file=sys.stderr, flush=True)
         print(f"train-heads: loading the base from {opts.model_dir}" + (f" on {group.world} ranks" if group.world > 1
               else ""), file=sys.stderr, flush=True)
     low = getattr(torch, opts.dtype)
-    model = load_base(opts.model_dir, device, device_map=opts.device_map, dtype=low if opts.device_map else None)
+    # streaming: the model's weights wait in a temporary file (one per rank under torchrun), read back a decoder
+    # layer at a time by both passes of the corpus (continuations, hidden states); the same values and products
+    model = load_base(opts.model_dir, device, device_map=opts.device_map, dtype=low if opts.device_map else None,
+                      streaming=memory.streaming, offload_dir=opts.offload_dir)
     items = _load_items(opts, model)
     key = corpus_key(Path(opts.model_dir), items, opts.new_tokens, opts.dtype)
     # float32 as loaded (of the --dtype weights with --device_map), on the CPU where the held-out check runs
@@ -1022,6 +1093,7 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group:
     corpus, built = _shared_corpus(model, None if opts.device_map else low, items, opts.new_tokens, key, work, group,
                                    quiet)
     corpus_s = time.monotonic() - t0 if built else 0.0
+    release(model)  # a streamed base's weight file; the fit needs the corpus and the lm_head only
     del model
     held = heldout_rows(corpus, f.heldout_fraction)
     fit_rows = ~held
@@ -1078,7 +1150,7 @@ def _shared_corpus(model, dtype: torch.dtype | None, items: list[Item], new_toke
                   flush=True)
         return corpus, False
     if dtype is not None:
-        model = model.to(dtype)
+        model = to_dtype(model, dtype)
     if group.world == 1:
         corpus = build_corpus(model, items, new_tokens, key, quiet=quiet)
         save_corpus(corpus, path)

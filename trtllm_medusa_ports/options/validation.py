@@ -96,7 +96,8 @@ SPECS: dict[str, dict[str, Spec]] = {
         model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
         dtype=_S("auto", "float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
         fit=Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1),
-        device_map=_S("auto"), dist_timeout=_I(1)),
+        device_map=_S("auto"), dist_timeout=_I(1), streaming=Spec("bool", none=True), max_memory=_F(0),
+        offload_dir=_P()),
     "FitOptions": dict(
         num_heads=_I(1, 64), num_layers=_I(1, 64), steps=_I(1), lr=_F(), batch_size=_I(1, none=True),
         share_lm_head=_B, seed=_I(), schedule=_S("cosine", "constant", flag=None), warmup=_F(0, flag=None),

@@ -1,0 +1,218 @@
+"""train-heads in bounded memory: streaming the base (one decoder layer at a time, base_streaming.py) for the
+corpus pass gives the corpus, the training and the heads of the in-memory mode, bit for bit, in float32 and in
+bfloat16, for families with untied, tied and biased lm_heads; the mode is chosen by the rule verify follows
+(memory_mode.select) and reported; two torchrun ranks each stream their own copy and merge the corpus one process
+writes; and a base four times a memory allowance trains within it (a child process's peak anonymous memory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import tiny_base
+from trtllm_medusa_ports import api, memory_mode
+from trtllm_medusa_ports.base_model import base_float32_bytes, final_hidden, load_base, release
+from trtllm_medusa_ports.base_streaming import streamed_weights, to_dtype
+from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.fixtures.synthetic import save_tiny_base, tiny_config
+from trtllm_medusa_ports.heads import train
+
+
+def _data(root: Path, vocab: int, n: int = 8, length: int = 5) -> Path:
+    g = torch.Generator().manual_seed(3)
+    path = root / "data.jsonl"
+    path.write_text("".join(json.dumps({"prompt_ids": torch.randint(1, vocab, (length,), generator=g).tolist()})
+                            + "\n" for _ in range(n)))
+    return path
+
+
+def _train(base: Path, root: Path, name: str, data: Path, **kw) -> tuple[api.TrainResult, dict, bytes]:
+    """One run in its own output and work directory: its result, its corpus file and its heads file's bytes."""
+    opts = api.TrainOptions(model_dir=base, output_dir=root / name, work_dir=root / f"{name}.work",
+                            prompts=api.PromptInputs(data=data), new_tokens=6, threads=1,
+                            fit=api.FitOptions(num_heads=2, steps=4, batch_size=16, matmul_dtype="float32",
+                                               quiet=True), **{"dtype": "float32", **kw})
+    result = api.train_heads(opts)
+    corpus = torch.load(root / f"{name}.work" / "corpus.pt", weights_only=True)
+    return result, corpus, (root / name / "medusa_lm_head.safetensors").read_bytes()
+
+
+# -- the same corpus and heads -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch, dtypes", [("LlamaForCausalLM", ("float32", "bfloat16")),  # untied lm_head
+                                          ("GemmaForCausalLM", ("float32",)),  # tied to the embedding
+                                          ("PhiForCausalLM", ("bfloat16",))])  # an lm_head with a bias
+def test_streaming_trains_the_in_memory_heads_bit_for_bit(tmp_path, store, arch, dtypes):
+    base = tiny_base(store, arch)
+    data = _data(tmp_path, tiny_config(arch).vocab_size)
+    hidden = {}
+    for dtype in dtypes:
+        a, ca, ha = _train(base, tmp_path, f"mem-{dtype}", data, dtype=dtype, streaming=False)
+        b, cb, hb = _train(base, tmp_path, f"str-{dtype}", data, dtype=dtype, streaming=True)
+        assert (a.memory_mode["mode"], b.memory_mode["mode"]) == ("in-memory", "streaming")
+        assert (a.memory_mode["reason"], b.memory_mode["reason"]) == ("--no_streaming", "--streaming")
+        assert ca["seqs"] == cb["seqs"] and any(len(s) > 5 for s in ca["seqs"])  # the same continuations
+        assert torch.equal(ca["index"], cb["index"]) and torch.equal(ca["hidden"], cb["hidden"])
+        assert ca["hidden"].shape[0] > 0 and ca["hidden"].abs().sum() > 0
+        assert a.history == b.history and len(a.history) >= 1
+        assert ha == hb  # the written heads, byte for byte
+        hidden[dtype] = cb["hidden"]
+    if len(hidden) == 2:  # the streamed base computed in bfloat16 (its weights cast as they are read), not float32
+        assert not torch.equal(hidden["float32"], hidden["bfloat16"])
+
+
+def test_a_streamed_base_cast_to_bfloat16_computes_as_the_base_cast_in_memory(store):
+    """base_streaming.to_dtype: the buffers and each unit's weights as they are read; no weight stays in memory."""
+    base = tiny_base(store, "Qwen2ForCausalLM")
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    whole = load_base(base).to(torch.bfloat16)
+    streamed = to_dtype(load_base(base, streaming=True), torch.bfloat16)
+    a, b = final_hidden(whole, ids), final_hidden(streamed, ids)
+    assert a.dtype == b.dtype == torch.bfloat16 and torch.equal(a, b)
+    assert all(p.device.type == "meta" and p.dtype == torch.bfloat16 for p in streamed.parameters())
+    units = streamed_weights(streamed).units
+    assert streamed_weights(streamed).loads == len(units) - 1 and units[-1].name == "lm_head"  # all it ran, once
+    release(streamed)
+
+
+# -- the mode: chosen and reported ---------------------------------------------------------------------------------
+def test_the_mode_is_chosen_by_max_memory_and_reported_in_the_json(tmp_path, store, capsys):
+    base = tiny_base(store, "LlamaForCausalLM")
+    data = _data(tmp_path, tiny_config("LlamaForCausalLM").vocab_size, n=4)
+    args = ["train-heads", "--model_dir", str(base), "--data", str(data), "--num_heads", "2", "--steps", "2",
+            "--new_tokens", "4", "--dtype", "float32", "--fit_dtype", "float32", "--threads", "1", "--quiet", "--json"]
+    assert main([*args, "--output_dir", str(tmp_path / "small"), "--max_memory", "0.001"]) == 0
+    small = json.loads(capsys.readouterr().out)["memory_mode"]
+    assert small["mode"] == "streaming" and small["reason"] == "the in-memory estimate exceeds --max_memory 0.001 GB"
+    assert small["max_memory_bytes"] == 10**6 < small["estimated_in_memory_bytes"]
+    assert 0 < small["largest_unit_bytes"] < small["float32_bytes"] == base_float32_bytes(base)
+    assert small["estimated_in_memory_bytes"] - small["estimated_streaming_bytes"] == \
+        int(train.IN_MEMORY_PER_FLOAT32 * small["float32_bytes"]) - int(train.STREAMING_PER_UNIT *
+                                                                        small["largest_unit_bytes"])
+    assert small["estimated_streaming_bytes"] > memory_mode.LIBRARIES_BYTES + train.fit_bytes(
+        api.TrainOptions(model_dir=base, output_dir=tmp_path, fit=api.FitOptions(num_heads=2)))
+    assert small["device"] == "cpu"
+    assert main([*args, "--output_dir", str(tmp_path / "large"), "--max_memory", "1000"]) == 0
+    large = json.loads(capsys.readouterr().out)["memory_mode"]
+    assert large["mode"] == "in-memory" and large["reason"] == "the in-memory estimate fits --max_memory 1000 GB"
+    with pytest.raises(SystemExit):  # one or the other
+        main([*args, "--output_dir", str(tmp_path / "x"), "--streaming", "--no_streaming"])
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(max_memory=0.0), "--max_memory 0.0 must be a positive number of GB"),
+    (dict(max_memory=-1.0), "--max_memory -1.0"),
+    (dict(streaming=True, device_map="auto"), "--device_map auto holds the base in memory across the GPUs; "
+                                              "--streaming streams it"),
+    (dict(max_memory=4.0, device_map="auto"), "--device_map auto holds the base in memory across the GPUs; "
+                                              "--max_memory streams it"),
+    (dict(streaming="yes"), "TrainOptions.streaming")])
+def test_bad_memory_options_are_refused_before_anything_is_loaded(tmp_path, store, kw, needle):
+    base = tiny_base(store, "LlamaForCausalLM")
+    opts = api.TrainOptions(model_dir=base, output_dir=tmp_path / "h", **kw)
+    with pytest.raises(PortError) as e:
+        api.train_heads(opts)
+    assert needle in f"{e.value} {e.value.where}" and e.value.fix
+    assert not (tmp_path / "h").exists() and not (tmp_path / "h.train").exists()
+
+
+def test_the_available_memory_is_shared_by_this_nodes_ranks(monkeypatch):
+    """Without flags: in memory where one process's estimate fits its share of the available memory."""
+    monkeypatch.setattr(memory_mode, "available_bytes", lambda: 10 * 10**9)
+    assert memory_mode.select(None, None, 3 * 10**9) == ("in-memory", "the in-memory estimate fits the available "
+                                                                      "memory")
+    assert memory_mode.select(None, None, 3 * 10**9, ranks_here=4) == (
+        "streaming", "the in-memory estimate exceeds the 10.0 GB available among 4 ranks on this node (2.5 GB each)")
+    assert memory_mode.select(False, None, 30 * 10**9, ranks_here=4) == ("in-memory", "--no_streaming")
+    assert memory_mode.select(None, 2.0, 3 * 10**9)[0] == "streaming"
+    monkeypatch.setattr(memory_mode, "available_bytes", lambda: None)  # unknown: in memory, as before
+    assert memory_mode.select(None, None, 10**15)[0] == "in-memory"
+
+
+# -- torchrun: each rank streams its own copy ----------------------------------------------------------------------
+def test_two_ranks_each_streaming_write_the_one_process_corpus(tmp_path, store):
+    from tests.test_train_distributed import _ranks
+
+    arch = "LlamaForCausalLM"
+    base = tiny_base(store, arch)
+    data = _data(tmp_path, tiny_config(arch).vocab_size)
+    _, ref, _ = _train(base, tmp_path, "one", data, streaming=False)
+    argv = ["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "two"), "--data", str(data),
+            "--num_heads", "2", "--steps", "4", "--batch_size", "16", "--new_tokens", "6", "--dtype", "float32",
+            "--fit_dtype", "float32", "--threads", "1", "--quiet", "--json", "--streaming"]
+    codes, outs, errs = _ranks(2, argv, tmp_path / "logs")
+    assert codes == [0, 0], errs
+    report = json.loads(outs[0])
+    assert report["world_size"] == 2 and report["memory_mode"]["mode"] == "streaming"
+    two = torch.load(tmp_path / "two.train" / "corpus.pt", weights_only=True)
+    assert two["seqs"] == ref["seqs"] and torch.equal(two["hidden"], ref["hidden"])  # row for row
+    assert (tmp_path / "two" / "medusa_lm_head.safetensors").is_file()
+
+
+# -- memory: a base four times the allowance -----------------------------------------------------------------------
+#: run in a child: train-heads on each (base, streaming) in turn and print each run's peak anonymous resident memory
+#: (RssAnon, sampled every millisecond: what a memory limit cannot reclaim; the file pages transformers maps while
+#: loading are clean and reclaimable)
+_CHILD = textwrap.dedent("""
+    import json, sys, threading, time
+    from pathlib import Path
+    import torch
+    torch.set_num_threads(1)
+    from trtllm_medusa_ports import api
+    peak = [0]
+    def anon():
+        for line in open("/proc/self/status"):
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    def poll():
+        while True:
+            peak[0] = max(peak[0], anon())
+            time.sleep(0.001)
+    threading.Thread(target=poll, daemon=True).start()
+    out = []
+    for base, data, work, streaming in json.loads(sys.argv[1]):
+        peak[0] = anon()
+        t0 = time.monotonic()
+        r = api.train_heads(api.TrainOptions(
+            model_dir=Path(base), output_dir=Path(work) / "heads", work_dir=Path(work) / "state",
+            prompts=api.PromptInputs(data=Path(data)), new_tokens=3, dtype="float32", threads=1, streaming=streaming,
+            fit=api.FitOptions(num_heads=1, steps=2, batch_size=8, share_lm_head=True, matmul_dtype="float32",
+                               heldout_fraction=0, quiet=True)))
+        out.append({"mode": r.memory_mode["mode"], "steps": r.steps, "peak_anon": max(peak[0], anon()),
+                    "seconds": time.monotonic() - t0})
+    print(json.dumps(out))
+""")
+
+
+def test_a_base_four_times_the_allowance_trains_within_it_streaming(tmp_path):
+    """A 24-layer base (100 MB in float32) after the same base with one layer, in one process: the 24-layer run's
+    peak memory above the one-layer run's (the libraries, transformers' model code, the fit: what no mode avoids)
+    stays under a quarter of the base's float32 size streaming, and exceeds it in memory (the allowance binds)."""
+    widths = dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
+                  vocab_size=512, tie_word_embeddings=False)
+    bases = {n: save_tiny_base("LlamaForCausalLM", tmp_path / f"b{n}", seed=n, dtype=torch.bfloat16,
+                               num_hidden_layers=n, **widths) for n in (1, 24)}
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt_ids": [5 + i, 6, 7, 8]}) + "\n" for i in range(3)))
+    float32 = base_float32_bytes(bases[24])
+    assert 95e6 < float32 < 110e6
+    runs = [(bases[1], True), (bases[24], True), (bases[24], False)]
+    arg = json.dumps([[str(b), str(data), str(tmp_path / f"w{i}"), s] for i, (b, s) in enumerate(runs)])
+    done = subprocess.run([sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    fixed, streamed, whole = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [r["mode"] for r in (fixed, streamed, whole)] == ["streaming", "streaming", "in-memory"]
+    assert fixed["steps"] == streamed["steps"] == whole["steps"] == 2
+    allowance = float32 / 4
+    assert streamed["peak_anon"] - fixed["peak_anon"] < allowance, (streamed, fixed, allowance)
+    assert whole["peak_anon"] - fixed["peak_anon"] > allowance, (whole, fixed, allowance)
