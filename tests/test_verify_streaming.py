@@ -71,7 +71,7 @@ def test_streaming_report_is_the_in_memory_report_weight_only(tmp_path, store, a
     stacked experts)."""
     base = tiny_base(store, arch, **WIDE)
     heads = _heads(base, tmp_path / "h")
-    for tp in (1, 2):
+    for tp in (1, 2) if arch != "MixtralForCausalLM" else (2,):  # the experts' tp-1 layout is tp 2's unsplit
         ckpt = convert_to(tmp_path / f"tp{tp}", base, heads, tp_size=tp, dtype="bfloat16", use_weight_only=True)
         a, b = _both_modes(base, ckpt)
         assert a["quantization"] and a["quant_effect"]["max_abs_diff"] > 1e-4  # the quantization was computed
@@ -253,7 +253,7 @@ def _peaks(runs: list[tuple[Path, Path, bool]]) -> list[dict]:
 
 
 def test_a_base_four_times_the_allowance_verifies_within_it_streaming(tmp_path):
-    """A 24-layer base (100 MB in float32) after the same base with one layer, in one process: the 24-layer run's
+    """A 12-layer base (50 MB in float32) after the same base with one layer, in one process: the 12-layer run's
     peak memory above the one-layer run's (the libraries, transformers' model code, buffers, the process's own
     heap: what no mode avoids) stays under a quarter of the base's float32 size streaming, and exceeds it in
     memory (the allowance binds). Peak RssAnon, sampled: a virtual-memory cap (``prlimit --as``) binds on the
@@ -262,16 +262,16 @@ def test_a_base_four_times_the_allowance_verifies_within_it_streaming(tmp_path):
     widths = dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
                   vocab_size=512, tie_word_embeddings=False)
     made = {}
-    for layers in (1, 24):
+    for layers in (1, 12):
         base = save_tiny_base("LlamaForCausalLM", tmp_path / f"b{layers}", seed=layers, dtype=torch.bfloat16,
                               num_hidden_layers=layers, **widths)
         heads = save_heads(random_heads(256, 512, num_heads=2, seed=1, own_lm_head=False), tmp_path / f"h{layers}",
                            "fasterdecoding-v2")
         made[layers] = (base, convert_to(tmp_path / f"c{layers}", base, heads, dtype="bfloat16"))
-    float32 = base_float32_bytes(made[24][0])
-    assert 95e6 < float32 < 110e6
+    float32 = base_float32_bytes(made[12][0])
+    assert 48e6 < float32 < 56e6
     allowance = float32 / 4
-    fixed, streamed, whole = _peaks([(*made[1], True), (*made[24], True), (*made[24], False)])
+    fixed, streamed, whole = _peaks([(*made[1], True), (*made[12], True), (*made[12], False)])
     assert fixed["ok"] and streamed["ok"] and whole["ok"]
     assert (streamed["mode"], whole["mode"]) == ("streaming", "in-memory")
     assert streamed["peak_anon"] - fixed["peak_anon"] < allowance, (streamed, fixed, allowance)
