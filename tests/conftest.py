@@ -98,6 +98,17 @@ def _changes(d: Path) -> list[str]:
     return sorted({n for n in now.keys() | then.keys() if now.get(n) != then.get(n)})
 
 
+#: the modules holding the longest tests (--durations; 3 s to 8 s each), run first: under pytest-xdist the tests
+#: handed out last are then short ones, and no worker ends waiting for the other's long test; a module's tests stay
+#: together (its fixtures are made once) and in their order
+LONGEST_FIRST = ("test_verify_streaming.py", "test_train_distributed.py", "test_train_streaming.py", "test_cli.py")
+
+
+def pytest_collection_modifyitems(items):
+    first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest as collected
+
+
 def pytest_runtest_setup(item):
     _HANDED.clear()
 
