@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import run_measured  # noqa: E402
 
 
 def _synthetic_config(million: int) -> dict:
@@ -61,40 +60,8 @@ def prepare(work: Path, million: int, prompts: int) -> dict:
 
 
 def _run(cmd: list[str]) -> dict:
-    """Run ``cmd``; its exit code, peak RSS and sampled peak RssAnon (MB), wall time and stdout."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    peak_anon = [0]
-
-    def poll() -> None:
-        while proc.returncode is None:
-            try:
-                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-                    if line.startswith("RssAnon:"):
-                        peak_anon[0] = max(peak_anon[0], int(line.split()[1]) * 1024)
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.01)
-
-    chunks: dict[str, bytes] = {}
-
-    def drain(name: str, pipe) -> None:
-        chunks[name] = pipe.read()
-
-    readers = [threading.Thread(target=drain, args=(n, p)) for n, p in (("out", proc.stdout), ("err", proc.stderr))]
-    watcher = threading.Thread(target=poll, daemon=True)
-    t0 = time.monotonic()
-    for t in [*readers, watcher]:
-        t.start()
-    _, status, usage = os.wait4(proc.pid, 0)  # this child's own resource usage
-    wall = time.monotonic() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    for t in readers:
-        t.join()
-    if proc.returncode != 0:
-        sys.exit(f"{cmd[:4]} failed ({proc.returncode}):\n{chunks['err'].decode(errors='replace')[-2000:]}")
-    return {"peak_rss_mb": usage.ru_maxrss * 1024 / 1e6, "peak_anon_mb": peak_anon[0] / 1e6, "wall_s": wall,
-            "cpu_s": usage.ru_utime + usage.ru_stime, "stdout": chunks["out"].decode(errors="replace")}
+    """Run ``cmd`` measured (measure.py)."""
+    return run_measured(cmd)
 
 
 def _fit(rows: list[dict], key: str) -> dict | None:
