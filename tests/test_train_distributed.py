@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_base
 
-from tests.conftest import tiny_base
 from trtllm_medusa_ports import api
 from trtllm_medusa_ports.files.prompts import Item
 from trtllm_medusa_ports.fixtures.synthetic import tiny_config

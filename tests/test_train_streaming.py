@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ANON_SAMPLER, tiny_base
 
-from tests.conftest import tiny_base
 from trtllm_medusa_ports import api, memory_mode
 from trtllm_medusa_ports.base_model import base_float32_bytes, final_hidden, load_base, release
 from trtllm_medusa_ports.base_streaming import streamed_weights, to_dtype
@@ -162,22 +162,9 @@ def test_two_ranks_each_streaming_write_the_one_process_corpus(tmp_path, store):
 #: run in a child: train-heads on each (base, streaming) in turn and print each run's peak anonymous resident memory
 #: (RssAnon, sampled every millisecond: what a memory limit cannot reclaim; the file pages transformers maps while
 #: loading are clean and reclaimable)
-_CHILD = textwrap.dedent("""
-    import json, sys, threading, time
+_CHILD = ANON_SAMPLER + textwrap.dedent("""
     from pathlib import Path
-    import torch
-    torch.set_num_threads(1)
     from trtllm_medusa_ports import api
-    peak = [0]
-    def anon():
-        for line in open("/proc/self/status"):
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    def poll():
-        while True:
-            peak[0] = max(peak[0], anon())
-            time.sleep(0.001)
-    threading.Thread(target=poll, daemon=True).start()
     out = []
     for base, data, work, streaming in json.loads(sys.argv[1]):
         peak[0] = anon()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_base
 
-from tests.conftest import tiny_base
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.files.prompts import PromptInputs, heldout_prompts, packaged_prompts
 from trtllm_medusa_ports.heads import load_heads
@@ -360,7 +360,8 @@ def test_tune_tree_file_works_in_check_convert_verify_and_tree(tmp_path, llama_t
 
 
 def test_verify_reports_predicted_against_measured(tmp_path, llama_trained, capsys):
-    from tests.conftest import convert_to
+    from conftest import convert_to
+
     from trtllm_medusa_ports.verify import verify
 
     base, heads = llama_trained
@@ -391,7 +392,8 @@ def test_draw_marks_every_node():
 def test_verify_reports_tokens_per_step_until_the_end_token(tmp_path, llama_trained, monkeypatch):
     """With an end token the base emits mid-run, verify also reports the runs cut there (as a runtime
     stopping at end_id would), and still compares every token for greedy equivalence."""
-    from tests.conftest import convert_to
+    from conftest import convert_to
+
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate
     from trtllm_medusa_ports.verify import run as verify_mod  # _verify looks end_token_ids up there
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import convert_to, tiny_base
+from conftest import ANON_SAMPLER, convert_to, tiny_base
 
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.registry import family_test_cases
@@ -218,21 +218,9 @@ def test_verify_cli_streaming_json(llama_ckpt, capsys):
 #: run in a child: verify each (base, checkpoint, streaming) in turn and print each run's peak anonymous resident
 #: memory (RssAnon, sampled every millisecond: what a memory limit cannot reclaim, where the file pages
 #: transformers maps while loading are clean and reclaimable) and the process's ru_maxrss
-_CHILD = textwrap.dedent("""
-    import json, resource, sys, threading, time
-    import torch
-    torch.set_num_threads(1)
+_CHILD = ANON_SAMPLER + textwrap.dedent("""
+    import resource
     from trtllm_medusa_ports.verify import verify
-    peak = [0]
-    def anon():
-        for line in open("/proc/self/status"):
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    def poll():
-        while True:
-            peak[0] = max(peak[0], anon())
-            time.sleep(0.001)
-    threading.Thread(target=poll, daemon=True).start()
     out = []
     for base, ckpt, streaming in json.loads(sys.argv[1]):
         peak[0] = anon()

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import ConversionError
+from trtllm_medusa_ports.files.checkpoint import QUANTIZE_LAYERS_DEFAULT_EXCLUDE
 
 if TYPE_CHECKING:
     import torch
@@ -54,8 +55,7 @@ KV_CACHE_DTYPES = {"fp8": "FP8", "int8": "INT8"}
 #: the written list replaces both defaults, and the load-time quantizer matches *tensor* names, on which
 #: ``*shared_expert_gate`` never matches, while ``gate.weight`` is one of its name substrings - without it
 #: a weight-only Qwen2-MoE's shared-expert gate would be quantized at load into a layer quantize_layers left float
-EXCLUDE_MODULES = ["*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
-                   "*shared_expert_gate", "*shared_expert_gate.weight", "*medusa_heads*"]
+EXCLUDE_MODULES = [*QUANTIZE_LAYERS_DEFAULT_EXCLUDE, "*shared_expert_gate.weight", "*medusa_heads*"]
 #: tensorrt_llm/models/convert_utils.py weight_only_quantize_dict ``quant_weights``: name substrings
 WEIGHT_ONLY_NAMES = ("qkv.weight", "dense.weight", "fc.weight", "proj.weight", "gate.weight")
 #: the linears of a decoder layer TensorRT-LLM quantizes (ColumnLinear / RowLinear of Attention and the MLPs)
