@@ -203,38 +203,35 @@ def _verify_parser(sub, run) -> None:
     s.add_argument("--skip_tree_proof", action="store_true",
                    help="leave out the tree proof (steps whose drafts are greedy's own tokens along each branch, so "
                    "that every tree node is accepted and checked; about one plain token per node of the tree)")
-    memory = s.add_mutually_exclusive_group()
-    memory.add_argument("--streaming", dest="streaming", action="store_true", default=None,
-                        help="hold one decoder layer of each side at a time, read again from the files every forward "
-                        "pass (bounded memory, slower; the same results)")
-    memory.add_argument("--no_streaming", dest="streaming", action="store_false",
-                        help="hold each side's whole model in float32 (about 0.73 GB + 0.95x its float32 size)")
-    s.add_argument("--max_memory", type=non_negative, default=None, metavar="GB",
-                   help="without --streaming / --no_streaming: stream when the in-memory estimate exceeds this "
-                   "(default: the memory available); the report says which mode ran")
+    _add_memory_args(s, "of each side", "the same results",
+                     "hold each side's whole model in float32 (about 0.40 GB + 1.5x its float32 size)",
+                     "(default: the memory available)", "transformers' weights while they wait (a temporary file")
     s.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where both sides compute (default cpu)")
-    s.add_argument("--offload_dir", default=None,
-                   help="streaming: a directory on a disk for transformers' weights while they wait (a temporary "
-                   "file the size of the base in its dtype, removed at once; default: the temporary directory)")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def _add_train_memory_args(s) -> None:
-    """train-heads' memory flags: how the base is held for the corpus pass (memory_mode.py, as verify chooses)."""
+def _add_memory_args(s, held: str, same: str, whole: str, default: str, waiting: str) -> None:
+    """The memory-mode flags of verify and train-heads (memory_mode.py chooses by them for both)."""
     memory = s.add_mutually_exclusive_group()
     memory.add_argument("--streaming", dest="streaming", action="store_true", default=None,
-                        help="hold one decoder layer of the base at a time for the corpus pass, read again from a "
-                        "temporary file every forward pass (bounded memory, slower; the same corpus and heads)")
-    memory.add_argument("--no_streaming", dest="streaming", action="store_false",
-                        help="hold the whole base in float32 for the corpus pass")
+                        help=f"hold one decoder layer {held} at a time, read again from the files every forward "
+                        f"pass (bounded memory, slower; {same})")
+    memory.add_argument("--no_streaming", dest="streaming", action="store_false", help=whole)
     s.add_argument("--max_memory", type=non_negative, default=None, metavar="GB",
-                   help="without --streaming / --no_streaming: stream when the in-memory estimate exceeds this, per "
-                   "process (default: the memory available, shared by this node's ranks); --json says which mode ran")
+                   help=f"without --streaming / --no_streaming: stream when the in-memory estimate exceeds this "
+                   f"{default}; the report says which mode ran")
     s.add_argument("--offload_dir", default=None,
-                   help="streaming: a directory on a disk for the base's weights while they wait (a temporary file "
-                   "the size of the base in its dtype, one per rank, removed at once; default: the temporary "
-                   "directory)")
+                   help=f"streaming: a directory on a disk for {waiting} the size of the base in its dtype, removed "
+                   "at once; default: the temporary directory)")
+
+
+def _add_train_memory_args(s) -> None:
+    """train-heads' memory flags: how the base is held for the corpus pass (memory_mode.py, as verify chooses)."""
+    _add_memory_args(s, "of the base for the corpus pass", "the same corpus and heads",
+                     "hold the whole base in float32 for the corpus pass",
+                     "per process (default: the memory available, shared by this node's ranks)",
+                     "the base's weights while they wait (a temporary file per rank,")
 
 
 def _train_heads_parser(sub, run) -> None:
