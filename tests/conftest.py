@@ -191,7 +191,7 @@ def llama_trained(store) -> tuple[Path, Path]:
 
     base = tiny_base(store, "LlamaForCausalLM", embedding_gain=4.0)
     return base, built_once(run_store() / "llama-trained-heads",
-                            lambda d: save_heads(train_heads(base, num_heads=3), d))
+                            lambda d: save_heads(train_heads(base, num_heads=3, positions_per_step=512), d))
 
 
 def convert_to(out: Path, base: Path, heads: Path, **kw) -> Path:
