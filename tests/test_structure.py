@@ -3,6 +3,7 @@ imports it back), so each layer can be read and tested below the ones that use i
 
 import ast
 import collections
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "trtllm_medusa_ports"
@@ -11,6 +12,12 @@ ROOT = Path(__file__).resolve().parents[1] / "trtllm_medusa_ports"
 def _modules() -> dict[str, Path]:
     return {".".join(f.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"): f
             for f in ROOT.rglob("*.py")}
+
+
+@functools.cache
+def _parsed(f: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every test here (nothing changes the package while they run)."""
+    return ast.parse(f.read_text())
 
 
 def _imported(name: str, f: Path, node, mods: dict[str, Path]) -> set[str]:
@@ -24,11 +31,13 @@ def _imported(name: str, f: Path, node, mods: dict[str, Path]) -> set[str]:
     return ({base} if base in mods else set()) | {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in mods}
 
 
+@functools.cache
 def _graph(function_level: bool) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (at module level only, or anywhere in it); built once, read only."""
     mods = _modules()
     graph: dict[str, set[str]] = collections.defaultdict(set)
     for name, f in mods.items():
-        tree = ast.parse(f.read_text())
+        tree = _parsed(f)
         nodes = ast.walk(tree) if function_level else tree.body
         for node in nodes:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -75,7 +84,7 @@ def test_no_import_cycle_at_any_depth():
 def test_no_module_imports_another_modules_private_names():
     bad = []
     for name, f in _modules().items():
-        for node in ast.walk(ast.parse(f.read_text())):
+        for node in ast.walk(_parsed(f)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trtllm_medusa_ports"):
                 bad += [f"{name}: {node.module}.{a.name}" for a in node.names
                         if a.name.startswith("_") and not a.name.startswith("__")]
@@ -152,7 +161,7 @@ def test_no_long_functions_in_the_pipeline():
         if not str(rel).startswith(PIPELINE):
             continue
         mod = ".".join(rel.with_suffix("").parts)
-        for node in ast.walk(ast.parse(f.read_text())):
+        for node in ast.walk(_parsed(f)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
                 long[f"{mod}.{node.name}"] = node.end_lineno - node.lineno + 1
     assert set(long) <= set(LONG_KEPT), {k: v for k, v in long.items() if k not in LONG_KEPT}
