@@ -9,14 +9,17 @@ it; the second half of this file shows that it fails on each bug it exists to ca
 
 import copy
 import json
+import shutil
 import sys
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import convert_to, tiny_base
+from conftest import built_once, convert_to, run_store, tiny_base
 from safetensors.torch import load_file, save_file
+from standin_import import STANDIN, drop_standin, install_finder, remove_finder
 
 from trtllm_medusa_ports.archs import adapter_for, registry
 from trtllm_medusa_ports.archs.registry import family_test_cases
@@ -25,43 +28,65 @@ from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 
-STANDIN = Path(__file__).parent / "standin"
 ALIBI = {a for a, cls in registry().items() if cls.position_embedding is PositionEmbedding.ALIBI}
 # one architecture per adapter class (RWForCausalLM and MPTForCausalLM are second names): every family but the
 # ALiBi ones (RoPE and learned positions); tests of RoPE fields key on the family's own position kind
 NON_ALIBI_FAMILIES = sorted({cls.hf_architectures[0] for cls in registry().values()} - ALIBI)
 
 
-def _drop_trtllm():
-    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
-        del sys.modules[name]
+_drop_trtllm = drop_standin
 
 
 @pytest.fixture
 def trtllm(monkeypatch):
+    """A pristine stand-in for each test (fresh modules, CALLS and our class registry empty), imported through
+    tests/standin_import.py's finder, which compiles each file once per process instead of once per test."""
     from trtllm_medusa_ports.engine import registry as engine_registry
 
     _drop_trtllm()
     engine_registry._BUILT.clear()
     monkeypatch.syspath_prepend(str(STANDIN))
-    import tensorrt_llm
+    install_finder()
+    try:
+        import tensorrt_llm
 
-    tensorrt_llm.CALLS.clear()
-    yield tensorrt_llm
-    _drop_trtllm()
-    engine_registry._BUILT.clear()
+        tensorrt_llm.CALLS.clear()
+        yield tensorrt_llm
+    finally:
+        remove_finder()
+        _drop_trtllm()
+        engine_registry._BUILT.clear()
+
+
+def _heads(hidden: int, vocab: int) -> Path:
+    """Two random heads for a base's sizes, saved once per test run (read-only)."""
+    return built_once(run_store() / f"engine-heads-{hidden}-{vocab}",
+                      lambda d: save_heads(random_heads(hidden, vocab, num_heads=2, seed=3), d))
 
 
 def _checkpoint(store, tmp_path, arch, tp=1, pp=1, name="ckpt", base=None, **convert_kw):
+    """``arch``'s tiny base (or ``base``) with two heads, converted. From a shared base (conftest.tiny_base), once
+    per test run for these parameters and shared read-only by every test that asks (conftest fails a test that
+    writes into it: one that changes the checkpoint takes :func:`_own_checkpoint`'s copy); from a base of the
+    test's own, into ``tmp_path / name``."""
     base = base or tiny_base(store, arch)
     hf = HFConfig.read(base)
     ad = adapter_for(arch)
-    heads = save_heads(random_heads(ad.hidden_size(hf), hf.get("vocab_size"), num_heads=2, seed=3),
-                       tmp_path / f"{name}-heads")
+    heads = _heads(ad.hidden_size(hf), hf.get("vocab_size"))
     # Gemma 2/3 overflow float16 (rule float16-range, which build enforces): bfloat16 as they are published
     convert_kw.setdefault("dtype", "bfloat16" if ad.float16_unsafe else "float16")
-    return convert_to(tmp_path / name, base, heads, tp_size=tp, pp_size=pp, allow_unsupported=arch in family_test_cases()["unsupported"],
-                      **convert_kw)
+    kw = dict(tp_size=tp, pp_size=pp, allow_unsupported=arch in family_test_cases()["unsupported"], **convert_kw)
+    if Path(base).parent != run_store():
+        return convert_to(tmp_path / name, base, heads, **kw)
+    key = json.dumps(kw, sort_keys=True, default=str)
+    return built_once(run_store() / f"engine-ckpt-{arch}-{Path(base).name}-{zlib.crc32(key.encode()):08x}",
+                      lambda d: convert_to(d, base, heads, **kw))
+
+
+def _own_checkpoint(store, tmp_path, arch, tp=1, pp=1, name="ckpt", base=None, **convert_kw):
+    """:func:`_checkpoint`'s checkpoint, copied into ``tmp_path / name`` for a test that changes it."""
+    return Path(shutil.copytree(_checkpoint(store, tmp_path, arch, tp, pp, name, base, **convert_kw),
+                                tmp_path / name))
 
 
 def _build(ckpt, out, *flags):
@@ -207,7 +232,7 @@ def test_build_without_tensorrt_llm_exits_1_with_hint(store, tmp_path, capsys):
                                         ({"dtype": "float32"}, "dtype-float32"),
                                         ({"num_medusa_heads": 0}, "not-medusa")])
 def test_build_runs_the_checks_first(trtllm, store, tmp_path, capsys, edit, rule):
-    ckpt = _checkpoint(store, tmp_path, "GemmaForCausalLM")
+    ckpt = _own_checkpoint(store, tmp_path, "GemmaForCausalLM")
     cfg = json.loads((ckpt / "config.json").read_text())
     (ckpt / "config.json").write_text(json.dumps({**cfg, **edit}))
     assert _build(ckpt, tmp_path / "eng") == 1 and rule in capsys.readouterr().err
@@ -461,7 +486,7 @@ def test_catches_a_family_without_its_plumbing(trtllm, store, tmp_path, monkeypa
 
 
 def test_catches_a_tensor_name_the_engine_class_does_not_declare(trtllm, store, tmp_path, capsys):
-    ckpt = _checkpoint(store, tmp_path, "GemmaForCausalLM")
+    ckpt = _own_checkpoint(store, tmp_path, "GemmaForCausalLM")
     rank0 = load_file(str(ckpt / "rank0.safetensors"))
     rank0["transformer.layers.0.attention.dense.bias"] = torch.zeros(64, dtype=torch.float16)
     save_file(rank0, str(ckpt / "rank0.safetensors"))
@@ -472,7 +497,7 @@ def test_catches_a_tensor_name_the_engine_class_does_not_declare(trtllm, store, 
 
 
 def test_catches_a_qwen_config_without_seq_length(trtllm, store, tmp_path, capsys):
-    ckpt = _checkpoint(store, tmp_path, "Qwen2ForCausalLM")
+    ckpt = _own_checkpoint(store, tmp_path, "Qwen2ForCausalLM")
     cfg = json.loads((ckpt / "config.json").read_text())
     del cfg["seq_length"]
     (ckpt / "config.json").write_text(json.dumps(cfg))
@@ -483,7 +508,7 @@ def test_catches_a_qwen_config_without_seq_length(trtllm, store, tmp_path, capsy
 def test_catches_upstream_medusa_at_pipeline_parallel(trtllm, store, tmp_path):
     """Upstream MedusaForCausalLm declares its heads on every rank; the checkpoint has them on the
     last stage: the converter names pp > 1 checkpoints for our class, whose heads live there."""
-    ckpt = _checkpoint(store, tmp_path, "LlamaForCausalLM", pp=2)
+    ckpt = _own_checkpoint(store, tmp_path, "LlamaForCausalLM", pp=2)
     cfg = json.loads((ckpt / "config.json").read_text())
     assert cfg["architecture"] == "MedusaPortsLLaMAForCausalLM"
     cfg["architecture"] = "MedusaForCausalLM"
@@ -644,13 +669,21 @@ def test_one_family_failing_to_build_its_class_does_not_block_the_others(trtllm,
 _WIDE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
 
 
-def _quantized(store, tmp_path, arch, tp, name="q", **flags):
+def _calibration(vocab: int) -> Path:
+    """Four 8-token calibration samples for a vocabulary, written once per test run (read-only)."""
+    def write(d):
+        d.mkdir()
+        (d / "calib.jsonl").write_text("\n".join(json.dumps({"input_ids": [(5 * i + j) % vocab for i in range(8)]})
+                                                 for j in range(4)))
+    return built_once(run_store() / f"engine-calib-{vocab}", write) / "calib.jsonl"
+
+
+def _quantized(store, tmp_path, arch, tp, name="q", own=False, **flags):
+    """A wide tiny base quantized with ``flags`` (shared read-only, or with ``own`` the test's copy to change)."""
     base = tiny_base(store, arch, **_WIDE)
-    vocab = HFConfig.read(base).get("vocab_size")
-    calib = tmp_path / f"{name}-calib.jsonl"
-    calib.write_text("\n".join(json.dumps({"input_ids": [(5 * i + j) % vocab for i in range(8)]}) for j in range(4)))
-    return _checkpoint(store, tmp_path, arch, tp=tp, name=name, base=base, calib_dataset=calib, calib_size=4,
-                       **flags)
+    calib = _calibration(HFConfig.read(base).get("vocab_size"))
+    return (_own_checkpoint if own else _checkpoint)(store, tmp_path, arch, tp=tp, name=name, base=base,
+                                                     calib_dataset=calib, calib_size=4, **flags)
 
 
 @pytest.mark.parametrize("arch, tp, flags", [
@@ -690,7 +723,7 @@ def test_quantized_checkpoints_load_through_upstreams_quantized_path(trtllm, sto
 def test_standin_catches_a_damaged_quantized_checkpoint(trtllm, store, tmp_path, capsys, monkeypatch, damage,
                                                          needle):
     flags = dict(qformat="int8_wo") if damage == "quantize-heads" else dict(qformat="fp8")
-    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, **flags)
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, own=True, **flags)
     cfg = json.loads((ckpt / "config.json").read_text())
     name = "transformer.layers.0.mlp.fc.activation_scaling_factor"
     if damage == "quantize-heads":
@@ -808,7 +841,7 @@ def test_weight_only_experts_load_into_the_quantized_moe_layer(trtllm, store, tm
     (int8 [experts, in, out * bits / 8], per_channel_scale [experts, out]); the router and the shared expert's gate
     stay float - the gate only because the written exclude_modules names its tensor."""
     base = tiny_base(store, arch, hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32, **extra)
-    ckpt = _checkpoint(store, tmp_path, arch, tp=2, base=base, qformat="int4_wo")
+    ckpt = _own_checkpoint(store, tmp_path, arch, tp=2, base=base, qformat="int4_wo")  # changed below
     cfg = json.loads((ckpt / "config.json").read_text())
     experts, hidden = cfg["moe"]["num_experts"], cfg["hidden_size"]
     inter = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]

@@ -22,7 +22,7 @@ def _write(ckpt, cfg):
 def test_an_unknown_quantization_key_is_refused(trtllm, store, tmp_path):  # noqa: F811
     import pytest
 
-    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, qformat="int8_wo")
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, own=True, qformat="int8_wo")
     cfg = _config(ckpt)
     cfg["quantization"]["quant_algorithm"] = "W8A16"  # a misspelt key: QuantConfig(**d) raises
     _write(ckpt, cfg)
@@ -31,7 +31,7 @@ def test_an_unknown_quantization_key_is_refused(trtllm, store, tmp_path):  # noq
 
 
 def test_an_empty_exclude_list_stays_empty_and_the_embedding_is_then_quantized(trtllm, store, tmp_path, capsys):  # noqa: F811
-    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, qformat="int8_wo")
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, own=True, qformat="int8_wo")
     cfg = _config(ckpt)
     model = _engine_model(ckpt)
     assert type(model.transformer.vocab_embedding).__name__ == "Embedding"  # *vocab_embedding excluded
@@ -54,7 +54,7 @@ def test_an_empty_exclude_list_stays_empty_and_the_embedding_is_then_quantized(t
 
 
 def test_modelopt_k_and_v_cache_scales_are_merged_at_load(trtllm, store, tmp_path):  # noqa: F811
-    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, qformat="fp8", kv_cache_dtype="fp8")
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, own=True, qformat="fp8", kv_cache_dtype="fp8")
     t = load_file(str(ckpt / "rank0.safetensors"))
     name = "transformer.layers.0.attention.kv_cache_scaling_factor"
     k = t.pop(name)
