@@ -1,0 +1,111 @@
+"""Bounded memory, measured: a base four times a memory allowance verifies and trains heads within it streaming, and
+does not in memory (the allowance binds). One child process runs both commands on one pair of bases, sampling its
+peak anonymous resident memory (conftest.ANON_SAMPLER: RssAnon, what a memory limit cannot reclaim; the file pages
+transformers maps while loading are clean and reclaimable)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+from conftest import ANON_SAMPLER, convert_to
+
+from trtllm_medusa_ports.base_model import base_float32_bytes
+from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, save_tiny_base
+
+WIDTHS = dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
+              vocab_size=512, tie_word_embeddings=False)
+
+#: run in a child: each run in turn (verify, or train-heads) and its peak anonymous resident memory. Before each run
+#: the heap the earlier runs freed is handed back to the system (glibc's malloc_trim), so a run reusing it cannot
+#: hide its own growth, and the peak restarts at what the process holds then
+_CHILD = ANON_SAMPLER + textwrap.dedent("""
+    import ctypes, gc
+    from pathlib import Path
+    from trtllm_medusa_ports import api
+    from trtllm_medusa_ports.verify import verify
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    def fresh():
+        gc.collect()
+        if trim is not None:
+            trim(0)
+        for _ in range(2):  # a sample the poller took before the reset is overwritten by the second
+            peak[0] = anon()
+            time.sleep(0.005)
+    out = []
+    for run in json.loads(sys.argv[1]):
+        fresh()
+        streaming, t0 = run["streaming"], time.monotonic()
+        if run["command"] == "verify":
+            rep = verify(run["base"], run["ckpt"], prompts=[[5, 6, 7, 8, 9, 10]], max_new_tokens=2,
+                         medusa_choices="[[0],[1]]", quiet=True, threads=1, streaming=streaming, skip_tree_proof=True)
+            done = {"ok": rep.ok, "mode": rep.memory_mode["mode"]}
+        else:
+            r = api.train_heads(api.TrainOptions(
+                model_dir=Path(run["base"]), output_dir=Path(run["work"]) / "heads",
+                work_dir=Path(run["work"]) / "state", prompts=api.PromptInputs(data=Path(run["data"])), new_tokens=3,
+                dtype="float32", threads=1, streaming=streaming,
+                fit=api.FitOptions(num_heads=1, steps=2, batch_size=8, share_lm_head=True, matmul_dtype="float32",
+                                   heldout_fraction=0, quiet=True)))
+            done = {"ok": r.steps == 2 and (Path(run["work"]) / "heads").is_dir(), "mode": r.memory_mode["mode"]}
+        out.append({**run, **done, "peak_anon": max(peak[0], anon()), "seconds": time.monotonic() - t0})
+    print(json.dumps(out))
+""")
+
+
+def _bases(root: Path) -> dict[int, dict]:
+    """The same Llama with 1 and with 12 layers (50 MB in float32), each with a converted checkpoint, and prompts."""
+    data = root / "data.jsonl"
+    data.write_text("".join(json.dumps({"prompt_ids": [5 + i, 6, 7, 8]}) + "\n" for i in range(3)))
+    made = {}
+    for layers in (1, 12):
+        base = save_tiny_base("LlamaForCausalLM", root / f"b{layers}", seed=layers, dtype=torch.bfloat16,
+                              num_hidden_layers=layers, **WIDTHS)
+        heads = save_heads(random_heads(256, 512, num_heads=2, seed=1, own_lm_head=False), root / f"h{layers}",
+                           "fasterdecoding-v2")
+        made[layers] = {"base": str(base), "ckpt": str(convert_to(root / f"c{layers}", base, heads, dtype="bfloat16")),
+                        "data": str(data)}
+    return made
+
+
+def _runs(made: dict[int, dict], root: Path) -> list[dict]:
+    """Every streaming run before any in-memory one (whose base, freed, would otherwise be the heap a later run
+    grows into), and each 12-layer run right after a one-layer run of the same command: the baseline it is measured
+    against is the process as that run finds it (the libraries, transformers' model code, the fit, buffers: what no
+    mode avoids), not the process of another command."""
+    order = [("verify", 1, True), ("verify", 12, True), ("train", 1, True), ("train", 12, True),
+             ("verify", 1, True), ("verify", 12, False), ("train", 1, True), ("train", 12, False)]
+    return [{"command": c, "layers": n, "streaming": s, **made[n], "work": str(root / f"w{i}")}
+            for i, (c, n, s) in enumerate(order)]
+
+
+def test_a_base_four_times_the_allowance_verifies_and_trains_within_it_streaming(tmp_path):
+    """verify and train-heads of the 12-layer base: each run's peak above the one-layer run of the same command
+    before it stays under a quarter of the base's float32 size streaming, and exceeds it in memory. Peak RssAnon,
+    sampled: a virtual-memory cap (``prlimit --as``) binds on the address space torch, its thread arenas and the
+    libraries reserve (0.67 GB before any model), not on the model, so it cannot tell the modes apart at a size a
+    test can build."""
+    made = _bases(tmp_path)
+    float32 = base_float32_bytes(Path(made[12]["base"]))
+    assert 48e6 < float32 < 56e6
+    allowance = float32 / 4
+    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(_runs(made, tmp_path))], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [(r["command"], r["layers"], r["mode"]) for r in runs] == [
+        ("verify", 1, "streaming"), ("verify", 12, "streaming"), ("train", 1, "streaming"), ("train", 12, "streaming"),
+        ("verify", 1, "streaming"), ("verify", 12, "in-memory"), ("train", 1, "streaming"), ("train", 12, "in-memory")]
+    assert all(r["ok"] for r in runs), runs
+    for fixed, big in zip(runs[0::2], runs[1::2], strict=True):
+        grew = big["peak_anon"] - fixed["peak_anon"]
+        if big["streaming"]:
+            assert grew < allowance, (big["command"], grew, allowance, runs)
+        else:
+            assert grew > allowance, (big["command"], grew, allowance, runs)
