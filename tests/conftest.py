@@ -229,3 +229,73 @@ def assert_tree_step_matches_sequential(ref, prompt, tokens, tree):
         seq, _ = ref.forward(prompt + chain[::-1], ref.new_cache())
         assert torch.allclose(logits[node], seq[-1], atol=1e-5), node
     return logits
+
+
+# -- conversions and verify reports shared by the whole run (tests/test_families.py, test_verify_streaming.py,
+# test_magnitudes.py): one per set of arguments, read-only like the bases --------------------------------------
+
+def _key(*parts) -> str:
+    return f"{zlib.crc32(json.dumps(parts, sort_keys=True, default=str).encode()):08x}"
+
+
+def heads_once(base: Path, num_heads: int = 3, seed: int = 11, layout: str = "fasterdecoding-pt") -> Path:
+    """Random heads fitting ``base`` (its hidden size and vocabulary), saved in ``layout`` once per run
+    (read-only)."""
+    def build(d: Path) -> None:
+        from trtllm_medusa_ports.archs import adapter_for
+        from trtllm_medusa_ports.files.hf_model import HFConfig
+        from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
+
+        hf = HFConfig.read(base)
+        save_heads(random_heads(adapter_for(hf.architecture).hidden_size(hf), hf.get("vocab_size"),
+                                num_heads=num_heads, seed=seed), d, layout)
+
+    return built_once(run_store() / f"heads-{base.name}-{_key(num_heads, seed, layout)}", build)
+
+
+def converted_once(base: Path, heads: Path, **kw) -> Path:
+    """``convert_to(..., base, heads, **kw)``, converted once per run for its arguments (read-only: a test that
+    damages it copies it first)."""
+    assert base in _SHARED and heads in _SHARED, "converted_once converts shared inputs only (tiny_base, heads_once)"
+    return built_once(run_store() / f"ckpt-{base.name}-{_key(heads.name, kw)}",
+                      lambda d: convert_to(d, base, heads, **kw))
+
+
+def family_checkpoint(architecture: str, tp_size: int = 1, **overrides) -> tuple[Path, Path]:
+    """(base, checkpoint) of a family's shape as every family-wide test converts it: ``tiny_base(...,
+    **overrides)``, three random heads (seed 11), ``tp_size``, ``allow_unsupported`` where the family's own check
+    refuses it (family_test_cases' ``unsupported``); once per run."""
+    from trtllm_medusa_ports.archs.registry import family_test_cases
+
+    base = tiny_base(run_store(), architecture, **overrides)
+    return base, converted_once(base, heads_once(base), tp_size=tp_size,
+                                allow_unsupported=architecture in family_test_cases()["unsupported"])
+
+
+def report_from_dict(data: dict):
+    """The VerifyReport whose ``to_dict()`` is ``data`` (all of it: the rebuilt report gives it back whole)."""
+    from dataclasses import fields
+
+    from trtllm_medusa_ports.verify import VerifyReport
+    from trtllm_medusa_ports.verify.limits import HIT_TOP_K
+
+    names = {f.name for f in fields(VerifyReport)}
+    given = dict(data, head_topk=data[f"head_top{HIT_TOP_K}"])
+    rep = VerifyReport(**{k: v for k, v in given.items() if k in names})
+    assert rep.to_dict() == data, "the report's JSON holds what its fields cannot rebuild"
+    return rep
+
+
+def verified_once(base: Path, ckpt: Path, **kw):
+    """``verify(base, ckpt, quiet=True, **kw)``'s report, computed once per run for its arguments and kept as its
+    JSON (``to_dict()``, which gives back every field to the last digit): every test asking the same gets it,
+    rebuilt (report_from_dict)."""
+    def build(d: Path) -> None:
+        from trtllm_medusa_ports.verify import verify
+
+        d.mkdir()
+        (d / "report.json").write_text(json.dumps(verify(base, ckpt, quiet=True, **kw).to_dict()))
+
+    assert base in _SHARED and ckpt in _SHARED, "verified_once verifies shared checkpoints only (converted_once)"
+    d = built_once(run_store() / f"report-{ckpt.name}-{_key(base.name, kw)}", build)
+    return report_from_dict(json.loads((d / "report.json").read_text()))

@@ -1,29 +1,30 @@
 """verify in bounded memory: streaming (one decoder layer of each side at a time) gives the report the in-memory
 mode gives, field for field, for every family at tp 1 and 2, in float and weight-only; the mode is chosen and
-reported; each side holds one unit of weights at a time; and a base four times a memory allowance verifies
-within it (peak resident memory of a child process, see ``test_a_base_four_times_the_allowance_...``)."""
+reported; each side holds one unit of weights at a time (that a base four times a memory allowance verifies
+within it: tests/test_memory_bounds.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import ANON_SAMPLER, convert_to, tiny_base
+from conftest import (
+    convert_to,
+    converted_once,
+    family_checkpoint,
+    heads_once,
+    tiny_base,
+    verified_once,
+)
 
-from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.registry import family_test_cases
-from trtllm_medusa_ports.base_model import base_float32_bytes, load_hf_model, release
+from trtllm_medusa_ports.base_model import load_hf_model, release
 from trtllm_medusa_ports.base_streaming import WeightStore, placed, streamed_weights
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
-from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, save_tiny_base
 from trtllm_medusa_ports.reference.executor import ReferenceModel, streaming_group
 from trtllm_medusa_ports.verify import verify
 
@@ -35,16 +36,11 @@ FAMILIES = list(dict.fromkeys([a for a, _ in CASES["variants"]] + ["LlamaForCaus
 WIDE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
 
 
-def _heads(base: Path, out: Path) -> Path:
-    hf = HFConfig.read(base)
-    return save_heads(random_heads(adapter_for(hf.architecture).hidden_size(hf), hf.get("vocab_size"), num_heads=3,
-                                   seed=11), out)
-
-
-def _both_modes(base: Path, ckpt: Path, **kw) -> tuple[dict, dict]:
-    """The in-memory and the streaming report of one checkpoint, as JSON dicts."""
-    a = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4, quiet=True, streaming=False, **kw).to_dict()
-    b = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4, quiet=True, streaming=True, **kw).to_dict()
+def _both_modes(base: Path, ckpt: Path) -> tuple[dict, dict]:
+    """The in-memory report (once per run, kept as its JSON: conftest.verified_once; the families' tests assert on
+    the same) and the streaming report of one shared checkpoint, as JSON dicts."""
+    a = verified_once(base, ckpt, medusa_choices=TREE, max_new_tokens=4, streaming=False).to_dict()
+    b = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4, quiet=True, streaming=True).to_dict()
     assert a.pop("memory_mode")["mode"] == "in-memory" and b.pop("memory_mode")["mode"] == "streaming"
     return a, b
 
@@ -57,32 +53,27 @@ def _assert_same(a: dict, b: dict, context: str) -> None:
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
-def test_streaming_report_is_the_in_memory_report(tmp_path, store, arch):
-    base = tiny_base(store, arch)
-    heads = _heads(base, tmp_path / "h")
-    for tp in (1, 2):
-        ckpt = convert_to(tmp_path / f"tp{tp}", base, heads, tp_size=tp, allow_unsupported=arch in CASES["unsupported"])
-        _assert_same(*_both_modes(base, ckpt), f"{arch} tp={tp}")
+def test_streaming_report_is_the_in_memory_report(arch):
+    for tp in (1, 2):  # the families' own conversions (conftest.family_checkpoint), shared by the run
+        _assert_same(*_both_modes(*family_checkpoint(arch, tp)), f"{arch} tp={tp}")
 
 
 @pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM"])
-def test_streaming_report_is_the_in_memory_report_weight_only(tmp_path, store, arch):
+def test_streaming_report_is_the_in_memory_report_weight_only(store, arch):
     """INT8 weight-only: transformers quantized as the checkpoint is, layer by layer in streaming (fused gate_up,
     stacked experts)."""
     base = tiny_base(store, arch, **WIDE)
-    heads = _heads(base, tmp_path / "h")
+    heads = heads_once(base)
     for tp in (1, 2) if arch != "MixtralForCausalLM" else (2,):  # the experts' tp-1 layout is tp 2's unsplit
-        ckpt = convert_to(tmp_path / f"tp{tp}", base, heads, tp_size=tp, dtype="bfloat16", use_weight_only=True)
+        ckpt = converted_once(base, heads, tp_size=tp, dtype="bfloat16", use_weight_only=True)
         a, b = _both_modes(base, ckpt)
         assert a["quantization"] and a["quant_effect"]["max_abs_diff"] > 1e-4  # the quantization was computed
         _assert_same(a, b, f"{arch} tp={tp}")
 
 
 @pytest.fixture(scope="module")
-def llama_ckpt(store, tmp_path_factory):
-    base = tiny_base(store, "LlamaForCausalLM")
-    out = tmp_path_factory.mktemp("streaming")
-    return base, convert_to(out / "ckpt", base, _heads(base, out / "h"), tp_size=2)
+def llama_ckpt():
+    return family_checkpoint("LlamaForCausalLM", 2)  # read-only, shared by the run
 
 
 def test_the_mode_is_chosen_by_max_memory_and_reported(llama_ckpt):
@@ -115,7 +106,7 @@ def test_streaming_refuses_a_quantization_it_does_not_emulate(tmp_path, store):
     base = tiny_base(store, "LlamaForCausalLM", **WIDE)
     calib = tmp_path / "calib.jsonl"
     calib.write_text("".join(json.dumps({"input_ids": [i, i + 1, i + 2, i + 3]}) + "\n" for i in range(1, 7)))
-    ckpt = convert_to(tmp_path / "c", base, _heads(base, tmp_path / "h"), dtype="float16", qformat="fp8",
+    ckpt = convert_to(tmp_path / "c", base, heads_once(base), dtype="float16", qformat="fp8",
                       calib_dataset=calib, calib_size=6)
     for kw in (dict(streaming=True), dict(max_memory=1e-3)):
         with pytest.raises(ModelError) as e:
@@ -212,55 +203,3 @@ def test_verify_cli_streaming_json(llama_ckpt, capsys):
     assert out["memory_mode"]["reason"] == "--streaming"
     with pytest.raises(SystemExit):
         main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--streaming", "--no_streaming"])
-
-
-# -- memory: a base four times the allowance ----------------------------------------------------------------
-#: run in a child: verify each (base, checkpoint, streaming) in turn and print each run's peak anonymous resident
-#: memory (RssAnon, sampled every millisecond: what a memory limit cannot reclaim, where the file pages
-#: transformers maps while loading are clean and reclaimable) and the process's ru_maxrss
-_CHILD = ANON_SAMPLER + textwrap.dedent("""
-    import resource
-    from trtllm_medusa_ports.verify import verify
-    out = []
-    for base, ckpt, streaming in json.loads(sys.argv[1]):
-        peak[0] = anon()
-        rep = verify(base, ckpt, prompts=[[5, 6, 7, 8, 9, 10]], max_new_tokens=2, medusa_choices="[[0],[1]]",
-                     quiet=True, threads=1, streaming=streaming, skip_tree_proof=True)
-        out.append({"ok": rep.ok, "mode": rep.memory_mode["mode"], "peak_anon": max(peak[0], anon())})
-    print(json.dumps({"runs": out, "maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
-""")
-
-
-def _peaks(runs: list[tuple[Path, Path, bool]]) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    arg = json.dumps([[str(b), str(c), s] for b, c, s in runs])
-    out = subprocess.run([sys.executable, "-c", _CHILD, arg], capture_output=True, text=True, env=env,
-                         cwd=Path(__file__).resolve().parents[1], timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])["runs"]
-
-
-def test_a_base_four_times_the_allowance_verifies_within_it_streaming(tmp_path):
-    """A 12-layer base (50 MB in float32) after the same base with one layer, in one process: the 12-layer run's
-    peak memory above the one-layer run's (the libraries, transformers' model code, buffers, the process's own
-    heap: what no mode avoids) stays under a quarter of the base's float32 size streaming, and exceeds it in
-    memory (the allowance binds). Peak RssAnon, sampled: a virtual-memory cap (``prlimit --as``) binds on the
-    address space torch, its thread arenas and the libraries reserve (0.67 GB before any model), not on the
-    model, so it cannot tell the modes apart at a size a test can build."""
-    widths = dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
-                  vocab_size=512, tie_word_embeddings=False)
-    made = {}
-    for layers in (1, 12):
-        base = save_tiny_base("LlamaForCausalLM", tmp_path / f"b{layers}", seed=layers, dtype=torch.bfloat16,
-                              num_hidden_layers=layers, **widths)
-        heads = save_heads(random_heads(256, 512, num_heads=2, seed=1, own_lm_head=False), tmp_path / f"h{layers}",
-                           "fasterdecoding-v2")
-        made[layers] = (base, convert_to(tmp_path / f"c{layers}", base, heads, dtype="bfloat16"))
-    float32 = base_float32_bytes(made[12][0])
-    assert 48e6 < float32 < 56e6
-    allowance = float32 / 4
-    fixed, streamed, whole = _peaks([(*made[1], True), (*made[12], True), (*made[12], False)])
-    assert fixed["ok"] and streamed["ok"] and whole["ok"]
-    assert (streamed["mode"], whole["mode"]) == ("streaming", "in-memory")
-    assert streamed["peak_anon"] - fixed["peak_anon"] < allowance, (streamed, fixed, allowance)
-    assert whole["peak_anon"] - fixed["peak_anon"] > allowance, (whole, fixed, allowance)
