@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -93,10 +92,44 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, argv: list[str], logs: Path, hook) -> None:
-    """One forked rank: torchrun's environment, the command's output in logs/rank<R>.{out,err}, its exit status."""
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _launch_env(rank: int, world: int, port: int, logs: Path, torchrun: bool) -> dict[str, str]:
+    """What a launcher gives rank ``rank``: the variables heads/distributed.py reads (any launcher's; rank 0 then
+    hosts the TCPStore the ranks meet at), or with ``torchrun`` all that ``torchrun --nproc_per_node W
+    --master_port P`` gives: torch/distributed/elastic/agent/server/local_elastic_agent.py (_start_workers,
+    _set_local_rank_env), TORCHELASTIC_ERROR_FILE from torch/distributed/elastic/multiprocessing/api.py and
+    TORCHELASTIC_SIGNALS_TO_HANDLE from torch/distributed/launcher/api.py (launch_agent), the run id, role and address
+    torch/distributed/run.py defaults to, OMP_NUM_THREADS 1 as run.py sets it for several processes. Its
+    TORCHELASTIC_USE_AGENT_STORE=True makes every rank a client of the store the launcher's agent hosts
+    (torch/distributed/rendezvous.py _create_c10d_store), where without it rank 0 hosts one."""
+    env = dict(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if torchrun:
+        env.update(GROUP_RANK="0", ROLE_RANK=str(rank), ROLE_NAME="default", GROUP_WORLD_SIZE="1",
+                   ROLE_WORLD_SIZE=str(world), TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_MAX_RESTARTS="0",
+                   TORCHELASTIC_RUN_ID="none", TORCHELASTIC_USE_AGENT_STORE="True",
+                   TORCH_NCCL_ASYNC_ERROR_HANDLING=os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+                   TORCHELASTIC_ERROR_FILE=str(logs / "none_0" / "attempt_0" / str(rank) / "error.json"),
+                   TORCHELASTIC_SIGNALS_TO_HANDLE="SIGTERM,SIGINT,SIGHUP,SIGQUIT", OMP_NUM_THREADS="1")
+    return env
+
+
+def _agent_store():
+    """The TCPStore torchrun's agent hosts for its ranks (static rendezvous, one node:
+    torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py next_rendezvous), on a free port. Not
+    multi-tenant, as the agent's is: a forked rank inherits this process's registry of multi-tenant servers, and rank
+    0 would then take this one for its own without TORCHELASTIC_USE_AGENT_STORE (where now it fails: the port is
+    taken), so the test could not tell the two ways of joining apart."""
+    import datetime
+
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=120))
+
+
+def _rank_main(rank: int, env: dict[str, str], argv: list[str], logs: Path, hook) -> None:
+    """One forked rank: its launcher's environment, the command's output in logs/rank<R>.{out,err}, its exit
+    status."""
+    os.environ.update(env)
     out, err = open(logs / f"rank{rank}.out", "w"), open(logs / f"rank{rank}.err", "w")  # noqa: SIM115
     os.dup2(out.fileno(), 1)
     os.dup2(err.fileno(), 2)
@@ -119,13 +152,15 @@ def _rank_main(rank: int, world: int, port: int, argv: list[str], logs: Path, ho
         os._exit(rc)
 
 
-def _ranks(world: int, argv: list[str], logs: Path, hook=None, kill_after: float | None = None):
+def _ranks(world: int, argv: list[str], logs: Path, hook=None, kill_after: float | None = None, agent=None):
     """Run ``world`` forked ranks of the command; their exit codes and outputs (``kill_after``: seconds after rank 0
-    ends when the others still running are killed, a hung rank)."""
+    ends when the others still running are killed, a hung rank; ``agent``: the store of :func:`_agent_store`, the
+    ranks started as torchrun starts them)."""
     logs.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = agent.port if agent is not None else _free_port()
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, argv, logs, hook)) for r in range(world)]
+    procs = [ctx.Process(target=_rank_main, args=(r, _launch_env(r, world, port, logs, agent is not None), argv, logs,
+                                                  hook)) for r in range(world)]
     for p in procs:
         p.start()
     procs[0].join(120)
@@ -146,18 +181,22 @@ def _argv(setup, out: Path, *extra: str) -> list[str]:
 
 # -- two ranks train the heads one process trains ---------------------------------------------------------------
 def test_torchrun_two_ranks_train_the_heads_one_process_trains(setup, tmp_path):
-    """``python -m torch.distributed.run --nproc_per_node 2 -m trtllm_medusa_ports train-heads``: the corpus split
-    across the ranks and merged into the one file a single process writes, the heads equal within float32
-    tolerance, rank 0 alone printing and writing."""
+    """``torchrun --nproc_per_node 2 --master_port P -m trtllm_medusa_ports train-heads``: the corpus split across
+    the ranks and merged into the one file a single process writes, the heads equal within float32 tolerance, rank
+    0 alone printing and writing. The two ranks are forked from this process, which stands in for torchrun's
+    launcher: it hosts the TCPStore torchrun's agent hosts and gives each rank the environment torchrun gives
+    (:func:`_launch_env`), so heads/distributed.py joins as under torchrun (every rank a client of the agent's
+    store). What the fork leaves out, the launcher's own processes (a fresh interpreter per rank, its agent and
+    monitoring), ``scripts/validate_torchrun.py`` runs: real torchrun, the same checks."""
     out = tmp_path / "heads"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                        str(_free_port()), "-m", "trtllm_medusa_ports", *_argv(setup, out), "--json"],
-                       capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    printed = json.loads(r.stdout)  # one JSON document: rank 1 printed nothing
+    agent = _agent_store()
+    codes, outs, errs = _ranks(2, [*_argv(setup, out), "--json"], tmp_path / "logs", agent=agent)
+    assert codes == [0, 0], errs
+    assert outs[1] == "" and errs[1] == ""  # rank 1 printed nothing
+    printed = json.loads(outs[0])  # one JSON document
     assert printed["world_size"] == 2 and printed["steps"] == 8 and printed["output_dir"] == str(out)
     assert printed["dtype"] == printed["fit_dtype"] == "float32"
+    assert agent.num_keys() > 1  # the ranks met at the agent's store (rank 0 hosted none: its port was taken)
     diff = _max_diff(out, setup["ref"])
     assert diff < 2e-5, diff
     _same_history(printed["history"], setup["ref"].history)
@@ -259,9 +298,9 @@ def test_a_hung_rank_ends_the_job_at_the_timeout(setup, tmp_path):
         train_mod.lr_at = lr_at
 
     t0 = time.monotonic()
-    codes, _, errs = _ranks(2, _argv(setup, out, "--dist_timeout", "3"), tmp_path / "logs", hook, kill_after=0)
+    codes, _, errs = _ranks(2, _argv(setup, out, "--dist_timeout", "1"), tmp_path / "logs", hook, kill_after=0)
     assert codes[0] == 1 and "another rank stopped answering" in errs[0], errs[0]
-    assert "after 2 whole steps" in errs[0] and "--dist_timeout, 3 s" in errs[0]
+    assert "after 2 whole steps" in errs[0] and "--dist_timeout, 1 s" in errs[0]
     assert time.monotonic() - t0 < 60 and not out.exists()
     assert torch.load(tmp_path / "heads.train" / "state.pt", weights_only=True)["step"] == 2
 
