@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 from pathlib import Path
 from types import CodeType
@@ -72,3 +73,13 @@ def install_finder() -> None:
 def remove_finder() -> None:
     while FINDER in sys.meta_path:
         sys.meta_path.remove(FINDER)
+
+
+def standin_file(relative: str, name: str):
+    """One file of tests/standin loaded as module ``name`` on its own (compiled once per process), without making
+    ``tensorrt_llm`` importable: e.g. ``standin_file("tensorrt_llm/quantization/functional.py", ...)``."""
+    path = str(STANDIN / relative)
+    loader = CachedSourceLoader(name, path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
+    loader.exec_module(module)
+    return module

@@ -2,21 +2,16 @@
 runtime's inputs as upstream fills them (tests/standin/runtime_buffers.py) go through the class on the stand-in,
 whose GPTModel records the ids it embeds (tests/standin/LEDGER.md)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from standin_import import standin_file
 from test_engine import _checkpoint, _engine_model, trtllm  # noqa: F401  (trtllm: the stand-in fixture)
 
 from trtllm_medusa_ports.tree import MedusaTree
 
 # loaded from its file: putting tests/standin on sys.path would make the stand-in's tensorrt_llm importable to
 # every test of the worker (tests/test_engine.py checks that it is not)
-_spec = importlib.util.spec_from_file_location("standin_runtime_buffers",
-                                               Path(__file__).parent / "standin" / "runtime_buffers.py")
-_buffers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_buffers)
+_buffers = standin_file("runtime_buffers.py", "standin_runtime_buffers")
 ContextRequest, GenerationRequest, medusa_step_inputs = (_buffers.ContextRequest, _buffers.GenerationRequest,
                                                          _buffers.medusa_step_inputs)
 

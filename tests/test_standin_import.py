@@ -84,3 +84,14 @@ def test_without_the_finder_the_standin_is_not_importable():
     remove_finder()
     with pytest.raises(ImportError):
         importlib.import_module("tensorrt_llm")
+
+
+def test_one_standin_file_loads_alone_compiled_once(monkeypatch):
+    from standin_import import standin_file
+
+    drop_standin()
+    first = standin_file("runtime_buffers.py", "h1_buffers")
+    compiles = _count_compiles(monkeypatch, STANDIN)
+    second = standin_file("runtime_buffers.py", "h1_buffers")
+    assert second is not first and second.medusa_step_inputs.__code__ is first.medusa_step_inputs.__code__
+    assert compiles == [] and "tensorrt_llm" not in sys.modules

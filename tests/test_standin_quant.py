@@ -66,15 +66,11 @@ def test_modelopt_k_and_v_cache_scales_are_merged_at_load(trtllm, store, tmp_pat
 
 
 def test_stored_weight_only_bytes_are_not_a_plain_matrix():
-    import importlib.util
-    from pathlib import Path
+    from standin_import import standin_file
 
     from trtllm_medusa_ports.quant import weight_only_quantize
 
-    path = Path(__file__).parent / "standin" / "tensorrt_llm" / "quantization" / "functional.py"
-    spec = importlib.util.spec_from_file_location("standin_weight_only", path)
-    quantizer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(quantizer)
+    quantizer = standin_file("tensorrt_llm/quantization/functional.py", "standin_weight_only")
     w = torch.randn(64, 32, dtype=torch.float16)
     stored, scale = quantizer.symmetric_quantize(w.T.contiguous(), 8)
     plain, ours = weight_only_quantize(w, "W8A16")
