@@ -241,6 +241,8 @@ def _key(*parts) -> str:
 def heads_once(base: Path, num_heads: int = 3, seed: int = 11, layout: str = "fasterdecoding-pt") -> Path:
     """Random heads fitting ``base`` (its hidden size and vocabulary), saved in ``layout`` once per run
     (read-only)."""
+    assert base in _SHARED, "heads_once keys the heads by a shared base's name (tiny_base)"
+
     def build(d: Path) -> None:
         from trtllm_medusa_ports.archs import adapter_for
         from trtllm_medusa_ports.files.hf_model import HFConfig

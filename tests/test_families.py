@@ -8,10 +8,11 @@ import torch
 from conftest import (
     assert_proven,
     assert_tree_step_matches_sequential,
-    built_once,
     convert_to,
-    run_store,
+    family_checkpoint,
+    heads_once,
     tiny_base,
+    verified_once,
 )
 
 from trtllm_medusa_ports.archs import adapter_for, registry, supported_architectures
@@ -21,7 +22,7 @@ from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.compat import check
 from trtllm_medusa_ports.errors import ConversionError, ModelError
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
+from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS
 from trtllm_medusa_ports.reference import ReferenceModel
 from trtllm_medusa_ports.tree import MedusaTree
 from trtllm_medusa_ports.verify import verify
@@ -34,24 +35,12 @@ CASES = family_test_cases()
 VARIANTS = CASES["variants"]
 
 
-def _heads_for(base, tmp_path):
-    hf = HFConfig.read(base)
-    ad = adapter_for(hf.architecture)
-    return save_heads(random_heads(ad.hidden_size(hf), hf.get("vocab_size"), num_heads=3, seed=11), tmp_path / "h")
-
-
-#: the intact shared conversions' verify reports, by name (this process's)
-_INTACT: dict = {}
-
-
-def _intact(name: str, base: Path, **convert_kw):
-    """A conversion the tests that damage it share, converted once per run (each damages its own copy), and the
-    intact checkpoint's verify report, computed once per process: every such test asserts it."""
-    heads = built_once(run_store() / f"{name}-heads", lambda d: _heads_for(base, d)) / "h"
-    ckpt = built_once(run_store() / name, lambda d: convert_to(d, base, heads, **convert_kw))
-    if name not in _INTACT:
-        _INTACT[name] = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
-    return ckpt, _INTACT[name]
+#: the in-memory verify runs of the run's shared checkpoints (conftest.family_checkpoint, verified_once), each
+#: computed once per run: FULL (greedy equivalence over 12 tokens) for the family-wide test and those whose
+#: assertions read the prompts' logits only; SHORT, test_verify_streaming's in-memory run, for the intact
+#: checkpoints the damaging tests start from
+FULL = dict(medusa_choices=TREE, max_new_tokens=12, streaming=False)
+SHORT = dict(medusa_choices=TREE, max_new_tokens=4, streaming=False)
 
 
 def _copy(ckpt: Path, tmp_path: Path) -> Path:
@@ -62,16 +51,12 @@ def _copy(ckpt: Path, tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("arch, overrides", VARIANTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(VARIANTS)])
-def test_family_converts_and_verifies(tmp_path, store, arch, overrides):
-    base = tiny_base(store, arch, **overrides)
-    heads = _heads_for(base, tmp_path)
-    unsupported = arch in CASES["unsupported"]
-    for tp in (1, 2):
-        ckpt = convert_to(tmp_path / f"tp{tp}", base, heads, tp_size=tp, allow_unsupported=unsupported)
+def test_family_converts_and_verifies(arch, overrides):
+    for tp in (1, 2):  # allow_unsupported where the family's check refuses it (CASES["unsupported"])
+        base, ckpt = family_checkpoint(arch, tp, **overrides)
         cfg = json.loads((ckpt / "config.json").read_text())
         assert cfg["base_architecture"] == arch
-        rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=12)
-        assert_proven(rep, f"tp={tp}")
+        assert_proven(verified_once(base, ckpt, **FULL), f"tp={tp}")
 
 
 def test_gptj_mlp_bias_is_added_once_across_ranks(tmp_path, store):
@@ -79,13 +64,13 @@ def test_gptj_mlp_bias_is_added_once_across_ranks(tmp_path, store):
     the others zeros (tensorrt_llm/models/gptj/convert.py). The same bias on every rank counts it twice."""
     from safetensors.torch import load_file, save_file
 
-    base = tiny_base(store, "GPTJForCausalLM")
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2)
+    base, intact = family_checkpoint("GPTJForCausalLM", 2)
     hf = load_file(base / "model.safetensors")
     name = "transformer.layers.1.mlp.proj.bias"
-    ranks = [load_file(ckpt / f"rank{r}.safetensors") for r in (0, 1)]
+    ranks = [load_file(intact / f"rank{r}.safetensors") for r in (0, 1)]
     assert torch.equal(ranks[0][name], hf["transformer.h.1.mlp.fc_out.bias"]) and not ranks[1][name].any()
-    assert verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).parity
+    assert verified_once(base, intact, **SHORT).parity
+    ckpt = _copy(intact, tmp_path)
     ranks[1][name] = ranks[0][name].clone()  # replicated as other families' row biases are
     save_file(ranks[1], ckpt / "rank1.safetensors", metadata={"format": "pt"})
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
@@ -158,8 +143,8 @@ def test_a_wrong_expert_layout_or_routing_fails_verify(tmp_path, store, damage):
     routing's normalisation or its top-k other than the base's."""
     from safetensors.torch import load_file, save_file
 
-    base = tiny_base(store, "MixtralForCausalLM")
-    intact, good = _intact("families-mixtral-tp2", base, tp_size=2)
+    base, intact = family_checkpoint("MixtralForCausalLM", 2)
+    good = verified_once(base, intact, **SHORT)
     assert good.parity
     # the tree's cost on a MoE base: a step of 7 tokens wakes more of the 4 experts than a token's top-2
     assert good.moe_num_experts == 4 and good.moe_experts_per_plain_step == 2
@@ -192,10 +177,10 @@ def test_a_missing_or_ungated_shared_expert_fails(tmp_path, store):
     """Qwen2-MoE's shared expert counts: without it, or without its sigmoid gate, the checkpoint is another model."""
     from safetensors.torch import load_file, save_file
 
-    base = tiny_base(store, "Qwen2MoeForCausalLM")
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2)
-    good = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    base, intact = family_checkpoint("Qwen2MoeForCausalLM", 2)
+    good = verified_once(base, intact, **SHORT)
     assert good.parity and good.greedy_equal and good.moe_experts_per_plain_step == 2
+    ckpt = _copy(intact, tmp_path)
     for r in (0, 1):  # the gate at zero: sigmoid(0) = 0.5 instead of the base's
         path = ckpt / f"rank{r}.safetensors"
         w = load_file(path)
@@ -217,7 +202,7 @@ def test_renormalised_qwen_moe_routing_is_written_as_renormalize(tmp_path, store
     clean, and verifies at tp 2 with expert parallelism; the same checkpoint with upstream's converter's NONE
     is another model and fails parity."""
     base = tiny_base(store, arch, norm_topk_prob=True)
-    heads = _heads_for(base, tmp_path)
+    heads = heads_once(base)
     _, findings = check(base, heads)
     assert [f.rule for f in findings if f.severity == "error"] == []
     ckpt = convert_to(tmp_path / "c", base, heads, tp_size=2, moe_ep_size=2)
@@ -225,7 +210,7 @@ def test_renormalised_qwen_moe_routing_is_written_as_renormalize(tmp_path, store
     assert cfg["moe"]["normalization_mode"] == 1 and cfg["moe"]["top_k"] == 2
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
     assert_proven(rep)
-    plain = convert_to(tmp_path / "plain", tiny_base(store, arch, norm_topk_prob=False), heads)
+    _, plain = family_checkpoint(arch, 1, norm_topk_prob=False)
     assert json.loads((plain / "config.json").read_text())["moe"]["normalization_mode"] == 0
     cfg["moe"]["normalization_mode"] = 0
     (ckpt / "config.json").write_text(json.dumps(cfg))
@@ -244,7 +229,7 @@ def test_every_registered_family_has_a_tiny_config_and_its_test_data():
 @pytest.mark.parametrize("arch", sorted(ALIBI))
 def test_alibi_families_are_refused_without_override(tmp_path, store, arch):
     base = tiny_base(store, arch)
-    heads = _heads_for(base, tmp_path)
+    heads = heads_once(base)
     _, findings = check(base, heads)
     assert [f.rule for f in findings if f.severity == "error"] == ["alibi-position-embedding"]
     with pytest.raises(ConversionError, match="alibi-position-embedding"):
@@ -263,7 +248,7 @@ def test_alibi_families_are_refused_without_override(tmp_path, store, arch):
 @pytest.mark.parametrize("arch, verdict", CASES["verdicts"])
 def test_checker_verdict_per_family(store, tmp_path, arch, verdict):
     base = tiny_base(store, arch)
-    _, findings = check(base, _heads_for(base, tmp_path))
+    _, findings = check(base, heads_once(base))
     assert {f.rule for f in findings if f.severity == "error"} == verdict
     ad = adapter_for(arch)
     infos = {f.rule for f in findings}
@@ -271,22 +256,19 @@ def test_checker_verdict_per_family(store, tmp_path, arch, verdict):
 
 
 @pytest.mark.parametrize("arch", ["GPTNeoXForCausalLM", "FalconForCausalLM", "MptForCausalLM"])
-def test_exact_gelu_bases_are_compared_with_engine_arithmetic(store, tmp_path, arch):
-    base = tiny_base(store, arch)
-    heads = _heads_for(base, tmp_path)
-    _, findings = check(base, heads)
+def test_exact_gelu_bases_are_compared_with_engine_arithmetic(arch):
+    base, ckpt = family_checkpoint(arch, 1)  # allow_unsupported for MPT's ALiBi
+    _, findings = check(base, heads_once(base))
     assert "gelu-approximation" in {f.rule for f in findings}
-    ckpt = convert_to(tmp_path / "c", base, heads, allow_unsupported=arch in ALIBI)
-    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    rep = verified_once(base, ckpt, **FULL)  # the adjustment and its effect are measured on the prompts' logits
     assert rep.adjustments and "tanh" in rep.adjustments[0]
     assert rep.engine_arithmetic_effect_max_abs_diff > rep.logits_max_abs_diff
 
 
 @pytest.mark.parametrize("arch", ["BloomForCausalLM", "MptForCausalLM", "Gemma3ForCausalLM", "PhiForCausalLM"])
-def test_tree_step_equals_sequential_decoding(store, tmp_path, arch):
+def test_tree_step_equals_sequential_decoding(arch):
     """Tree attention with positions past + depth (ALiBi bias from depth, not slot index)."""
-    base = tiny_base(store, arch)
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, allow_unsupported=True)
+    _, ckpt = family_checkpoint(arch, 2)  # allow_unsupported for the ALiBi families
     ref = ReferenceModel(ckpt)
     tree = MedusaTree.from_spec(TREE)
     prompt = [5, 9, 200, 31]
@@ -357,13 +339,12 @@ def test_family_table_refuses_a_class_that_inherits_its_parents_row():
 def test_gemma_embedding_is_split_as_gemmaconfig_imposes(store, tmp_path):
     from safetensors.torch import load_file
 
-    base = tiny_base(store, "GemmaForCausalLM")
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2)
+    base, ckpt = family_checkpoint("GemmaForCausalLM", 2)
     cfg = json.loads((ckpt / "config.json").read_text())
     assert cfg["use_parallel_embedding"] is True and cfg["embedding_sharding_dim"] == 0
     assert any("use_parallel_embedding=True" in w for w in cfg["medusa_ports"]["warnings"])
     assert load_file(str(ckpt / "rank1.safetensors"))["transformer.vocab_embedding.weight"].shape[0] == 128
-    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
+    rep = verified_once(base, ckpt, **FULL)
     assert rep.parity and rep.greedy_equal
 
 
@@ -372,7 +353,7 @@ def test_pipeline_parallel_families(store, tmp_path, arch):
     """Per-layer behaviour keyed on the global layer index (Gemma3 local/global RoPE) and families
     whose TensorRT-LLM class sends hidden states between stages, under pp 2."""
     base = tiny_base(store, arch)
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, pp_size=2,
+    ckpt = convert_to(tmp_path / "c", base, heads_once(base), tp_size=2, pp_size=2,
                       allow_unsupported=arch in CASES["unsupported"])  # the family's own check verdict
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=8)
     assert_proven(rep)
@@ -387,7 +368,7 @@ def test_learned_position_tables_split_like_the_vocabulary(store, tmp_path, arch
     from safetensors.torch import load_file
 
     base = tiny_base(store, arch)
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, use_parallel_embedding=True,
+    ckpt = convert_to(tmp_path / "c", base, heads_once(base), tp_size=2, use_parallel_embedding=True,
                       embedding_sharding_dim=sharding_dim)
     table = load_file(str(ckpt / "rank1.safetensors"))["transformer.position_embedding.weight"]
     assert table.shape == ((128, 64) if sharding_dim == 0 else (256, 32))
@@ -401,7 +382,7 @@ def test_learned_position_tables_split_like_the_vocabulary(store, tmp_path, arch
 def test_pipeline_parallel_refused_where_the_engine_class_has_none(store, tmp_path, arch):
     base = tiny_base(store, arch)
     with pytest.raises(ConversionError) as err:
-        convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), pp_size=2, allow_unsupported=True)
+        convert_to(tmp_path / "c", base, heads_once(base), pp_size=2, allow_unsupported=True)
     assert "[engine-pipeline-parallel]" in err.value.what and "pp_size 2 cannot be built" in err.value.what
     assert adapter_for(arch).trtllm_module in err.value.what and not (tmp_path / "c").exists()
 
@@ -419,13 +400,15 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
     import shutil
 
     base = tmp_path / "base"
-    shutil.copytree(tiny_base(store, arch), base)
+    shared = tiny_base(store, arch)
+    shutil.copytree(shared, base)
     cfg = json.loads((base / "config.json").read_text())
     for k, v in ROUND_TRIP[arch].items():
         (cfg["rope_parameters"] if k in ("rope_theta", "partial_rotary_factor") and "rope_parameters" in cfg
          else cfg)[k] = v
     (base / "config.json").write_text(json.dumps(cfg))
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), allow_unsupported=arch in CASES["unsupported"])
+    # the shared base's heads: the keys changed leave the hidden size and the vocabulary as they are
+    ckpt = convert_to(tmp_path / "c", base, heads_once(shared), allow_unsupported=arch in CASES["unsupported"])
     sem = ReferenceModel(ckpt).semantics
     want = ROUND_TRIP[arch]
     if "rope_theta" in want:
@@ -443,9 +426,8 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
 
 
 def test_granite_multipliers_reach_the_reference_semantics(store, tmp_path):
-    base = tiny_base(store, "GraniteForCausalLM")
+    base, ckpt = family_checkpoint("GraniteForCausalLM", 1)
     hf = json.loads((base / "config.json").read_text())
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path))
     cfg = json.loads((ckpt / "config.json").read_text())
     sem = ReferenceModel(ckpt).semantics
     head = cfg["head_size"]
@@ -463,8 +445,8 @@ def test_granite_multipliers_reach_the_reference_semantics(store, tmp_path):
                                         ("output_multiplier_scale", 1.0), ("attention_multiplier", "hf")])
 def test_a_granite_checkpoint_missing_a_multiplier_fails_verify(store, tmp_path, key, wrong):
     # weights large enough that the attention scale shows in the logits (with 0.02, softmax is flat)
-    base = tiny_base(store, "GraniteForCausalLM", initializer_range=0.2)
-    intact, good = _intact("families-granite-wide", base)
+    base, intact = family_checkpoint("GraniteForCausalLM", 1, initializer_range=0.2)
+    good = verified_once(base, intact, **SHORT)
     assert good.parity
     ckpt = _copy(intact, tmp_path)
     path = ckpt / "config.json"
@@ -486,7 +468,7 @@ def test_expert_parallelism_splits_the_experts_and_verifies(tmp_path, store, arc
     from safetensors.torch import load_file
 
     base = tiny_base(store, arch)
-    heads = _heads_for(base, tmp_path)
+    heads = heads_once(base)
     assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir",
                  str(tmp_path / "ep"), "--tp_size", "2", "--moe_ep_size", "2", "--dtype", "float32", "--quiet"]) == 0
     cfg = json.loads((tmp_path / "ep" / "config.json").read_text())
@@ -496,7 +478,7 @@ def test_expert_parallelism_splits_the_experts_and_verifies(tmp_path, store, arc
     r0, r1 = (load_file(tmp_path / "ep" / f"rank{r}.safetensors") for r in (0, 1))
     fc0, fc1 = r0["transformer.layers.0.mlp.fc.weight"], r1["transformer.layers.0.mlp.fc.weight"]
     assert fc0.shape[0] == experts // 2 and not torch.equal(fc0, fc1)  # other experts, each whole
-    full = convert_to(tmp_path / "tp", base, heads, tp_size=1, dtype="float32")
+    _, full = family_checkpoint(arch, 1)  # a float32 base: float32 ("auto")
     whole = load_file(full / "rank0.safetensors")["transformer.layers.0.mlp.fc.weight"]
     assert torch.equal(torch.cat([fc0, fc1]), whole)
     rep = verify(base, tmp_path / "ep", medusa_choices=TREE, max_new_tokens=6)
@@ -523,7 +505,7 @@ def test_expert_count_is_read_in_both_spellings_and_is_zero_for_a_dense_family()
 
 def test_expert_parallelism_is_refused_on_a_dense_base(tmp_path, store, capsys):
     base = tiny_base(store, "LlamaForCausalLM")
-    rc = main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(_heads_for(base, tmp_path)),
+    rc = main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads_once(base)),
                "--output_dir", str(tmp_path / "o"), "--tp_size", "2", "--moe_ep_size", "2", "--quiet"])
     assert rc == 1 and "without experts" in capsys.readouterr().err and not (tmp_path / "o").exists()
     assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", "h", "--output_dir", str(tmp_path / "o"),
@@ -532,7 +514,7 @@ def test_expert_parallelism_is_refused_on_a_dense_base(tmp_path, store, capsys):
 
 def test_expert_parallelism_with_pipeline_stages_verifies(tmp_path, store):
     base = tiny_base(store, "MixtralForCausalLM")
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=2, pp_size=2, moe_ep_size=2)
+    ckpt = convert_to(tmp_path / "c", base, heads_once(base), tp_size=2, pp_size=2, moe_ep_size=2)
     assert json.loads((ckpt / "config.json").read_text())["mapping"]["moe_ep_size"] == 2
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6)
     assert_proven(rep)
@@ -543,7 +525,7 @@ def test_expert_and_tensor_parallelism_together_verify(tmp_path, store):
     from safetensors.torch import load_file
 
     base = tiny_base(store, "MixtralForCausalLM")
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), tp_size=4, moe_ep_size=2, dtype="float32")
+    ckpt = convert_to(tmp_path / "c", base, heads_once(base), tp_size=4, moe_ep_size=2, dtype="float32")
     cfg = json.loads((ckpt / "config.json").read_text())
     assert (cfg["mapping"]["moe_tp_size"], cfg["mapping"]["moe_ep_size"]) == (2, 2)
     fc = load_file(ckpt / "rank3.safetensors")["transformer.layers.1.mlp.fc.weight"]
@@ -573,9 +555,8 @@ def test_a_sequence_past_the_learned_position_table_is_refused_by_check(store, t
 def test_the_allow_unsupported_note_says_what_the_executor_computes_for_each_rule(store, tmp_path):
     """ALiBi: the executor computes the base's attention, which no Medusa engine computes - the note must not claim
     the engine's arithmetic; an engine divergence (computed as the engine does) says so."""
-    base = tiny_base(store, "BloomForCausalLM")
-    ckpt = convert_to(tmp_path / "c", base, _heads_for(base, tmp_path), allow_unsupported=True)
-    notes = [n for n in verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4).notes if "--allow_unsupported" in n]
+    base, ckpt = family_checkpoint("BloomForCausalLM", 1)  # allow_unsupported (ALiBi)
+    notes = [n for n in verified_once(base, ckpt, **FULL).notes if "--allow_unsupported" in n]
     assert notes and all("[alibi-position-embedding]" in n and "the base's ALiBi attention" in n for n in notes)
     assert not any("what the engine would" in n for n in notes)
 
