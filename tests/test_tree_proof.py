@@ -95,3 +95,48 @@ def test_a_fault_at_depth_two_fails_the_proof(store, monkeypatch, arch, fault):
     assert not proof.ok and proof.failure
     where = "at its root" if fault == "kv slot" else "at depth 2"
     assert where in proof.failure or "accepted" in proof.failure, proof.failure
+
+
+def _noisy(model, monkeypatch, rel: float, only_single: bool = False):
+    """Logits moved by ``rel`` of their scale in a pattern that depends on the number of tokens in the call, as
+    kernels whose summation order follows the matrix shape round them (``only_single``: the token-by-token calls
+    alone, a cache path that is wrong)."""
+    import torch
+
+    forward = type(model).forward
+
+    def shaped(self, tokens, cache, *args, **kwargs):
+        logits, hidden = forward(self, tokens, cache, *args, **kwargs)
+        n = len(tokens)
+        if logits is not None and (n == 1 or not only_single):
+            pattern = torch.cos(torch.arange(logits.shape[-1], dtype=torch.float32) * (n + 0.5))
+            logits = logits + rel * float(logits.abs().max()) * pattern
+        return logits, hidden
+    monkeypatch.setattr(type(model), "forward", shaped)
+
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "GPTJForCausalLM", "BloomForCausalLM"])
+def test_shape_dependent_rounding_sets_the_tolerance_and_a_fault_still_fails(store, monkeypatch, arch):
+    """Two correct computations of other shapes differ by the machine's rounding: the proof measures it and
+    allows NOISE_FACTOR times it (the rtol alone fails a correct tree here), and still fails a wrong offset."""
+    from trtllm_medusa_ports.reference.tree_proof import NOISE_FACTOR
+
+    model = _model(store, arch)
+    clean = tree_proof(model, PROMPT, TREE, rtol=1e-4)
+    assert clean.ok and clean.rounding_noise * NOISE_FACTOR < clean.tolerance  # tiny models: the rtol decides
+    _noisy(model, monkeypatch, 2e-4)
+    proof = tree_proof(model, PROMPT, TREE, rtol=1e-4)
+    assert proof.ok, proof.failure
+    assert proof.max_abs_diff > clean.tolerance  # the rtol alone (the clean run's tolerance) would fail it
+    assert proof.tolerance == pytest.approx(NOISE_FACTOR * proof.rounding_noise)
+    faulty = tree_proof(model, PROMPT, _faulty(_OffsetOneTooFar), rtol=1e-4)
+    assert not faulty.ok and ("at depth 2" in faulty.failure or "accepted" in faulty.failure), faulty.failure
+
+
+def test_cache_noise_beyond_rounding_fails_before_any_tree_step(store, monkeypatch):
+    model = _model(store, "LlamaForCausalLM")
+    _noisy(model, monkeypatch, 3e-3, only_single=True)
+    proof = tree_proof(model, PROMPT, TREE, rtol=1e-4)
+    assert not proof.ok and proof.nodes_accepted == TREE.num_nodes
+    assert proof.failure.startswith("plain decoding through the KV cache differs from one causal pass"), proof.failure
+    assert "before any tree step" in proof.failure and proof.rounding_noise > 1e-3

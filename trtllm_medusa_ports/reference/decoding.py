@@ -144,12 +144,20 @@ def medusa_generate(model: ReferenceModel, prompt: list[int], tree: MedusaTree, 
 
 
 @torch.no_grad()
-def plain_generate(model: ReferenceModel, prompt: list[int], max_new_tokens: int) -> list[int]:
-    """Token-by-token greedy decoding on the reference executor (no speculation)."""
+def plain_decode(model: ReferenceModel, prompt: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
+    """Token-by-token greedy decoding on the reference executor (no speculation): the tokens, and the logits each
+    was the argmax of (``[max_new_tokens, vocab]``; row j predicts token j)."""
     cache = model.new_cache()
     _, hidden = model.forward(prompt, cache, compute_logits=False)
-    out = [int(model.logits(hidden[-1:]).argmax())]
+    rows = [model.logits(hidden[-1:])[-1]]
+    out = [int(rows[-1].argmax())]
     while len(out) < max_new_tokens:
         logits, _ = model.forward([out[-1]], cache)
+        rows.append(logits[-1])
         out.append(int(logits[-1].argmax()))
-    return out
+    return out, torch.stack(rows)
+
+
+def plain_generate(model: ReferenceModel, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """Token-by-token greedy decoding on the reference executor (no speculation)."""
+    return plain_decode(model, prompt, max_new_tokens)[0]
