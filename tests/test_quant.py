@@ -266,16 +266,12 @@ def test_memory_plan_of_weight_only_experts_is_what_the_load_makes_of_the_rank_f
                                                                                       extra):
     """The engine's weights of a weight-only MoE checkpoint: each rank file through the load-time quantizer (the
     stand-in of weight_only_quantize_dict, written apart from trtllm_medusa_ports.quant), byte for byte the plan."""
-    import importlib.util
-    from pathlib import Path
+    from standin_import import standin_file
 
     from trtllm_medusa_ports.convert import ConvertOptions, plan_layout
     from trtllm_medusa_ports.memory import memory_plan
 
-    standin = Path(__file__).parent / "standin" / "tensorrt_llm" / "quantization" / "functional.py"
-    spec_ = importlib.util.spec_from_file_location("standin_weight_only", standin)
-    quantizer = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(quantizer)
+    quantizer = standin_file("tensorrt_llm/quantization/functional.py", "standin_weight_only")
     base = tiny_base(store, arch, **MOE_WIDE, **extra)
     heads = _heads(tmp_path, arch, 128)
     ckpt = convert_to(tmp_path / "c", base, heads, tp_size=2, dtype="float16", qformat=qformat)
