@@ -223,7 +223,7 @@ class VerifyReport:
         line = (f"tree proof        : {'PASS' if p['ok'] else 'FAIL'}  {p['nodes_accepted']} of {p['tree_nodes']} nodes "
                 f"accepted with greedy's own drafts in {p['steps']} steps (by depth: {depths}), logits max |diff| "
                 f"{p['max_abs_diff']:.3g} against plain decoding (tolerance {p['tolerance']:.3g}; rounding noise "
-                f"{p.get('rounding_noise', 0.0):.3g})")
+                f"{p['rounding_noise']:.3g})")
         return line + (f"\n  {p['failure']}" if p["failure"] else "")
 
 
