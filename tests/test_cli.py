@@ -31,3 +31,42 @@ def test_top_level_help_speaks_to_users_with_one_example_per_command(capsys):
     for command in ("check", "convert", "verify", "build", "train-heads", "tune-tree", "tree", "inspect-heads", "demo"):
         assert f"  trtllm-medusa {command} " in out or out.rstrip().endswith(f"trtllm-medusa {command}") or \
             f"  trtllm-medusa {command}\n" in out, command
+
+
+def _said(parser, argv: list[str], capsys) -> tuple[int, str, str]:
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args(argv)
+    out, err = capsys.readouterr()
+    return e.value.code, out, err
+
+
+def test_a_command_parsed_alone_is_the_whole_parsers_command(capsys):
+    """main builds only the parser of the command its line names first (cli.build_parser(only)): the same help,
+    the same errors and the same namespace as the whole parser's."""
+    from trtllm_medusa_ports.cli import build_parser
+    from trtllm_medusa_ports.cli_flags.parsers import COMMAND_PARSERS
+
+    whole = build_parser()
+    assert list(COMMAND_PARSERS) == ["inspect-heads", "tree", "check", "convert", "verify", "train-heads",
+                                     "tune-tree", "build", "demo"]
+    for command in COMMAND_PARSERS:
+        alone = build_parser(command)
+        code, out, _ = _said(alone, [command, "--help"], capsys)
+        assert (code, out) == _said(whole, [command, "--help"], capsys)[:2] and f"trtllm-medusa {command}" in out
+        code, _, err = _said(alone, [command, "--no_such_flag"], capsys)
+        assert code == 2 and err == _said(whole, [command, "--no_such_flag"], capsys)[2]
+        assert "unrecognized arguments: --no_such_flag" in err or "the following arguments are required" in err
+        # another command is not known to it: main gives such lines the whole parser
+        other = next(c for c in COMMAND_PARSERS if c != command)
+        assert _said(alone, [other], capsys)[0] == 2
+    line = ["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--max_new_tokens", "5"]
+    assert vars(build_parser("verify").parse_args(line)) == vars(whole.parse_args(line))
+    # main: an unknown command still gets the whole parser's message, which lists every command
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        main(["nope"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "invalid choice: 'nope'" in err and all(f"'{c}'" in err for c in COMMAND_PARSERS)

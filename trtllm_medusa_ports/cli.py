@@ -269,12 +269,13 @@ def run_demo(args: argparse.Namespace) -> int:
     return demo(Path(args.workdir), quiet=args.quiet, architecture=args.architecture)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Every command's parser (cli_flags/parsers.py), each calling its run_<command> below."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser (cli_flags/parsers.py), each calling its run_<command> below; ``only``: that
+    command's alone (main, for a command line that names it first)."""
     return parsers.build_parser({
         "inspect-heads": run_inspect_heads, "tree": run_tree, "check": run_check, "convert": run_convert,
         "verify": run_verify, "train-heads": run_train_heads, "tune-tree": run_tune_tree, "build": run_build,
-        "demo": run_demo})
+        "demo": run_demo}, only)
 
 
 def _terminate(signum, frame):  # noqa: ARG001
@@ -286,8 +287,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    # a command line naming its command first reaches that command's parser only; anything else (--help,
+    # --version, an unknown command, none) gets the whole parser and its messages
+    parser = build_parser(argv[0] if argv and argv[0] in parsers.COMMAND_PARSERS else None)
     if argv and argv[0] == "build":
         args, rest = parser.parse_known_args(argv)
     else:

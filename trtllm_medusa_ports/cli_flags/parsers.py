@@ -327,23 +327,26 @@ def _demo_parser(sub, run) -> None:
     s.add_argument("--quiet", action="store_true")
 
 
-def build_parser(commands: dict) -> argparse.ArgumentParser:
+#: each command's parser, in the order ``--help`` lists them
+COMMAND_PARSERS = {
+    "inspect-heads": _inspect_heads_parser, "tree": _tree_parser, "check": _check_parser,
+    "convert": _convert_parser, "verify": _verify_parser, "train-heads": _train_heads_parser,
+    "tune-tree": _tune_tree_parser, "build": _build_command_parser, "demo": _demo_parser,
+}
+
+
+def build_parser(commands: dict, only: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser; ``commands`` maps each command's name to the function its ``func`` calls
-    (cli.py's run_<command>)."""
+    (cli.py's run_<command>). ``only``: that command's parser alone (what parsing a command line that starts
+    with it reaches: the same namespace and messages, without building the other eight, ~10 ms)."""
     from trtllm_medusa_ports import __version__
 
     p = argparse.ArgumentParser(prog="trtllm-medusa", description=USAGE,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=__version__)
-    sub = p.add_subparsers(dest="command", required=True)
-
-    _inspect_heads_parser(sub, commands["inspect-heads"])
-    _tree_parser(sub, commands["tree"])
-    _check_parser(sub, commands["check"])
-    _convert_parser(sub, commands["convert"])
-    _verify_parser(sub, commands["verify"])
-    _train_heads_parser(sub, commands["train-heads"])
-    _tune_tree_parser(sub, commands["tune-tree"])
-    _build_command_parser(sub, commands["build"])
-    _demo_parser(sub, commands["demo"])
+    # the usage line names every command whichever parsers are built (argparse's own spelling of the choices)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMAND_PARSERS) + "}")
+    for name, add in COMMAND_PARSERS.items():
+        if only is None or name == only:
+            add(sub, commands[name])
     return p
