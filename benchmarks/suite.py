@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The test suite's time at two git revisions, run side by side: the README's test command in a clean clone of
+each, in turns (A B A B ...), so that a busy or a slow machine weighs on both alike.
+
+For each run: wall time, CPU time (user + system of pytest and its xdist workers, from ``wait4``), and the
+number of tests passed. Reported per revision and mode (``parallel``: the README's command, every core;
+``serial``: the same with ``-n 0``) as the median of the rounds, and as the ratio of the candidate's median to the
+baseline's.
+
+    python3 benchmarks/suite.py fc0fbe1 HEAD                    # 2 rounds in parallel, 1 in serial
+    python3 benchmarks/suite.py fc0fbe1 HEAD --rounds 3 --serial_rounds 0
+
+Each revision is cloned into a temporary directory of its own (removed afterwards); the repository is only read.
+Results: ``benchmarks/results/suite.json`` (``--output``). Never run by CI: one round is several minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+#: the README's test command, as .ci/run calls it
+COMMAND = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+
+
+def _clone(revision: str, into: Path) -> tuple[Path, str]:
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", revision], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(REPO), str(into)], check=True)
+    subprocess.run(["git", "-C", str(into), "checkout", "-q", sha], check=True)
+    return into, sha
+
+
+def _run(tree: Path, extra: list[str]) -> dict:
+    """One run of the suite in ``tree``: wall and CPU seconds, tests passed, exit code. The tree's own package
+    comes first on ``PYTHONPATH`` (each revision tests its own code, whatever is installed)."""
+    env = {**os.environ, "PYTHONPATH": str(tree) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    t0 = time.monotonic()
+    proc = subprocess.Popen([*COMMAND, *extra], cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)  # the run's own usage, its reaped workers included
+    wall = time.monotonic() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    found = re.findall(r"(\d+) passed", out)
+    return {"rc": proc.returncode, "wall_s": round(wall, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+            "passed": int(found[-1]) if found else 0, "tail": out.strip().splitlines()[-1:] if out.strip() else []}
+
+
+def _summary(runs: list[dict], baseline: str, candidate: str) -> dict:
+    out: dict = {}
+    for mode in sorted({r["mode"] for r in runs}):
+        per = {}
+        for rev in (baseline, candidate):
+            mine = [r for r in runs if r["mode"] == mode and r["revision"] == rev]
+            per[rev] = {"wall_s": statistics.median(r["wall_s"] for r in mine),
+                        "cpu_s": statistics.median(r["cpu_s"] for r in mine),
+                        "passed": sorted({r["passed"] for r in mine}), "rounds": len(mine)}
+        out[mode] = {**per, "wall_ratio": round(per[candidate]["wall_s"] / per[baseline]["wall_s"], 3),
+                     "cpu_ratio": round(per[candidate]["cpu_s"] / per[baseline]["cpu_s"], 3)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("baseline", help="git revision measured first in each round (e.g. the last release)")
+    ap.add_argument("candidate", help="git revision compared with it (e.g. HEAD)")
+    ap.add_argument("--rounds", type=int, default=2, help="parallel runs of each revision (default 2)")
+    ap.add_argument("--serial_rounds", type=int, default=1, help="serial (-n 0) runs of each revision (default 1)")
+    ap.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "suite.json")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.serial_rounds < 0:
+        ap.error("--rounds must be at least 1 and --serial_rounds at least 0")
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="suite-bench-") as tmp:
+        trees = {}
+        for rev in (args.baseline, args.candidate):
+            try:
+                trees[rev] = _clone(rev, Path(tmp) / f"rev{len(trees)}")
+            except subprocess.CalledProcessError as exc:
+                ap.error(f"cannot check out {rev!r} from {REPO} ({exc})")
+        plan = [("parallel", [])] * args.rounds + [("serial", ["-n", "0"])] * args.serial_rounds
+        for i, (mode, extra) in enumerate(plan):
+            for rev in (args.baseline, args.candidate):
+                tree, sha = trees[rev]
+                print(f"[{i + 1}/{len(plan)}] {mode} {rev} ({sha[:7]})...", file=sys.stderr, flush=True)
+                r = {"revision": rev, "sha": sha, "mode": mode, **_run(tree, extra)}
+                print(f"    {r['wall_s']} s wall, {r['cpu_s']} s CPU, {r['passed']} passed (rc {r['rc']})",
+                      file=sys.stderr, flush=True)
+                runs.append(r)
+    result = {"command": "python3 -m pytest -p no:cacheprovider", "cores": os.cpu_count(), "runs": runs,
+              "summary": _summary(runs, args.baseline, args.candidate)}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["summary"], indent=2))
+    return 0 if all(r["rc"] == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
