@@ -33,25 +33,27 @@ import sys
 import tempfile
 from pathlib import Path
 
-ARCH = "LlamaForCausalLM"
-#: the test's flags: float32 throughout, so the comparison is of the data-parallel sums, not of bfloat16 rounding
-FLAGS = ["--num_heads", "2", "--steps", "8", "--batch_size", "24", "--new_tokens", "8", "--dtype", "float32",
-         "--fit_dtype", "float32", "--threads", "1", "--quiet"]
+from torchrun_checks import (  # this folder (on sys.path as the script's own), the one module the test shares
+    ARCH,
+    FIT,
+    FLAGS,
+    HEADS_ATOL,
+    LOSS_ATOL,
+    TOP1_ATOL,
+    TRAIN,
+    corpus_differences,
+    heads_file,
+    heads_max_diff,
+    history_differences,
+    write_prompts,
+)
 
 
 def _inputs(root: Path) -> tuple[Path, Path]:
-    """A tiny base and 12 prompts of one length (no padding: the ranks' batches compute what one batch does)."""
-    import torch
-
+    """A tiny base and the shared prompts."""
     from trtllm_medusa_ports.fixtures.synthetic import save_tiny_base, tiny_config
 
-    base = save_tiny_base(ARCH, root / "base", seed=0)
-    g = torch.Generator().manual_seed(0)
-    vocab = tiny_config(ARCH).vocab_size
-    data = root / "data.jsonl"
-    data.write_text("".join(json.dumps({"prompt_ids": torch.randint(1, vocab, (5,), generator=g).tolist()}) + "\n"
-                            for _ in range(12)))
-    return base, data
+    return save_tiny_base(ARCH, root / "base", seed=0), write_prompts(root / "data.jsonl", tiny_config(ARCH).vocab_size)
 
 
 def _free_port() -> int:
@@ -60,38 +62,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _heads(out: Path) -> dict:
-    from safetensors.torch import load_file
-
-    return load_file(str(out / "medusa_lm_head.safetensors"))
-
-
 def _checks(printed: dict, nproc: int, history: list[dict], out: Path, ref: Path) -> list[tuple[str, bool, str]]:
     """(what, passed, detail) for each property the test asserts."""
-    import torch
-
     rows = [("one JSON document, rank 0's", True, ""),
             (f"world_size {nproc}, 8 steps, the output_dir, float32",
              printed["world_size"] == nproc and printed["steps"] == 8 and printed["output_dir"] == str(out)
              and printed["dtype"] == printed["fit_dtype"] == "float32",
              f"{printed['world_size']} ranks, {printed['steps']} steps, {printed['dtype']}/{printed['fit_dtype']}")]
-    a, b = _heads(out), _heads(ref)
-    same_names = sorted(a) == sorted(b) and all(a[k].shape == b[k].shape for k in a)
-    diff = max(float((a[k].float() - b[k].float()).abs().max()) for k in a) if same_names else float("inf")
-    rows.append(("the heads within 2e-5 of one process's", diff < 2e-5, f"max |diff| {diff:.2e}"))
-    h1, h2 = printed["history"], history
-    same = [x["step"] for x in h1] == [y["step"] for y in h2] and len(h1) >= 2 and all(
-        abs(x["loss"] - y["loss"]) <= 2e-4 and max(abs(p - q) for p, q in zip(x["top1"], y["top1"], strict=True))
-        <= 2e-3 for x, y in zip(h1, h2, strict=True))
-    rows.append(("the same history (loss 2e-4, top-1 2e-3)", same, f"{len(h1)} records"))
-    work = out.with_name(out.name + ".train")
-    names = sorted(p.name for p in work.iterdir())
-    mine = torch.load(work / "corpus.pt", weights_only=True)
-    theirs = torch.load(ref.with_name(ref.name + ".train") / "corpus.pt", weights_only=True)
-    merged = (names == [".lock", "corpus.pt", "state.pt"] and mine["seqs"] == theirs["seqs"]
-              and mine["key"] == theirs["key"] and torch.equal(mine["index"], theirs["index"])
-              and torch.allclose(mine["hidden"], theirs["hidden"], atol=1e-5))
-    rows.append(("the shares merged into the one-process corpus", merged, ", ".join(names)))
+    diff = heads_max_diff(heads_file(out), heads_file(ref))
+    rows.append((f"the heads within {HEADS_ATOL:g} of one process's", diff < HEADS_ATOL, f"max |diff| {diff:.2e}"))
+    wrong = history_differences(printed["history"], history)
+    rows.append((f"the same history (loss {LOSS_ATOL:g}, top-1 {TOP1_ATOL:g})", not wrong,
+                 "; ".join(wrong) or f"{len(history)} records"))
+    wrong = corpus_differences(out.with_name(out.name + ".train"), ref.with_name(ref.name + ".train"))
+    rows.append(("the shares merged into the one-process corpus", not wrong, "; ".join(wrong)))
     return rows
 
 
@@ -118,9 +102,8 @@ def _run(root: Path, nproc: int, kept: bool) -> int:
 
     base, data = _inputs(root)
     ref, out = root / "one", root / "heads"
-    one = api.train_heads(api.TrainOptions(
-        model_dir=base, output_dir=ref, prompts=api.PromptInputs(data=data), new_tokens=8, dtype="float32",
-        threads=1, fit=api.FitOptions(num_heads=2, steps=8, batch_size=24, matmul_dtype="float32", quiet=True)))
+    one = api.train_heads(api.TrainOptions(model_dir=base, output_dir=ref, prompts=api.PromptInputs(data=data),
+                                           fit=api.FitOptions(**FIT), **TRAIN))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
            str(_free_port()), "-m", "trtllm_medusa_ports", "train-heads", "--model_dir", str(base), "--output_dir",
            str(out), "--data", str(data), *FLAGS, "--json"]

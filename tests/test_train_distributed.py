@@ -7,6 +7,7 @@ transformers already imported: a second each); one test goes through torchrun it
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -24,20 +25,27 @@ from trtllm_medusa_ports import api
 from trtllm_medusa_ports.files.prompts import Item
 from trtllm_medusa_ports.fixtures.synthetic import tiny_config
 
-ARCH = "LlamaForCausalLM"
-#: float32 throughout: the comparison is of the data-parallel sums, not of bfloat16 rounding
-FLAGS = ["--num_heads", "2", "--steps", "8", "--batch_size", "24", "--new_tokens", "8", "--dtype", "float32",
-         "--fit_dtype", "float32", "--threads", "1", "--quiet"]
+
+def _shared_checks():
+    """scripts/torchrun_checks.py: the flags and comparisons this file shares with scripts/validate_torchrun.py."""
+    spec = importlib.util.spec_from_file_location(
+        "torchrun_checks", Path(__file__).resolve().parents[1] / "scripts" / "torchrun_checks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CHECKS = _shared_checks()
+ARCH, FLAGS = CHECKS.ARCH, CHECKS.FLAGS
 
 
 def _fit(**kw) -> api.FitOptions:
-    return api.FitOptions(**{"num_heads": 2, "steps": 8, "batch_size": 24, "matmul_dtype": "float32", "quiet": True,
-                             **kw})
+    return api.FitOptions(**{**CHECKS.FIT, **kw})
 
 
 def _opts(setup, out: Path, **kw) -> api.TrainOptions:
     return api.TrainOptions(**{"model_dir": setup["base"], "output_dir": out, "prompts": api.PromptInputs(
-        data=setup["data"]), "new_tokens": 8, "dtype": "float32", "threads": 1, "fit": _fit(), **kw})
+        data=setup["data"]), **CHECKS.TRAIN, "fit": _fit(), **kw})
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +54,7 @@ def setup(store, tmp_path_factory):
     heads of an uninterrupted one-process run."""
     root = tmp_path_factory.mktemp("dist")
     base = tiny_base(store, ARCH)
-    g = torch.Generator().manual_seed(0)
-    vocab = tiny_config(ARCH).vocab_size
-    data = root / "data.jsonl"
-    data.write_text("".join(json.dumps({"prompt_ids": torch.randint(1, vocab, (5,), generator=g).tolist()}) + "\n"
-                            for _ in range(12)))
+    data = CHECKS.write_prompts(root / "data.jsonl", tiny_config(ARCH).vocab_size)
     s = {"base": base, "data": data, "root": root}
     s["ref"] = api.train_heads(_opts(s, root / "ref"))
     assert s["ref"].world_size == 1 and s["ref"].output_dir == root / "ref"
@@ -60,9 +64,7 @@ def setup(store, tmp_path_factory):
 def _tensors(x: api.TrainResult | Path) -> dict[str, torch.Tensor]:
     """The heads by their names in FasterDecoding's file (a written directory, or a result's heads)."""
     if isinstance(x, Path):
-        from safetensors.torch import load_file
-
-        return load_file(str(x / "medusa_lm_head.safetensors"))
+        return CHECKS.heads_file(x)
     h, out = x.heads, {}
     for k, row in enumerate(h.blocks):
         for layer, (w, b) in enumerate(row):
@@ -74,16 +76,13 @@ def _tensors(x: api.TrainResult | Path) -> dict[str, torch.Tensor]:
 
 def _max_diff(a: api.TrainResult | Path, b: api.TrainResult | Path) -> float:
     ta, tb = _tensors(a), _tensors(b)
-    assert sorted(ta) == sorted(tb) and len(ta) == 6 and all(ta[k].shape == tb[k].shape for k in ta)
-    return max(float((ta[k].float() - tb[k].float()).abs().max()) for k in ta)
+    assert len(ta) == 6, sorted(ta)
+    return CHECKS.heads_max_diff(ta, tb)  # infinite where the names or shapes differ
 
 
 def _same_history(a: list[dict], b: list[dict]) -> None:
     """The same steps recorded, the losses and top-1s equal but for the last digit kept (float sums' order)."""
-    assert [h["step"] for h in a] == [h["step"] for h in b] and len(a) >= 2
-    for x, y in zip(a, b, strict=True):
-        assert abs(x["loss"] - y["loss"]) <= 2e-4 and max(abs(p - q) for p, q in zip(x["top1"], y["top1"],
-                                                                                     strict=True)) <= 2e-3, (x, y)
+    assert CHECKS.history_differences(a, b) == []
 
 
 def _free_port() -> int:
@@ -198,14 +197,10 @@ def test_torchrun_two_ranks_train_the_heads_one_process_trains(setup, tmp_path):
     assert printed["dtype"] == printed["fit_dtype"] == "float32"
     assert agent.num_keys() > 1  # the ranks met at the agent's store (rank 0 hosted none: its port was taken)
     diff = _max_diff(out, setup["ref"])
-    assert diff < 2e-5, diff
+    assert diff < CHECKS.HEADS_ATOL, diff
     _same_history(printed["history"], setup["ref"].history)
-    work = tmp_path / "heads.train"
-    assert sorted(p.name for p in work.iterdir()) == [".lock", "corpus.pt", "state.pt"]  # the shares merged
-    mine = torch.load(work / "corpus.pt", weights_only=True)
-    one = torch.load(setup["root"] / "ref.train" / "corpus.pt", weights_only=True)
-    assert mine["seqs"] == one["seqs"] and mine["key"] == one["key"] and torch.equal(mine["index"], one["index"])
-    assert torch.allclose(mine["hidden"], one["hidden"], atol=1e-5)
+    # the shares merged into the one corpus.pt a single process writes, none left behind
+    assert CHECKS.corpus_differences(tmp_path / "heads.train", setup["root"] / "ref.train") == []
 
 
 @pytest.mark.parametrize("how", ["killed", "raises"])
@@ -242,7 +237,7 @@ def test_a_rank_lost_mid_run_ends_the_job_and_the_state_resumes_at_one_process(s
     resumed = api.train_heads(_opts(setup, out, resume=True))
     assert resumed.steps == 8 and resumed.world_size == 1 and resumed.output_dir == out
     _same_history(resumed.history, setup["ref"].history)  # a whole run's: the ranks' sums, then one process's
-    assert _max_diff(resumed, setup["ref"]) < 2e-5
+    assert _max_diff(resumed, setup["ref"]) < CHECKS.HEADS_ATOL
 
 
 def test_a_one_process_state_resumes_on_two_ranks(setup, tmp_path):
@@ -252,7 +247,7 @@ def test_a_one_process_state_resumes_on_two_ranks(setup, tmp_path):
     codes, outs, errs = _ranks(2, _argv(setup, out, "--resume"), tmp_path / "logs")
     assert codes == [0, 0], errs
     assert "wrote" in outs[0] and "8 steps on 2 ranks" in outs[0] and outs[1] == ""
-    assert _max_diff(out, setup["ref"]) < 2e-5
+    assert _max_diff(out, setup["ref"]) < CHECKS.HEADS_ATOL
 
 
 def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(setup, tmp_path):
@@ -278,7 +273,7 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(setup, tmp_path)
     assert errs[1] == "" and outs == ["", ""] and not out.exists()
     assert torch.load(tmp_path / "heads.train" / "state.pt", weights_only=True)["step"] == 4
     resumed = api.train_heads(_opts(setup, out, resume=True))
-    assert resumed.steps == 8 and _max_diff(resumed, setup["ref"]) < 2e-5
+    assert resumed.steps == 8 and _max_diff(resumed, setup["ref"]) < CHECKS.HEADS_ATOL
 
 
 def test_a_hung_rank_ends_the_job_at_the_timeout(setup, tmp_path):
