@@ -63,6 +63,36 @@ def test_trained_heads_accept_several_tokens_per_step(tmp_path, llama_trained):
     assert rep.steps < rep.tokens_generated - len(rep.prompts)
 
 
+def test_head_hit_rates_count_every_position_with_a_target(tmp_path, llama_trained):
+    """Head k at position t (from the prompt's last token on) is scored against the token at t + k + 2: counted
+    here position by position, against verify's measure (one causal pass per sequence, shared with the tree's
+    predicted tokens per step: final_hidden_states)."""
+    from trtllm_medusa_ports.verify.limits import HIT_TOP_K
+    from trtllm_medusa_ports.verify.measures import final_hidden_states, head_hit_rates
+
+    base, heads = llama_trained
+    ref = ReferenceModel(convert_to(tmp_path / "c", base, heads))
+    prompts = [[5, 9, 200, 31], [7, 7, 3]]
+    seqs = [p + plain_generate(ref, p, n) for p, n in zip(prompts, (12, 3), strict=True)]
+    seqs.append([11, 12])  # a prompt with nothing after it: no position counts
+    plens = [4, 3, 2]
+    hits1, hitsk, counts = [0] * 3, [0] * 3, [0] * 3
+    for seq, plen in zip(seqs, plens, strict=True):
+        _, hidden = ref.forward(seq, ref.new_cache(), compute_logits=False)
+        logits = ref.medusa_logits(hidden)
+        for k in range(3):
+            for t in range(plen - 1, len(seq) - k - 2):
+                ranked = logits[k, t].topk(HIT_TOP_K).indices.tolist()
+                counts[k] += 1
+                hits1[k] += ranked[0] == seq[t + k + 2]
+                hitsk[k] += seq[t + k + 2] in ranked
+    assert counts == [11 + 2, 10 + 1, 9 + 0]  # n new tokens: n - k - 1 positions for head k
+    want = ([h / c for h, c in zip(hits1, counts, strict=True)], [h / c for h, c in zip(hitsk, counts, strict=True)])
+    assert head_hit_rates(ref, seqs, plens) == want
+    assert head_hit_rates(ref, seqs, plens, final_hidden_states(ref, seqs)) == want
+    assert max(want[0]) > 0.3 and all(a <= b for a, b in zip(*want, strict=True))  # trained: the counts mean something
+
+
 def test_tree_step_equals_sequential_decoding(tmp_path, qwen2_base, qwen2_heads):
     """Each tree node's logits equal plain decoding of its path (what makes Medusa exact)."""
     ckpt = convert_to(tmp_path / "c", qwen2_base, qwen2_heads, tp_size=2)

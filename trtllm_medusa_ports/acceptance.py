@@ -94,15 +94,17 @@ def accepted_length(path: Path_, tree: set) -> int:
 
 
 @torch.no_grad()
-def reference_ranks(ref, seqs: list[list[int]], prompt_lens: list[int], top_k: int = DEFAULT_TOP_K) -> torch.Tensor:
+def reference_ranks(ref, seqs: list[list[int]], prompt_lens: list[int], top_k: int = DEFAULT_TOP_K,
+                    hiddens: list[torch.Tensor] | None = None) -> torch.Tensor:
     """:func:`measure_ranks` on a converted checkpoint (the reference executor's heads), from each
-    prompt's last token on."""
+    prompt's last token on. ``hiddens``: each sequence's final hidden states where the caller has them
+    (``ref.forward(seq, ref.new_cache(), compute_logits=False)[1]``), else computed here."""
     rows = []
-    for seq, plen in zip(seqs, prompt_lens, strict=True):
+    for i, (seq, plen) in enumerate(zip(seqs, prompt_lens, strict=True)):
         start = plen - 1
         if len(seq) - start < 2:
             continue
-        _, hidden = ref.forward(seq, ref.new_cache(), compute_logits=False)
+        hidden = hiddens[i] if hiddens is not None else ref.forward(seq, ref.new_cache(), compute_logits=False)[1]
         logits = ref.medusa_logits(hidden[start:])
         ranks = torch.full((hidden.shape[0] - start, ref.num_medusa_heads), -1, dtype=torch.long)
         for d in range(ref.num_medusa_heads):

@@ -13,29 +13,43 @@ from trtllm_medusa_ports.verify.limits import HIT_TOP_K
 
 
 @torch.no_grad()
-def head_hit_rates(ref: ReferenceModel, seqs: list[list[int]], prompt_lens: list[int]) -> tuple[list[float], list[float]]:
-    """Per head k: how often its top-1 / top-k at position t holds the token at t + k + 2."""
+def final_hidden_states(ref: ReferenceModel, seqs: list[list[int]]) -> list[torch.Tensor]:
+    """Each sequence's final hidden states ``[S, H]``, one causal pass from an empty cache: what both measures
+    below read (computed once for the two)."""
+    return [ref.forward(seq, ref.new_cache(), compute_logits=False)[1] for seq in seqs]
+
+
+@torch.no_grad()
+def head_hit_rates(ref: ReferenceModel, seqs: list[list[int]], prompt_lens: list[int],
+                   hiddens: list[torch.Tensor] | None = None) -> tuple[list[float], list[float]]:
+    """Per head k: how often its top-1 / top-k at position t holds the token at t + k + 2 (``hiddens``:
+    :func:`final_hidden_states` of ``seqs``, where the caller has them)."""
     H = ref.num_medusa_heads
     hits1 = [0] * H
     hitsk = [0] * H
     counts = [0] * H
-    for seq, plen in zip(seqs, prompt_lens, strict=True):
-        _, hidden = ref.forward(seq, ref.new_cache(), compute_logits=False)
+    hiddens = hiddens if hiddens is not None else final_hidden_states(ref, seqs)
+    for seq, plen, hidden in zip(seqs, prompt_lens, hiddens, strict=True):
         logits = ref.medusa_logits(hidden)  # [H, S, V]
         top = logits.topk(HIT_TOP_K, dim=-1).indices
         for k in range(H):
-            for t in range(plen - 1, len(seq) - k - 2):
-                target = seq[t + k + 2]
-                counts[k] += 1
-                hits1[k] += int(top[k, t, 0] == target)
-                hitsk[k] += int((top[k, t] == target).any())
+            first, end = plen - 1, len(seq) - k - 2  # positions t with a target at t + k + 2
+            if end <= first:
+                continue
+            targets = torch.tensor(seq[first + k + 2:end + k + 2])
+            found = top[k, first:end] == targets[:, None]  # [n, top-k]
+            counts[k] += end - first
+            hits1[k] += int(found[:, 0].sum())
+            hitsk[k] += int(found.any(dim=-1).sum())
     return ([h / c if c else 0.0 for h, c in zip(hits1, counts, strict=True)],
             [h / c if c else 0.0 for h, c in zip(hitsk, counts, strict=True)])
 
 
 def predicted_tokens_per_step(ref: ReferenceModel, tree: MedusaTree, seqs: list[list[int]],
-                              prompt_lens: list[int]) -> tuple[float | None, float | None]:
-    """What the tree should give on these sequences, from the checkpoint heads' ranks (tune.py)."""
+                              prompt_lens: list[int], hiddens: list[torch.Tensor] | None = None,
+                              ) -> tuple[float | None, float | None]:
+    """What the tree should give on these sequences, from the checkpoint heads' ranks (tune.py; ``hiddens``:
+    :func:`final_hidden_states` of ``seqs``, where the caller has them)."""
     from trtllm_medusa_ports.acceptance import (
         accuracy_table,
         expected_tokens_per_step,
@@ -45,7 +59,7 @@ def predicted_tokens_per_step(ref: ReferenceModel, tree: MedusaTree, seqs: list[
 
     if not ref.num_medusa_heads:
         return None, None
-    ranks = reference_ranks(ref, seqs, prompt_lens, tree.top_k)
+    ranks = reference_ranks(ref, seqs, prompt_lens, tree.top_k, hiddens)
     if ranks.shape[0] == 0:
         return None, None
     return (expected_tokens_per_step(tree.paths, accuracy_table(ranks, tree.top_k)),

@@ -38,7 +38,11 @@ from trtllm_medusa_ports.verify.hf_side import (
 )
 from trtllm_medusa_ports.verify.inputs import checkpoint_dtype, prompts_and_tree
 from trtllm_medusa_ports.verify.limits import PARITY_RTOL
-from trtllm_medusa_ports.verify.measures import head_hit_rates, predicted_tokens_per_step
+from trtllm_medusa_ports.verify.measures import (
+    final_hidden_states,
+    head_hit_rates,
+    predicted_tokens_per_step,
+)
 from trtllm_medusa_ports.verify.mode import check_device, cpu_scope, default_device
 from trtllm_medusa_ports.verify.mode import choose as choose_mode
 from trtllm_medusa_ports.verify.quantization import quant_effect_against_float, quantized_reference
@@ -191,8 +195,10 @@ def _verify(
     quant_effect = quant_effect_against_float(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens,
                                  exact_logits, expected_tokens) if spec.any else None
     status("the heads' hit rates and the tree's predicted tokens per step")
-    top1, topk = head_hit_rates(ref, g.seqs, [len(p) for p in prompts])
-    predicted = predicted_tokens_per_step(ref, tree, g.seqs, [len(p) for p in prompts])
+    hiddens = final_hidden_states(ref, g.seqs)  # both measures read them
+    top1, topk = head_hit_rates(ref, g.seqs, [len(p) for p in prompts], hiddens)
+    predicted = predicted_tokens_per_step(ref, tree, g.seqs, [len(p) for p in prompts], hiddens)
+    del hiddens
     return VerifyReport(
         parity=parity,
         logits_max_abs_diff=max_diff,
