@@ -112,7 +112,7 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_collection_finish(session):
-    """What collection imported (torch, transformers, every module: about a million objects) is left out of the
+    """What collection imported (torch, transformers, every test module and what they hold) is left out of the
     cyclic garbage collector's passes from here on (``gc.freeze``), and its passes run ~30x (full ones ~100x) less
     often: passes over those objects, finding almost nothing, took ~6 % of a worker's time (test_families and
     test_quant: 3.5 s of GC, 1.6 s after). Tests free by reference counting all the same; verify and the memory
