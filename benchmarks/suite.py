@@ -62,8 +62,8 @@ def _summary(runs: list[dict], baseline: str, candidate: str) -> dict:
         per = {}
         for rev in (baseline, candidate):
             mine = [r for r in runs if r["mode"] == mode and r["revision"] == rev]
-            per[rev] = {"wall_s": statistics.median(r["wall_s"] for r in mine),
-                        "cpu_s": statistics.median(r["cpu_s"] for r in mine),
+            per[rev] = {"wall_s": round(statistics.median(r["wall_s"] for r in mine), 1),
+                        "cpu_s": round(statistics.median(r["cpu_s"] for r in mine), 1),
                         "passed": sorted({r["passed"] for r in mine}), "rounds": len(mine)}
         out[mode] = {**per, "wall_ratio": round(per[candidate]["wall_s"] / per[baseline]["wall_s"], 3),
                      "cpu_ratio": round(per[candidate]["cpu_s"] / per[baseline]["cpu_s"], 3)}
