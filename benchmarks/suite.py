@@ -2,8 +2,9 @@
 """The test suite's time at two git revisions, run side by side: the README's test command in a clean clone of
 each, in turns (A B A B ...), so that a busy or a slow machine weighs on both alike.
 
-For each run: wall time, CPU time (user + system of pytest and its xdist workers, from ``wait4``), and the
-number of tests passed. Reported per revision and mode (``parallel``: the README's command, every core;
+For each run (``measure.run_measured``, OMP_NUM_THREADS=1 as every benchmark here; the tests' conftest sets one
+torch thread per worker anyway): wall time, CPU time (user + system of pytest and its xdist workers, from
+``wait4``), and the number of tests passed. Reported per revision and mode (``parallel``: the README's command, every core;
 ``serial``: the same with ``-n 0``) as the median of the rounds, and as the ratio of the candidate's median to the
 baseline's.
 
@@ -24,8 +25,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import run_measured  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 #: the README's test command, as .ci/run calls it
@@ -41,19 +44,14 @@ def _clone(revision: str, into: Path) -> tuple[Path, str]:
 
 
 def _run(tree: Path, extra: list[str]) -> dict:
-    """One run of the suite in ``tree``: wall and CPU seconds, tests passed, exit code. The tree's own package
-    comes first on ``PYTHONPATH`` (each revision tests its own code, whatever is installed)."""
-    env = {**os.environ, "PYTHONPATH": str(tree) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    t0 = time.monotonic()
-    proc = subprocess.Popen([*COMMAND, *extra], cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)  # the run's own usage, its reaped workers included
-    wall = time.monotonic() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    found = re.findall(r"(\d+) passed", out)
-    return {"rc": proc.returncode, "wall_s": round(wall, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-            "passed": int(found[-1]) if found else 0, "tail": out.strip().splitlines()[-1:] if out.strip() else []}
+    """One run of the suite in ``tree``: wall and CPU seconds (its reaped workers included), tests passed, exit
+    code. The tree's own package comes first on ``PYTHONPATH`` (each revision tests its own code, whatever is
+    installed)."""
+    r = run_measured([*COMMAND, *extra], ok_codes=None, cwd=tree,
+                     env={"PYTHONPATH": str(tree) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    found = re.findall(r"(\d+) passed", r["stdout"])
+    return {"rc": r["rc"], "wall_s": round(r["wall_s"], 1), "cpu_s": round(r["cpu_s"], 1),
+            "passed": int(found[-1]) if found else 0, "tail": r["stdout"].strip().splitlines()[-1:]}
 
 
 def _summary(runs: list[dict], baseline: str, candidate: str) -> dict:
