@@ -1,4 +1,5 @@
-"""Every supported family: convert at tp 1 and 2, verify parity and greedy equivalence, checker verdict."""
+"""Every supported family: convert (its default shape at tp 1 and 2, every shape at tp 2), verify parity, greedy
+equivalence and the tree proof, checker verdict."""
 
 import json
 from pathlib import Path
@@ -50,9 +51,21 @@ def _copy(ckpt: Path, tmp_path: Path) -> Path:
     return tmp_path / "c"
 
 
-@pytest.mark.parametrize("arch, overrides", VARIANTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(VARIANTS)])
-def test_family_converts_and_verifies(arch, overrides):
-    for tp in (1, 2):  # allow_unsupported where the family's check refuses it (CASES["unsupported"])
+#: each family's first (default) shape is proven at tp 1 and 2; its other shapes (head counts, biases, ties, rotary
+#: fractions, expert counts) at tp 2, which shards what they change and runs every step tp 1 runs, on two ranks
+TP_SIZES = [(1, 2) if all(a != arch for a, _ in VARIANTS[:i]) else (2,) for i, (arch, _) in enumerate(VARIANTS)]
+
+
+def test_every_family_has_its_default_shape_at_tp_1_and_every_shape_at_tp_2():
+    assert {arch for (arch, _), tps in zip(VARIANTS, TP_SIZES) if 1 in tps} == {arch for arch, _ in VARIANTS}
+    assert all(2 in tps for tps in TP_SIZES) and sum(1 in tps for tps in TP_SIZES) == len({a for a, _ in VARIANTS})
+    assert all(o == {} for (_, o), tps in zip(VARIANTS, TP_SIZES) if 1 in tps)
+
+
+@pytest.mark.parametrize("arch, overrides, tp_sizes", [(a, o, t) for (a, o), t in zip(VARIANTS, TP_SIZES)],
+                         ids=[f"{a}-{i}" for i, (a, _) in enumerate(VARIANTS)])
+def test_family_converts_and_verifies(arch, overrides, tp_sizes):
+    for tp in tp_sizes:  # allow_unsupported where the family's check refuses it (CASES["unsupported"])
         base, ckpt = family_checkpoint(arch, tp, **overrides)
         cfg = json.loads((ckpt / "config.json").read_text())
         assert cfg["base_architecture"] == arch
