@@ -15,7 +15,6 @@ import os
 import shutil
 import sys
 import tempfile
-import textwrap
 import types
 import zlib
 from collections.abc import Callable
@@ -142,26 +141,6 @@ def pytest_runtest_teardown(item):
         raise AssertionError("this test changed inputs shared by the whole run (copy one to change it, as in "
                              "shutil.copytree(base, tmp_path / 'base')): "
                              + "; ".join(f"{d.name}: {', '.join(c[:5])}" for d, c in changed.items()))
-
-
-#: the start of a child script that measures itself: one torch thread, and ``peak[0]``, its anonymous resident memory
-#: (RssAnon: what a memory limit cannot reclaim, where mapped file pages are clean and reclaimable) sampled every
-#: millisecond, ``anon()`` its current value (tests/test_verify_streaming.py, tests/test_train_streaming.py)
-ANON_SAMPLER = textwrap.dedent("""
-    import json, sys, threading, time
-    import torch
-    torch.set_num_threads(1)
-    peak = [0]
-    def anon():
-        for line in open("/proc/self/status"):
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) * 1024
-    def poll():
-        while True:
-            peak[0] = max(peak[0], anon())
-            time.sleep(0.001)
-    threading.Thread(target=poll, daemon=True).start()
-""")
 
 
 def tiny_base(root: Path, architecture: str, **overrides) -> Path:
