@@ -7,16 +7,20 @@ May import: every verify module but the package's ``__init__``, ``base_model``, 
 
 from __future__ import annotations
 
+import functools
 import gc
+import json
 import sys
 from pathlib import Path
+
+import torch
 
 from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, release, value_transforms
 from trtllm_medusa_ports.base_streaming import bound_the_allocator
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import to_torch
-from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, format_name
+from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
 from trtllm_medusa_ports.reference.tree_proof import tree_proof
@@ -29,6 +33,14 @@ from trtllm_medusa_ports.verify.checkpoint_side import (
     vocab_padding,
 )
 from trtllm_medusa_ports.verify.heads import heads_check, source_heads_for
+from trtllm_medusa_ports.verify.hf_memo import (
+    BaseFacts,
+    TransformersSide,
+    file_identity,
+    keep,
+    recall,
+    recall_base,
+)
 from trtllm_medusa_ports.verify.hf_side import (
     arithmetic_effect,
     check_base_weights,
@@ -125,48 +137,38 @@ def _verify(
     ref.fp8_gemm = gemm_plugin
     dtype = to_torch(checkpoint_dtype(ckpt.config))
     check_base_weights(model_dir, ref.adapter.ignored_hf_tensors)
-    status(f"loading the base from {model_dir} with transformers")
-    hf = load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")),
-                       full_precision=ref.adapter.full_precision_parameters, streaming=memory.streaming,
-                       device=device, offload_dir=offload_dir)
-    ends = end_token_ids(hf)  # where a runtime would stop each run (hf is freed before the runs)
-    arithmetic = engine_arithmetic(hf, ref.semantics)
-    adjustments = [a.description for a in arithmetic]
-    padding = vocab_padding(hf.config.vocab_size, ref, ckpt, model_dir)
+    load = functools.partial(_load_base, model_dir, dtype, ckpt, ref, memory.streaming, device, offload_dir, status)
+    # what the last verify of this very base computed, where nothing it depends on changed (verify/hf_memo.py)
+    base_key = None if memory.streaming or QuantSpec.from_config(ckpt.config).any else \
+        _base_key(model_dir, dtype, ckpt, ref, device)
+    facts, hf = recall_base(base_key), None
+    if facts is None:
+        hf = load()
+        facts = BaseFacts(base_key, hf.config.vocab_size, end_token_ids(hf))
+    padding = vocab_padding(facts.vocab_size, ref, ckpt, model_dir)
     prompts, tree, pruned = prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir)
     notes = ([pruned] if pruned else []) + allow_unsupported_notes(ckpt) + ([padding] if padding else [])
-
-    # Quantized checkpoints: the float base first (the quantization's effect is measured against it), then
-    # the same transformers model quantized as the checkpoint is (quant/emulate.py)
-    spec, emulation, float_logits, float_greedy = quantized_reference(hf, ref, ckpt, model_dir, prompts,
-                                                                       max_new_tokens, notes, quiet, calibration)
-
-    # Phase 1, transformers alone: its logits, hidden states, activation range, greedy continuations
-    # and the heads' logits from their source. Its model is then freed, so that it and the executor's
-    # weights are never in memory together (peak: one float32 model, not two).
-    status(f"transformers' logits and hidden states on {len(prompts)} prompt(s)")
-    hf_runs, activations = hf_logits_and_states(hf, prompts)
-    effect = arithmetic_effect(hf, arithmetic, prompts, hf_runs)
-    from tqdm import tqdm
-
-    expected_tokens = [] if spec.any else [
-        hf_greedy(hf, p, max_new_tokens)
-        for p in tqdm(prompts, desc="transformers greedy", unit="prompt", disable=quiet, file=sys.stderr)]
     source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
-    heads_source = None
-    if source and Path(source).exists():
-        heads_source = source_heads_for(Path(source), hf, ref, [hs[-1] for _, hs in hf_runs], dtype)
-    model_bytes = sum(t.numel() * t.element_size() for t in hf.parameters())
-    if emulation is not None:
-        emulation.close()
-    release(hf)
-    del hf, arithmetic
-    if model_bytes > 64 * 2**20:  # a full collection costs ~0.3 s in a long-lived process: only when it frees much
+    side_key = None if base_key is None else _side_key(base_key, ref, ckpt, prompts, max_new_tokens, source, dtype)
+    side = recall(side_key)
+    spec, emulation, float_logits, float_greedy = QuantSpec.from_config(ckpt.config), None, [], []
+    if side is None:
+        side, spec, emulation, float_logits, float_greedy = _transformers_phase(
+            hf if hf is not None else load(), ref, ckpt, model_dir, prompts, max_new_tokens, notes, quiet, calibration,
+            source, dtype, status, side_key)
+        if side_key is not None:
+            keep(facts, side)
+    else:
+        status(f"transformers' results on {len(prompts)} prompt(s): those of the last verify of this base, unchanged")
+    del hf
+    if side.model_bytes > 64 * 2**20:  # a full collection costs ~0.3 s in a long-lived process: only when it frees much
         gc.collect()
     if emulation is not None:  # the calibration run loads the base again: only now that this copy is freed
         status("re-deriving the activation / KV-cache scales (the recorded calibration, run again)")
         with cpu_scope(device):  # a calibration run of its own, on the CPU
             emulation.rederive()
+    ends, adjustments, hf_runs, effect = side.ends, side.adjustments, side.hf_runs, side.effect
+    expected_tokens, heads_source = [list(t) for t in side.expected_tokens], side.heads_source
 
     # Phase 2, the checkpoint on the reference executor. 1. parity
     status(f"logits parity of the checkpoint on the reference executor ({len(prompts)} prompt(s))")
@@ -216,8 +218,8 @@ def _verify(
         adjustments=adjustments,
         engine_arithmetic_effect_max_abs_diff=effect,
         per_prompt=g.per_prompt,
-        max_activation=activations.max,
-        max_activation_at=activations.where,
+        max_activation=side.activation_max,
+        max_activation_at=side.activation_at,
         notes=notes,
         heads_parity=heads["ok"],
         heads_max_abs_diff=heads["max_abs_diff"],
@@ -243,3 +245,62 @@ def _verify(
         base_tensors=base_tensors,
         memory_mode=memory.to_dict(),
     )
+
+
+def _load_base(model_dir, dtype, ckpt, ref: ReferenceModel, streaming: bool, device: str, offload_dir, status):
+    status(f"loading the base from {model_dir} with transformers")
+    return load_hf_model(model_dir, dtype, value_transforms(model_dir, ckpt.config.get("base_architecture")),
+                         full_precision=ref.adapter.full_precision_parameters, streaming=streaming, device=device,
+                         offload_dir=offload_dir)
+
+
+def _base_key(model_dir, dtype, ckpt, ref: ReferenceModel, device: str) -> tuple | None:
+    """What the transformers model verify loads is made of (verify/hf_memo.py); None: not kept."""
+    files = file_identity(model_dir)
+    if files is None:
+        return None
+    return (files, str(dtype), ckpt.config.get("base_architecture"), tuple(ref.adapter.full_precision_parameters),
+            str(device), torch.get_num_threads())
+
+
+def _side_key(base_key: tuple, ref: ReferenceModel, ckpt, prompts, max_new_tokens: int, source, dtype) -> tuple:
+    """What phase 1 runs on that model (verify/hf_memo.py)."""
+    sem = ref.semantics
+    heads = None
+    if source and Path(source).exists():
+        heads = (str(source), file_identity(source), ref.num_medusa_heads, ref.num_medusa_layers,
+                 bool(ref.config.get("medusa_shared_lm_head")), str(dtype))
+    return (base_key, sem.hidden_act, sem.qk_norm, sem.qk_norm_epsilon, json.dumps(prompts), max_new_tokens,
+            ref.vocab, heads)
+
+
+def _transformers_phase(hf, ref: ReferenceModel, ckpt, model_dir, prompts, max_new_tokens: int, notes: list[str],
+                        quiet: bool, calibration, source, dtype, status, key):
+    """Phase 1, transformers alone: its logits, hidden states, activation range, greedy continuations and the
+    heads' logits from their source; the model is then freed, so that it and the executor's weights are never in
+    memory together (peak: one float32 model, not two). Quantized checkpoints first get the float base's logits
+    and greedy text (the quantization's effect is measured against them), then the same transformers model
+    quantized as the checkpoint is (quant/emulate.py). Returns ``(side, spec, emulation, float logits, float
+    greedy)``."""
+    from tqdm import tqdm
+
+    ends = end_token_ids(hf)  # where a runtime would stop each run (hf is freed before the runs)
+    arithmetic = engine_arithmetic(hf, ref.semantics)
+    spec, emulation, float_logits, float_greedy = quantized_reference(hf, ref, ckpt, model_dir, prompts,
+                                                                       max_new_tokens, notes, quiet, calibration)
+    status(f"transformers' logits and hidden states on {len(prompts)} prompt(s)")
+    hf_runs, activations = hf_logits_and_states(hf, prompts)
+    effect = arithmetic_effect(hf, arithmetic, prompts, hf_runs)
+    expected_tokens = [] if spec.any else [
+        hf_greedy(hf, p, max_new_tokens)
+        for p in tqdm(prompts, desc="transformers greedy", unit="prompt", disable=quiet, file=sys.stderr)]
+    heads_source = None
+    if source and Path(source).exists():
+        heads_source = source_heads_for(Path(source), hf, ref, [hs[-1] for _, hs in hf_runs], dtype)
+    side = TransformersSide(key, ends, [a.description for a in arithmetic], hf_runs, activations.max,
+                            activations.where, effect, expected_tokens, heads_source,
+                            sum(t.numel() * t.element_size() for t in hf.parameters()))
+    if emulation is not None:
+        emulation.close()
+    release(hf)
+    return side, spec, emulation, float_logits, float_greedy

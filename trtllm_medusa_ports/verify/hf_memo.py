@@ -1,0 +1,105 @@
+"""The transformers side of the last verify, kept for the next verify of the same base in this process.
+
+Verifying several checkpoints of one base (tp 1 and tp 2, a precision sweep, a copy with a damaged tensor) loads
+the base and runs it on the same prompts every time, for the same logits, hidden states, greedy text and source
+heads' logits. The last run's results are kept (one base's, and only while small: :data:`KEEP_BYTES`) under a key
+holding everything they are computed from:
+
+* the base: its directory and, for every file in it, its name, size, modification time and inode (a base
+  rewritten in place is a new base);
+* what the model is made of: the dtype its weights are rounded to, the architecture whose value transforms apply,
+  the parameters kept in float32, the device and the torch thread count (summation order);
+* what it runs: the engine arithmetic (the GELU form, the q/k norm epsilon), the prompts, the new-token count, the
+  checkpoint's vocabulary and the heads' source (its files, as for the base) with the heads' count, layers,
+  shared lm_head and dtype.
+
+A change to any of them computes the side afresh. Streaming runs (they bound memory) and quantized checkpoints
+(their transformers model is quantized in place) never keep or reuse one. :func:`forget` drops what is kept.
+
+May import: nothing of the package (paths and the standard library only).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: the most tensor bytes kept (logits, hidden states, source heads' logits): a tiny base's side is kilobytes, a
+#: 7B base's tens of megabytes, which a second verify of it recomputes in seconds beside minutes of executor work
+KEEP_BYTES = 64 * 2**20
+
+
+def file_identity(directory: str | Path) -> tuple | None:
+    """``(resolved path, ((name, size, mtime_ns, inode), ...))`` of the files under ``directory``; None where it
+    cannot be listed (nothing is kept for it)."""
+    root = Path(directory)
+    try:
+        resolved = root.resolve(strict=True)
+        entries = []
+        for dirpath, dirnames, filenames in os.walk(resolved):
+            dirnames.sort()
+            for name in sorted(filenames):
+                st = os.stat(os.path.join(dirpath, name))
+                entries.append((os.path.relpath(os.path.join(dirpath, name), resolved), st.st_size, st.st_mtime_ns,
+                                st.st_ino))
+    except OSError:
+        return None
+    return str(resolved), tuple(entries)
+
+
+@dataclass
+class TransformersSide:
+    """What verify learns from the transformers model before freeing it (run.py, phase 1)."""
+
+    key: tuple
+    ends: set[int]
+    adjustments: list[str]
+    hf_runs: list  # per prompt: (logits [T, vocab], hidden states)
+    activation_max: float
+    activation_at: str
+    effect: float | None
+    expected_tokens: list[list[int]]
+    heads_source: object | None  # verify.heads.SourceHeads
+    model_bytes: int
+
+    def tensor_bytes(self) -> int:
+        def size(t) -> int:
+            return t.numel() * t.element_size()
+
+        total = sum(size(logits) + sum(size(h) for h in states) for logits, states in self.hf_runs)
+        logits = getattr(self.heads_source, "logits", None) or []
+        return total + sum(size(t) for t in logits)
+
+
+@dataclass
+class BaseFacts:
+    """What the base alone gives, before the prompts are chosen: its vocabulary and end tokens."""
+
+    key: tuple
+    vocab_size: int
+    ends: set[int]
+
+
+_kept: dict[str, object] = {}
+
+
+def recall_base(key: tuple | None) -> BaseFacts | None:
+    facts = _kept.get("base")
+    return facts if key is not None and isinstance(facts, BaseFacts) and facts.key == key else None
+
+
+def recall(key: tuple | None) -> TransformersSide | None:
+    side = _kept.get("side")
+    return side if key is not None and isinstance(side, TransformersSide) and side.key == key else None
+
+
+def keep(base: BaseFacts, side: TransformersSide) -> None:
+    """Keep ``side`` (and its base's facts) in place of what was kept, if it is small enough."""
+    forget()
+    if side.tensor_bytes() <= KEEP_BYTES:
+        _kept.update(base=base, side=side)
+
+
+def forget() -> None:
+    _kept.clear()
