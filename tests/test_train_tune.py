@@ -389,13 +389,15 @@ def test_draw_marks_every_node():
     ]
 
 
-def test_verify_reports_tokens_per_step_until_the_end_token(tmp_path, llama_trained, monkeypatch):
+def test_verify_reports_tokens_per_step_until_the_end_token(tmp_path, llama_trained):
     """With an end token the base emits mid-run, verify also reports the runs cut there (as a runtime
     stopping at end_id would), and still compares every token for greedy equivalence."""
+    import shutil
+
     from conftest import convert_to
 
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate
-    from trtllm_medusa_ports.verify import run as verify_mod  # _verify looks end_token_ids up there
+    from trtllm_medusa_ports.verify import verify
 
     base, heads = llama_trained
     ckpt = convert_to(tmp_path / "ckpt", base, heads, dtype="float32")
@@ -403,15 +405,22 @@ def test_verify_reports_tokens_per_step_until_the_end_token(tmp_path, llama_trai
     tree = MedusaTree.from_spec(json.loads(choices))
     run = medusa_generate(ReferenceModel(ckpt), prompt, tree, 24)
     end = next(t for i, t in enumerate(run.tokens) if i >= 6 and t not in run.tokens[:i])  # first seen mid-run
-    monkeypatch.setattr(verify_mod, "end_token_ids", lambda model: {end})
-    rep = verify_mod.verify(base, ckpt, medusa_choices=choices, prompts=[prompt], max_new_tokens=24, quiet=True)
+
+    def base_ending_with(eos: int | None) -> Path:  # the base's own files name its end token
+        copy = tmp_path / f"base-{eos}"
+        shutil.copytree(base, copy)
+        for name in ("config.json", "generation_config.json"):
+            cfg = json.loads((copy / name).read_text())
+            (copy / name).write_text(json.dumps({**cfg, "eos_token_id": eos}))
+        return copy
+
+    rep = verify(base_ending_with(end), ckpt, medusa_choices=choices, prompts=[prompt], max_new_tokens=24, quiet=True)
     tokens, steps = run.until_end({end})
     assert 0 < steps < run.steps and rep.prompts_ending_early == 1
     assert rep.tokens_per_step_until_end == tokens / steps
     assert rep.greedy_equal and rep.tokens_generated == 24  # the run itself went on past the end token
     assert f"until end token : {tokens / steps:.2f} tokens/step (1 of 1 prompt(s)" in rep.render()
-    monkeypatch.setattr(verify_mod, "end_token_ids", lambda model: set())
-    rep = verify_mod.verify(base, ckpt, medusa_choices=choices, prompts=[prompt], max_new_tokens=24, quiet=True)
+    rep = verify(base_ending_with(None), ckpt, medusa_choices=choices, prompts=[prompt], max_new_tokens=24, quiet=True)
     assert rep.prompts_ending_early == 0 and rep.tokens_per_step_until_end == rep.mean_accepted_tokens_per_step
     assert "until end token" not in rep.render()
 
