@@ -73,3 +73,21 @@ def test_a_base_rewritten_in_place_is_loaded_again_and_its_damage_seen(loads, tm
     save_file(weights, base / "model.safetensors", metadata={"format": "pt"})
     rep = verify(base, ckpt, **ARGS)
     assert len(loads) == 2 and not rep.parity
+
+
+def test_file_identity_changes_with_any_file_of_a_directory_or_a_single_file(tmp_path):
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.bin").write_bytes(b"1234")
+    (d / "sub" / "b.bin").write_bytes(b"x")
+    before = hf_memo.file_identity(d)
+    assert [e[0] for e in before[1]] == ["a.bin", "sub/b.bin"]
+    (d / "sub" / "b.bin").write_bytes(b"yy")
+    assert hf_memo.file_identity(d) != before
+    one = d / "a.bin"
+    first = hf_memo.file_identity(one)
+    assert first[1][0][:2] == ("a.bin", 4)
+    one.unlink()
+    one.write_bytes(b"4321")  # same size, a new file
+    assert hf_memo.file_identity(one) != first
+    assert hf_memo.file_identity(tmp_path / "missing") is None

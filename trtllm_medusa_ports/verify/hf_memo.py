@@ -31,11 +31,14 @@ KEEP_BYTES = 64 * 2**20
 
 
 def file_identity(directory: str | Path) -> tuple | None:
-    """``(resolved path, ((name, size, mtime_ns, inode), ...))`` of the files under ``directory``; None where it
-    cannot be listed (nothing is kept for it)."""
+    """``(resolved path, ((name, size, mtime_ns, inode), ...))`` of the files under ``directory`` (or of the one file
+    it is); None where it cannot be listed (nothing is kept for it)."""
     root = Path(directory)
     try:
         resolved = root.resolve(strict=True)
+        if not resolved.is_dir():  # a heads file given on its own
+            st = resolved.stat()
+            return str(resolved), ((resolved.name, st.st_size, st.st_mtime_ns, st.st_ino),)
         entries = []
         for dirpath, dirnames, filenames in os.walk(resolved):
             dirnames.sort()
