@@ -98,7 +98,7 @@ def _changes(d: Path) -> list[str]:
     return sorted({n for n in now.keys() | then.keys() if now.get(n) != then.get(n)})
 
 
-#: the modules holding the longest tests (--durations; 3 s to 19 s each: the memory proof and the demo the longest),
+#: the modules holding the longest tests (--durations; 3 s to 11 s each: the demo and the memory proof the longest),
 #: run first: under pytest-xdist the tests handed out last are then short ones, and no worker ends waiting for the
 #: other's long test; a module's tests stay together (its fixtures are made once) and in their order
 LONGEST_FIRST = ("test_memory_bounds.py", "test_cli.py", "test_verify_streaming.py", "test_train_distributed.py",

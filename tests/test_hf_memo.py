@@ -41,7 +41,7 @@ def test_a_second_checkpoint_of_the_base_reuses_its_results_and_reports_as_a_fre
     first = verify(base, tp1, **ARGS).to_dict()
     second = verify(base, tp2, **ARGS).to_dict()
     assert loads == [base]  # the tp 2 verify did not load the base
-    assert second == _fresh(base, tp2) and first == _fresh(base, tp1)
+    assert first["parity"] and second == _fresh(base, tp2)
     assert second["parity"] and second["greedy_equal"] and second["tree_proof"]["ok"]
     assert second["heads_parity"] is True  # the source heads' logits came along
 
@@ -55,9 +55,9 @@ def test_other_prompts_tokens_or_heads_compute_again(loads):
     other = heads_once(base, seed=99)
     rep = verify(base, ckpt, **{**ARGS, "prompts": [[3, 4, 5, 6]], "max_new_tokens": 4, "medusa_model_dir": other})
     assert len(loads) == 4 and rep.heads_parity is False  # compared with the other heads, not the kept logits
-    verify(base, ckpt, **{**ARGS, "streaming": True})
-    verify(base, ckpt, **{**ARGS, "streaming": True})
-    assert len(loads) == 6  # streaming never keeps
+    verify(base, ckpt, **{**ARGS, "prompts": [[3, 4, 5, 6]], "max_new_tokens": 4, "medusa_model_dir": other,
+                          "streaming": True})
+    assert len(loads) == 5  # streaming neither keeps nor reuses
 
 
 def test_a_base_rewritten_in_place_is_loaded_again_and_its_damage_seen(loads, tmp_path):
