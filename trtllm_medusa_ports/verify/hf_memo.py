@@ -53,9 +53,11 @@ def file_identity(directory: str | Path) -> tuple | None:
 
 @dataclass
 class TransformersSide:
-    """What verify learns from the transformers model before freeing it (run.py, phase 1)."""
+    """What verify learns from the transformers model before freeing it (run.py, phase 1). ``key[0]`` is the base's
+    part of the key: its vocabulary and end tokens hold for any prompts."""
 
     key: tuple
+    vocab_size: int
     ends: set[int]
     adjustments: list[str]
     hf_runs: list  # per prompt: (logits [T, vocab], hidden states)
@@ -75,33 +77,24 @@ class TransformersSide:
         return total + sum(size(t) for t in logits)
 
 
-@dataclass
-class BaseFacts:
-    """What the base alone gives, before the prompts are chosen: its vocabulary and end tokens."""
-
-    key: tuple
-    vocab_size: int
-    ends: set[int]
+_kept: list[TransformersSide] = []  # the last verify's, or nothing
 
 
-_kept: dict[str, object] = {}
-
-
-def recall_base(key: tuple | None) -> BaseFacts | None:
-    facts = _kept.get("base")
-    return facts if key is not None and isinstance(facts, BaseFacts) and facts.key == key else None
+def recall_base(base_key: tuple | None) -> TransformersSide | None:
+    """The kept side of this base (its ``vocab_size`` and ``ends``), whatever it was run on."""
+    return _kept[0] if base_key is not None and _kept and _kept[0].key[0] == base_key else None
 
 
 def recall(key: tuple | None) -> TransformersSide | None:
-    side = _kept.get("side")
-    return side if key is not None and isinstance(side, TransformersSide) and side.key == key else None
+    """The kept side, where it was computed under exactly ``key``."""
+    return _kept[0] if key is not None and _kept and _kept[0].key == key else None
 
 
-def keep(base: BaseFacts, side: TransformersSide) -> None:
-    """Keep ``side`` (and its base's facts) in place of what was kept, if it is small enough."""
+def keep(side: TransformersSide) -> None:
+    """Keep ``side`` in place of what was kept, if it is small enough."""
     forget()
     if side.tensor_bytes() <= KEEP_BYTES:
-        _kept.update(base=base, side=side)
+        _kept.append(side)
 
 
 def forget() -> None:

@@ -34,7 +34,6 @@ from trtllm_medusa_ports.verify.checkpoint_side import (
 )
 from trtllm_medusa_ports.verify.heads import heads_check, source_heads_for
 from trtllm_medusa_ports.verify.hf_memo import (
-    BaseFacts,
     TransformersSide,
     file_identity,
     keep,
@@ -139,35 +138,34 @@ def _verify(
     check_base_weights(model_dir, ref.adapter.ignored_hf_tensors)
     load = functools.partial(_load_base, model_dir, dtype, ckpt, ref, memory.streaming, device, offload_dir, status)
     # what the last verify of this very base computed, where nothing it depends on changed (verify/hf_memo.py)
-    base_key = None if memory.streaming or QuantSpec.from_config(ckpt.config).any else \
-        _base_key(model_dir, dtype, ckpt, ref, device)
-    facts, hf = recall_base(base_key), None
-    if facts is None:
-        hf = load()
-        facts = BaseFacts(base_key, hf.config.vocab_size, end_token_ids(hf))
-    padding = vocab_padding(facts.vocab_size, ref, ckpt, model_dir)
+    quantized = QuantSpec.from_config(ckpt.config)
+    base_key = None if memory.streaming or quantized.any else _base_key(model_dir, dtype, ckpt, ref, device)
+    kept = recall_base(base_key)
+    hf = None if kept is not None else load()
+    vocab_size, ends = (kept.vocab_size, kept.ends) if kept is not None else (hf.config.vocab_size, end_token_ids(hf))
+    padding = vocab_padding(vocab_size, ref, ckpt, model_dir)
     prompts, tree, pruned = prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir)
     notes = ([pruned] if pruned else []) + allow_unsupported_notes(ckpt) + ([padding] if padding else [])
     source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
-    side_key = None if base_key is None else _side_key(base_key, ref, ckpt, prompts, max_new_tokens, source, dtype)
+    side_key = None if base_key is None else _side_key(base_key, ref, prompts, max_new_tokens, source, dtype)
     side = recall(side_key)
-    spec, emulation, float_logits, float_greedy = QuantSpec.from_config(ckpt.config), None, [], []
+    spec, emulation, float_logits, float_greedy = quantized, None, [], []
     if side is None:
         side, spec, emulation, float_logits, float_greedy = _transformers_phase(
             hf if hf is not None else load(), ref, ckpt, model_dir, prompts, max_new_tokens, notes, quiet, calibration,
             source, dtype, status, side_key)
+        hf = None  # freed before the executor loads the checkpoint
         if side_key is not None:
-            keep(facts, side)
+            keep(side)
+        if side.model_bytes > 64 * 2**20:  # a full collection costs ~0.3 s in a long-lived process: only when it frees much
+            gc.collect()
     else:
         status(f"transformers' results on {len(prompts)} prompt(s): those of the last verify of this base, unchanged")
-    del hf
-    if side.model_bytes > 64 * 2**20:  # a full collection costs ~0.3 s in a long-lived process: only when it frees much
-        gc.collect()
     if emulation is not None:  # the calibration run loads the base again: only now that this copy is freed
         status("re-deriving the activation / KV-cache scales (the recorded calibration, run again)")
         with cpu_scope(device):  # a calibration run of its own, on the CPU
             emulation.rederive()
-    ends, adjustments, hf_runs, effect = side.ends, side.adjustments, side.hf_runs, side.effect
+    adjustments, hf_runs, effect = side.adjustments, side.hf_runs, side.effect
     expected_tokens, heads_source = [list(t) for t in side.expected_tokens], side.heads_source
 
     # Phase 2, the checkpoint on the reference executor. 1. parity
@@ -263,7 +261,7 @@ def _base_key(model_dir, dtype, ckpt, ref: ReferenceModel, device: str) -> tuple
             str(device), torch.get_num_threads())
 
 
-def _side_key(base_key: tuple, ref: ReferenceModel, ckpt, prompts, max_new_tokens: int, source, dtype) -> tuple:
+def _side_key(base_key: tuple, ref: ReferenceModel, prompts, max_new_tokens: int, source, dtype) -> tuple:
     """What phase 1 runs on that model (verify/hf_memo.py)."""
     sem = ref.semantics
     heads = None
@@ -284,7 +282,6 @@ def _transformers_phase(hf, ref: ReferenceModel, ckpt, model_dir, prompts, max_n
     greedy)``."""
     from tqdm import tqdm
 
-    ends = end_token_ids(hf)  # where a runtime would stop each run (hf is freed before the runs)
     arithmetic = engine_arithmetic(hf, ref.semantics)
     spec, emulation, float_logits, float_greedy = quantized_reference(hf, ref, ckpt, model_dir, prompts,
                                                                        max_new_tokens, notes, quiet, calibration)
@@ -297,7 +294,7 @@ def _transformers_phase(hf, ref: ReferenceModel, ckpt, model_dir, prompts, max_n
     heads_source = None
     if source and Path(source).exists():
         heads_source = source_heads_for(Path(source), hf, ref, [hs[-1] for _, hs in hf_runs], dtype)
-    side = TransformersSide(key, ends, [a.description for a in arithmetic], hf_runs, activations.max,
+    side = TransformersSide(key, hf.config.vocab_size, end_token_ids(hf), [a.description for a in arithmetic], hf_runs, activations.max,
                             activations.where, effect, expected_tokens, heads_source,
                             sum(t.numel() * t.element_size() for t in hf.parameters()))
     if emulation is not None:
