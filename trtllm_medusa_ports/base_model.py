@@ -16,7 +16,7 @@ import torch
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.weights import ValueTransform, layer_sources
 from trtllm_medusa_ports.errors import ModelError
-from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig, transformers_load_kwargs
 
 
 # -- the base -------------------------------------------------------------------------------
@@ -50,7 +50,8 @@ def load_base(model_dir: str | Path, device: str = "cpu", *, device_map: str | N
         return load_streamed(model_dir, device=device, offload_dir=offload_dir)
     placed = _device_map_kwargs(device_map, device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype or torch.float32, **placed)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype or torch.float32, **placed,
+                                                     **transformers_load_kwargs())
     except Exception as exc:  # a damaged or incomplete model directory
         raise ModelError(f"transformers cannot load the base ({type(exc).__name__}: {str(exc)[:200]})",
                          where=str(model_dir), fix="pass a complete Hugging Face model directory") from None
@@ -206,7 +207,8 @@ def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[st
 
     placement = _device_map(model_dir, device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **placement)
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **placement,
+                                                     **transformers_load_kwargs())
     except Exception as exc:  # transformers raises many types; keep the message
         raise ModelError(
             f"transformers could not load the base model ({type(exc).__name__}: {str(exc)[:300]})",

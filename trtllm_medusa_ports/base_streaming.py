@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.files.hf_model import transformers_load_kwargs
 
 #: the dtypes a captured weight may be kept in, smallest first: the first that holds it exactly is used
 _EXACT_DTYPES = (torch.bfloat16, torch.float16)
@@ -355,7 +356,7 @@ def load_streamed(model_dir: str | Path, *, value: Callable[[str, torch.Tensor],
     os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
     try:
         model, info = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
-                                                           output_loading_info=True)
+                                                           output_loading_info=True, **transformers_load_kwargs())
     except ModelError:
         raise
     except Exception as exc:  # transformers raises many types; keep the message

@@ -21,6 +21,20 @@ from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_tensor_files
 _MISSING = object()
 
 
+def transformers_load_kwargs() -> dict:
+    """``from_pretrained`` arguments that load a base as transformers' own PyTorch modules and nothing else.
+
+    From transformers 5.25, ``from_pretrained`` defaults to ``use_kernels=True``: it hands the model to the
+    ``kernels`` package, which may swap layer forwards for kernels fetched from the Hugging Face Hub and refuses
+    a model whose weights sit on ``meta`` (a streamed base). The reference this project compares against is the
+    modules' own code, so every load passes ``use_kernels=False`` where transformers knows the argument (the
+    ``use_kernels`` property of ``PreTrainedModel`` came after the argument, 4.53; older releases get nothing).
+    """
+    from transformers import PreTrainedModel
+
+    return {"use_kernels": False} if hasattr(PreTrainedModel, "use_kernels") else {}
+
+
 #: config.json fields that must be positive integers when present (the name is the fix's subject)
 _POSITIVE_INTS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size",
                   "intermediate_size", "vocab_size", "head_dim", "max_position_embeddings", "n_layer", "n_head",
