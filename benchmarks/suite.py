@@ -12,14 +12,17 @@ baseline's.
     python3 benchmarks/suite.py fc0fbe1 HEAD --rounds 3 --serial_rounds 0
 
 Each revision is cloned into a temporary directory of its own (removed afterwards); the repository is only read.
-Results: ``benchmarks/results/suite.json`` (``--output``). Never run by CI: one round is several minutes.
+Results: ``benchmarks/results/suite.json`` (``--output``), with the Python, library versions and CPU they were
+measured on (``environment``): compare figures only within one file. Never run by CI: one round is several minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import platform
 import re
 import statistics
 import subprocess
@@ -68,6 +71,24 @@ def _summary(runs: list[dict], baseline: str, candidate: str) -> dict:
     return out
 
 
+def _environment() -> dict:
+    """What the figures depend on beyond the code: the interpreter, the libraries the suite runs on, the CPU
+    (the same revision has taken 52 s here and 90-120 s on other 2-core machines)."""
+    from importlib import metadata
+
+    versions = {}
+    for dist in ("torch", "transformers", "safetensors", "pytest", "pytest-xdist"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    cpu = None
+    with contextlib.suppress(OSError):
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), None)
+    return {"python": platform.python_version(), "cpu": cpu, **versions}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("baseline", help="git revision measured first in each round (e.g. the last release)")
@@ -95,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {r['wall_s']} s wall, {r['cpu_s']} s CPU, {r['passed']} passed (rc {r['rc']})",
                       file=sys.stderr, flush=True)
                 runs.append(r)
-    result = {"command": "python3 -m pytest -p no:cacheprovider", "cores": os.cpu_count(), "runs": runs,
+    result = {"command": "python3 -m pytest -p no:cacheprovider", "cores": os.cpu_count(),
+              "environment": _environment(), "runs": runs,
               "summary": _summary(runs, args.baseline, args.candidate)}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
