@@ -73,7 +73,7 @@ def _summary(runs: list[dict], baseline: str, candidate: str) -> dict:
 
 def _environment() -> dict:
     """What the figures depend on beyond the code: the interpreter, the libraries the suite runs on, the CPU
-    (the same revision has taken 52 s here and 90-120 s on other 2-core machines)."""
+    (the same revision has taken 52-57 s on one 2-core machine and 90-130 s on others)."""
     from importlib import metadata
 
     versions = {}

@@ -72,11 +72,11 @@ def test_every_base_load_runs_transformers_own_modules_not_hub_kernels(store):
     from trtllm_medusa_ports.base_model import load_hf_model
     from trtllm_medusa_ports.fixtures.synthetic import greedy_corpus
 
+    if not hasattr(PreTrainedModel, "use_kernels"):
+        pytest.skip("this transformers predates the kernels integration")
     base = tiny_base(store, "LlamaForCausalLM")
     models = {"in memory": load_base(base), "streamed": load_base(base, streaming=True),
               "rounded": load_hf_model(base, torch.bfloat16)}
-    if not hasattr(PreTrainedModel, "use_kernels"):
-        pytest.skip("this transformers predates the kernels integration")
     assert {name: m.use_kernels for name, m in models.items()} == dict.fromkeys(models, False)
     release(models["streamed"])
     seqs, _, _ = greedy_corpus(base, num_prompts=2, prompt_len=3, new_tokens=2)

@@ -294,8 +294,8 @@ def _transformers_phase(hf, ref: ReferenceModel, ckpt, model_dir, prompts, max_n
     heads_source = None
     if source and Path(source).exists():
         heads_source = source_heads_for(Path(source), hf, ref, [hs[-1] for _, hs in hf_runs], dtype)
-    side = TransformersSide(key, hf.config.vocab_size, end_token_ids(hf), [a.description for a in arithmetic], hf_runs, activations.max,
-                            activations.where, effect, expected_tokens, heads_source,
+    side = TransformersSide(key, hf.config.vocab_size, end_token_ids(hf), [a.description for a in arithmetic],
+                            hf_runs, activations.max, activations.where, effect, expected_tokens, heads_source,
                             sum(t.numel() * t.element_size() for t in hf.parameters()))
     if emulation is not None:
         emulation.close()
