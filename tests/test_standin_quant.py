@@ -98,3 +98,33 @@ def test_build_refuses_an_install_without_the_engine_flow(trtllm, store, tmp_pat
     assert _build(ckpt, tmp_path / "eng") == 1
     err = capsys.readouterr().err
     assert "installed without tensorrt_llm.commands.build" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("shape", [(2,), ()])
+def test_a_per_tensor_scale_of_another_shape_fails_the_load(trtllm, store, tmp_path, shape):  # noqa: F811
+    """FP8Linear declares its scales (1,) and upstream's Parameter.value asserts the exact shape
+    (tensorrt_llm/parameter.py): neither [2] nor a 0-D scale loads."""
+    ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, own=True, qformat="fp8")
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    name = "transformer.layers.0.attention.qkv.weights_scaling_factor"
+    t[name] = t[name].reshape(()).expand(shape).contiguous() if shape else t[name].reshape(())
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(RuntimeError, match=r"Updated: \(" + (f"{shape[0]}," if shape else "") + r"\), original: \(1,\)"
+                       + f".*'{name}'"):
+        _engine_model(ckpt)
+
+
+def test_shape_arithmetic_is_int64_and_a_slice_takes_one_type(trtllm):  # noqa: F811
+    """TensorRT 10's shape tensors are int64 (tensorrt_llm/functional.py shape); an int constant is int32 unless an
+    int64 input is beside it (constants_to_tensors_); a slice refuses an int32 start beside an int64 size."""
+    import tensorrt_llm.functional as F
+
+    x = F.Tensor("x", torch.arange(6, dtype=torch.int32))
+    n = F.shape(x, 0)
+    assert n.value.dtype == torch.int64 and n.value.dim() == 0
+    assert F.concat([0]).value.dtype == torch.int32 and F.concat([0, n]).value.dtype == torch.int64
+    assert F.slice(x, starts=[1], sizes=F.concat([n - 2])).value.tolist() == [1, 2, 3, 4]
+    with pytest.raises(TypeError, match="starts int32, sizes int64"):
+        F.slice(x, starts=F.concat([1]), sizes=F.concat([n - 2]))
+    with pytest.raises(TypeError, match="different types"):
+        F.concat([F.concat([1]), F.concat([n])])

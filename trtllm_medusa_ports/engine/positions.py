@@ -14,7 +14,8 @@ embedded at the root's position, and a batch of several fails on mismatched leng
 
 :func:`tree_position_ids` builds, with the network's own shape operations, ``position_ids`` of one entry per
 packed token: the context part as given, then for each generation request ``root + offsets``. It runs inside
-the engine graph (tensorrt_llm.functional), and on the stand-in numerically in the tests.
+the engine graph (tensorrt_llm.functional), and on the stand-in numerically in the tests. Its shape arithmetic is
+int64, as TensorRT 10's shape tensors are (tensorrt_llm/functional.py ``shape``, ``constants_to_tensors_``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def tree_position_ids(position_ids: Any, position_offsets: Any) -> Any:
     generation = F.shape(position_offsets, 0)  # 0-D: requests in the generation phase
     per_step = F.shape(position_offsets, 1)  # max_draft_len + 1
     context = F.shape(position_ids, 0) - generation
-    context_ids = F.slice(position_ids, starts=F.concat([0]), sizes=F.concat([context]))
+    # a static start beside the dynamic size: ``F.concat([0])`` would be an int32 start beside the int64 size that
+    # TensorRT 10's shape arithmetic gives, which its slice layer refuses (one type for start, size and stride)
+    context_ids = F.slice(position_ids, starts=[0], sizes=F.concat([context]))
     roots = F.slice(position_ids, starts=F.concat([context]), sizes=F.concat([generation]))
     tree = F.unsqueeze(roots, 1) + position_offsets  # [generation, per_step]: root position + depth
     return F.concat([context_ids, F.view(tree, F.concat([generation * per_step]))], dim=0)

@@ -5,11 +5,15 @@ layers and activations can be checked numerically (a weight layout, a fused MLP)
 ``swiglu`` splits the *rank-local* input in two, first half ``x``, second half ``gate``,
 and returns ``silu(gate) * x`` (functional.py ``swiglu``); ``gelu`` is the tanh form.
 
-The shape operations the engine adapters build position ids with compute on values as TensorRT would:
-``shape(x, dim)`` a 0-D int32 tensor; ``concat`` turns ints into 1-element constants and 0-D tensors into
-1-element ones (functional.py ``concat``); ``slice(input, starts, sizes)`` takes TensorRT's starts and *sizes*
-(1-D); ``unsqueeze`` / ``view`` reshape; ``+``, ``-`` and ``*`` broadcast a size-1 dimension. A symbolic tensor
-(no value) stays symbolic.
+The shape operations the engine adapters build position ids with compute on values as TensorRT 10 would, dtypes
+included: ``shape(x, dim)`` a 0-D **int64** tensor (TensorRT 10's IShapeLayer gives Int64; functional.py ``shape``
+gathers one entry of it); ``concat`` turns ints into 1-element int32 constants, or int64 ones when an input is int64
+(functional.py ``constants_to_tensors_``), and 0-D tensors into 1-element ones, and refuses tensors of two dtypes
+(a tensor input is never cast there, and TensorRT's concatenation takes one type); ``slice(input, starts, sizes)``
+takes TensorRT's starts and *sizes* (1-D), and where two of them are tensors they must have one type (TensorRT's
+ISliceLayer refuses an int32 start beside an int64 size); ``unsqueeze`` / ``view`` reshape; ``+``, ``-`` and ``*``
+broadcast a size-1 dimension, an int32 operand beside an int64 one cast to int64 (functional.py
+``elementwise_binary``). A symbolic tensor (no value) stays symbolic.
 """
 
 import builtins
@@ -140,23 +144,36 @@ def _ints(x):
 def shape(input, dim=None):
     if input.value is None:
         return Tensor(f"shape({input.name})")
-    dims = torch.tensor(list(input.value.shape), dtype=torch.int32)
+    dims = torch.tensor(list(input.value.shape), dtype=torch.int64)  # TensorRT 10: shape tensors are Int64
     return Tensor(f"shape({input.name})", dims if dim is None else dims[dim])
 
 
 def concat(inputs, dim=0):
-    parts = []
-    for i in inputs:
-        if isinstance(i, int):
-            parts.append(torch.tensor([i], dtype=torch.int32))
-        elif i.value is None:
-            return Tensor("concat(...)")
-        else:
-            parts.append(i.value.reshape(1) if i.value.dim() == 0 else i.value)
+    tensors = [i for i in inputs if not isinstance(i, int)]
+    if any(i.value is None for i in tensors):
+        return Tensor("concat(...)")
+    # constants_to_tensors_: ints become int32 constants, int64 ones when any input is int64 (or out of int32's
+    # range); tensor inputs are kept as they are
+    wide = any(i.value.dtype == torch.int64 for i in tensors) or any(
+        isinstance(i, int) and not -2 ** 31 <= i < 2 ** 31 for i in inputs)
+    parts = [torch.tensor([i], dtype=torch.int64 if wide else torch.int32) if isinstance(i, int) else
+             (i.value.reshape(1) if i.value.dim() == 0 else i.value) for i in inputs]
+    if len({p.dtype for p in parts}) > 1:
+        raise TypeError(f"concat: inputs of different types {sorted(str(p.dtype) for p in parts)} (TensorRT's "
+                        "concatenation takes one type; tensorrt_llm/functional.py concat casts none)")
     return Tensor("concat(...)", torch.cat(parts, dim=dim))
 
 
+def _same_shape_types(**args):
+    """TensorRT's ISliceLayer: its start, size and stride tensors are of one type (Int32 or Int64)."""
+    types = {k: v.value.dtype for k, v in args.items() if isinstance(v, Tensor) and v.value is not None}
+    if len(set(types.values())) > 1:
+        raise TypeError("slice: " + ", ".join(f"{k} {str(t).removeprefix('torch.')}" for k, t in types.items())
+                        + ": TensorRT's slice layer takes its start, size and stride tensors of one type")
+
+
 def slice(input, starts, sizes, strides=None, mode=None, fill_value=None):
+    _same_shape_types(starts=starts, sizes=sizes, strides=strides)
     begin, size = _ints(starts), _ints(sizes)
     if input.value is None or begin is None or size is None:
         return Tensor(f"slice({input.name})")

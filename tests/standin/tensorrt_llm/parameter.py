@@ -2,7 +2,8 @@
 
 A parameter made with a ``shape`` and no value is *not inited*: ``PretrainedModel.load``
 requires it. One made with a value (rotary tables) is inited and never required.
-Assigning ``.value`` asserts the shape (``Parameter.value`` setter).
+Assigning ``.value`` asserts the shape, exactly (``Parameter.value`` setter: ``v.shape == self._shape``, so a
+per-tensor scale declared ``(1,)`` takes neither ``[2]`` nor a 0-D value).
 """
 
 
@@ -33,7 +34,7 @@ class Parameter:
     @value.setter
     def value(self, v):
         shape = tuple(v.shape)
-        if shape != self._shape and not (all(s == 1 for s in self._shape) and v.numel() == 1):
+        if shape != self._shape:  # exactly: a [2] or 0-D scale for a (1,) parameter is refused too
             raise AssertionError(f"The value updated is not the same shape as the original. "
                                  f"Updated: {shape}, original: {self._shape}")
         # quantized parameters: a value of another type does not become an int8 / fp8 weight of a
