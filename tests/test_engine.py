@@ -756,9 +756,12 @@ def test_standin_catches_a_damaged_quantized_checkpoint(trtllm, store, tmp_path,
         assert needle in err and ours not in err, err
 
 
-#: what our validation (files/checkpoint.py check_medusa_excluded, quant quantized_layer_problems) says first
+#: what our validation (files/checkpoint.py check_medusa_excluded, quant quantized_layer_problems, quant/engine_load.py
+#: load_problems) says first
 OUR_REFUSAL = {"quantize-heads": "would be built as a quantized layer", "drop-scale": "without activation_scaling_factor",
-               "rename-scale": "without activation_scaling_factor", "scale-shape": None,
+               "rename-scale": "without activation_scaling_factor",
+               "scale-shape": "activation_scaling_factor is float32 [2], but FP8Linear (tensorrt_llm/quantization/"
+                              "layers.py) declares it float32 [1]",
                "weight-not-fp8": "qkv.weight is float16"}
 
 

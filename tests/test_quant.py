@@ -2,11 +2,13 @@
 verify failing on a wrong scale (trtllm_medusa_ports/quant)."""
 
 import json
+import re
 
 import pytest
 import torch
 from conftest import assert_proven, built_once, convert_to, run_store, tiny_base
 from safetensors.torch import load_file, save_file
+from test_engine import trtllm  # noqa: F401  (the stand-in fixture)
 
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.cli import main
@@ -330,13 +332,12 @@ def _tool_checkpoint(src, out, *, store_weight_only=None):
 
 
 @pytest.mark.parametrize("flags, stored", [(dict(qformat="fp8", kv_cache_dtype="fp8"), None),
-                                           (dict(qformat="int8_wo"), "unplugged"),
                                            (dict(qformat="int8_wo"), "processed"),
                                            (dict(qformat="int4_wo", int8_kv_cache=True), "processed")])
 def test_heads_added_to_a_tool_quantized_base_keep_its_bytes_and_verify(tmp_path, store, flags, stored):
-    """The base's bytes are kept; verify reads them as their writer stored them: ModelOpt's FP8 with k/v scales, a
-    --disable_weight_only_quant_plugin base's transposed float weights, and refuses the GPU-specific int8 bytes a
-    family's converter stores by default (reading them as a plain [in, out] matrix would be silently wrong)."""
+    """The base's bytes are kept; verify reads them as their writer stored them: ModelOpt's FP8 with k/v scales, and
+    refuses the GPU-specific int8 bytes a family's converter stores by default (reading them as a plain [in, out]
+    matrix would be silently wrong)."""
     from trtllm_medusa_ports.errors import CheckpointError
 
     base = tiny_base(store, "LlamaForCausalLM", **WIDE)
@@ -371,6 +372,55 @@ def test_heads_added_to_a_tool_quantized_base_keep_its_bytes_and_verify(tmp_path
     if QuantSpec.from_config(cfg).needs_calibration:  # a tool's scales with no calibration given: not re-derived
         assert "records no calibration" in rep.quant_scales_not_rederived and rep.ok
         assert not verify(base, out, medusa_choices=TREE, max_new_tokens=8).ok
+
+
+def _unplugged(ckpt, out):
+    """A copy of one of our W8A16 checkpoints with every decoder weight as a family's convert_checkpoint.py
+    --disable_weight_only_quant_plugin stores it: the transposed float weight [in, out] beside its per_channel_scale."""
+    out.mkdir()
+    (out / "config.json").write_text((ckpt / "config.json").read_text())
+    for f in sorted(ckpt.glob("rank*.safetensors")):
+        t = load_file(str(f))
+        for n in [n for n in t if weight_only_quantized(n, EXCLUDE_MODULES)]:
+            t[n[: -len("weight")] + "per_channel_scale"] = weight_only_quantize(t[n], "W8A16")[1]
+            t[n] = t[n].T.contiguous()
+        save_file(t, str(out / f.name), metadata={"format": "pt"})
+    return out
+
+
+def test_a_float_weight_beside_its_per_channel_scale_is_refused_as_the_build_would_fail_on_it(
+        tmp_path, store, capsys, trtllm, monkeypatch):  # noqa: F811
+    """TensorRT-LLM 1.2's build re-quantizes every float weight under W8A16 at load, reading the stored [in, out] as
+    [out, in] (tensorrt_llm/models/modeling_utils.py preprocess_weights): convert --base_checkpoint_dir, verify and
+    build refuse such a base, naming the tensor, and the stand-in's build indeed fails on it."""
+    from test_engine import _build
+
+    from trtllm_medusa_ports.errors import CheckpointError
+
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    ours = convert_to(tmp_path / "ours", base, _heads(tmp_path, "LlamaForCausalLM", 128), tp_size=2,
+                      dtype="float16", qformat="int8_wo")
+    tool = _tool_checkpoint(ours, tmp_path / "tool", store_weight_only="unplugged")
+    assert main(["convert", "--base_checkpoint_dir", str(tool), "--medusa_model_dir",
+                 str(_heads(tmp_path / "h", "LlamaForCausalLM", 128)), "--output_dir", str(tmp_path / "ported"),
+                 "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"rank 0: transformer\.layers\.0\.(attention\.(qkv|dense)|mlp\.(fc|gate|proj))\.weight is a "
+                     r"float16 weight \[\d+, \d+\] stored beside its per_channel_scale under W8A16", err), err
+    assert "reading it as [out, in]" in err
+    assert "--qformat int8_wo" in err and not (tmp_path / "ported").exists()
+    unplugged = _unplugged(ours, tmp_path / "unplugged")
+    with pytest.raises(CheckpointError, match="stored beside its per_channel_scale under W8A16") as e:
+        verify(base, unplugged, medusa_choices=TREE, max_new_tokens=4)
+    assert "preprocess_weights" in e.value.what and "--qformat int8_wo" in e.value.fix
+    assert _build(unplugged, tmp_path / "eng") == 1
+    assert "stored beside its per_channel_scale" in capsys.readouterr().err
+    import trtllm_medusa_ports.engine.build as build_mod
+    from trtllm_medusa_ports.files.jsonfile import read_json
+
+    monkeypatch.setattr(build_mod, "read_checkpoint_config", lambda d: read_json(d / "config.json", ValueError, fix=""))
+    assert _build(unplugged, tmp_path / "eng2") == 1  # past our rule, upstream's load (the stand-in's) fails too
+    assert "not the same shape" in capsys.readouterr().err
 
 
 def test_tool_quantized_base_refusals(tmp_path, store, capsys):
@@ -727,3 +777,23 @@ def test_kv_scales_are_measured_on_the_cached_keys_and_their_damage_is_seen(tmp_
     bad = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6, max_quant_error=limit)
     assert bad.quant_effect["max_abs_diff"] > limit and bad.quant_error_exceeded and not bad.ok
     assert bad.quant_scale_mismatches  # and the scale itself is not the re-derived one
+
+
+@pytest.mark.parametrize("tensor, shape", [("transformer.layers.0.attention.qkv.weights_scaling_factor", (2,)),
+                                           ("transformer.layers.1.mlp.proj.activation_scaling_factor", ()),
+                                           ("transformer.layers.0.attention.kv_cache_scaling_factor", (1, 1))])
+def test_verify_refuses_a_per_tensor_scale_the_engine_would_not_load(tmp_path, store, tensor, shape):
+    """FP8Linear and a quantized KV cache declare their scales float32 (1,), and the engine's load asserts the exact
+    shape (tensorrt_llm/parameter.py): verify, which computed with the first value, said OK for a [2] scale."""
+    from trtllm_medusa_ports.errors import CheckpointError
+
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    ckpt = convert_to(tmp_path / "fp8", base, _heads(tmp_path, "LlamaForCausalLM", 128), dtype="float16",
+                      qformat="fp8", kv_cache_dtype="fp8",
+                      calib_dataset=_calib(tmp_path, tiny_config("LlamaForCausalLM").vocab_size), calib_size=6)
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    t[tensor] = t[tensor].reshape(()).expand(shape).contiguous() if shape else t[tensor].reshape(())
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=re.escape(f"{tensor} is float32 {list(shape)}, but ")) as e:
+        verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert "declares it float32 [1]" in e.value.what and "float32 [1]" in e.value.fix

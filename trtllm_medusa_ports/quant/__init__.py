@@ -213,28 +213,8 @@ def weight_only_dequantized(w: torch.Tensor, algo: str) -> torch.Tensor:
     return q.float() * scale.float()[..., None]
 
 
-def unplugged_weight_only(w_in_out: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The float32 ``[out, in]`` weight of a W8A16 checkpoint a family's ``convert_checkpoint.py`` wrote with
-    ``--disable_weight_only_quant_plugin``: it stores the transposed float weight ``[in, out]`` and the
-    ``per_channel_scale`` ``[out]`` (``models/<family>/convert.py`` ``get_tllm_linear_weight``), and the engine
-    quantizes in the graph with that scale (``functional.py`` ``weight_only_quant_matmul`` without the plugin:
-    TensorRT's quantize, nearest even, saturated to int8), then dequantizes to the model dtype."""
-    return in_graph_weight_only(w_in_out.T, scale.reshape(-1), dtype)
-
-
-def in_graph_weight_only(w: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``[out, in]`` float weight quantized in the graph with its ``[out]`` scale (TensorRT's quantize: nearest even,
-    saturated to int8) and dequantized to ``dtype``, as float32 (a zero scale gives zeros)."""
-    import torch
-
-    s = scale.float().reshape(-1, 1)
-    safe = torch.where(s == 0, torch.ones_like(s), s)
-    q = torch.where(s == 0, torch.zeros_like(w, dtype=torch.float32), torch.round(w.float() / safe).clamp(-128, 127))
-    return (q * s).to(dtype).float().contiguous()
-
-
 def stored_weight_only_refusal(name: str) -> str:
-    """Why int8 weight-only bytes a family's converter wrote cannot be read back (see :func:`unplugged_weight_only`)."""
+    """Why int8 weight-only bytes a family's converter wrote cannot be read back."""
     return (f"{name} is stored int8 beside its per_channel_scale: a family's convert_checkpoint.py stores what "
             "torch.ops.trtllm.symmetric_quantize_last_axis_of_batched_matrix returns, bytes already permuted and "
             "interleaved for the mixed-precision GEMM of the GPU it ran on (preprocess_weights_for_mixed_gemm, by SM "
@@ -243,8 +223,10 @@ def stored_weight_only_refusal(name: str) -> str:
 
 
 STORED_WEIGHT_ONLY_FIX = ("verify the float base converted here (trtllm-medusa convert --qformat int8_wo / int4_wo "
-                          "writes float weights TensorRT-LLM quantizes at load), or a checkpoint written with "
-                          "--disable_weight_only_quant_plugin (INT8: a transposed float weight, read here)")
+                          "writes float [out, in] weights without scales, which TensorRT-LLM quantizes at load); a "
+                          "family's convert_checkpoint.py --disable_weight_only_quant_plugin checkpoint is no way round "
+                          "it: TensorRT-LLM 1.2's build re-quantizes its transposed float weights and fails to load "
+                          "them (quant/engine_load.py)")
 
 
 #: quant_algo values the reference executor computes exactly

@@ -35,11 +35,9 @@ from trtllm_medusa_ports.quant import (
     fp8_scale,
     fp8_weight,
     fp8_weight_value,
-    in_graph_weight_only,
     kv_scale,
     scale_members,
     weight_only_dequantized,
-    weight_only_quantize,
     weight_only_quantized,
 )
 from trtllm_medusa_ports.quant.calibrate import hf_linears
@@ -128,20 +126,10 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
                 rank, local = _where(mapping, n_layers, lin.layer)
                 if not weight_only_quantized(f"transformer.layers.{local}.{lin.short}.weight", exclude):
                     continue
-                base = f"transformer.layers.{local}.{lin.short}"
-                unplugged = ckpt.has(rank, base + ".per_channel_scale")  # --disable_weight_only_quant_plugin
                 for name in lin.modules:
                     w = modules[name].weight
                     pieces = mapping.tp_size if lin.split is Split.ROW else 1
-                    w.copy_(_weight_only_by_slices(w.data, pieces, dtype, spec.quant_algo, unplugged))
-                if unplugged:  # the converter's scales against symmetric_quantize's of the transformers weights
-                    for r in mapping.stage_ranks(mapping.pp_rank(rank)):
-                        stored = ckpt.tensor(r, base + ".weight").T  # [out, in] of this rank
-                        want = weight_only_quantize(stored, spec.quant_algo)[1].float()
-                        got = ckpt.tensor(r, base + ".per_channel_scale").float().reshape(-1)
-                        i = int(((got - want).abs() / want.abs().clamp_min(1e-30)).argmax())
-                        compare(f"rank{r} {base}.per_channel_scale (worst of {got.numel()})", float(got[i]),
-                                float(want[i]))
+                    w.copy_(_weight_only_by_slices(w.data, pieces, dtype, spec.quant_algo))
         if spec.weight_only and adapter.num_experts(hf) > 1:
             _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, str(model_dir),
                                  layers)
@@ -321,18 +309,10 @@ def _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_laye
         p.copy_(_weight_only_by_slices(p.data, pieces, dtype, spec.quant_algo))
 
 
-def _weight_only_by_slices(w: torch.Tensor, pieces: int, dtype: torch.dtype, algo: str,
-                           in_graph: bool = False) -> torch.Tensor:
+def _weight_only_by_slices(w: torch.Tensor, pieces: int, dtype: torch.dtype, algo: str) -> torch.Tensor:
     """``w`` (``[..., out, in]``) as the weight-only GEMMs multiply by it when each of ``pieces`` ranks quantizes its
-    slice of the input features (row-parallel layers; 1 for the others), rounded to the checkpoint dtype first;
-    ``in_graph``: quantized in the graph as a --disable_weight_only_quant_plugin build does (quant/__init__.py
-    ``in_graph_weight_only``, with symmetric_quantize's scale)."""
-    def one(c: torch.Tensor) -> torch.Tensor:
-        c = c.to(dtype)
-        if in_graph:
-            return in_graph_weight_only(c, weight_only_quantize(c, algo)[1], dtype)
-        return weight_only_dequantized(c, algo)
-    return torch.cat([one(c) for c in w.chunk(pieces, dim=-1)], dim=-1)
+    slice of the input features (row-parallel layers; 1 for the others), rounded to the checkpoint dtype first."""
+    return torch.cat([weight_only_dequantized(c.to(dtype), algo) for c in w.chunk(pieces, dim=-1)], dim=-1)
 
 
 def _recorded_samples(record: dict, model_dir) -> list[list[int]] | str:

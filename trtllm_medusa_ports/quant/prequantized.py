@@ -39,6 +39,7 @@ from trtllm_medusa_ports.quant import (
     kv_scale_problems,
     quantized_layer_problems,
 )
+from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
 
 #: quant_algo values of NVIDIA's tools a Medusa port keeps (tensorrt_llm/quantization/mode.py QuantAlgo)
@@ -113,7 +114,8 @@ def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> list[str]
     always in the checkpoint dtype (embedding, lm_head, norms) in config.json's ``dtype`` (the heads are written in
     it), lm_head's shape against ``hidden_size`` and ``vocab_size``, every scale finite, every quantized linear
     holding the weight and scales its ``quant_algo`` declares (``exclude``: the exclude_modules the output carries),
-    a KV cache scale in every attention layer under a quantized KV cache. Returns the warnings (a float weight
+    a KV cache scale in every attention layer under a quantized KV cache, and what the build's load refuses
+    (quant/engine_load.py: a float weight beside its per_channel_scale, a scale of another shape). Returns the warnings (a float weight
     where the layer takes a quantized one: verify refuses it)."""
     cfg = ckpt.config
     dtype, hidden, vocab = cfg["dtype"], cfg["hidden_size"], cfg["vocab_size"]
@@ -160,6 +162,9 @@ def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> list[str]
             f"{att} has no KV cache scale (kv_cache_scaling_factor, or k_cache_ and v_cache_scaling_factor), but "
             f"kv_cache_quant_algo is {quant['kv_cache_quant_algo']}: the engine would quantize its cache with a "
             "scale nobody measured", where=str(files[r]), fix="pass the checkpoint as the quantizing tool wrote it")
+    # what TensorRT-LLM's build does to these rank files before it loads them, under the list the output carries
+    for p in load_problems(ckpt.ranks, {**cfg, "quantization": {**quant, "exclude_modules": exclude}}):
+        raise CheckpointError(p.message, where=str(files[p.rank]), fix=p.fix)
     return warnings
 
 

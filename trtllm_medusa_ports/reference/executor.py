@@ -57,10 +57,10 @@ from trtllm_medusa_ports.quant import (
     kv_quantized,
     quantized_layer_problems,
     stored_weight_only_refusal,
-    unplugged_weight_only,
     weight_only_dequantized,
     weight_only_quantized,
 )
+from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.quant.tool_formats import (
     SQ,
     TOOL_ALGOS,
@@ -253,6 +253,7 @@ class ReferenceModel:
         #: where set (a list), each MoE layer call appends (tokens, distinct experts chosen): verify's count
         self.moe_activity: list[tuple[int, int]] | None = None
         self._check_stored_weight_only()
+        self._check_engine_load()
         self._check_quantized_layers()
         self._check_replicas()
         self._check_finite()
@@ -276,16 +277,18 @@ class ReferenceModel:
         for r in range(self.mapping.world_size):
             for name, t in self.ckpt.ranks[r].items():
                 scale = name[: -len("weight")] + "per_channel_scale"
-                if name.endswith(".weight") and self.has(r, scale):
-                    if t.dtype_name == "int8":
-                        raise CheckpointError(stored_weight_only_refusal(name), where=str(self.ckpt.path),
-                                              fix=STORED_WEIGHT_ONLY_FIX)
-                    if self.quant.quant_algo != "W8A16":
-                        raise CheckpointError(
-                            f"{name} is a float weight beside its per_channel_scale under {self.quant.quant_algo}: "
-                            "the INT4 graph a --disable_weight_only_quant_plugin build makes of it is not one this "
-                            "executor computes (only INT8's quantize/dequantize was read upstream)",
-                            where=str(self.ckpt.path), fix=STORED_WEIGHT_ONLY_FIX)
+                if name.endswith(".weight") and self.has(r, scale) and t.dtype_name == "int8":
+                    raise CheckpointError(stored_weight_only_refusal(name), where=str(self.ckpt.path),
+                                          fix=STORED_WEIGHT_ONLY_FIX)
+
+    def _check_engine_load(self) -> None:
+        """What TensorRT-LLM's build does to the rank files before it builds - ``preprocess_weights``, then every
+        parameter's exact declared shape (quant/engine_load.py) - refuses nothing here: verify proves only what the
+        engine would load."""
+        problems = load_problems(self.ckpt.ranks, self.config)
+        if problems:
+            p = problems[0]
+            raise CheckpointError(p.message, where=str(self.ckpt.path / f"rank{p.rank}.safetensors"), fix=p.fix)
 
     # -- tensors ---------------------------------------------------------------------
     def stage_ranks(self, pp_rank: int) -> list[int]:
@@ -318,12 +321,9 @@ class ReferenceModel:
         """Tensor ``name`` of ``rank`` as the engine multiplies by it, in float32 (dequantized where stored
         quantized)."""
         t = self.ckpt.tensor(rank, name)
-        scale_name = name[: -len("weight")] + "per_channel_scale"
         if self.quant.quant_algo in TOOL_ALGOS and t.dtype == torch.int8:
             linear = name[: -len(".weight")]
             t, _, _ = effective_weight(self.quant.quant_algo, self.tool_tensors(rank, linear), self.dtype)
-        elif self.quant.weight_only and self.has(rank, scale_name):  # a family's convert_checkpoint.py
-            t = unplugged_weight_only(t, self.ckpt.tensor(rank, scale_name), self.dtype)
         elif self.quant.weight_only and weight_only_quantized(name, self.exclude):
             t = weight_only_dequantized(t, self.quant.quant_algo)
         elif t.dtype == torch.float8_e4m3fn:

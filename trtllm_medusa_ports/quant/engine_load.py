@@ -1,0 +1,183 @@
+"""What TensorRT-LLM's build does to a checkpoint's rank files before it builds, and whether the engine can load them.
+
+``trtllm-build`` never takes the tensors as they are: every rank goes through ``PretrainedModel.from_checkpoint``,
+which runs ``preprocess_weights(weights, config)`` and then ``model.load(weights)``
+(tensorrt_llm/models/modeling_utils.py, 1.2). This module models both on the rank files' headers (names, shapes,
+dtypes; no tensor is read), so that ``verify``, ``convert --base_checkpoint_dir`` and ``build`` refuse what the
+engine would not load, naming the tensor:
+
+* ``preprocess_weights``: ModelOpt's ``k_cache_scaling_factor`` needs its ``v_cache_scaling_factor`` (the two become
+  one ``kv_cache_scaling_factor``) and every KV scale gets its reciprocal; FP8 views int8 weights as float8_e4m3fn;
+  W8A16 / W4A16 re-quantize **every float weight** whose name holds ``qkv.weight``, ``dense.weight``, ``fc.weight``,
+  ``proj.weight`` or ``gate.weight`` and no ``exclude_modules`` pattern matches (``fnmatchcase`` on the tensor name;
+  none given: ``*shared_expert_gate.weight``), reading it as ``[out, in]`` and writing its ``per_channel_scale``
+  (tensorrt_llm/models/convert_utils.py ``weight_only_quantize_dict``). So a float weight stored ``[in, out]`` beside a
+  ``per_channel_scale`` - what a family's ``convert_checkpoint.py --disable_weight_only_quant_plugin`` writes - is
+  re-quantized transposed and its scale replaced: the load fails on the shape, or, for a square weight, loads the
+  transpose.
+* ``load``: each parameter takes a value of exactly its declared shape (tensorrt_llm/parameter.py ``Parameter.value``
+  asserts ``v.shape == self._shape``). The quantized layers declare (tensorrt_llm/quantization/layers.py):
+  ``WeightOnlyQuantColumnLinear`` / ``RowLinear`` pad in and out features up to a multiple of ``64 x tp_size``, then
+  ``weight`` int8 ``[in, out x bits / 8]`` and ``per_channel_scale`` ``[out]`` of the rank's part; ``FP8Linear`` /
+  ``FP8RowLinear`` ``weight`` float8 ``[out, in]``, ``weights_scaling_factor`` and ``activation_scaling_factor``
+  float32 ``(1,)``; a quantized KV cache gives every ``Attention`` ``kv_cache_scaling_factor`` and
+  ``kv_cache_rcp_scaling_factor`` float32 ``(1,)`` (tensorrt_llm/quantization/quantize.py ``kv_cache_quantize``).
+
+Not modelled: the AWQ / GPTQ / SmoothQuant layers' own shapes (``preprocess_weights_for_mixed_gemm`` runs on the
+build's GPU), and experts (3-D), whose weight-only layout has no padding rule to check.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from trtllm_medusa_ports.quant import BITS, WEIGHT_ONLY_NAMES, is_excluded, linear_of
+
+#: weight_only_quantize_dict's own exclusions when the checkpoint gives none (tensorrt_llm/models/convert_utils.py)
+LOAD_QUANTIZER_DEFAULT_EXCLUDE = ("*shared_expert_gate.weight",)
+#: the rank-local features the quantized layers pad to a multiple of (tensorrt_llm/quantization/layers.py)
+WEIGHT_ONLY_PAD = 64
+_COLUMN = ("attention.qkv", "mlp.fc", "mlp.gate")
+SCALE_SHAPE_FIX = ("write each per-tensor scale as float32 [1], as ModelOpt's export does, or quantize the base again "
+                   "with the tool that wrote it")
+WEIGHT_ONLY_PAD_FIX = ("convert with a --tp_size that makes every width a multiple of 64 x tp_size (trtllm-medusa check "
+                       "says which), or in a format without padding (float, FP8)")
+STORED_FLOAT_WEIGHT_ONLY_FIX = (
+    "convert the float base with trtllm-medusa convert --qformat int8_wo (or int4_wo): it writes float [out, in] "
+    "weights without scales, which TensorRT-LLM quantizes at load as this rule describes; a checkpoint a family's "
+    "convert_checkpoint.py wrote with --disable_weight_only_quant_plugin does not build with TensorRT-LLM 1.2")
+
+
+@dataclass(frozen=True)
+class Header:
+    """A tensor as the build's load sees it after ``preprocess_weights``: its shape and dtype name."""
+
+    shape: tuple[int, ...]
+    dtype_name: str
+
+
+@dataclass(frozen=True)
+class LoadProblem:
+    rank: int
+    name: str
+    message: str
+    fix: str
+
+
+def load_quantized(name: str, exclude: list[str] | None) -> bool:
+    """Whether ``weight_only_quantize_dict`` re-quantizes this tensor at load (when it is not int8 already)."""
+    patterns = LOAD_QUANTIZER_DEFAULT_EXCLUDE if exclude is None else exclude
+    return any(s in name for s in WEIGHT_ONLY_NAMES) and not any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def preprocessed(rank: int, tensors: dict, quantization: dict) -> tuple[dict[str, Header], list[LoadProblem]]:
+    """``preprocess_weights`` on one rank's headers (``tensors``: name -> anything with ``shape`` and ``dtype_name``):
+    the tensors the load then sees, and what it refuses on the way (see the module doc)."""
+    out = {n: Header(tuple(int(s) for s in t.shape), t.dtype_name) for n, t in tensors.items()}
+    problems = []
+    for name in [n for n in out if n.endswith(".k_cache_scaling_factor")]:
+        v = name.replace("k_cache_scaling_factor", "v_cache_scaling_factor")
+        if v not in out:
+            problems.append(LoadProblem(rank, name, f"rank {rank}: {name} has no {v}: the build merges the two into "
+                                        "kv_cache_scaling_factor and asserts both are there "
+                                        "(tensorrt_llm/models/modeling_utils.py preprocess_weights)",
+                                        "pass the checkpoint as the quantizing tool wrote it, both scales beside "
+                                        "each other"))
+            continue
+        out[name.replace("k_cache_scaling_factor", "kv_cache_scaling_factor")] = out.pop(name)
+        out.pop(v)
+    for name in [n for n in out if n.endswith(".kv_cache_scaling_factor")]:
+        out.setdefault(name.replace("kv_cache_scaling_factor", "kv_cache_rcp_scaling_factor"), out[name])
+    algo = quantization.get("quant_algo")
+    if algo == "FP8":
+        for name, h in list(out.items()):
+            if name.endswith("weight") and h.dtype_name == "int8":
+                out[name] = Header(h.shape, "float8_e4m3fn")
+        if "lm_head.weight" in out and out["lm_head.weight"].dtype_name != "float8_e4m3fn":
+            out.pop("lm_head.weights_scaling_factor", None)
+            out.pop("lm_head.activation_scaling_factor", None)
+    elif algo in BITS:
+        exclude = quantization.get("exclude_modules")
+        for name, h in list(out.items()):
+            if h.dtype_name == "int8" or not load_quantized(name, exclude) or len(h.shape) < 2:
+                continue
+            scale = name.removesuffix(".weight") + ".per_channel_scale"
+            if scale in tensors:
+                problems.append(LoadProblem(rank, name, (
+                    f"rank {rank}: {name} is a {h.dtype_name} weight {list(h.shape)} stored beside its "
+                    f"per_channel_scale under {algo}: TensorRT-LLM's build re-quantizes every float weight at load "
+                    "(tensorrt_llm/models/modeling_utils.py preprocess_weights -> models/convert_utils.py "
+                    "weight_only_quantize_dict), reading it as [out, in] and replacing the stored scale; a "
+                    "--disable_weight_only_quant_plugin checkpoint stores it [in, out], so the engine would fail "
+                    "to load it, or, for a square weight, load its transpose"), STORED_FLOAT_WEIGHT_ONLY_FIX))
+            *batch, rows, cols = h.shape
+            out[name] = Header((*batch, cols, rows * BITS[algo] // 8), "int8")
+            out[scale] = Header((*batch, rows), h.dtype_name)
+    return out, problems
+
+
+def _padded(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def declared_weight_only(linear: str, out_local: int, in_local: int, tp: int, bits: int) -> dict[str, tuple]:
+    """The shapes ``WeightOnlyQuant{Column,Row}Linear`` declares for a rank's part of ``linear`` whose float weight is
+    ``[out_local, in_local]``: features padded globally to a multiple of 64 x tp, then split."""
+    multiple = WEIGHT_ONLY_PAD * tp
+    if linear.endswith(_COLUMN):
+        out_l, in_l = _padded(out_local * tp, multiple) // tp, _padded(in_local, multiple)
+    else:
+        out_l, in_l = _padded(out_local, multiple), _padded(in_local * tp, multiple) // tp
+    return {"weight": (in_l, out_l * bits // 8), "per_channel_scale": (out_l,)}
+
+
+def load_problems(ranks: list[dict], config: dict) -> list[LoadProblem]:
+    """Everything the build's load path (module doc) refuses in these rank files, in rank order."""
+    quantization = config.get("quantization") or {}
+    algo, kv_algo = quantization.get("quant_algo"), quantization.get("kv_cache_quant_algo")
+    exclude = quantization.get("exclude_modules")
+    tp = int((config.get("mapping") or {}).get("tp_size", 1))
+    out: list[LoadProblem] = []
+    for rank, tensors in enumerate(ranks):
+        loaded, problems = preprocessed(rank, tensors, quantization)
+        out += problems
+        for name, h in loaded.items():
+            linear = linear_of(name)
+            if linear is None or name != linear + ".weight" or is_excluded(linear, exclude) or len(h.shape) != 2:
+                continue
+            if algo in BITS and h.dtype_name == "int8" and tensors[name].dtype_name != "int8":
+                rows, cols = tensors[name].shape  # the float weight the load quantized: [out, in]
+                want = declared_weight_only(linear, rows, cols, tp, BITS[algo])
+                for part, shape in want.items():
+                    got = loaded.get(f"{linear}.{part}")
+                    if got is not None and got.shape != shape:
+                        out.append(LoadProblem(rank, f"{linear}.{part}", (
+                            f"rank {rank}: {linear}.{part} loads as {list(got.shape)}, but the engine's "
+                            f"{'WeightOnlyQuantColumnLinear' if linear.endswith(_COLUMN) else 'WeightOnlyQuantRowLinear'}"
+                            f" declares {list(shape)}: its features are padded to a multiple of 64 x tp_size = "
+                            f"{WEIGHT_ONLY_PAD * tp} (tensorrt_llm/quantization/layers.py) and the load asserts the "
+                            "exact shape (tensorrt_llm/parameter.py)"), WEIGHT_ONLY_PAD_FIX))
+            if algo == "FP8":
+                out += _exact(rank, loaded, linear, ("weights_scaling_factor", "activation_scaling_factor"),
+                              "FP8Linear (tensorrt_llm/quantization/layers.py)")
+        if kv_algo:
+            for name in loaded:
+                if name.endswith(".attention.qkv.weight"):
+                    out += _exact(rank, loaded, name.removesuffix(".qkv.weight"),
+                                  ("kv_cache_scaling_factor", "kv_cache_rcp_scaling_factor"),
+                                  "a quantized KV cache's Attention (tensorrt_llm/quantization/quantize.py)")
+    return out
+
+
+def _exact(rank: int, loaded: dict[str, Header], module: str, scales: tuple[str, ...], who: str) -> list[LoadProblem]:
+    """The per-tensor scales ``who`` declares float32 ``(1,)``, where given, against what loads."""
+    out = []
+    for s in scales:
+        got = loaded.get(f"{module}.{s}")
+        if got is not None and (got.shape != (1,) or got.dtype_name != "float32"):
+            out.append(LoadProblem(rank, f"{module}.{s}", (
+                f"rank {rank}: {module}.{s} is {got.dtype_name} {list(got.shape)}, but {who} declares it float32 "
+                "[1], and the engine's load asserts the exact shape (tensorrt_llm/parameter.py Parameter.value)"),
+                SCALE_SHAPE_FIX))
+    return out
