@@ -124,6 +124,53 @@ def pytest_collection_finish(session):
 
 def pytest_runtest_setup(item):
     _HANDED.clear()
+    _STATE.build_proven = item.get_closest_marker("builds_what_verify_proves") is not None
+
+
+# -- verify OK means the engine builds: every checkpoint the marked modules (family-wide, quantized) verify OK is
+# -- built on the stand-in (tests/standin) right there, so no list of checkpoints is kept by hand
+def pytest_collectstart(collector):
+    """Before the first test module is imported (in each process that collects: not pytest-xdist's controller), the
+    package's ``verify`` is wrapped, so that ``from trtllm_medusa_ports.verify import verify`` gets the wrapper."""
+    if isinstance(collector, pytest.Module) and not getattr(_STATE, "verify_wrapped", False):
+        _STATE.verify_wrapped = True
+        import trtllm_medusa_ports.verify as package
+        from trtllm_medusa_ports.verify import run
+
+        package.verify = run.verify = _building_after(run.verify)
+
+
+def _building_after(verify: Callable) -> Callable:
+    import functools
+
+    @functools.wraps(verify)
+    def verify_then_build(model_dir, checkpoint_dir, **kw):
+        rep = verify(model_dir, checkpoint_dir, **kw)
+        if rep.ok and getattr(_STATE, "build_proven", False):
+            assert_builds_on_standin(checkpoint_dir, kw.get("gemm_plugin", "auto"))
+        return rep
+    return verify_then_build
+
+
+def assert_builds_on_standin(checkpoint_dir, gemm_plugin: str = "auto") -> None:
+    """``trtllm-medusa build`` of the checkpoint against the stand-in of TensorRT-LLM 1.2's build route succeeds
+    (``--allow_unsupported``: the float16-range rule, which verify judges on the activations it measured); a format
+    the stand-in does not model (AWQ, SmoothQuant: tests/standin/LEDGER.md) is not judged."""
+    import contextlib
+    import io
+
+    from standin_import import standin_installed
+
+    from trtllm_medusa_ports.cli import main
+
+    err = io.StringIO()
+    with tempfile.TemporaryDirectory(prefix="standin-engine-") as out, standin_installed(), \
+            contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(["build", "--checkpoint_dir", str(checkpoint_dir), "--output_dir", str(Path(out) / "engine"),
+                   "--gemm_plugin", gemm_plugin, "--allow_unsupported"])
+    if rc != 0 and "NotImplementedError: the stand-in does not model quant_algo" in err.getvalue():
+        return
+    assert rc == 0, f"verify proved {checkpoint_dir}, but its build on the stand-in fails:\n{err.getvalue()}"
 
 
 @pytest.hookimpl(trylast=True)

@@ -11,6 +11,7 @@ Python itself does with a ``.pyc``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -83,3 +84,30 @@ def standin_file(relative: str, name: str):
     module = importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, path, loader=loader))
     loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def standin_installed():
+    """A pristine stand-in importable as ``tensorrt_llm`` for the block (fresh modules, ``CALLS`` and our engine class
+    registry empty), and nothing of it left after; inside a block already holding one, that one is used as it is."""
+    from trtllm_medusa_ports.engine import registry as engine_registry
+
+    if FINDER in sys.meta_path:
+        import tensorrt_llm
+
+        yield tensorrt_llm
+        return
+    drop_standin()
+    engine_registry._BUILT.clear()
+    sys.path.insert(0, str(STANDIN))
+    install_finder()
+    try:
+        import tensorrt_llm
+
+        tensorrt_llm.CALLS.clear()
+        yield tensorrt_llm
+    finally:
+        remove_finder()
+        sys.path.remove(str(STANDIN))
+        drop_standin()
+        engine_registry._BUILT.clear()

@@ -19,7 +19,7 @@ import pytest
 import torch
 from conftest import built_once, convert_to, run_store, tiny_base
 from safetensors.torch import load_file, save_file
-from standin_import import STANDIN, drop_standin, install_finder, remove_finder
+from standin_import import drop_standin, standin_installed
 
 from trtllm_medusa_ports.archs import adapter_for, registry
 from trtllm_medusa_ports.archs.registry import family_test_cases
@@ -38,24 +38,11 @@ _drop_trtllm = drop_standin
 
 
 @pytest.fixture
-def trtllm(monkeypatch):
+def trtllm():
     """A pristine stand-in for each test (fresh modules, CALLS and our class registry empty), imported through
     tests/standin_import.py's finder, which compiles each file once per process instead of once per test."""
-    from trtllm_medusa_ports.engine import registry as engine_registry
-
-    _drop_trtllm()
-    engine_registry._BUILT.clear()
-    monkeypatch.syspath_prepend(str(STANDIN))
-    install_finder()
-    try:
-        import tensorrt_llm
-
-        tensorrt_llm.CALLS.clear()
+    with standin_installed() as tensorrt_llm:
         yield tensorrt_llm
-    finally:
-        remove_finder()
-        _drop_trtllm()
-        engine_registry._BUILT.clear()
 
 
 def _heads(hidden: int, vocab: int) -> Path:

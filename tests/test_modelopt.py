@@ -13,6 +13,9 @@ from safetensors.torch import load_file, save_file
 from trtllm_medusa_ports.api import AddHeadsOptions, VerifyOptions, add_heads, verify
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 
+#: verify OK must mean the engine builds: each checkpoint proven here is built on the stand-in (conftest.py)
+pytestmark = pytest.mark.builds_what_verify_proves
+
 FIXTURES = Path(__file__).parent / "fixtures" / "modelopt"
 BASE = FIXTURES / "hf_qwen2"
 CALIB = FIXTURES / "calib_ids.jsonl"

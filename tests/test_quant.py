@@ -26,6 +26,9 @@ from trtllm_medusa_ports.quant import (
 from trtllm_medusa_ports.reference import ReferenceModel
 from trtllm_medusa_ports.verify import verify
 
+#: verify OK must mean the engine builds: each checkpoint proven here is built on the stand-in (conftest.py)
+pytestmark = pytest.mark.builds_what_verify_proves
+
 TREE = "[[0],[1],[0,0],[0,1],[1,0]]"
 #: widths that are multiples of 64 x tp for tp 1 and 2 (TensorRT-LLM's weight-only layers pad otherwise)
 WIDE = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
@@ -797,3 +800,22 @@ def test_verify_refuses_a_per_tensor_scale_the_engine_would_not_load(tmp_path, s
     with pytest.raises(CheckpointError, match=re.escape(f"{tensor} is float32 {list(shape)}, but ")) as e:
         verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
     assert "declares it float32 [1]" in e.value.what and "float32 [1]" in e.value.fix
+
+
+def test_the_build_check_fails_a_test_whose_verify_says_ok_for_what_does_not_build(tmp_path, store, monkeypatch):
+    """This module's verifies build what they prove on the stand-in (conftest.py): with verify's own load-path check
+    taken out, the [2] scale above is proven OK, and the build of it fails the test."""
+    import trtllm_medusa_ports.reference.executor as executor
+
+    monkeypatch.setattr(executor, "load_problems", lambda ranks, config: [])
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    ckpt = convert_to(tmp_path / "fp8", base, _heads(tmp_path, "LlamaForCausalLM", 128), dtype="float16",
+                      qformat="fp8", calib_dataset=_calib(tmp_path, tiny_config("LlamaForCausalLM").vocab_size),
+                      calib_size=6)
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    name = "transformer.layers.0.attention.qkv.weights_scaling_factor"
+    t[name] = t[name].expand(2).contiguous()
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(AssertionError, match="but its build on the stand-in fails") as e:
+        verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert f"{name} is float32 [2]" in str(e.value)  # build's own check (quant/engine_load.py) says why

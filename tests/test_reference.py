@@ -56,7 +56,7 @@ def test_trained_heads_accept_several_tokens_per_step(tmp_path, llama_trained):
     base, heads = llama_trained
     ckpt = convert_to(tmp_path / "c", base, heads, tp_size=2)
     rep = verify(base, ckpt, medusa_choices="mc_sim_7b_63", max_new_tokens=40)
-    assert rep.ok, rep.render()
+    assert rep.proof_ok, rep.render()
     # multi-token acceptance happened, so accepted KV entries were moved behind the root
     assert rep.mean_accepted_tokens_per_step > 2.0, rep.render()
     assert max(rep.head_top1) > 0.3
@@ -141,6 +141,13 @@ def good_ckpt(qwen2_base, qwen2_heads):
     return built_once(run_store() / "reference-qwen2-tp2", lambda d: convert_to(d, qwen2_base, qwen2_heads, tp_size=2))
 
 
+@pytest.fixture
+def served_ckpt(qwen2_base, qwen2_heads):
+    """good_ckpt in float16, the dtype an engine is built from (float32 is refused: rule dtype-float32)."""
+    return built_once(run_store() / "reference-qwen2-tp2-fp16",
+                      lambda d: convert_to(d, qwen2_base, qwen2_heads, tp_size=2, dtype="float16"))
+
+
 def _broken(good, tmp_path, name):
     d = tmp_path / name
     shutil.copytree(good, d)
@@ -203,11 +210,24 @@ def test_wrong_tp_split_fails_parity(tmp_path, qwen2_base, good_ckpt):
     assert first["tensor"] == "transformer.layers.0.attention.dense.weight" and "values differ" in first["why"]
 
 
-def test_verify_cli_json_and_exit_codes(tmp_path, qwen2_base, good_ckpt, capsys):
+def test_verify_cli_json_and_exit_codes(tmp_path, qwen2_base, good_ckpt, served_ckpt, capsys):
+    rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(served_ckpt),
+               "--medusa_choices", TREE, "--max_new_tokens", "10", "--prompt_ids", "1,2,3;40,50,60,70", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["ok"] and out["proof_ok"] and out["parity"] and out["greedy_equal"]
+    assert out["build_refusals"] == []
+    # float32 computes the base exactly, and TensorRT-LLM builds no spec-decoding engine from it: exit 1, saying so
     rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt),
                "--medusa_choices", TREE, "--max_new_tokens", "10", "--prompt_ids", "1,2,3;40,50,60,70", "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out["ok"] and out["parity"] and out["greedy_equal"]
+    assert rc == 1 and out["proof_ok"] and not out["ok"] and out["parity"] and out["greedy_equal"]
+    assert out["build_refusals"] == ["[dtype-float32] TensorRT-LLM refuses float32 with speculative decoding (fix: "
+                                     "convert with --dtype float16 or bfloat16)"]
+    rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt),
+               "--medusa_choices", TREE, "--max_new_tokens", "4"])
+    text = capsys.readouterr().out
+    assert rc == 1 and "engine build      : FAIL  [dtype-float32]" in text
+    assert "RESULT: FAILED (the checkpoint computes the base model, but no engine is built from it" in text
     for key in ("logits_max_abs_diff", "tokens_generated", "steps", "mean_accepted_tokens_per_step", "head_top1"):
         assert key in out
     assert out["tokens_generated"] == 20 and out["prompts"] == [[1, 2, 3], [40, 50, 60, 70]]
@@ -315,7 +335,7 @@ def test_parallel_embedding_splits_verify(tmp_path, llama_base, dim):
 
 def test_verify_prunes_a_preset_and_never_cuts_a_written_tree(tmp_path, qwen2_base, good_ckpt, capsys):
     rep = verify(qwen2_base, good_ckpt, medusa_choices="mc_sim_7b_63", max_new_tokens=6)  # 3 heads
-    assert rep.ok and rep.notes == ["preset mc_sim_7b_63 pruned to the depth of 3 Medusa head(s): "
+    assert rep.proof_ok and rep.notes == ["preset mc_sim_7b_63 pruned to the depth of 3 Medusa head(s): "
                                     "61 of its 63 nodes kept"]
     assert rep.render().startswith("note: preset mc_sim_7b_63 pruned")
     rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt),
@@ -324,11 +344,11 @@ def test_verify_prunes_a_preset_and_never_cuts_a_written_tree(tmp_path, qwen2_ba
     assert rc == 1 and "depth 4 but there are only 3 Medusa heads" in err
 
 
-def test_verify_takes_several_text_prompts(tmp_path, qwen2_base, good_ckpt, capsys):
+def test_verify_takes_several_text_prompts(tmp_path, qwen2_base, served_ckpt, capsys):
     from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer
 
     save_tiny_tokenizer(tmp_path / "tok", 263)
-    args = ["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt), "--medusa_choices", TREE,
+    args = ["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(served_ckpt), "--medusa_choices", TREE,
             "--tokenizer_dir", str(tmp_path / "tok"), "--max_new_tokens", "4", "--json"]
     assert main(args + ["--prompt", "t5 t6 t7", "--prompt", "t40 t41"]) == 0
     assert json.loads(capsys.readouterr().out)["prompts"] == [[5, 6, 7], [40, 41]]
@@ -342,7 +362,7 @@ def test_verify_takes_several_text_prompts(tmp_path, qwen2_base, good_ckpt, caps
 
 def test_verify_compares_the_heads_with_their_source(tmp_path, qwen2_base, qwen2_heads, good_ckpt, capsys):
     rep = verify(qwen2_base, good_ckpt, medusa_choices=TREE, max_new_tokens=4)
-    assert rep.ok and rep.heads_parity and rep.heads_source == str(qwen2_heads.resolve())
+    assert rep.proof_ok and rep.heads_parity and rep.heads_source == str(qwen2_heads.resolve())
     d = _broken(good_ckpt, tmp_path, "head")
     for r in range(2):  # greedy equivalence holds for any heads: only the heads check can see this
         _rewrite(d, r, lambda sd: sd.__setitem__("medusa_heads.1.medusa_layers.0.linear.weight",

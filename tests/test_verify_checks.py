@@ -33,7 +33,7 @@ PROMPTS = [[1, 2, 3, 4], [5, 6, 7]]
 def test_every_base_tensor_is_compared_when_parity_passes(written, qwen2_base):
     rep = verify(qwen2_base, written, prompts=PROMPTS, max_new_tokens=4, quiet=True)
     b = rep.base_tensors
-    assert rep.ok and b["first_differing"] is None and b["skipped"] == 0, rep.render()
+    assert rep.proof_ok and b["first_differing"] is None and b["skipped"] == 0, rep.render()
     n = len([k for k in load_file(str(written / "rank0.safetensors")) if not k.startswith("medusa_heads")])
     assert b["compared"] == n and f"base tensors      : PASS  {n} equal" in rep.render()
     assert json.loads(json.dumps(rep.to_dict()))["base_tensors"]["compared"] == n

@@ -205,7 +205,9 @@ def test_verify_cli_streaming_json(llama_ckpt, capsys):
     rc = main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--max_new_tokens", "2",
                "--medusa_choices", TREE, "--streaming", "--device", "cpu", "--json", "--quiet"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out["ok"] and out["memory_mode"]["mode"] == "streaming"
+    # float32 (exact): proven, and not servable (rule dtype-float32), so exit 1
+    assert rc == 1 and out["proof_ok"] and not out["ok"] and out["memory_mode"]["mode"] == "streaming"
+    assert [r[: len("[dtype-float32]")] for r in out["build_refusals"]] == ["[dtype-float32]"]
     assert out["memory_mode"]["reason"] == "--streaming"
     with pytest.raises(SystemExit):
         main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--streaming", "--no_streaming"])

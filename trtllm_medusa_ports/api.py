@@ -520,8 +520,9 @@ def build(opts: BuildOptions) -> BuildResult:
     """Raises :class:`~trtllm_medusa_ports.errors.CheckpointError` for a missing or unreadable checkpoint and for
     one the build rules refuse (``rules`` names them); a failed ``trtllm-build`` is ``BuildResult.ok`` False."""
     from trtllm_medusa_ports.compat import ERROR
-    from trtllm_medusa_ports.engine.build import checkpoint_findings, read_checkpoint_config
+    from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
     from trtllm_medusa_ports.engine.build import main as build_main
+    from trtllm_medusa_ports.engine.build import read_checkpoint_config
 
     validate_options(opts, "BuildOptions", CheckpointError)
     ckpt = Path(opts.checkpoint_dir)
@@ -529,7 +530,7 @@ def build(opts: BuildOptions) -> BuildResult:
         raise CheckpointError("no such checkpoint directory (no config.json)" if not ckpt.exists() else "not a directory",
                               where=str(ckpt), fix="pass the --output_dir of trtllm-medusa convert")
     cfg = read_checkpoint_config(ckpt)
-    errors = [f for f in checkpoint_findings(cfg, ckpt / "config.json", opts.allow_unsupported)
+    errors = [f for f in checkpoint_findings(cfg, opts.allow_unsupported)
               if f.severity == ERROR]
     if errors:
         raise CheckpointError("; ".join(f"[{f.rule}] {f.message}" for f in errors), where=str(ckpt / "config.json"),

@@ -19,8 +19,6 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.compat import (
     ERROR,
     INFO,
@@ -30,6 +28,7 @@ from trtllm_medusa_ports.compat import (
     sm_names,
     xqa_medusa_route,
 )
+from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
 from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
 from trtllm_medusa_ports.errors import CheckpointError, PortError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
@@ -60,37 +59,6 @@ def read_checkpoint_config(checkpoint_dir: Path) -> dict:
     for p in load_problems(ckpt.ranks, cfg):  # what upstream's preprocess_weights and load refuse (headers only)
         raise CheckpointError(p.message, where=str(checkpoint_dir / f"rank{p.rank}.safetensors"), fix=p.fix)
     return cfg
-
-
-def _uses_alibi(cfg: dict) -> bool:
-    """From the TensorRT-LLM config itself: its ``position_embedding_type``, or a base class that
-    applies ALiBi whatever that field says (Bloom, MPT: tensorrt_llm/models/{bloom,mpt}/model.py)."""
-    if str(cfg.get("position_embedding_type", "")).startswith("alibi"):
-        return True
-    adapter = adapter_for(str(cfg.get("base_architecture") or cfg.get("architecture")))
-    return adapter is not None and adapter.position_embedding is PositionEmbedding.ALIBI
-
-
-def checkpoint_findings(cfg: dict, path: Path, allow_unsupported: bool = False) -> list[Finding]:
-    """The rules that can be judged from a converted checkpoint's config.json."""
-    out = []
-    overflow = [w for w in (cfg.get("medusa_ports") or {}).get("warnings", []) if w.startswith("[float16-range]")]
-    if overflow and cfg.get("dtype") == "float16" and not allow_unsupported:
-        out.append(Finding("float16-range", ERROR,
-                           "the checkpoint is float16 and its base is known to exceed float16's range: "
-                           + overflow[0].removeprefix("[float16-range] "),
-                           "convert again with --dtype bfloat16, or build anyway with --allow_unsupported"))
-    if _uses_alibi(cfg):
-        out.append(Finding("alibi-position-embedding", ERROR,
-                           "the checkpoint uses ALiBi, which the XQA spec-decoding kernels do not implement",
-                           "use a RoPE base; this checkpoint was written with --allow_unsupported"))
-    if not cfg.get("num_medusa_heads"):
-        out.append(Finding("not-medusa", ERROR, "config.json has no num_medusa_heads",
-                           "convert with trtllm-medusa convert --medusa_model_dir ..."))
-    if cfg.get("dtype") == "float32":
-        out.append(Finding("dtype-float32", ERROR, "TensorRT-LLM refuses float32 with speculative decoding",
-                           "convert with --dtype float16 or bfloat16"))
-    return out
 
 
 #: trtllm-build plugin flags whose fused all-reduce paths in LLaMADecoderLayer.forward add the
@@ -344,7 +312,7 @@ def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) 
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    errors = [f for f in checkpoint_findings(cfg, ckpt / "config.json", allow_unsupported) if f.severity == ERROR]
+    errors = [f for f in checkpoint_findings(cfg, allow_unsupported) if f.severity == ERROR]
     for f in errors:
         print(f"error: [{f.rule}] {f.message}\n  fix: {f.fix}", file=sys.stderr)
     if errors:

@@ -76,6 +76,9 @@ class VerifyReport:
     #: where and how verify ran (verify/mode.py ``MemoryMode``): ``mode`` "in-memory" or "streaming", ``reason``,
     #: ``device``, the estimates it chose by; the other fields are the same in either mode
     memory_mode: dict | None = None
+    #: what ``build`` refuses in the checkpoint's config.json (compat/checkpoint.py: float32, ALiBi, no heads):
+    #: ``[rule] message (fix: ...)`` each; a checkpoint no engine is built from is not OK, whatever its proof says
+    build_refusals: list[str] = field(default_factory=list)
 
     @property
     def base_tensors_differ(self) -> bool:
@@ -97,15 +100,23 @@ class VerifyReport:
         return self.heads_parity is None and bool(self.heads_detail) and "is gone" in self.heads_detail
 
     @property
-    def ok(self) -> bool:
+    def proof_ok(self) -> bool:
+        """Every check of the checkpoint against the base passed: it computes the base model (and Medusa its greedy
+        text). A float32 or ALiBi checkpoint can pass them; :attr:`ok` also asks that an engine is built from it."""
         return (self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
                 and not self.heads_unaccounted and not self.quant_scale_mismatches and not self.quant_error_exceeded
                 and (self.tree_proof is None or self.tree_proof["ok"]) and not self.base_tensors_differ
                 and not (self.quant_scales_not_rederived and not self.unchecked_scales_accepted))
 
+    @property
+    def ok(self) -> bool:
+        """The verdict (and verify's exit code): the proof holds and ``build`` refuses nothing in the checkpoint."""
+        return self.proof_ok and not self.build_refusals
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["ok"] = self.ok
+        d["proof_ok"] = self.proof_ok
         d["float16_overflow"] = self.float16_overflow
         d[f"head_top{HIT_TOP_K}"] = d.pop("head_topk")
         return d
@@ -197,7 +208,11 @@ class VerifyReport:
             lines.append(f"memory            : {m['mode']} on {m['device']} ({m['reason']})")
         lines.append("head top-1 hits   : " + ", ".join(f"{x:.2f}" for x in self.head_top1))
         lines.append(f"head top-{HIT_TOP_K} hits   : " + ", ".join(f"{x:.2f}" for x in self.head_topk))
+        for refusal in self.build_refusals:
+            lines.append(f"engine build      : FAIL  {refusal}")
         lines.append("RESULT: " + ("OK" if self.ok else "FAILED")
+                     + (" (the checkpoint computes the base model, but no engine is built from it: see 'engine build')"
+                        if self.proof_ok and not self.ok else "")
                      + (" (with scales it could not re-derive, accepted by --accept_unchecked_scales)"
                         if self.ok and self.quant_scales_not_rederived and self.unchecked_scales_accepted else "")
                      + (" (the tree proof was skipped: nodes below the root are proven only where the heads' drafts "

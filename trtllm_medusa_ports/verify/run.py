@@ -17,9 +17,11 @@ import torch
 
 from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, release, value_transforms
 from trtllm_medusa_ports.base_streaming import bound_the_allocator
+from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import to_torch
+from trtllm_medusa_ports.findings import ERROR
 from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
@@ -242,6 +244,9 @@ def _verify(
         tree_proof=proof,
         base_tensors=base_tensors,
         memory_mode=memory.to_dict(),
+        # float16-range is left to the measured range above (build takes --allow_unsupported for it)
+        build_refusals=[f"[{f.rule}] {f.message} (fix: {f.fix})" for f in checkpoint_findings(ckpt.config, True)
+                        if f.severity == ERROR],
     )
 
 
