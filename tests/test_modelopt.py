@@ -35,6 +35,8 @@ def _ported(tmp_path: Path, heads: Path, name: str) -> Path:
 
 def _verify(ckpt: Path, **kw):
     kw.setdefault("calib_dataset", CALIB)
+    # the fixtures' tiny random base has near-tie logits everywhere: its quantized text is not judged (conftest.py)
+    kw.setdefault("min_quant_agreement", 0.0)
     return verify(VerifyOptions(BASE, ckpt, medusa_choices=TREE, max_new_tokens=8, quiet=True, **kw))
 
 

@@ -819,3 +819,31 @@ def test_the_build_check_fails_a_test_whose_verify_says_ok_for_what_does_not_bui
     with pytest.raises(AssertionError, match="but its build on the stand-in fails") as e:
         verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
     assert f"{name} is float32 [2]" in str(e.value)  # build's own check (quant/engine_load.py) says why
+
+
+def test_a_format_that_costs_most_of_the_greedy_text_fails_by_default(tmp_path, store, capsys):
+    """INT8 KV on a base whose norms put outliers in K and V (per-tensor INT8 loses the small channels): the greedy
+    text leaves the float base's early. verify, as users run it, fails it below MIN_QUANT_AGREEMENT, saying why and
+    which flag accepts it; --min_quant_agreement 0 accepts it (nothing else is wrong)."""
+    from trtllm_medusa_ports.verify import MIN_QUANT_AGREEMENT
+
+    base = tiny_base(store, "Qwen2ForCausalLM", norm_offset=30.0, **WIDE)
+    ckpt = convert_to(tmp_path / "int8kv", base, _heads(tmp_path, "Qwen2ForCausalLM", 128), dtype="float16",
+                      kv_cache_dtype="int8", calib_dataset=_calib(tmp_path, tiny_config("Qwen2ForCausalLM").vocab_size),
+                      calib_size=6)
+    args = ["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--quiet", "--json"]
+    assert main(args) == 1
+    out = json.loads(capsys.readouterr().out)
+    agreed = out["quant_effect"]["greedy_agreed_fraction"]
+    assert agreed < MIN_QUANT_AGREEMENT and out["min_quant_agreement"] == MIN_QUANT_AGREEMENT
+    assert out["parity"] and out["greedy_equal"] and not out["ok"] and not out["proof_ok"]
+    assert main(args[:-1]) == 1
+    text = capsys.readouterr().out
+    assert f"greedy agreement: FAIL  {agreed:.2f} of the greedy tokens agree with the float base's (least: 0.5" in text
+    assert "INT8 KV" in text and "--min_quant_agreement 0 to accept it" in text
+    assert main(args + ["--min_quant_agreement", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and out["min_quant_agreement"] is None
+    assert main(args + ["--min_quant_agreement", f"{int(agreed * 1e6) / 1e6:.6f}"]) == 0  # at the measured one: passes
+    capsys.readouterr()
+    assert main(args + ["--min_quant_agreement", f"{agreed + 0.01:.6f}"]) == 1  # just above it: fails

@@ -262,6 +262,9 @@ class VerifyOptions:
     max_new_tokens: int = 32
     medusa_model_dir: Path | None = None  # default: the path recorded at conversion
     max_quant_error: float | None = None
+    #: a quantized checkpoint whose greedy text agrees with the float base's on less fails (None: the documented
+    #: least, verify/limits.py MIN_QUANT_AGREEMENT; 0: not judged)
+    min_quant_agreement: float | None = None
     threads: int | None = None
     quiet: bool = False
     skip_tree_proof: bool = False  # the tree proof (every node accepted with greedy's own drafts) is on by default
@@ -282,6 +285,7 @@ class VerifyOptions:
 
 def verify(opts: VerifyOptions):
     """A :class:`~trtllm_medusa_ports.verify.VerifyReport` (``ok``, ``to_dict()``, ``render()``)."""
+    from trtllm_medusa_ports.verify import MIN_QUANT_AGREEMENT
     from trtllm_medusa_ports.verify import verify as _verify
 
     validate_options(opts, "VerifyOptions")
@@ -290,7 +294,9 @@ def verify(opts: VerifyOptions):
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
                    threads=opts.threads, max_quant_error=opts.max_quant_error, skip_tree_proof=opts.skip_tree_proof,
                    gemm_plugin=opts.gemm_plugin, calibration=tool_calibration(opts),
-                   accept_unchecked_scales=opts.accept_unchecked_scales, streaming=opts.streaming,
+                   accept_unchecked_scales=opts.accept_unchecked_scales,
+                   min_quant_agreement=(MIN_QUANT_AGREEMENT if opts.min_quant_agreement is None
+                                        else opts.min_quant_agreement), streaming=opts.streaming,
                    max_memory=opts.max_memory, device=opts.device, offload_dir=opts.offload_dir)
 
 

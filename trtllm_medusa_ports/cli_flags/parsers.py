@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from trtllm_medusa_ports.cli_flags.refused import FROM_CONFIG, NOT_SUPPORTED
-from trtllm_medusa_ports.cli_flags.types import fraction, int_in, non_negative
+from trtllm_medusa_ports.cli_flags.types import fraction, int_in, non_negative, number_in
 
 
 def add_quant_format_args(p: argparse.ArgumentParser):
@@ -189,6 +189,9 @@ def _verify_parser(sub, run) -> None:
     s.add_argument("--max_quant_error", type=non_negative, default=None,
                    help="quantized checkpoints: fail when the logits differ from the float base's by more "
                    "(default: the difference is reported, not judged)")
+    s.add_argument("--min_quant_agreement", type=number_in(0, 1), default=None,
+                   help="quantized checkpoints: fail when the greedy text agrees with the float base's on less than "
+                   "this fraction of its tokens (default 0.5, verify/limits.py MIN_QUANT_AGREEMENT; 0: not judged)")
     s.add_argument("--gemm_plugin", choices=["auto", "fp8"], default="auto",
                    help="FP8 checkpoints: the trtllm-build --gemm_plugin to compute as (auto, also trtllm-build's "
                    "default and any float dtype: scales cast to the model dtype; fp8: the FP8 GEMM plugin)")

@@ -24,6 +24,19 @@ def int_in(lo: int, hi: int | None = None):
     return parse
 
 
+def number_in(lo: float, hi: float):
+    """An argparse type: a number in [lo, hi] (NaN refused), named in the error."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not lo <= v <= hi:  # NaN too
+            raise argparse.ArgumentTypeError(f"{v} is outside {lo:g}..{hi:g}")
+        return v
+    return parse
+
+
 def non_negative(text: str) -> float:
     """An argparse type: a number >= 0 (NaN refused), named in the error."""
     try:

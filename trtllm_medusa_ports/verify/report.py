@@ -62,6 +62,8 @@ class VerifyReport:
     #: the quantization's effect against the float base (information unless max_quant_error is given)
     quant_effect: dict | None = None
     max_quant_error: float | None = None
+    #: the least greedy agreement with the float base a quantized checkpoint may have (limits.MIN_QUANT_AGREEMENT)
+    min_quant_agreement: float | None = None
     #: mixture-of-experts bases: distinct experts a Medusa tree step wakes per layer, on average over the steps,
     #: against a plain decoding step's (one token: its top-k), of ``moe_num_experts`` - the tree's extra cost
     moe_num_experts: int | None = None
@@ -94,6 +96,12 @@ class VerifyReport:
                 and self.quant_effect["max_abs_diff"] > self.max_quant_error)
 
     @property
+    def quant_agreement_too_low(self) -> bool:
+        """The quantized format's greedy text agrees with the float base's on less than ``min_quant_agreement``."""
+        return (self.min_quant_agreement is not None and self.quant_effect is not None
+                and self.quant_effect["greedy_agreed_fraction"] < self.min_quant_agreement)
+
+    @property
     def heads_unaccounted(self) -> bool:
         """The heads could not be compared with their source: it was recorded at conversion and is gone (a head
         changed after conversion would pass greedy equivalence unseen)."""
@@ -105,6 +113,7 @@ class VerifyReport:
         text). A float32 or ALiBi checkpoint can pass them; :attr:`ok` also asks that an engine is built from it."""
         return (self.parity and self.greedy_equal and not self.float16_overflow and self.heads_parity is not False
                 and not self.heads_unaccounted and not self.quant_scale_mismatches and not self.quant_error_exceeded
+                and not self.quant_agreement_too_low
                 and (self.tree_proof is None or self.tree_proof["ok"]) and not self.base_tensors_differ
                 and not (self.quant_scales_not_rederived and not self.unchecked_scales_accepted))
 
@@ -202,7 +211,15 @@ class VerifyReport:
                                 if "medusa_vs_plain_with_rounding" in e else "")
                              + (f" (limit --max_quant_error {self.max_quant_error:g}: "
                                 f"{'FAIL' if self.quant_error_exceeded else 'PASS'})"
-                                if self.max_quant_error is not None else " (information, not a verdict)"))
+                                if self.max_quant_error is not None else ""))
+                if self.min_quant_agreement is not None:
+                    lines.append(
+                        f"  greedy agreement: {'FAIL' if self.quant_agreement_too_low else 'PASS'}  "
+                        f"{e['greedy_agreed_fraction']:.2f} of the greedy tokens agree with the float base's "
+                        f"(least: {self.min_quant_agreement:g}, --min_quant_agreement)"
+                        + (f": {self.quantization} costs most of the text; serve a gentler format (an FP8 or "
+                           "float KV cache before an INT8 one), or pass --min_quant_agreement 0 to accept it"
+                           if self.quant_agreement_too_low else ""))
         if self.memory_mode:
             m = self.memory_mode
             lines.append(f"memory            : {m['mode']} on {m['device']} ({m['reason']})")

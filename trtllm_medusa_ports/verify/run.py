@@ -50,7 +50,7 @@ from trtllm_medusa_ports.verify.hf_side import (
     hf_logits_and_states,
 )
 from trtllm_medusa_ports.verify.inputs import checkpoint_dtype, prompts_and_tree
-from trtllm_medusa_ports.verify.limits import PARITY_RTOL
+from trtllm_medusa_ports.verify.limits import MIN_QUANT_AGREEMENT, PARITY_RTOL
 from trtllm_medusa_ports.verify.measures import (
     final_hidden_states,
     head_hit_rates,
@@ -77,6 +77,7 @@ def verify(
     gemm_plugin: str = "auto",
     calibration: list[list[int]] | None = None,
     accept_unchecked_scales: bool = False,
+    min_quant_agreement: float | None = MIN_QUANT_AGREEMENT,
     streaming: bool | None = None,
     max_memory: float | None = None,
     device: str = "cpu",
@@ -87,7 +88,8 @@ def verify(
     ``threads``: torch threads to compute with (default :func:`default_threads`). ``streaming`` (None: chosen
     against ``max_memory`` GB, see ``verify.mode``), ``device`` (``cpu``, ``cuda``, ``cuda:N``: both sides compute
     there) and ``offload_dir`` (streaming: where transformers' weights wait on disk) change where and in how much
-    memory it runs, never its results.
+    memory it runs, never its results. ``min_quant_agreement``: a quantized checkpoint whose greedy text agrees with
+    the float base's on less than this fraction fails (``limits.MIN_QUANT_AGREEMENT``; None or 0: not judged).
     """
     device = check_device(device)
     with torch_threads(threads or default_threads()), default_device(device):
@@ -95,7 +97,7 @@ def verify(
                        max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
                        max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin,
                        calibration=calibration, accept_unchecked_scales=accept_unchecked_scales,
-                       placement=(streaming, max_memory, device, offload_dir))
+                       min_quant_agreement=min_quant_agreement, placement=(streaming, max_memory, device, offload_dir))
 
 
 def _verify(
@@ -112,6 +114,7 @@ def _verify(
     gemm_plugin: str = "auto",
     calibration: list[list[int]] | None = None,
     accept_unchecked_scales: bool = False,
+    min_quant_agreement: float | None = None,
     placement: tuple = (None, None, "cpu", None),
 ) -> VerifyReport:
     streaming, max_memory, device, offload_dir = placement
@@ -238,6 +241,7 @@ def _verify(
         unchecked_scales_accepted=accept_unchecked_scales,
         quant_effect=quant_effect,
         max_quant_error=max_quant_error,
+        min_quant_agreement=min_quant_agreement or None,
         moe_num_experts=ref.semantics.moe_num_experts or None,
         moe_experts_per_tree_step=sum(tree_calls) / len(tree_calls) if tree_calls else None,
         moe_experts_per_plain_step=ref.semantics.moe_top_k or None,
