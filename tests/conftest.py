@@ -108,6 +108,63 @@ LONGEST_FIRST = ("test_memory_bounds.py", "test_cli.py", "test_verify_streaming.
 def pytest_collection_modifyitems(items):
     first = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest as collected
+    _mark_known_failures(items)
+
+
+#: issue 58: what fails in TensorRT-LLM 1.2's environment (ci/trtllm-1.2-pins.txt; ci/trtllm-1.2.sh runs the suite
+#: there), by cause: (the versions it fails on, test id prefixes, the cause). Marked strict expected failures, so the
+#: count shows in every run there and a fixed test fails until its row goes; one root cause is fixed per commit.
+KNOWN_FAILURES_ISSUE_58 = [
+    ("transformers<5", ("tests/test_verify_streaming.py::test_streaming_report_is_the_in_memory_report",
+                        "tests/test_verify_streaming.py::test_the_mode_is_chosen_by_max_memory_and_reported",
+                        "tests/test_verify_streaming.py::test_the_streamed_base_holds_one_unit_at_a_time",
+                        "tests/test_verify_streaming.py::test_verify_cli_streaming_json",
+                        "tests/test_train_streaming.py::test_streaming_trains_the_in_memory_heads_bit_for_bit",
+                        "tests/test_train_streaming.py::test_the_mode_is_chosen_by_max_memory_and_reported_in_the_json",
+                        "tests/test_train_streaming.py::test_two_ranks_each_streaming_write_the_one_process_corpus",
+                        "tests/test_train_streaming.py::test_a_streamed_base_cast_to_bfloat16_computes_as_the_base_cast",
+                        "tests/test_memory_bounds.py::test_a_base_four_times_the_allowance_verifies_and_trains_within"),
+     "streaming the base is refused before transformers 5 (its loader sets weights through torch's registration hook)"),
+    ("transformers<5", ("tests/test_families.py::test_family_converts_and_verifies[Gemma3ForCausalLM",
+                        "tests/test_families.py::test_pipeline_parallel_families[Gemma3ForCausalLM",
+                        "tests/test_magnitudes.py::test_every_family_verifies_at_real_magnitudes_in_bf16_and_fp16[Gemma2",
+                        "tests/test_magnitudes.py::test_every_family_verifies_at_real_magnitudes_in_bf16_and_fp16[Gemma3",
+                        "tests/test_magnitudes.py::test_qk_norms_use_the_engines_epsilon[Gemma3ForCausalLM",
+                        "tests/test_quant.py::test_every_family_verifies_in_fp8_with_a_quantized_kv_cache_at_tp2[Gemma3"),
+     "Gemma-2/3 logits parity against transformers 4.57 (not yet settled against TensorRT-LLM's Gemma code)"),
+    ("transformers<5", ("tests/test_train_streaming.py::test_every_base_load_runs_transformers_own_modules_not_hub",),
+     "use_kernels is transformers 5's"),
+    ("transformers<5", ("tests/test_hf_memo.py::test_other_prompts_tokens_or_heads_compute_again",),
+     "hf_memo's recompute under transformers 4.57"),
+    ("transformers<5", ("tests/test_hostile_readers.py::test_an_integer_longer_than_python_reads_is_named_by_file_and_"
+                        "field[base-config-nested",), "a nested config's huge integer under transformers 4.57"),
+    ("transformers<5", ("tests/test_engine.py::test_family_config_sees_the_base_architecture",),
+     "the family config's architecture under transformers 4.57"),
+    ("torch<2.13", ("tests/test_train_distributed.py::test_a_one_process_state_resumes_on_two_ranks",
+                    "tests/test_train_distributed.py::test_a_rank_lost_mid_run_ends_the_job_and_the_state_resumes",
+                    "tests/test_train_distributed.py::test_a_signal_to_one_rank_stops_every_rank_at_the_same_step",
+                    "tests/test_train_distributed.py::test_torchrun_two_ranks_train_the_heads_one_process_trains"),
+     "torch 2.9's gloo prints 'Rank N is connected to M peer ranks' on stderr, which the tests hold empty"),
+]
+
+
+def _below(requirement: str) -> bool:
+    """``"transformers<5"``: whether the installed version is below (read from its metadata: nothing imported)."""
+    from importlib.metadata import version
+
+    from packaging.version import Version
+
+    name, bound = requirement.split("<")
+    return Version(version(name)).release < Version(bound).release
+
+
+def _mark_known_failures(items) -> None:
+    rows = [(prefixes, cause) for versions, prefixes, cause in KNOWN_FAILURES_ISSUE_58 if _below(versions)]
+    for item in items:
+        for prefixes, cause in rows:
+            if item.nodeid.startswith(prefixes):
+                item.add_marker(pytest.mark.xfail(reason=f"issue 58 (TensorRT-LLM 1.2's versions): {cause}",
+                                                  strict=True))
 
 
 def pytest_collection_finish(session):
