@@ -140,11 +140,6 @@ KNOWN_FAILURES_ISSUE_58 = [
                         "field[base-config-nested",), "a nested config's huge integer under transformers 4.57"),
     ("transformers<5", ("tests/test_engine.py::test_family_config_sees_the_base_architecture",),
      "the family config's architecture under transformers 4.57"),
-    ("torch<2.13", ("tests/test_train_distributed.py::test_a_one_process_state_resumes_on_two_ranks",
-                    "tests/test_train_distributed.py::test_a_rank_lost_mid_run_ends_the_job_and_the_state_resumes",
-                    "tests/test_train_distributed.py::test_a_signal_to_one_rank_stops_every_rank_at_the_same_step",
-                    "tests/test_train_distributed.py::test_torchrun_two_ranks_train_the_heads_one_process_trains"),
-     "torch 2.9's gloo prints 'Rank N is connected to M peer ranks' on stderr, which the tests hold empty"),
 ]
 
 

@@ -433,3 +433,19 @@ def test_train_heads_defaults_follow_the_probe_and_an_explicit_bfloat16_warns(se
         assert f"warning: {res.warnings[0]}" in capsys.readouterr().err  # said at the start, not after the run
     else:
         assert res.warnings == []
+
+
+def test_gloos_connection_lines_leave_a_ranks_stdout(capfd):
+    """torch 2.9's gloo prints "[Gloo] Rank N is connected to M peer ranks..." on the C-level stdout of every rank as
+    it joins (TensorRT-LLM 1.2's environment; no switch turns it off): joining drops those lines and keeps the rest,
+    so rank 0's --json stays one JSON document."""
+    import os
+
+    from trtllm_medusa_ports.heads.distributed import gloo_connection_lines_dropped
+
+    with gloo_connection_lines_dropped():
+        os.write(1, b"[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1\n")
+        os.write(1, b"kept line\n")
+        os.write(1, b"[Gloo] Rank 0 is connected to 3 peer ranks. Expected number of connected peer ranks is : 3\n")
+        os.write(1, b"[Gloo] said something else\n")
+    assert capfd.readouterr().out == "kept line\n[Gloo] said something else\n"

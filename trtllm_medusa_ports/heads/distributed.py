@@ -15,8 +15,12 @@ so every rank stops with it instead of waiting for the one that stopped.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import re
+import sys
+import tempfile
 from dataclasses import dataclass, field
 
 from trtllm_medusa_ports.errors import HeadsError, PortError
@@ -202,7 +206,8 @@ def join(device: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, spread: bool = Fa
         if cuda:
             torch.cuda.set_device(torch.device(device))
         try:
-            dist.init_process_group(backend, timeout=timeout)
+            with gloo_connection_lines_dropped():
+                dist.init_process_group(backend, timeout=timeout)
         except RuntimeError as exc:
             raise RankLost(f"rank {rank} of {world}: could not join the other ranks ({' '.join(str(exc).split())[:200]})",
                            where=f"rank {rank}", fix="start every rank with the same torchrun command") from None
@@ -212,5 +217,39 @@ def join(device: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, spread: bool = Fa
             raise PortError(f"the process group (rank {dist.get_rank()} of {dist.get_world_size()}) is not the "
                             f"environment's (RANK {rank}, WORLD_SIZE {world})", where="WORLD_SIZE",
                             fix="initialise torch.distributed from torchrun's environment, or leave it to train-heads")
-    control = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
+    control = None
+    if backend != "gloo":
+        with gloo_connection_lines_dropped():
+            control = dist.new_group(backend="gloo", timeout=timeout)
     return Group(rank, world, local, backend, timeout_s, created, control), device
+
+
+#: what torch's gloo (2.9, as TensorRT-LLM 1.2 pins it) prints on every rank's C-level stdout as it connects, with no
+#: switch to turn it off (neither TORCH_CPP_LOG_LEVEL nor a gloo variable): on rank 0 it would come before
+#: ``train-heads --json``'s one JSON document
+GLOO_CONNECTED = re.compile(rb"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. Expected number of connected peer "
+                            rb"ranks is : \d+\n?")
+
+
+@contextlib.contextmanager
+def gloo_connection_lines_dropped():
+    """The block's output to file descriptor 1 is held back and written after it, less gloo's connection lines
+    (:data:`GLOO_CONNECTED`); where descriptor 1 cannot be duplicated, the block runs as it is."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 1)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+            held.seek(0)
+            rest = GLOO_CONNECTED.sub(b"", held.read())
+            if rest:
+                os.write(1, rest)
