@@ -125,21 +125,12 @@ KNOWN_FAILURES_ISSUE_58 = [
                         "tests/test_train_streaming.py::test_a_streamed_base_cast_to_bfloat16_computes_as_the_base_cast",
                         "tests/test_memory_bounds.py::test_a_base_four_times_the_allowance_verifies_and_trains_within"),
      "streaming the base is refused before transformers 5 (its loader sets weights through torch's registration hook)"),
-    ("transformers<5", ("tests/test_families.py::test_family_converts_and_verifies[Gemma3ForCausalLM",
-                        "tests/test_families.py::test_pipeline_parallel_families[Gemma3ForCausalLM",
-                        "tests/test_magnitudes.py::test_every_family_verifies_at_real_magnitudes_in_bf16_and_fp16[Gemma2",
-                        "tests/test_magnitudes.py::test_every_family_verifies_at_real_magnitudes_in_bf16_and_fp16[Gemma3",
-                        "tests/test_magnitudes.py::test_qk_norms_use_the_engines_epsilon[Gemma3ForCausalLM",
-                        "tests/test_quant.py::test_every_family_verifies_in_fp8_with_a_quantized_kv_cache_at_tp2[Gemma3"),
-     "Gemma-2/3 logits parity against transformers 4.57 (not yet settled against TensorRT-LLM's Gemma code)"),
     ("transformers<5", ("tests/test_train_streaming.py::test_every_base_load_runs_transformers_own_modules_not_hub",),
      "use_kernels is transformers 5's"),
     ("transformers<5", ("tests/test_hf_memo.py::test_other_prompts_tokens_or_heads_compute_again",),
      "hf_memo's recompute under transformers 4.57"),
     ("transformers<5", ("tests/test_hostile_readers.py::test_an_integer_longer_than_python_reads_is_named_by_file_and_"
                         "field[base-config-nested",), "a nested config's huge integer under transformers 4.57"),
-    ("transformers<5", ("tests/test_engine.py::test_family_config_sees_the_base_architecture",),
-     "the family config's architecture under transformers 4.57"),
 ]
 
 

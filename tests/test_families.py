@@ -583,3 +583,32 @@ def test_opt_is_refused_with_its_reason(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["OPTForCausalLM"], "model_type": "opt"}))
     [f] = check_base(HFConfig.read(tmp_path), None)
     assert f.rule == "unsupported-architecture" and "no speculative-decoding plumbing" in f.message
+
+
+def test_gemma3_global_layers_follow_layer_types_not_a_stale_pattern(tmp_path):
+    """transformers 4.57 saves ``_sliding_window_pattern: 6`` beside the ``layer_types`` it runs by (TensorRT-LLM
+    1.2's pinned version): the engine's pattern comes from the layer types, and a layout no pattern makes is a
+    divergence check reports."""
+    ad = adapter_for("Gemma3ForCausalLM")
+    data = dict(TINY_CONFIGS["Gemma3ForCausalLM"], architectures=["Gemma3ForCausalLM"], _sliding_window_pattern=6)
+    hf = HFConfig(data, tmp_path / "config.json")
+    assert ad.trtllm_config(hf)["_sliding_window_pattern"] == 2 and not ad.engine_divergences(hf)
+    twelve = HFConfig(dict(data, num_hidden_layers=12, layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 2),
+                      tmp_path / "config.json")
+    assert ad.trtllm_config(twelve)["_sliding_window_pattern"] == 6
+    odd = HFConfig(dict(data, layer_types=["full_attention", "sliding_attention"]), tmp_path / "config.json")
+    (problem, fix), = ad.engine_divergences(odd)
+    assert "is no pattern TensorRT-LLM's Gemma 3 can build" in problem and "--allow_unsupported" in fix
+    assert ad.trtllm_config(odd)["_sliding_window_pattern"] == 6  # the pattern keys, as written with the override
+
+
+def test_a_soft_capped_base_loads_with_transformers_eager_attention(store):
+    """sdpa skips Gemma 2's attention soft-capping, and transformers before 5 picks it (4.57's logits then differ from
+    the model's by tens): a base with attn_logit_softcapping loads eager; any other keeps transformers' default."""
+    from trtllm_medusa_ports.base_model import load_hf_model
+    from trtllm_medusa_ports.files.hf_model import transformers_load_kwargs
+
+    gemma2, llama = tiny_base(store, "Gemma2ForCausalLM"), tiny_base(store, "LlamaForCausalLM")
+    assert transformers_load_kwargs(gemma2)["attn_implementation"] == "eager"
+    assert "attn_implementation" not in transformers_load_kwargs(llama)
+    assert load_hf_model(gemma2, torch.float32).config._attn_implementation == "eager"

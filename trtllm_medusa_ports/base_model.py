@@ -51,7 +51,7 @@ def load_base(model_dir: str | Path, device: str = "cpu", *, device_map: str | N
     placed = _device_map_kwargs(device_map, device)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype or torch.float32, **placed,
-                                                     **transformers_load_kwargs())
+                                                     **transformers_load_kwargs(model_dir))
     except Exception as exc:  # a damaged or incomplete model directory
         raise ModelError(f"transformers cannot load the base ({type(exc).__name__}: {str(exc)[:200]})",
                          where=str(model_dir), fix="pass a complete Hugging Face model directory") from None
@@ -208,7 +208,7 @@ def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[st
     placement = _device_map(model_dir, device)
     try:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **placement,
-                                                     **transformers_load_kwargs())
+                                                     **transformers_load_kwargs(model_dir))
     except Exception as exc:  # transformers raises many types; keep the message
         raise ModelError(
             f"transformers could not load the base model ({type(exc).__name__}: {str(exc)[:300]})",

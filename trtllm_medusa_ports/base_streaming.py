@@ -356,7 +356,8 @@ def load_streamed(model_dir: str | Path, *, value: Callable[[str, torch.Tensor],
     os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
     try:
         model, info = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
-                                                           output_loading_info=True, **transformers_load_kwargs())
+                                                           output_loading_info=True,
+                                                           **transformers_load_kwargs(model_dir))
     except ModelError:
         raise
     except Exception as exc:  # transformers raises many types; keep the message

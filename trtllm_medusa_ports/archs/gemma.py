@@ -147,13 +147,19 @@ class Gemma3Adapter(Gemma2Adapter):
         cfg = super().trtllm_config(hf)
         cfg.pop("attn_logit_softcapping", None)
         cfg["qk_layernorm"] = True
-        cfg["_sliding_window_pattern"] = int(hf.get("_sliding_window_pattern") or hf.get("sliding_window_pattern") or 6)
+        cfg["_sliding_window_pattern"] = global_layer_period(hf)
         local = hf.rope_theta_for("sliding_attention", float(hf.get("rope_local_base_freq") or 10000.0))
         cfg["rope_local_base_freq"] = local
         return cfg
 
 
     def engine_divergences(self, hf: HFConfig) -> list[tuple[str, str]]:
+        types = hf.get("layer_types")
+        if types and _period_of(types) is None:
+            return [(f"layer_types {types} is no pattern TensorRT-LLM's Gemma 3 can build: it makes layer i global "
+                     "exactly when (i + 1) % _sliding_window_pattern == 0 (tensorrt_llm/models/gemma/model.py)",
+                     "serve this base without Medusa on TensorRT-LLM; --allow_unsupported writes the checkpoint "
+                     "with the pattern keys, and `verify` then shows the difference")]
         glob, local = hf.rope_scaling_for("full_attention"), hf.rope_scaling_for("sliding_attention")
         if glob and glob != local:
             return [(f"rope scaling {glob} applies to global layers only in transformers (local layers: "
@@ -177,3 +183,22 @@ class Gemma3Adapter(Gemma2Adapter):
             local_rotary_scaling=cfg.get("rotary_scaling"),
             sliding_window_pattern=int(cfg["_sliding_window_pattern"]),
         )
+
+
+def _period_of(layer_types: list) -> int | None:
+    """The p that makes layer i global (``full_attention``) exactly when ``(i + 1) % p == 0``; no global layer: one
+    past the last layer. None where no p does."""
+    full = [i for i, t in enumerate(layer_types) if t == "full_attention"]
+    period = full[0] + 1 if full else len(layer_types) + 1
+    ok = all((t == "full_attention") == ((i + 1) % period == 0) for i, t in enumerate(layer_types))
+    return period if ok else None
+
+
+def global_layer_period(hf: HFConfig) -> int:
+    """TensorRT-LLM's ``_sliding_window_pattern`` for a Gemma 3 base: from ``layer_types`` where the config has them,
+    as transformers runs its layers by them (transformers 4.57 saves a stale ``_sliding_window_pattern`` of 6 beside
+    the layer types it was given); else the pattern keys, 6 by default."""
+    period = _period_of(hf.get("layer_types") or [])
+    if hf.get("layer_types") and period is not None:
+        return period
+    return int(hf.get("_sliding_window_pattern") or hf.get("sliding_window_pattern") or 6)

@@ -21,7 +21,7 @@ from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_tensor_files
 _MISSING = object()
 
 
-def transformers_load_kwargs() -> dict:
+def transformers_load_kwargs(model_dir: str | Path) -> dict:
     """``from_pretrained`` arguments that load a base as transformers' own PyTorch modules and nothing else.
 
     From transformers 5.25, ``from_pretrained`` defaults to ``use_kernels=True``: it hands the model to the
@@ -29,10 +29,23 @@ def transformers_load_kwargs() -> dict:
     a model whose weights sit on ``meta`` (a streamed base). The reference this project compares against is the
     modules' own code, so every load passes ``use_kernels=False`` where transformers knows the argument (the
     ``use_kernels`` property of ``PreTrainedModel`` came after the argument, 4.53; older releases get nothing).
+
+    A base whose attention scores are soft-capped (``attn_logit_softcapping``: Gemma 2) loads with the modules' own
+    ``eager`` attention: before transformers 5, ``from_pretrained`` picks ``sdpa`` for it, which skips the capping
+    (transformers 4.57's Gemma 2 logits then differ from the model's own by tens), so the reference would not be
+    the model. Every other base keeps transformers' default (the same arithmetic, less memory at long context).
     """
     from transformers import PreTrainedModel
 
-    return {"use_kernels": False} if hasattr(PreTrainedModel, "use_kernels") else {}
+    out = {"use_kernels": False} if hasattr(PreTrainedModel, "use_kernels") else {}
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return out  # from_pretrained says what is wrong with it
+    if isinstance(cfg, dict) and any(isinstance(c, dict) and c.get("attn_logit_softcapping")
+                                     for c in (cfg, cfg.get("text_config"))):
+        out["attn_implementation"] = "eager"
+    return out
 
 
 #: config.json fields that must be positive integers when present (the name is the fix's subject)
