@@ -129,8 +129,6 @@ KNOWN_FAILURES_ISSUE_58 = [
      "use_kernels is transformers 5's"),
     ("transformers<5", ("tests/test_hf_memo.py::test_other_prompts_tokens_or_heads_compute_again",),
      "hf_memo's recompute under transformers 4.57"),
-    ("transformers<5", ("tests/test_hostile_readers.py::test_an_integer_longer_than_python_reads_is_named_by_file_and_"
-                        "field[base-config-nested",), "a nested config's huge integer under transformers 4.57"),
 ]
 
 

@@ -114,8 +114,10 @@ def _with_big(p: Path, *keys: str) -> Path:
     """``p``'s JSON object with the field at ``keys`` (nested) set to an integer of :data:`DIGITS` digits."""
     cfg = json.loads(p.read_text()) if p.exists() else {}
     d = cfg
-    for k in keys[:-1]:
-        d = d.setdefault(k, {})
+    for k in keys[:-1]:  # a null there (transformers 4.57 writes "rope_scaling": null) is no object yet
+        if not isinstance(d.get(k), dict):
+            d[k] = {}
+        d = d[k]
     d[keys[-1]] = "@BIG@"
     p.write_text(json.dumps(cfg).replace('"@BIG@"', BIG))
     return p
