@@ -108,47 +108,6 @@ LONGEST_FIRST = ("test_memory_bounds.py", "test_cli.py", "test_verify_streaming.
 def pytest_collection_modifyitems(items):
     first = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest as collected
-    _mark_known_failures(items)
-
-
-#: issue 58: what fails in TensorRT-LLM 1.2's environment (ci/trtllm-1.2-pins.txt; ci/trtllm-1.2.sh runs the suite
-#: there), by cause: (the versions it fails on, test id prefixes, the cause). Marked strict expected failures, so the
-#: count shows in every run there and a fixed test fails until its row goes; one root cause is fixed per commit.
-KNOWN_FAILURES_ISSUE_58 = [
-    ("transformers<5", ("tests/test_verify_streaming.py::test_streaming_report_is_the_in_memory_report",
-                        "tests/test_verify_streaming.py::test_the_mode_is_chosen_by_max_memory_and_reported",
-                        "tests/test_verify_streaming.py::test_the_streamed_base_holds_one_unit_at_a_time",
-                        "tests/test_verify_streaming.py::test_verify_cli_streaming_json",
-                        "tests/test_train_streaming.py::test_streaming_trains_the_in_memory_heads_bit_for_bit",
-                        "tests/test_train_streaming.py::test_the_mode_is_chosen_by_max_memory_and_reported_in_the_json",
-                        "tests/test_train_streaming.py::test_two_ranks_each_streaming_write_the_one_process_corpus",
-                        "tests/test_train_streaming.py::test_a_streamed_base_cast_to_bfloat16_computes_as_the_base_cast",
-                        "tests/test_memory_bounds.py::test_a_base_four_times_the_allowance_verifies_and_trains_within"),
-     "streaming the base is refused before transformers 5 (its loader sets weights through torch's registration hook)"),
-    ("transformers<5", ("tests/test_train_streaming.py::test_every_base_load_runs_transformers_own_modules_not_hub",),
-     "use_kernels is transformers 5's"),
-    ("transformers<5", ("tests/test_hf_memo.py::test_other_prompts_tokens_or_heads_compute_again",),
-     "hf_memo's recompute under transformers 4.57"),
-]
-
-
-def _below(requirement: str) -> bool:
-    """``"transformers<5"``: whether the installed version is below (read from its metadata: nothing imported)."""
-    from importlib.metadata import version
-
-    from packaging.version import Version
-
-    name, bound = requirement.split("<")
-    return Version(version(name)).release < Version(bound).release
-
-
-def _mark_known_failures(items) -> None:
-    rows = [(prefixes, cause) for versions, prefixes, cause in KNOWN_FAILURES_ISSUE_58 if _below(versions)]
-    for item in items:
-        for prefixes, cause in rows:
-            if item.nodeid.startswith(prefixes):
-                item.add_marker(pytest.mark.xfail(reason=f"issue 58 (TensorRT-LLM 1.2's versions): {cause}",
-                                                  strict=True))
 
 
 def pytest_collection_finish(session):

@@ -6,8 +6,9 @@ conversions (a mixture of experts' stacked ``gate_up_proj``), tied weights and b
 it sets is written to a :class:`WeightStore` (one unlinked temporary file, in the smallest float dtype that
 holds the value exactly) and replaced by a placeholder on the ``meta`` device
 (``torch.nn.modules.module.register_module_parameter_registration_hook``, a public torch hook: transformers 5
-sets each loaded parameter with ``setattr``). The model then holds its buffers (RoPE frequencies, masks) and no
-weight.
+sets each loaded parameter with ``setattr``; transformers 4.57, the version TensorRT-LLM 1.2 pins, with
+``load_state_dict(assign=True)``, which sets it the same way). The model then holds its buffers (RoPE frequencies,
+masks) and no weight; a parameter set any other way is refused by name when the units are made.
 
 Each *unit* - a decoder layer (an element of the model's top-level ``ModuleList``), or any other module that
 owns parameters (embedding, final norm, lm_head) - gets a forward pre-hook that reads its parameters back
@@ -331,10 +332,7 @@ def load_streamed(model_dir: str | Path, *, value: Callable[[str, torch.Tensor],
     import transformers
     from transformers import AutoModelForCausalLM
 
-    if int(transformers.__version__.split(".")[0]) < 5:
-        raise ModelError(f"streaming the base needs transformers 5 (installed: {transformers.__version__}): "
-                         "its loader sets each weight through torch's registration hook",
-                         fix="pip install 'transformers>=5', or verify in memory (without --streaming)")
+    transformers5 = int(transformers.__version__.split(".")[0]) >= 5
     bound_the_allocator()
     store = WeightStore(offload_dir)
     placeholders: dict[str, torch.nn.Parameter] = {}
@@ -345,7 +343,8 @@ def load_streamed(model_dir: str | Path, *, value: Callable[[str, torch.Tensor],
         key = str(len(placeholders))
         store.put(key, param)
         meta = torch.nn.Parameter(torch.empty_like(param, device="meta"), requires_grad=param.requires_grad)
-        meta._is_hf_initialized = True  # transformers 5: a loaded weight, never initialised again
+        if transformers5:  # a loaded weight, never initialised again (transformers 4 copies a parameter's attributes
+            meta._is_hf_initialized = True  # into Parameter(...) as keywords: it marks loaded modules instead)
         placeholders[key] = meta
         return meta
 
