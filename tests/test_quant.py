@@ -353,9 +353,10 @@ def test_heads_added_to_a_tool_quantized_base_keep_its_bytes_and_verify(tmp_path
                        tmp_path / "other-heads")
     out = tmp_path / "ported"
     assert main(["convert", "--base_checkpoint_dir", str(tool), "--medusa_model_dir", str(other),
-                 "--output_dir", str(out), "--quiet"]) == 0
+                 "--output_dir", str(out), "--medusa_choices", TREE, "--quiet"]) == 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["architecture"] == "MedusaPortsLLaMAForCausalLM" and cfg["num_medusa_heads"] == 3
+    assert cfg["medusa_ports"]["medusa_choices"] == json.loads(TREE)  # the tree it was given, for verify and deploy
     # combine_medusa_weight's list replaces the base's (tensorrt_llm/quantization/quantize_by_modelopt.py)
     assert cfg["quantization"]["exclude_modules"] == ["lm_head", "*router", "*vocab_embedding", "*position_embedding",
                                                       "*block_embedding", "*medusa_heads*"]

@@ -470,3 +470,35 @@ def test_a_bias_combine_applies_to_the_bias_alone():
     assert final["transformer.ln_f.weight"] is plus_one and final["transformer.ln_f.bias"] is first_tensor
     both = {r.name: r.combine for r in Both().rules_at(Place.LAYER, hf)}
     assert both["input_layernorm.weight"] is plus_one and both["input_layernorm.bias"] is plus_one
+
+
+def test_the_checkpoint_remembers_its_tree_and_verify_proves_that_one(tmp_path, qwen2_base, qwen2_heads, capsys):
+    """No TensorRT-LLM route reads a tree from the engine: convert records the one it was given, and verify defaults
+    to it, says where its tree came from, and refuses another unless asked by name."""
+    from trtllm_medusa_ports.errors import ModelError
+
+    ckpt = convert_to(tmp_path / "c", qwen2_base, qwen2_heads, medusa_choices=TREE, max_draft_len=12)
+    record = json.loads((ckpt / "config.json").read_text())["medusa_ports"]
+    assert record["medusa_choices"] == json.loads(TREE) and record["medusa_choices_from"] == "the tree given"
+    rep = verify(qwen2_base, ckpt, max_new_tokens=4)
+    assert rep.tree_nodes == 9 and rep.tree_source == "recorded at conversion (the tree given)"
+    assert "tree              : 9 nodes, recorded at conversion (the tree given)" in rep.render()
+    assert verify(qwen2_base, ckpt, medusa_choices=TREE.replace("],[", "], ["), max_new_tokens=2).tree_nodes == 9
+    with pytest.raises(ModelError, match=r"--medusa_choices \(2 nodes\) is not the tree this checkpoint was converted "
+                                         r"for \(9 nodes, the tree given\)") as e:
+        verify(qwen2_base, ckpt, medusa_choices="[[0],[0,0]]", max_new_tokens=2)
+    assert "--override_medusa_choices" in e.value.fix
+    other = verify(qwen2_base, ckpt, medusa_choices="[[0],[0,0]]", override_medusa_choices=True, max_new_tokens=2)
+    assert other.tree_nodes == 2 and other.tree_source == "given (another than the one recorded at conversion)"
+    assert main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(ckpt), "--medusa_choices",
+                 "[[1]]", "--max_new_tokens", "2"]) == 1
+    assert "is not the tree this checkpoint was converted for" in capsys.readouterr().err
+    # a preset is recorded as the paths kept, and says so; no tree given: mc_sim_7b_63, said as such
+    preset = convert_to(tmp_path / "p", qwen2_base, qwen2_heads, medusa_choices="mc_sim_7b_63")
+    record = json.loads((preset / "config.json").read_text())["medusa_ports"]
+    assert len(record["medusa_choices"]) == 61 and record["medusa_choices_from"].startswith("preset mc_sim_7b_63 "
+                                                                                             "pruned to the depth of 3")
+    plain = convert_to(tmp_path / "n", qwen2_base, qwen2_heads)
+    assert "medusa_choices" not in json.loads((plain / "config.json").read_text())["medusa_ports"]
+    rep = verify(qwen2_base, plain, max_new_tokens=2, skip_tree_proof=True)
+    assert rep.tree_source.startswith("mc_sim_7b_63: the checkpoint records no tree") and rep.tree_nodes == 61

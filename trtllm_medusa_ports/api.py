@@ -256,7 +256,8 @@ class VerifyOptions:
 
     model_dir: Path
     checkpoint_dir: Path
-    medusa_choices: str | None = None  # default: mc_sim_7b_63 cut to the heads' depth
+    medusa_choices: str | None = None  # default: the tree the checkpoint records, else mc_sim_7b_63 (heads' depth)
+    override_medusa_choices: bool = False  # run a medusa_choices other than the recorded tree, on purpose
     prompts: PromptInputs = field(default_factory=PromptInputs)  # none: a few prompts of ids
     tokenizer_dir: Path | None = None
     max_new_tokens: int = 32
@@ -296,7 +297,8 @@ def verify(opts: VerifyOptions):
                    gemm_plugin=opts.gemm_plugin, calibration=tool_calibration(opts),
                    accept_unchecked_scales=opts.accept_unchecked_scales,
                    min_quant_agreement=(MIN_QUANT_AGREEMENT if opts.min_quant_agreement is None
-                                        else opts.min_quant_agreement), streaming=opts.streaming,
+                                        else opts.min_quant_agreement),
+                   override_medusa_choices=opts.override_medusa_choices, streaming=opts.streaming,
                    max_memory=opts.max_memory, device=opts.device, offload_dir=opts.offload_dir)
 
 

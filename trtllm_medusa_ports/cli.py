@@ -252,7 +252,8 @@ def run_verify(args: argparse.Namespace) -> int:
         quiet=args.quiet, skip_tree_proof=args.skip_tree_proof, gemm_plugin=args.gemm_plugin,
         calib_dataset=as_path(args.calib_dataset), calib_size=args.calib_size,
         calib_max_seq_length=args.calib_max_seq_length, accept_unchecked_scales=args.accept_unchecked_scales,
-        min_quant_agreement=args.min_quant_agreement, streaming=args.streaming, max_memory=args.max_memory, device=args.device, offload_dir=as_path(args.offload_dir)))
+        min_quant_agreement=args.min_quant_agreement, override_medusa_choices=args.override_medusa_choices,
+        streaming=args.streaming, max_memory=args.max_memory, device=args.device, offload_dir=as_path(args.offload_dir)))
     print_result(args, report)
     return 0 if report.ok else 1
 

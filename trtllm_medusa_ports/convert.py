@@ -72,6 +72,7 @@ from trtllm_medusa_ports.plan import (
 from trtllm_medusa_ports.progress import progress as _progress
 from trtllm_medusa_ports.quant import spec_from_flags
 from trtllm_medusa_ports.sharding import Mapping
+from trtllm_medusa_ports.tree import recorded_tree
 
 if TYPE_CHECKING:
     pass
@@ -264,6 +265,7 @@ def build_config(
                 "heads_layout": heads.layout,
                 "heads_source": str(Path(opts.medusa_model_dir).resolve()) if opts.medusa_model_dir else None,
                 "heads_dtype": heads.dtype_name,
+                **(recorded_tree(opts.medusa_choices, heads.num_heads) if opts.medusa_choices else {}),
             },
         }
     )

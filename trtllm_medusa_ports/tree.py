@@ -170,6 +170,28 @@ def resolve_choices(spec: str | list, num_heads: int | None = None) -> tuple[lis
                   f"{len(kept)} of its {len(paths)} nodes kept")
 
 
+def recorded_tree(spec: str | list, num_heads: int) -> dict:
+    """What a checkpoint records of the tree it is converted for (config.json ``medusa_ports``): the paths, as
+    every later step reads them, and where they came from. No route of TensorRT-LLM reads a tree from the engine
+    (the C++ executor falls back to mc_sim_7b_63), so ``verify`` and ``deploy`` take it from here."""
+    paths, pruned = resolve_choices(spec, num_heads)
+    text = spec.strip() if isinstance(spec, str) else None
+    if pruned:
+        source = pruned
+    elif text in load_presets():
+        source = f"preset {text}"
+    elif text is not None and text.startswith("@"):
+        source = f"the file {Path(text[1:]).resolve()}"
+    else:
+        source = "the tree given"
+    return {"medusa_choices": paths, "medusa_choices_from": source}
+
+
+def same_tree(a: list[list[int]], b: list[list[int]]) -> bool:
+    """The same set of paths, whatever their order."""
+    return sorted(map(tuple, a)) == sorted(map(tuple, b))
+
+
 def validate_choices(
     paths: list[list[int]],
     *,

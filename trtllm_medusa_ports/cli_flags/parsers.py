@@ -180,7 +180,10 @@ def _verify_parser(sub, run) -> None:
     s.set_defaults(func=run)
     s.add_argument("--model_dir", required=True)
     s.add_argument("--checkpoint_dir", required=True)
-    s.add_argument("--medusa_choices", default=None, help="default: mc_sim_7b_63 cut to the heads' depth")
+    s.add_argument("--medusa_choices", default=None,
+                   help="default: the tree the checkpoint was converted for (else mc_sim_7b_63 cut to the heads' depth)")
+    s.add_argument("--override_medusa_choices", action="store_true",
+                   help="verify a --medusa_choices other than the tree the checkpoint records (refused otherwise)")
     s.add_argument("--max_new_tokens", type=int, default=32)
     s.add_argument("--medusa_model_dir", default=None,
                    help="the heads the checkpoint was converted from (default: the path recorded at conversion)")

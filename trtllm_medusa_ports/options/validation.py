@@ -89,7 +89,7 @@ SPECS: dict[str, dict[str, Spec]] = {
     "VerifyOptions": dict(
         model_dir=_P(), checkpoint_dir=_P(), medusa_choices=_TREE, prompts=_PROMPTS, tokenizer_dir=_P(),
         max_new_tokens=_I(), medusa_model_dir=_P(), max_quant_error=_F(0), threads=_I(1), quiet=_B,
-        min_quant_agreement=_F(0, hi=1, none=True), skip_tree_proof=_B, gemm_plugin=_S("auto", "fp8"), calib_dataset=_P(), calib_size=_I(1),
+        min_quant_agreement=_F(0, hi=1, none=True), override_medusa_choices=_B, skip_tree_proof=_B, gemm_plugin=_S("auto", "fp8"), calib_dataset=_P(), calib_size=_I(1),
         calib_max_seq_length=_I(1), accept_unchecked_scales=_B, streaming=Spec("bool", none=True),
         max_memory=_F(0), device=_S(), offload_dir=_P()),
     "TrainOptions": dict(

@@ -41,6 +41,7 @@ from trtllm_medusa_ports.quant import (
 )
 from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
+from trtllm_medusa_ports.tree import recorded_tree
 
 #: quant_algo values of NVIDIA's tools a Medusa port keeps (tensorrt_llm/quantization/mode.py QuantAlgo)
 KEPT_ALGOS = (None, "FP8", "W8A16", "W4A16", "W4A16_AWQ", "W4A8_AWQ", "W4A16_GPTQ", "W8A16_GPTQ",
@@ -371,7 +372,8 @@ def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Pat
             pieces[r].append((name, part))
     out_cfg = _output_config(cfg, quant, arch, adapter, heads, max_draft_len, {
         "heads_layout": heads.layout, "heads_source": str(heads_dir.resolve()), "heads_dtype": heads.dtype_name,
-        "base_checkpoint": str(base_dir.resolve()), "warnings": warnings})
+        "base_checkpoint": str(base_dir.resolve()), "warnings": warnings,
+        **(recorded_tree(medusa_choices, heads.num_heads) if medusa_choices else {})})
     durable = fsync or Path(output_dir).exists()
     try:
         with atomic_output_dir(Path(output_dir), overwrite=overwrite, inputs=inputs) as tmp:

@@ -12,7 +12,7 @@ from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.prompts import check_ids
 from trtllm_medusa_ports.reference.executor import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
+from trtllm_medusa_ports.tree import MedusaTree, parse_choices, resolve_choices, same_tree
 
 
 def default_prompts(vocab: int) -> list[list[int]]:
@@ -33,18 +33,45 @@ def checkpoint_dtype(cfg: dict) -> str:
     return dtype if dtype in CHECKPOINT_DTYPES else "float32"
 
 
+def checkpoint_tree(cfg: dict, medusa_choices: str | None, num_heads: int, *, override: bool,
+                    where: str) -> tuple[str | list, str]:
+    """The tree a step after conversion runs, and where it came from: the one config.json records (``convert
+    --medusa_choices``) unless another is given, which must be the same tree unless ``override`` (a checkpoint
+    converted for one tree and proven or served with another would measure a tree it never serves); with none
+    recorded, the one given, else mc_sim_7b_63 (what TensorRT-LLM's C++ executor falls back to)."""
+    record = (cfg.get("medusa_ports") or {})
+    recorded = record.get("medusa_choices")
+    if recorded is not None:
+        recorded = parse_choices(recorded)  # a list written by convert; checked as any tree is
+    if medusa_choices is None:
+        if recorded is not None:
+            return recorded, f"recorded at conversion ({record.get('medusa_choices_from') or 'a tree'})"
+        return "mc_sim_7b_63", "mc_sim_7b_63: the checkpoint records no tree (convert with --medusa_choices)"
+    if recorded is not None and not override:
+        given, _ = resolve_choices(medusa_choices, num_heads)
+        if not same_tree(given, recorded):
+            raise ModelError(f"--medusa_choices ({len(given)} nodes) is not the tree this checkpoint was converted "
+                             f"for ({len(recorded)} nodes, {record.get('medusa_choices_from') or 'recorded'})",
+                             where=where, fix="leave --medusa_choices out to use the recorded tree, or pass "
+                                              "--override_medusa_choices to run another tree on purpose")
+    return medusa_choices, ("given (another than the one recorded at conversion)" if recorded is not None else
+                            "given")
+
+
 def prompts_and_tree(prompts: list[list[int]] | None, medusa_choices: str | None, ref: ReferenceModel, ckpt,
-                      checkpoint_dir: str | Path) -> tuple[list[list[int]], MedusaTree, str | None]:
-    """The prompts (inside the vocabulary) and the tree (within the checkpoint's max_draft_len) to verify with."""
+                     checkpoint_dir: str | Path, override_medusa_choices: bool = False
+                     ) -> tuple[list[list[int]], MedusaTree, str | None, str]:
+    """The prompts (inside the vocabulary), the tree (within the checkpoint's max_draft_len) to verify with, a note
+    where a preset was pruned, and where the tree came from (:func:`checkpoint_tree`)."""
     prompts = prompts or default_prompts(ref.vocab)
     check_ids(prompts, ref.vocab, error=ModelError, fix="pass --prompt_ids with valid token ids")
-    if medusa_choices is None:
-        medusa_choices = "mc_sim_7b_63"
-    tree, pruned = tree_for(medusa_choices, ref.num_medusa_heads)
+    spec, source = checkpoint_tree(ckpt.config, medusa_choices, ref.num_medusa_heads,
+                                   override=override_medusa_choices, where=str(Path(checkpoint_dir) / "config.json"))
+    tree, pruned = tree_for(spec, ref.num_medusa_heads)
     draft = ckpt.config.get("max_draft_len")
     if isinstance(draft, int) and tree.num_nodes > draft:  # TensorRT-LLM sizes the tree buffers by it
         raise ModelError(f"the tree has {tree.num_nodes} nodes, the checkpoint's max_draft_len is {draft}: the engine "
                          "could not run it", where=str(Path(checkpoint_dir) / "config.json"),
                          fix=f"verify with a tree of at most {draft} nodes, or convert with --max_draft_len "
                              f"{tree.num_nodes}")
-    return prompts, tree, pruned
+    return prompts, tree, pruned, source

@@ -46,6 +46,8 @@ class VerifyReport:
     predicted_tokens_per_step: float | None = None
     predicted_tokens_per_step_joint: float | None = None
     tree_nodes: int = 0
+    #: where the tree came from: recorded at conversion, given, or mc_sim_7b_63 for want of either
+    tree_source: str | None = None
     #: tokens per step had every run stopped at the base's end token, as TensorRT-LLM's runtime
     #: stops at ``end_id`` (reference/decoding.py ``MedusaRun.until_end``); the runs go on past it
     #: so that greedy equivalence compares every token
@@ -173,6 +175,8 @@ class VerifyReport:
             d = self.first_divergence
             lines.append(f"  first divergence: prompt {d['prompt']}, position {d['position']}: "
                          f"base model {d['expected']}, Medusa {d['got']}")
+        if self.tree_source:
+            lines.append(f"tree              : {self.tree_nodes} nodes, {self.tree_source}")
         lines.append(self._tree_proof_line())
         lines.append(f"speculation       : {self.mean_accepted_tokens_per_step:.2f} tokens/step over {self.steps} steps")
         if self.prompts_ending_early and self.tokens_per_step_until_end is not None:

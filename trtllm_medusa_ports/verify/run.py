@@ -78,6 +78,7 @@ def verify(
     calibration: list[list[int]] | None = None,
     accept_unchecked_scales: bool = False,
     min_quant_agreement: float | None = MIN_QUANT_AGREEMENT,
+    override_medusa_choices: bool = False,
     streaming: bool | None = None,
     max_memory: float | None = None,
     device: str = "cpu",
@@ -90,6 +91,7 @@ def verify(
     there) and ``offload_dir`` (streaming: where transformers' weights wait on disk) change where and in how much
     memory it runs, never its results. ``min_quant_agreement``: a quantized checkpoint whose greedy text agrees with
     the float base's on less than this fraction fails (``limits.MIN_QUANT_AGREEMENT``; None or 0: not judged).
+    ``medusa_choices``: default the tree the checkpoint records; another is refused unless ``override_medusa_choices``.
     """
     device = check_device(device)
     with torch_threads(threads or default_threads()), default_device(device):
@@ -97,7 +99,8 @@ def verify(
                        max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
                        max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin,
                        calibration=calibration, accept_unchecked_scales=accept_unchecked_scales,
-                       min_quant_agreement=min_quant_agreement, placement=(streaming, max_memory, device, offload_dir))
+                       min_quant_agreement=min_quant_agreement, override_medusa_choices=override_medusa_choices,
+                       placement=(streaming, max_memory, device, offload_dir))
 
 
 def _verify(
@@ -115,6 +118,7 @@ def _verify(
     calibration: list[list[int]] | None = None,
     accept_unchecked_scales: bool = False,
     min_quant_agreement: float | None = None,
+    override_medusa_choices: bool = False,
     placement: tuple = (None, None, "cpu", None),
 ) -> VerifyReport:
     streaming, max_memory, device, offload_dir = placement
@@ -149,7 +153,8 @@ def _verify(
     hf = None if kept is not None else load()
     vocab_size, ends = (kept.vocab_size, kept.ends) if kept is not None else (hf.config.vocab_size, end_token_ids(hf))
     padding = vocab_padding(vocab_size, ref, ckpt, model_dir)
-    prompts, tree, pruned = prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir)
+    prompts, tree, pruned, tree_source = prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir,
+                                                          override_medusa_choices)
     notes = ([pruned] if pruned else []) + allow_unsupported_notes(ckpt) + ([padding] if padding else [])
     source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
     side_key = None if base_key is None else _side_key(base_key, ref, prompts, max_new_tokens, source, dtype)
@@ -232,6 +237,7 @@ def _verify(
         predicted_tokens_per_step=predicted[0],
         predicted_tokens_per_step_joint=predicted[1],
         tree_nodes=tree.num_nodes,
+        tree_source=tree_source,
         tokens_per_step_until_end=g.until_end[0] / g.until_end[1] if g.until_end[1] else None,
         prompts_ending_early=g.ending_early,
         quantization=format_name(spec) if spec.any else None,
