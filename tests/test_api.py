@@ -99,6 +99,7 @@ def test_results_are_what_the_commands_print_with_json(tmp_path, store, capsys):
                                          tp_size=2, quiet=True))
     assert rc == 0 and printed["config"]["dtype"] == "float16"
     printed["output_dir"] = str(tmp_path / "api")
+    printed["build_command"] = printed["build_command"].replace(str(tmp_path / "cli"), str(tmp_path / "api"))
     _same(res.to_dict(), printed)
 
     argv = ["verify", "--model_dir", str(base), "--checkpoint_dir", str(tmp_path / "api"), "--prompt_ids", "5,9,13",

@@ -149,7 +149,10 @@ class AddHeadsResult:
     text: str = ""
 
     def to_dict(self) -> dict:
-        return {"output_dir": str(self.output_dir), "config": self.config}
+        from trtllm_medusa_ports.deploy.commands import build_line
+
+        return {"output_dir": str(self.output_dir), "config": self.config,
+                "build_command": build_line(self.config, self.output_dir)}
 
     def render(self) -> str:
         return self.text

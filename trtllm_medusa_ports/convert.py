@@ -28,6 +28,7 @@ from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.registry import adapter_for, adapter_for_model_type
 from trtllm_medusa_ports.arrays import Array
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
+from trtllm_medusa_ports.deploy.commands import build_line
 from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
 from trtllm_medusa_ports.files import byte_moves
 from trtllm_medusa_ports.files.byte_moves import (
@@ -157,7 +158,13 @@ class ConvertResult:
                 "bytes_written": self.bytes_written, "seconds": round(self.seconds, 3),
                 "shared_lm_head_bytes_saved": self.shared_lm_head_bytes_saved, "warnings": self.warnings,
                 "findings": [f.to_dict() for f in self.findings], "config": self.config,
-                "memory": self.memory.to_dict() if self.memory is not None else None, "moves": self.moves}
+                "memory": self.memory.to_dict() if self.memory is not None else None, "moves": self.moves,
+                "build_command": self.build_command}
+
+    @property
+    def build_command(self) -> str:
+        """The build command this checkpoint needs (deploy/commands.py), engine directory left to fill."""
+        return build_line(self.config, self.output_dir)
 
     def summary(self) -> str:
         s = (
@@ -180,7 +187,7 @@ class ConvertResult:
             )
         if self.memory is not None:
             s += "\n" + self.memory.render()
-        return s
+        return s + f"\nBuild it with: {self.build_command}"
 
 
 def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:

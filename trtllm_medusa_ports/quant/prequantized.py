@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trtllm_medusa_ports import __version__
 from trtllm_medusa_ports.archs import adapter_for
+from trtllm_medusa_ports.deploy.commands import build_line
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, HeadsError
 from trtllm_medusa_ports.files.checkpoint import (
     Checkpoint,
@@ -78,7 +79,8 @@ class AddHeadsResult:
         return (f"Wrote {self.output_dir}: {self.num_ranks} rank file(s), the base's tensors copied as they are "
                 f"({q.get('quant_algo') or 'float'}, KV cache {q.get('kv_cache_quant_algo') or 'float'}) plus "
                 f"{self.config['num_medusa_heads']} Medusa heads in {self.config['dtype']}, architecture "
-                f"{self.config['architecture']}, in {self.seconds:.1f} s.")
+                f"{self.config['architecture']}, in {self.seconds:.1f} s.\n"
+                f"Build it with: {build_line(self.config, self.output_dir)}")
 
 
 def _check_base(cfg: dict, where: str):

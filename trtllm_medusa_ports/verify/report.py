@@ -83,6 +83,8 @@ class VerifyReport:
     #: what ``build`` refuses in the checkpoint's config.json (compat/checkpoint.py: float32, ALiBi, no heads):
     #: ``[rule] message (fix: ...)`` each; a checkpoint no engine is built from is not OK, whatever its proof says
     build_refusals: list[str] = field(default_factory=list)
+    #: the build command the checkpoint needs (deploy/commands.py), engine directory left to fill
+    build_command: str | None = None
 
     @property
     def base_tensors_differ(self) -> bool:
@@ -231,6 +233,8 @@ class VerifyReport:
         lines.append(f"head top-{HIT_TOP_K} hits   : " + ", ".join(f"{x:.2f}" for x in self.head_topk))
         for refusal in self.build_refusals:
             lines.append(f"engine build      : FAIL  {refusal}")
+        if self.build_command and not self.build_refusals:
+            lines.append(f"build with        : {self.build_command}")
         lines.append("RESULT: " + ("OK" if self.ok else "FAILED")
                      + (" (the checkpoint computes the base model, but no engine is built from it: see 'engine build')"
                         if self.proof_ok and not self.ok else "")

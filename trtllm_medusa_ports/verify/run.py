@@ -18,6 +18,7 @@ import torch
 from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, release, value_transforms
 from trtllm_medusa_ports.base_streaming import bound_the_allocator
 from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
+from trtllm_medusa_ports.deploy.commands import build_line
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import to_torch
@@ -257,6 +258,7 @@ def _verify(
         # float16-range is left to the measured range above (build takes --allow_unsupported for it)
         build_refusals=[f"[{f.rule}] {f.message} (fix: {f.fix})" for f in checkpoint_findings(ckpt.config, True)
                         if f.severity == ERROR],
+        build_command=build_line(ckpt.config, Path(checkpoint_dir)),
     )
 
 

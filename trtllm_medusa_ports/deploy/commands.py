@@ -1,0 +1,69 @@
+"""The commands a checkpoint is built and run with, read from its config.json alone.
+
+- **Which build command.** Upstream's ``trtllm-build`` looks ``architecture`` up in ``MODEL_MAP``
+  (tensorrt_llm/commands/build.py ``main`` -> tensorrt_llm/models/modeling_utils.py ``PretrainedConfig.from_dict``)
+  and so refuses every ``MedusaPorts<class>`` checkpoint: those build with ``trtllm-medusa build`` (engine/build.py),
+  which hands upstream's ``parallel_build`` our class. Only a checkpoint naming upstream's own
+  ``MedusaForCausalLM`` builds with plain ``trtllm-build``.
+- **Always ``--speculative_decoding_mode medusa``.** The 1.x builder no longer turns Medusa on from the checkpoint's
+  ``max_draft_len`` (tensorrt_llm/builder.py ``build``): without the flag no runtime treats the engine as Medusa.
+- **The XQA JIT switch.** With speculative decoding, generation attention runs on XQA kernels only; where the runner
+  would pick precompiled kernels that do not take this attention shape but the JIT kernels do
+  (:func:`trtllm_medusa_ports.xqa.xqa_medusa_route`), the engine runs only with ``TRTLLM_ENABLE_XQA_JIT=1``.
+- **Tensor and pipeline parallelism at run time**: a world size over 1 runs under ``mpirun -n <world size>
+  --allow-run-as-root`` (examples/run.py reads its rank from MPI).
+
+May import: ``xqa`` only (convert, verify and the deploy bundle read it).
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from trtllm_medusa_ports.xqa import XQA_JIT_ENV, xqa_medusa_route
+
+#: upstream's own Medusa class (tensorrt_llm/models/__init__.py MODEL_MAP): plain trtllm-build builds it
+UPSTREAM_MEDUSA = "MedusaForCausalLM"
+
+
+def world_size(cfg: dict) -> int:
+    m = cfg.get("mapping") or {}
+    return int(m.get("world_size") or int(m.get("tp_size", 1)) * int(m.get("pp_size", 1)))
+
+
+def build_tool(cfg: dict) -> str:
+    """``trtllm-build`` for upstream's own class, ``trtllm-medusa build`` for ours (see the module doc)."""
+    return "trtllm-build" if cfg.get("architecture") == UPSTREAM_MEDUSA else "trtllm-medusa build"
+
+
+def needs_xqa_jit(cfg: dict) -> bool:
+    """Whether some GPU serves this attention shape only with ``TRTLLM_ENABLE_XQA_JIT=1``."""
+    heads = int(cfg.get("num_attention_heads") or 1)
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    head_size = int(cfg.get("head_size") or int(cfg.get("hidden_size") or 0) // heads)
+    kv_dtype = (cfg.get("quantization") or {}).get("kv_cache_quant_algo")
+    routes = xqa_medusa_route(max(1, heads // max(1, kv)), head_size, kv_dtype)
+    return any(not r.served and r.served_with_jit_env for r in routes.values())
+
+
+def build_argv(cfg: dict, checkpoint_dir: str | Path, engine_dir: str | Path, **serving: int | None) -> list[str]:
+    """The build command for this checkpoint, as an argument list: ``serving`` adds ``--max_batch_size``,
+    ``--max_input_len``, ``--max_seq_len``, ``--max_num_tokens`` where given."""
+    argv = [*build_tool(cfg).split(), "--checkpoint_dir", str(checkpoint_dir), "--output_dir", str(engine_dir),
+            "--speculative_decoding_mode", "medusa"]
+    for flag in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens"):
+        if serving.get(flag) is not None:
+            argv += [f"--{flag}", str(int(serving[flag]))]
+    return argv
+
+
+def environment(cfg: dict) -> dict[str, str]:
+    """What the engine's process needs in its environment (the XQA JIT switch where :func:`needs_xqa_jit`)."""
+    return {XQA_JIT_ENV: "1"} if needs_xqa_jit(cfg) else {}
+
+
+def build_line(cfg: dict, checkpoint_dir: str | Path, engine_dir: str | Path = "ENGINE_DIR", **serving) -> str:
+    """:func:`build_argv` as one shell line, with the environment it needs in front."""
+    env = " ".join(f"{k}={v}" for k, v in environment(cfg).items())
+    return (env + " " if env else "") + shlex.join(build_argv(cfg, checkpoint_dir, engine_dir, **serving))
