@@ -6,6 +6,7 @@ import shlex
 
 import pytest
 from conftest import tiny_base
+from test_engine import trtllm  # noqa: F401  (the stand-in fixture)
 from test_quant import _heads
 
 from trtllm_medusa_ports.cli import main
@@ -64,3 +65,136 @@ def test_convert_and_verify_end_by_naming_the_build_command(tmp_path, store, cap
     rep = verify(base, ckpt, max_new_tokens=2)
     assert rep.build_command == line and f"build with        : {line}" in rep.render()
     assert rep.to_dict()["build_command"] == line
+
+
+# -- trtllm-medusa deploy ------------------------------------------------------------------------------------------
+@pytest.fixture
+def served(tmp_path, store):
+    """A tp 2 float16 checkpoint converted for a tree of 4 nodes, and a tokenizer directory."""
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer, tiny_config
+
+    base = tiny_base(store, "Qwen2ForCausalLM")
+    vocab = tiny_config("Qwen2ForCausalLM").vocab_size
+    ckpt = tmp_path / "ckpt"
+    heads = _heads(tmp_path, "Qwen2ForCausalLM", tiny_config("Qwen2ForCausalLM").hidden_size)
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads),
+                 "--output_dir", str(ckpt), "--tp_size", "2", "--dtype", "float16", "--max_draft_len", "6",
+                 "--medusa_choices", "[[0],[1],[0,0],[0,1]]", "--quiet"]) == 0
+    save_tiny_tokenizer(tmp_path / "tok", vocab)
+    return ckpt, tmp_path / "tok"
+
+
+def _exec_line(script: str) -> list[str]:
+    """The script's command as the shell splits it (the examples directory left as a variable)."""
+    line = next(ln for ln in script.splitlines() if ln.startswith("exec "))
+    return shlex.split(line.removeprefix("exec ").replace('"${TRTLLM_EXAMPLES}/run.py"', "EXAMPLES/run.py"))
+
+
+def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path, capsys):
+    import ast
+    import subprocess
+
+    ckpt, tok = served
+    out = tmp_path / "serve"
+    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out),
+                 "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    bundle = json.loads((out / "deploy.json").read_text())
+    assert printed == bundle and sorted(p.name for p in out.iterdir()) == ["build.sh", "deploy.json", "run.sh"]
+    for script in ("build.sh", "run.sh"):  # executable, and bash reads them
+        assert (out / script).stat().st_mode & 0o111
+        assert subprocess.run(["bash", "-n", str(out / script)], capture_output=True).returncode == 0
+    engine = str((out / "engine").resolve())
+    build = _exec_line((out / "build.sh").read_text())
+    # Qwen2 with its own heads at pp 1: upstream's MedusaForCausalLM, which plain trtllm-build builds
+    assert build == ["trtllm-build", "--checkpoint_dir", str(ckpt.resolve()), "--output_dir", engine,
+                     "--speculative_decoding_mode", "medusa", "--max_batch_size", "8", "--max_input_len", "128",
+                     "--max_seq_len", "256", "--max_num_tokens", "128"]
+    assert bundle["serving"] == {"max_batch_size": 8, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 128}
+    run_script = (out / "run.sh").read_text()
+    run = _exec_line(run_script)
+    assert run[:5] == ["mpirun", "-n", "2", "--allow-run-as-root", "python3"]  # world size 2: one MPI rank each
+    args = dict(zip(run[6:-2:2], run[7:-2:2], strict=True))
+    assert run[5] == "EXAMPLES/run.py" and run[-2:] == ["--input_text", "$@"]
+    assert ast.literal_eval(args["--medusa_choices"]) == [[0], [1], [0, 0], [0, 1]]  # run.py: ast.literal_eval
+    assert args["--temperature"] == "1.0" and args["--engine_dir"] == engine and args["--max_output_len"] == "128"
+    assert args["--tokenizer_dir"] == str(tok.resolve())
+    assert "the text is the base model's greedy text" in run_script and "recorded at conversion" in run_script
+    assert bundle["tree"]["source"] == "recorded at conversion (the tree given)" and bundle["tree"]["nodes"] == 4
+    assert bundle["engine_architecture"] == "MedusaForCausalLM" and bundle["world_size"] == 2
+    assert all(r["resolves"] for r in bundle["routes"].values())
+    assert bundle["memory"]["batch"] == 8 and len(bundle["memory"]["total_bytes"]) == 2
+    # the text form says where things are and what to run
+    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out),
+                 "--overwrite", "--max_batch_size", "2", "--max_seq_len", "200", "--max_input_len", "50"]) == 0
+    text = capsys.readouterr().out
+    assert f"Wrote {out.resolve()}: build.sh, run.sh, deploy.json (world size 2; tree 4 nodes" in text
+    assert json.loads((out / "deploy.json").read_text())["serving"] == {
+        "max_batch_size": 2, "max_input_len": 50, "max_seq_len": 200, "max_num_tokens": 50}
+
+
+@pytest.mark.parametrize("case, says", [
+    ("no-checkpoint", "no config.json"),
+    ("no-tokenizer", "no tokenizer there"),
+    ("not-empty", "not empty"),
+    ("other-tree", "is not the tree this checkpoint was converted for"),
+    ("tree-too-big", "the tree has 7 nodes, the checkpoint's max_draft_len is 6"),
+    ("does-not-fit", "more than --gpu_memory_gb 1e-06"),
+    ("input-too-long", "--max_input_len 300 leaves no room to generate within --max_seq_len 256"),
+])
+def test_deploy_refuses_what_could_not_serve_and_writes_nothing(served, tmp_path, capsys, case, says):
+    ckpt, tok = served
+    out = tmp_path / "serve"
+    args = ["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]
+    if case == "no-checkpoint":
+        args[2] = str(tmp_path / "none")
+    elif case == "no-tokenizer":
+        (tmp_path / "empty").mkdir()
+        args[4] = str(tmp_path / "empty")
+    elif case == "not-empty":
+        out.mkdir()
+        (out / "keep.txt").write_text("mine")
+    elif case == "other-tree":
+        args += ["--medusa_choices", "[[0]]"]
+    elif case == "tree-too-big":
+        args += ["--medusa_choices", "[[0],[1],[2],[0,0],[0,1],[1,0],[2,0]]", "--override_medusa_choices"]
+    elif case == "does-not-fit":
+        args += ["--gpu_memory_gb", "0.000001"]
+    elif case == "input-too-long":
+        args += ["--max_input_len", "300"]
+    assert main(args) == 1
+    assert says in capsys.readouterr().err
+    assert (sorted(p.name for p in out.iterdir()) == ["keep.txt"]) if case == "not-empty" else not out.exists()
+
+
+def test_every_family_engine_name_is_a_model_map_key_as_the_standin_reads_it(trtllm):  # noqa: F811
+    """deploy/routes.py's MODEL_MAP names against the stand-in's (tensorrt_llm/models/__init__.py): for every
+    family's architecture, the two agree on whether the Python routes resolve it."""
+    from tensorrt_llm.models import MODEL_MAP
+
+    from trtllm_medusa_ports.archs import registry
+    from trtllm_medusa_ports.deploy.routes import MODEL_MAP_NAMES
+
+    names = {a for cls in registry().values() for a in cls.hf_architectures} | {"MedusaForCausalLM"}
+    assert {n for n in names if n in MODEL_MAP} == {n for n in names if n in MODEL_MAP_NAMES}
+
+
+def test_one_rank_runs_without_mpirun_and_our_class_builds_with_trtllm_medusa_build(tmp_path, store):
+    from trtllm_medusa_ports import api
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer, tiny_config
+
+    base = tiny_base(store, "GPTNeoXForCausalLM")
+    heads = _heads(tmp_path, "GPTNeoXForCausalLM", tiny_config("GPTNeoXForCausalLM").hidden_size)
+    ckpt = tmp_path / "ckpt"
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir", str(ckpt),
+                 "--dtype", "float16", "--quiet"]) == 0
+    save_tiny_tokenizer(tmp_path / "tok", tiny_config("GPTNeoXForCausalLM").vocab_size)
+    res = api.deploy(api.DeployOptions(ckpt, tmp_path / "tok", tmp_path / "serve", engine_dir=tmp_path / "eng"))
+    run = _exec_line((tmp_path / "serve" / "run.sh").read_text())
+    assert run[:2] == ["python3", "EXAMPLES/run.py"] and "mpirun" not in run
+    build = _exec_line((tmp_path / "serve" / "build.sh").read_text())
+    assert build[:2] == ["trtllm-medusa", "build"] and build[build.index("--output_dir") + 1] == str(tmp_path / "eng")
+    b = res.to_dict()
+    assert b["engine_architecture"] == "GPTNeoXForCausalLM" and b["world_size"] == 1
+    assert b["tree"]["source"].startswith("mc_sim_7b_63: the checkpoint records no tree")
+    assert b["tree"]["nodes"] <= b["tree"]["max_draft_len"]

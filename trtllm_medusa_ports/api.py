@@ -503,6 +503,61 @@ def inspect_heads(path: str | Path, *, data_check: bool = True) -> HeadsInfo:
     return HeadsInfo(heads.summary(), heads)
 
 
+# -- deploy ---------------------------------------------------------------------------------------
+@dataclass
+class DeployOptions:
+    """``trtllm-medusa deploy``: the serving bundle of a checkpoint (build.sh, run.sh, deploy.json)."""
+
+    checkpoint_dir: Path
+    tokenizer_dir: Path
+    output_dir: Path
+    engine_dir: Path | None = None  # default: OUTPUT_DIR/engine
+    medusa_choices: str | None = None  # default: the tree the checkpoint records (else mc_sim_7b_63)
+    override_medusa_choices: bool = False
+    max_batch_size: int | None = None  # default 8
+    max_input_len: int | None = None  # default: half of max_seq_len
+    max_seq_len: int | None = None  # default: the base's max_position_embeddings
+    gpu_memory_gb: float | None = None  # where given, a bundle whose memory plan does not fit is refused
+    overwrite: bool = False
+
+
+@dataclass
+class DeployResult:
+    bundle: dict
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.bundle["output_dir"])
+
+    def to_dict(self) -> dict:
+        return self.bundle
+
+    def render(self) -> str:
+        b = self.bundle
+        not_python = [r for r, v in b["routes"].items() if not v["resolves"]]
+        return "\n".join([
+            f"Wrote {b['output_dir']}: " + ", ".join(b["files"]) + f" (world size {b['world_size']}; tree "
+            f"{b['tree']['nodes']} nodes, {b['tree']['source']})",
+            f"1. build: {b['output_dir']}/build.sh",
+            f"2. run:   TRTLLM_EXAMPLES=<TensorRT-LLM>/examples {b['output_dir']}/run.sh \"your prompt\"",
+        ] + ([f"engine architecture {b['engine_architecture']} does not resolve on: {', '.join(not_python)}"]
+             if not_python else []))
+
+
+def deploy(opts: DeployOptions) -> DeployResult:
+    """Raises :class:`~trtllm_medusa_ports.errors.PortError` subclasses for bad input; nothing is written then."""
+    from trtllm_medusa_ports.deploy import bundle
+
+    validate_options(opts, "DeployOptions")
+    d = bundle.plan(Path(opts.checkpoint_dir), Path(opts.tokenizer_dir), Path(opts.output_dir),
+                    engine_dir=Path(opts.engine_dir) if opts.engine_dir else None, medusa_choices=opts.medusa_choices,
+                    override_medusa_choices=opts.override_medusa_choices, max_batch_size=opts.max_batch_size,
+                    max_input_len=opts.max_input_len, max_seq_len=opts.max_seq_len, gpu_memory_gb=opts.gpu_memory_gb)
+    bundle.write(d, overwrite=opts.overwrite, inputs={"--checkpoint_dir": Path(opts.checkpoint_dir),
+                                                      "--tokenizer_dir": Path(opts.tokenizer_dir)})
+    return DeployResult(d)
+
+
 # -- build ----------------------------------------------------------------------------------------
 @dataclass
 class BuildOptions:

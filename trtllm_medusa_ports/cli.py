@@ -264,6 +264,17 @@ def run_build(args: argparse.Namespace, rest: list[str]) -> int:
     return build(BuildOptions(Path(args.checkpoint_dir), list(rest), allow_unsupported=args.allow_unsupported)).returncode
 
 
+def run_deploy(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.api import DeployOptions, deploy
+
+    print_result(args, deploy(DeployOptions(
+        Path(args.checkpoint_dir), Path(args.tokenizer_dir), Path(args.output_dir), engine_dir=as_path(args.engine_dir),
+        medusa_choices=args.medusa_choices, override_medusa_choices=args.override_medusa_choices,
+        max_batch_size=args.max_batch_size, max_input_len=args.max_input_len, max_seq_len=args.max_seq_len,
+        gpu_memory_gb=args.gpu_memory_gb, overwrite=args.overwrite)))
+    return 0
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.demo import run_demo as demo
 
@@ -276,7 +287,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parsers.build_parser({
         "inspect-heads": run_inspect_heads, "tree": run_tree, "check": run_check, "convert": run_convert,
         "verify": run_verify, "train-heads": run_train_heads, "tune-tree": run_tune_tree, "build": run_build,
-        "demo": run_demo}, only)
+        "deploy": run_deploy, "demo": run_demo}, only)
 
 
 def _terminate(signum, frame):  # noqa: ARG001

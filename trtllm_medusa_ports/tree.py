@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_medusa_ports.errors import TreeError
+from trtllm_medusa_ports.errors import ModelError, TreeError
 from trtllm_medusa_ports.files.jsonfile import loads, require_regular_file
 
 if TYPE_CHECKING:
@@ -190,6 +190,31 @@ def recorded_tree(spec: str | list, num_heads: int) -> dict:
 def same_tree(a: list[list[int]], b: list[list[int]]) -> bool:
     """The same set of paths, whatever their order."""
     return sorted(map(tuple, a)) == sorted(map(tuple, b))
+
+
+def checkpoint_tree(cfg: dict, medusa_choices: str | None, num_heads: int, *, override: bool,
+                    where: str) -> tuple[str | list, str]:
+    """The tree a step after conversion runs, and where it came from: the one config.json records (``convert
+    --medusa_choices``) unless another is given, which must be the same tree unless ``override`` (a checkpoint
+    converted for one tree and proven or served with another would measure a tree it never serves); with none
+    recorded, the one given, else mc_sim_7b_63 (what TensorRT-LLM's C++ executor falls back to)."""
+    record = (cfg.get("medusa_ports") or {})
+    recorded = record.get("medusa_choices")
+    if recorded is not None:
+        recorded = parse_choices(recorded)  # a list written by convert; checked as any tree is
+    if medusa_choices is None:
+        if recorded is not None:
+            return recorded, f"recorded at conversion ({record.get('medusa_choices_from') or 'a tree'})"
+        return "mc_sim_7b_63", "mc_sim_7b_63: the checkpoint records no tree (convert with --medusa_choices)"
+    if recorded is not None and not override:
+        given, _ = resolve_choices(medusa_choices, num_heads)
+        if not same_tree(given, recorded):
+            raise ModelError(f"--medusa_choices ({len(given)} nodes) is not the tree this checkpoint was converted "
+                             f"for ({len(recorded)} nodes, {record.get('medusa_choices_from') or 'recorded'})",
+                             where=where, fix="leave --medusa_choices out to use the recorded tree, or pass "
+                                              "--override_medusa_choices to run another tree on purpose")
+    return medusa_choices, ("given (another than the one recorded at conversion)" if recorded is not None else
+                            "given")
 
 
 def validate_choices(

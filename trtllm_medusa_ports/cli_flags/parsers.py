@@ -110,6 +110,7 @@ examples:
   trtllm-medusa convert --model_dir ./Qwen2-7B --medusa_model_dir ./heads --output_dir ./ckpt --tp_size 2
   trtllm-medusa verify --model_dir ./Qwen2-7B --checkpoint_dir ./ckpt --prompt "Hello"
   trtllm-medusa build --checkpoint_dir ./ckpt --output_dir ./engine --max_batch_size 4
+  trtllm-medusa deploy --checkpoint_dir ./ckpt --tokenizer_dir ./Qwen2-7B --output_dir ./serve
   trtllm-medusa train-heads --model_dir ./Qwen2-0.5B --output_dir ./heads --share_lm_head
   trtllm-medusa tune-tree --model_dir ./Qwen2-0.5B --medusa_model_dir ./heads --output tree.json
   trtllm-medusa tree --choices mc_sim_7b_63 --draw
@@ -324,6 +325,27 @@ def _build_command_parser(sub, run) -> None:
                    help="build a float16 checkpoint whose base is known to overflow float16 (rule float16-range)")
 
 
+def _deploy_parser(sub, run) -> None:
+    """``trtllm-medusa deploy``'s flags."""
+    s = sub.add_parser("deploy", help="the serving bundle of a checkpoint: build.sh, run.sh, deploy.json")
+    s.set_defaults(func=run)
+    s.add_argument("--checkpoint_dir", required=True, help="a checkpoint written by convert")
+    s.add_argument("--tokenizer_dir", required=True, help="the Hugging Face base (or its tokenizer's) directory")
+    s.add_argument("--output_dir", required=True, help="where the bundle is written")
+    s.add_argument("--engine_dir", default=None, help="where build.sh builds the engine (default: OUTPUT_DIR/engine)")
+    s.add_argument("--medusa_choices", default=None,
+                   help="default: the tree the checkpoint was converted for (else mc_sim_7b_63 cut to the heads)")
+    s.add_argument("--override_medusa_choices", action="store_true",
+                   help="serve a --medusa_choices other than the tree the checkpoint records (refused otherwise)")
+    s.add_argument("--max_batch_size", type=int_in(1), default=None, help="default 8")
+    s.add_argument("--max_input_len", type=int_in(1), default=None, help="default: half of --max_seq_len")
+    s.add_argument("--max_seq_len", type=int_in(1), default=None, help="default: the base's max_position_embeddings")
+    s.add_argument("--gpu_memory_gb", type=non_negative, default=None,
+                   help="refuse a bundle whose weights and KV cache do not fit this much GPU memory per rank")
+    s.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
+    s.add_argument("--json", action="store_true", help="print deploy.json")
+
+
 def _demo_parser(sub, run) -> None:
     """``trtllm-medusa demo``'s flags."""
     s = sub.add_parser("demo", help="the end-to-end job on a small synthetic non-Llama base, offline")
@@ -337,7 +359,7 @@ def _demo_parser(sub, run) -> None:
 COMMAND_PARSERS = {
     "inspect-heads": _inspect_heads_parser, "tree": _tree_parser, "check": _check_parser,
     "convert": _convert_parser, "verify": _verify_parser, "train-heads": _train_heads_parser,
-    "tune-tree": _tune_tree_parser, "build": _build_command_parser, "demo": _demo_parser,
+    "tune-tree": _tune_tree_parser, "build": _build_command_parser, "deploy": _deploy_parser, "demo": _demo_parser,
 }
 
 

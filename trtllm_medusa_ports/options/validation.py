@@ -109,6 +109,10 @@ SPECS: dict[str, dict[str, Spec]] = {
         estimate=_S("product", "joint"), baseline=_S(none=True), overwrite=_B, threads=_I(1), quiet=_B),
     "TreeOptions": dict(choices=_TREE, num_heads=_I(), max_draft_len=_I(), top_k=_I()),
     "BuildOptions": dict(checkpoint_dir=_P(), args=_STRS, allow_unsupported=_B),
+    "DeployOptions": dict(
+        checkpoint_dir=_P(), tokenizer_dir=_P(), output_dir=_P(), engine_dir=_P(), medusa_choices=_TREE,
+        override_medusa_choices=_B, max_batch_size=_I(1), max_input_len=_I(1), max_seq_len=_I(1), gpu_memory_gb=_F(0),
+        overwrite=_B),
     "PromptInputs": dict(prompt=_STRS, prompts_file=_P(), prompt_ids=Spec("ids"), data=_P()),
     "inspect_heads": dict(path=_P(flag=None), data_check=Spec("bool", flag="--no_data_check")),
 }

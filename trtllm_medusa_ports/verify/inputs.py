@@ -12,7 +12,7 @@ from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.prompts import check_ids
 from trtllm_medusa_ports.reference.executor import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree, parse_choices, resolve_choices, same_tree
+from trtllm_medusa_ports.tree import MedusaTree, checkpoint_tree, resolve_choices
 
 
 def default_prompts(vocab: int) -> list[list[int]]:
@@ -31,31 +31,6 @@ def checkpoint_dtype(cfg: dict) -> str:
     """The checkpoint's dtype by name (float32 where config.json names none a checkpoint uses)."""
     dtype = cfg.get("dtype")
     return dtype if dtype in CHECKPOINT_DTYPES else "float32"
-
-
-def checkpoint_tree(cfg: dict, medusa_choices: str | None, num_heads: int, *, override: bool,
-                    where: str) -> tuple[str | list, str]:
-    """The tree a step after conversion runs, and where it came from: the one config.json records (``convert
-    --medusa_choices``) unless another is given, which must be the same tree unless ``override`` (a checkpoint
-    converted for one tree and proven or served with another would measure a tree it never serves); with none
-    recorded, the one given, else mc_sim_7b_63 (what TensorRT-LLM's C++ executor falls back to)."""
-    record = (cfg.get("medusa_ports") or {})
-    recorded = record.get("medusa_choices")
-    if recorded is not None:
-        recorded = parse_choices(recorded)  # a list written by convert; checked as any tree is
-    if medusa_choices is None:
-        if recorded is not None:
-            return recorded, f"recorded at conversion ({record.get('medusa_choices_from') or 'a tree'})"
-        return "mc_sim_7b_63", "mc_sim_7b_63: the checkpoint records no tree (convert with --medusa_choices)"
-    if recorded is not None and not override:
-        given, _ = resolve_choices(medusa_choices, num_heads)
-        if not same_tree(given, recorded):
-            raise ModelError(f"--medusa_choices ({len(given)} nodes) is not the tree this checkpoint was converted "
-                             f"for ({len(recorded)} nodes, {record.get('medusa_choices_from') or 'recorded'})",
-                             where=where, fix="leave --medusa_choices out to use the recorded tree, or pass "
-                                              "--override_medusa_choices to run another tree on purpose")
-    return medusa_choices, ("given (another than the one recorded at conversion)" if recorded is not None else
-                            "given")
 
 
 def prompts_and_tree(prompts: list[list[int]] | None, medusa_choices: str | None, ref: ReferenceModel, ckpt,
