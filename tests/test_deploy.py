@@ -3,6 +3,7 @@ mode flag, the XQA JIT switch, and that convert and verify end by naming the bui
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 from conftest import tiny_base
@@ -100,8 +101,10 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
                  "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     bundle = json.loads((out / "deploy.json").read_text())
-    assert printed == bundle and sorted(p.name for p in out.iterdir()) == ["build.sh", "deploy.json", "run.sh"]
-    for script in ("build.sh", "run.sh"):  # executable, and bash reads them
+    assert printed == bundle and sorted(p.name for p in out.iterdir()) == sorted(bundle["files"]) == [
+        "build.sh", "deploy.json", "llm_api.py", "run.sh", "serve.sh", "serve.yaml"]
+    compile((out / "llm_api.py").read_text(), "llm_api.py", "exec")  # Python reads it
+    for script in ("build.sh", "run.sh", "serve.sh"):  # executable, and bash reads them
         assert (out / script).stat().st_mode & 0o111
         assert subprocess.run(["bash", "-n", str(out / script)], capture_output=True).returncode == 0
     engine = str((out / "engine").resolve())
@@ -128,7 +131,8 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
     assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out),
                  "--overwrite", "--max_batch_size", "2", "--max_seq_len", "200", "--max_input_len", "50"]) == 0
     text = capsys.readouterr().out
-    assert f"Wrote {out.resolve()}: build.sh, run.sh, deploy.json (world size 2; tree 4 nodes" in text
+    assert f"Wrote {out.resolve()}: build.sh, run.sh, llm_api.py, serve.yaml, serve.sh, deploy.json (world size 2; " \
+           "tree 4 nodes" in text
     assert json.loads((out / "deploy.json").read_text())["serving"] == {
         "max_batch_size": 2, "max_input_len": 50, "max_seq_len": 200, "max_num_tokens": 50}
 
@@ -198,3 +202,106 @@ def test_one_rank_runs_without_mpirun_and_our_class_builds_with_trtllm_medusa_bu
     assert b["engine_architecture"] == "GPTNeoXForCausalLM" and b["world_size"] == 1
     assert b["tree"]["source"].startswith("mc_sim_7b_63: the checkpoint records no tree")
     assert b["tree"]["nodes"] <= b["tree"]["max_draft_len"]
+
+
+def _engine_dir(bundle: dict, ckpt) -> None:
+    """What a build leaves in the engine directory as the runtime reads it: config.json's ``pretrained_config`` (the
+    checkpoint's, naming the engine's architecture) and ``build_config`` (tensorrt_llm/builder.py EngineConfig)."""
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["architecture"] = bundle["engine_architecture"]
+    engine = Path(bundle["engine_dir"])
+    engine.mkdir(parents=True)
+    (engine / "config.json").write_text(json.dumps({"pretrained_config": cfg, "build_config": {
+        "max_draft_len": cfg["max_draft_len"], "speculative_decoding_mode": "medusa"}}))
+
+
+def _bundle(served, tmp_path) -> dict:
+    ckpt, tok = served
+    from trtllm_medusa_ports import api
+
+    res = api.deploy(api.DeployOptions(ckpt, tok, tmp_path / "serve", gpu_memory_gb=8))
+    _engine_dir(res.to_dict(), ckpt)
+    return res.to_dict()
+
+
+def _run_llm_api(path, argv):
+    import runpy
+    import sys
+
+    old = sys.argv
+    sys.argv = [str(path), *argv]
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv = old
+
+
+def test_llm_api_script_loads_the_engine_with_its_tree_greedily(served, tmp_path, trtllm, capsys):  # noqa: F811
+    b = _bundle(served, tmp_path)
+    script = tmp_path / "serve" / "llm_api.py"
+    _run_llm_api(script, ["Hello there", "second"])
+    (_, args), (_, prompts, sampling) = [c for c in trtllm.CALLS if c[0] in ("llm", "generate")]
+    spec = args["speculative_config"]
+    assert type(spec).__name__ == "MedusaDecodingConfig" and spec.medusa_choices == [[0], [1], [0, 0], [0, 1]]
+    assert spec.max_draft_len == 6 and spec.num_medusa_heads == b["tree"]["num_medusa_heads"]
+    assert args["model"] == b["engine_dir"] and args["tokenizer"] == b["tokenizer_dir"]
+    assert args["kv_cache_config"].free_gpu_memory_fraction == b["kv_cache_free_gpu_memory_fraction"] <= 0.9
+    assert prompts == ["Hello there", "second"] and sampling._greedy_decoding and sampling.max_tokens == 128
+    assert capsys.readouterr().out == "Hello there\nsecond\n"
+
+
+@pytest.mark.parametrize("change, fails", [
+    (("num_medusa_heads=", "num_heads="), "Extra inputs are not permitted"),  # MedusaDecodingConfig is strict
+    (("max_draft_len=6", "max_draft_len=0"), "max_draft_len must be > 0"),
+    (("medusa_choices=MEDUSA_CHOICES", "medusa_choices=str(MEDUSA_CHOICES)"), "valid list of lists of integers"),
+])
+def test_the_llm_api_model_fails_a_wrong_field(served, tmp_path, trtllm, change, fails):  # noqa: F811
+    _bundle(served, tmp_path)
+    script = tmp_path / "serve" / "llm_api.py"
+    text = script.read_text()
+    assert change[0] in text
+    bad = tmp_path / "bad.py"
+    bad.write_text(text.replace(change[0], change[1]))
+    with pytest.raises((ValueError, AssertionError), match=fails):
+        _run_llm_api(bad, [])
+
+
+def test_an_engine_name_outside_model_map_fails_the_python_routes(served, tmp_path, trtllm):  # noqa: F811
+    b = _bundle(served, tmp_path)
+    engine = Path(b["engine_dir"]) / "config.json"
+    cfg = json.loads(engine.read_text())
+    cfg["pretrained_config"]["architecture"] = "MedusaPortsQWenForCausalLM"
+    engine.write_text(json.dumps(cfg))
+    with pytest.raises(KeyError, match="MedusaPortsQWenForCausalLM"):
+        _run_llm_api(tmp_path / "serve" / "llm_api.py", [])
+    from trtllm_medusa_ports.deploy.routes import routes
+
+    assert not routes({"architecture": "MedusaPortsX", "base_architecture": "NotAModel"})["llm_api"]["resolves"]
+
+
+def _serve_args(serve_sh, model_parser):
+    return model_parser.parse_args(_exec_line(serve_sh.read_text())[1:])
+
+
+def test_trtllm_serve_takes_the_engine_backend_and_the_yaml_keeps_what_the_command_line_set(served, tmp_path,
+                                                                                           trtllm):  # noqa: F811
+    from tensorrt_llm.commands import serve
+
+    b = _bundle(served, tmp_path)
+    args = _serve_args(tmp_path / "serve" / "serve.sh", serve.parser())
+    assert args.backend == "tensorrt" and args.model == b["engine_dir"] and args.tokenizer == b["tokenizer_dir"]
+    assert (args.tp_size, args.pp_size) == (2, 1)
+    llm_args = serve.get_llm_args(args)
+    spec = llm_args["speculative_config"]
+    assert spec.medusa_choices == [[0], [1], [0, 0], [0, 1]] and spec.max_draft_len == 6
+    # the YAML's kv_cache_config replaced the command line's whole: it carries the fraction itself
+    assert llm_args["kv_cache_config"].free_gpu_memory_fraction == b["kv_cache_free_gpu_memory_fraction"]
+    assert llm_args["max_batch_size"] == 8 and llm_args["max_seq_len"] == 256 and llm_args["max_num_tokens"] == 128
+    assert type(serve.launch(args)).__name__ == "LLM"  # the server's TensorRT-engine LLM takes them
+    serve_sh = (tmp_path / "serve" / "serve.sh").read_text()
+    assert '"top_k": 1' in serve_sh and "/v1/completions" in serve_sh
+    # without --backend tensorrt, trtllm-serve's default pytorch backend refuses Medusa
+    bad = tmp_path / "bad.sh"
+    bad.write_text(serve_sh.replace(" --backend tensorrt", ""))
+    with pytest.raises(ValueError, match="does not support backend pytorch"):
+        serve.launch(_serve_args(bad, serve.parser()))

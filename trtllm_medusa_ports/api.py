@@ -540,6 +540,8 @@ class DeployResult:
             f"{b['tree']['nodes']} nodes, {b['tree']['source']})",
             f"1. build: {b['output_dir']}/build.sh",
             f"2. run:   TRTLLM_EXAMPLES=<TensorRT-LLM>/examples {b['output_dir']}/run.sh \"your prompt\"",
+            f"   or:    python3 {b['output_dir']}/llm_api.py \"your prompt\"   (the LLM API)",
+            f"   or:    {b['output_dir']}/serve.sh   (trtllm-serve; a greedy request is in its comments)",
         ] + ([f"engine architecture {b['engine_architecture']} does not resolve on: {', '.join(not_python)}"]
              if not_python else []))
 

@@ -6,6 +6,14 @@
 - ``run.sh``: TensorRT-LLM's ``examples/run.py`` on the engine, under ``mpirun -n <world size> --allow-run-as-root``
   when the world size is over 1, with the tree as the Python literal run.py parses (``ast.literal_eval``) and
   ``--temperature 1.0``, which run.py asserts for Medusa;
+- ``llm_api.py``: the engine through the LLM API's TensorRT-engine ``LLM`` (``tensorrt_llm._tensorrt_engine``; plain
+  ``tensorrt_llm.LLM`` is the PyTorch backend, which Medusa does not support: ``MedusaDecodingConfig``
+  ``supports_backend``), with ``MedusaDecodingConfig`` (the tree, the heads, the engine's ``max_draft_len``, which
+  must be above 0) and greedy sampling (``SamplingParams(top_k=1)``: tensorrt_llm/sampling_params.py);
+- ``serve.yaml`` and ``serve.sh``: ``trtllm-serve ENGINE --backend tensorrt`` (its default backend is pytorch), the
+  YAML (``--extra_llm_api_options``) carrying the tree and every key whose command-line value it would otherwise
+  replace (its top-level keys replace the command line's outright: tensorrt_llm/llmapi/llm_args.py
+  ``update_llm_args_with_extra_dict``), and a greedy ``/v1/completions`` request;
 - ``deploy.json``: all of it, machine-readable, with the memory plan at the serving sizes and, per route, whether
   the engine's ``architecture`` resolves there (deploy/routes.py).
 
@@ -118,8 +126,23 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                  "max_draft_len": draft, "num_medusa_heads": heads},
         "serving": vars(sizes), "environment": environment(cfg),
         "build": {"argv": build}, "run": {"argv": run}, "memory": memory, "routes": routes(cfg),
-        "files": ["build.sh", "run.sh", "deploy.json"],
+        "kv_cache_free_gpu_memory_fraction": kv_fraction(memory, gpu_memory_gb),
+        "files": ["build.sh", "run.sh", "llm_api.py", "serve.yaml", "serve.sh", "deploy.json"],
     }
+
+
+#: TensorRT-LLM's default share of the free GPU memory the KV cache takes (KvCacheConfig, trtllm-serve, Triton)
+KV_FRACTION = 0.9
+
+
+def kv_fraction(memory: dict, gpu_memory_gb: float | None) -> float:
+    """The KV cache's share of the GPU memory left after the weights: what the memory plan's KV cache needs, where
+    ``gpu_memory_gb`` is given (rounded up to a hundredth, at most TensorRT-LLM's default 0.9), else the default."""
+    if not gpu_memory_gb:
+        return KV_FRACTION
+    free = [gpu_memory_gb * 1e9 - w for w in memory["weight_bytes"]]
+    need = max(k / f for k, f in zip(memory["kv_cache_bytes"], free, strict=True))
+    return min(KV_FRACTION, max(0.01, -(-need * 100 // 1) / 100))
 
 
 def _script(lines: list[str], env: dict[str, str]) -> str:
@@ -155,13 +178,90 @@ def render_run(d: dict) -> str:
         "exec " + line], d["environment"])
 
 
+def render_llm_api(d: dict) -> str:
+    t = d["tree"]
+    env = [f"os.environ.setdefault({k!r}, {v!r})  # before tensorrt_llm loads its kernels"
+           for k, v in d["environment"].items()]
+    head = f'''#!/usr/bin/env python3
+"""The engine through TensorRT-LLM 1.2's LLM API (trtllm-medusa deploy): python3 llm_api.py "prompt" [...].
+
+The TensorRT-engine LLM (tensorrt_llm._tensorrt_engine): tensorrt_llm.LLM is the PyTorch backend, which Medusa does
+not support. The engine's config.json holds no tree, so the tree goes in MedusaDecodingConfig ({t["nodes"]} nodes,
+{t["source"]}); max_draft_len is the engine's. top_k=1 is greedy: the text is the base model's greedy text. The LLM
+adopts the engine's parallelism (world size {d["world_size"]}) and starts its own workers.
+"""
+
+import os
+import sys
+'''
+    body = [
+        *env,
+        "",
+        "from tensorrt_llm._tensorrt_engine import LLM  # noqa: E402",
+        "from tensorrt_llm.llmapi import KvCacheConfig, MedusaDecodingConfig, SamplingParams  # noqa: E402",
+        "",
+        f"ENGINE_DIR = {d['engine_dir']!r}",
+        f"TOKENIZER_DIR = {d['tokenizer_dir']!r}",
+        f"MEDUSA_CHOICES = {json.dumps(t['medusa_choices'])}",
+        "",
+        "",
+        "def main(prompts: list[str]) -> None:",
+        "    llm = LLM(model=ENGINE_DIR, tokenizer=TOKENIZER_DIR,",
+        f"              speculative_config=MedusaDecodingConfig(max_draft_len={t['max_draft_len']}, "
+        f"num_medusa_heads={t['num_medusa_heads']},",
+        "                                                      medusa_choices=MEDUSA_CHOICES),",
+        f"              kv_cache_config=KvCacheConfig(free_gpu_memory_fraction={d['kv_cache_free_gpu_memory_fraction']}))",
+        f"    greedy = SamplingParams(max_tokens={d['serving']['max_seq_len'] - d['serving']['max_input_len']}, top_k=1)",
+        "    for output in llm.generate(prompts, greedy):",
+        "        print(output.outputs[0].text)",
+        "",
+        "",
+        'if __name__ == "__main__":',
+        '    main(sys.argv[1:] or ["Once upon a time"])',
+    ]
+    return head + "\n".join(body) + "\n"
+
+
+def render_serve_yaml(d: dict) -> str:
+    t, s = d["tree"], d["serving"]
+    spec = {"decoding_type": "Medusa", "max_draft_len": t["max_draft_len"], "num_medusa_heads": t["num_medusa_heads"],
+            "medusa_choices": t["medusa_choices"]}
+    lines = ["# trtllm-serve --extra_llm_api_options (trtllm-medusa deploy). Its top-level keys replace the command",
+             "# line's outright, so every one the server needs is here: the tree (no route reads it from the engine),",
+             "# the KV cache's share of the free GPU memory and the serving sizes.",
+             "speculative_config:"] + [f"  {k}: {json.dumps(v)}" for k, v in spec.items()] + [
+             "kv_cache_config:", f"  free_gpu_memory_fraction: {d['kv_cache_free_gpu_memory_fraction']}",
+             f"max_batch_size: {s['max_batch_size']}", f"max_seq_len: {s['max_seq_len']}",
+             f"max_num_tokens: {s['max_num_tokens']}"]
+    return "\n".join(lines) + "\n"
+
+
+def serve_argv(d: dict) -> list[str]:
+    tp = d["memory"]["tp_size"]
+    pp = d["memory"]["pp_size"]
+    return ["trtllm-serve", d["engine_dir"], "--backend", "tensorrt", "--tokenizer", d["tokenizer_dir"],
+            "--tp_size", str(tp), "--pp_size", str(pp), "--extra_llm_api_options",
+            str(Path(d["output_dir"]) / "serve.yaml")]
+
+
+def render_serve(d: dict) -> str:
+    request = json.dumps({"prompt": "Once upon a time", "max_tokens": 32, "top_k": 1})
+    return _script([
+        "# trtllm-serve on the engine (trtllm-medusa deploy): --backend tensorrt serves a built engine (its default,",
+        "# pytorch, does not serve Medusa); serve.yaml holds the tree. Ask it, greedily (top_k 1: the base's text):",
+        f"#   curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' -d '{request}'",
+        "exec " + shlex.join(serve_argv(d))], d["environment"])
+
+
 def write(d: dict, *, overwrite: bool, inputs: dict[str, Path]) -> None:
     """The bundle in ``d['output_dir']``, atomically."""
     try:
         with atomic_output_dir(Path(d["output_dir"]), overwrite=overwrite, inputs=inputs) as tmp:
-            for name, text in (("build.sh", render_build(d)), ("run.sh", render_run(d))):
+            for name, text in (("build.sh", render_build(d)), ("run.sh", render_run(d)),
+                               ("llm_api.py", render_llm_api(d)), ("serve.sh", render_serve(d))):
                 (tmp / name).write_text(text)
                 (tmp / name).chmod(0o755)
+            (tmp / "serve.yaml").write_text(render_serve_yaml(d))
             (tmp / "deploy.json").write_text(json.dumps(d, indent=2) + "\n")
     except OSError as exc:
         raise ConversionError(f"cannot write the bundle ({exc.strerror})", where=d["output_dir"],
