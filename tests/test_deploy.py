@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny_base
+from standin_import import standin_file
 from test_engine import trtllm  # noqa: F401  (the stand-in fixture)
 from test_quant import _heads
 
@@ -101,10 +102,12 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
                  "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     bundle = json.loads((out / "deploy.json").read_text())
-    assert printed == bundle and sorted(p.name for p in out.iterdir()) == sorted(bundle["files"]) == [
-        "build.sh", "deploy.json", "llm_api.py", "run.sh", "serve.sh", "serve.yaml"]
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert printed == bundle and written == sorted(bundle["files"]) == [
+        "build.sh", "deploy.json", "llm_api.py", "run.sh", "serve.sh", "serve.yaml", "triton/fill.sh",
+        "triton/launch.sh"]
     compile((out / "llm_api.py").read_text(), "llm_api.py", "exec")  # Python reads it
-    for script in ("build.sh", "run.sh", "serve.sh"):  # executable, and bash reads them
+    for script in ("build.sh", "run.sh", "serve.sh", "triton/fill.sh", "triton/launch.sh"):  # executable, bash reads them
         assert (out / script).stat().st_mode & 0o111
         assert subprocess.run(["bash", "-n", str(out / script)], capture_output=True).returncode == 0
     engine = str((out / "engine").resolve())
@@ -131,8 +134,8 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
     assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out),
                  "--overwrite", "--max_batch_size", "2", "--max_seq_len", "200", "--max_input_len", "50"]) == 0
     text = capsys.readouterr().out
-    assert f"Wrote {out.resolve()}: build.sh, run.sh, llm_api.py, serve.yaml, serve.sh, deploy.json (world size 2; " \
-           "tree 4 nodes" in text
+    assert f"Wrote {out.resolve()}: build.sh, run.sh, llm_api.py, serve.yaml, serve.sh, triton/fill.sh, " \
+           "triton/launch.sh, deploy.json (world size 2; tree 4 nodes" in text
     assert json.loads((out / "deploy.json").read_text())["serving"] == {
         "max_batch_size": 2, "max_input_len": 50, "max_seq_len": 200, "max_num_tokens": 50}
 
@@ -305,3 +308,64 @@ def test_trtllm_serve_takes_the_engine_backend_and_the_yaml_keeps_what_the_comma
     bad.write_text(serve_sh.replace(" --backend tensorrt", ""))
     with pytest.raises(ValueError, match="does not support backend pytorch"):
         serve.launch(_serve_args(bad, serve.parser()))
+
+
+# -- Triton ----------------------------------------------------------------------------------------------------------
+TRITON_TEMPLATES = Path(__file__).parent / "fixtures" / "triton"
+_triton = standin_file("triton_backend.py", "standin_triton_backend")
+
+
+def _filled(bundle: dict) -> dict:
+    """Each model's config.pbtxt as fill.sh leaves it: the fill argument through fill_template.py's model, parsed
+    with NVIDIA's protobuf of Triton's ModelConfig."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    out = {}
+    for model, argument in bundle["triton"]["fill"].items():
+        text = _triton.fill_template((TRITON_TEMPLATES / model / "config.pbtxt").read_text(), argument)
+        out[model] = text_format.Parse(text.replace("${batch_scheduler_policy}", "guaranteed_no_evict"),
+                                       model_config_pb2.ModelConfig())
+    return out
+
+
+def test_the_triton_repository_is_filled_for_medusa_and_parses_as_tritons_model_config(served, tmp_path):
+    b = _bundle(served, tmp_path)
+    configs = _filled(b)
+    trt = configs["tensorrt_llm"]
+    params = {k: v.string_value for k, v in trt.parameters.items()}
+    assert trt.backend == "tensorrtllm" and trt.max_batch_size == 8 and not trt.model_transaction_policy.decoupled
+    assert params["gpt_model_path"] == b["engine_dir"] and params["gpt_model_type"] == "inflight_fused_batching"
+    assert params["max_beam_width"] == "1" and params["decoding_mode"] == "medusa"
+    assert float(params["kv_cache_free_gpu_mem_fraction"]) == b["kv_cache_free_gpu_memory_fraction"]
+    # the C++ backend's own reading of the tree (utils.cc csvStrToVecVecInt): the recorded tree, not mc_sim_7b_63
+    assert _triton.medusa_choices_served(params["decoding_mode"], params["medusa_choices"]) == b["tree"][
+        "medusa_choices"] == [[0], [1], [0, 0], [0, 1]]
+    for model in ("preprocessing", "postprocessing"):
+        assert configs[model].parameters["tokenizer_dir"].string_value == b["tokenizer_dir"]
+        assert configs[model].max_batch_size == 8 and configs[model].instance_group[0].count == 1
+    assert configs["ensemble"].max_batch_size == 8
+    fill = (tmp_path / "serve" / "triton" / "fill.sh").read_text()
+    assert all(f"all_models/inflight_batcher_llm/{m}" in fill for m in configs)
+    launch = _exec_line((tmp_path / "serve" / "triton" / "launch.sh").read_text().replace(
+        '"$TRTLLM_TRITON/scripts/launch_triton_server.py"', "LAUNCH"))
+    assert launch[:3] == ["python3", "LAUNCH", "--world_size=2"]
+
+
+@pytest.mark.parametrize("written", ["[[0], [1], [0, 0]]", " {0}, {1}, {0, 0}", "${medusa_choices}", "{0},{1},{0,0"])
+def test_every_other_tree_form_is_silently_served_as_the_default_tree(written):
+    """What the C++ backend does with anything but brace groups: the default tree, with one log line (so deploy
+    writes the braces; the last form loses its unclosed group)."""
+    served = _triton.medusa_choices_served("medusa", written)
+    assert served == "mc_sim_7b_63" or served == [[0], [1]]
+    assert _triton.medusa_choices_served("top_k", "{0}, {1}") == "mc_sim_7b_63"  # not medusa mode: never read
+
+
+def test_fill_arguments_survive_both_of_fill_templates_splits():
+    from trtllm_medusa_ports.deploy.triton import fill_argument
+
+    values = {"engine_dir": "/data/a,b:c\\d", "medusa_choices": "{0}, {0, 1}"}
+    text = _triton.fill_template("${engine_dir} | ${medusa_choices}", fill_argument(values))
+    assert text == "/data/a,b:c\\d | {0}, {0, 1}"
+    with pytest.raises(AssertionError, match="does not exist"):
+        _triton.fill_template("${engine_dir}", fill_argument({"tokenizer_type": "auto"}))  # gone from 1.x templates

@@ -14,6 +14,13 @@
   YAML (``--extra_llm_api_options``) carrying the tree and every key whose command-line value it would otherwise
   replace (its top-level keys replace the command line's outright: tensorrt_llm/llmapi/llm_args.py
   ``update_llm_args_with_extra_dict``), and a greedy ``/v1/completions`` request;
+- ``triton/fill.sh`` and ``triton/launch.sh``: Triton's model repository (``ensemble``, ``preprocessing``,
+  ``tensorrt_llm``, ``postprocessing``) copied from TensorRT-LLM 1.2's own templates (``triton_backend/all_models/
+  inflight_batcher_llm``: their Python models are upstream's, so they are not rewritten here) and filled with its
+  ``tools/fill_template.py``: backend ``tensorrtllm``, ``decoding_mode`` medusa and ``medusa_choices`` in the C++
+  backend's brace groups (deploy/triton.py: on any other form it logs a line and serves mc_sim_7b_63), the engine,
+  ``inflight_fused_batching``, beam width 1, the KV cache's share, the tokenizer; then
+  ``scripts/launch_triton_server.py --world_size N``;
 - ``deploy.json``: all of it, machine-readable, with the memory plan at the serving sizes and, per route, whether
   the engine's ``architecture`` resolves there (deploy/routes.py).
 
@@ -33,6 +40,7 @@ from pathlib import Path
 
 from trtllm_medusa_ports.deploy.commands import build_argv, environment, world_size
 from trtllm_medusa_ports.deploy.routes import engine_architecture, routes
+from trtllm_medusa_ports.deploy.triton import triton_fill
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelError
 from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpoint
 from trtllm_medusa_ports.memory import memory_plan
@@ -127,8 +135,10 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
         "serving": vars(sizes), "environment": environment(cfg),
         "build": {"argv": build}, "run": {"argv": run}, "memory": memory, "routes": routes(cfg),
         "kv_cache_free_gpu_memory_fraction": kv_fraction(memory, gpu_memory_gb),
-        "files": ["build.sh", "run.sh", "llm_api.py", "serve.yaml", "serve.sh", "deploy.json"],
-    }
+        "files": ["build.sh", "run.sh", "llm_api.py", "serve.yaml", "serve.sh", "triton/fill.sh", "triton/launch.sh",
+                  "deploy.json"],
+    } | {"triton": triton_fill(paths, str(engine), str(tokenizer), sizes.max_batch_size,
+                               kv_fraction(memory, gpu_memory_gb))}
 
 
 #: TensorRT-LLM's default share of the free GPU memory the KV cache takes (KvCacheConfig, trtllm-serve, Triton)
@@ -253,12 +263,37 @@ def render_serve(d: dict) -> str:
         "exec " + shlex.join(serve_argv(d))], d["environment"])
 
 
+def render_triton_fill(d: dict) -> str:
+    lines = ["# Triton's model repository for the engine (trtllm-medusa deploy), from TensorRT-LLM 1.2's own templates:",
+             "# set TRTLLM_TRITON to its triton_backend/ directory. Writes model_repo/ beside this script.",
+             ': "${TRTLLM_TRITON:?set TRTLLM_TRITON to TensorRT-LLM 1.2 triton_backend/ directory}"',
+             'repo="$(cd "$(dirname "$0")" && pwd)/model_repo"', 'rm -rf "$repo" && mkdir -p "$repo"']
+    for model, fill in d["triton"]["fill"].items():
+        lines += [f'cp -r "$TRTLLM_TRITON/all_models/inflight_batcher_llm/{model}" "$repo/"',
+                  f'python3 "$TRTLLM_TRITON/tools/fill_template.py" -i "$repo/{model}/config.pbtxt" {shlex.quote(fill)}']
+    lines.append('echo "wrote $repo"')
+    return _script(lines, {})
+
+
+def render_triton_launch(d: dict) -> str:
+    return _script([
+        "# Triton with the repository fill.sh wrote: one MPI rank per engine rank "
+        f"(world size {d['world_size']}); ask it with",
+        "#   curl -s localhost:8000/v2/models/ensemble/generate -d "
+        "'{\"text_input\": \"Once upon a time\", \"max_tokens\": 32, \"bad_words\": \"\", \"stop_words\": \"\"}'",
+        ': "${TRTLLM_TRITON:?set TRTLLM_TRITON to TensorRT-LLM 1.2 triton_backend/ directory}"',
+        'exec python3 "$TRTLLM_TRITON/scripts/launch_triton_server.py" '
+        f'--world_size={d["world_size"]} --model_repo="$(cd "$(dirname "$0")" && pwd)/model_repo"'], d["environment"])
+
+
 def write(d: dict, *, overwrite: bool, inputs: dict[str, Path]) -> None:
     """The bundle in ``d['output_dir']``, atomically."""
     try:
         with atomic_output_dir(Path(d["output_dir"]), overwrite=overwrite, inputs=inputs) as tmp:
             for name, text in (("build.sh", render_build(d)), ("run.sh", render_run(d)),
-                               ("llm_api.py", render_llm_api(d)), ("serve.sh", render_serve(d))):
+                               ("llm_api.py", render_llm_api(d)), ("serve.sh", render_serve(d)),
+                               ("triton/fill.sh", render_triton_fill(d)), ("triton/launch.sh", render_triton_launch(d))):
+                (tmp / name).parent.mkdir(exist_ok=True)
                 (tmp / name).write_text(text)
                 (tmp / name).chmod(0o755)
             (tmp / "serve.yaml").write_text(render_serve_yaml(d))
