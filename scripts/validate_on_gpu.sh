@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Validate Medusa engines on a GPU machine with TensorRT-LLM 1.2.x installed:
 # convert -> verify --device cuda (in memory and streaming) -> trtllm-medusa build -> run with --medusa_choices
-# -> compare with HF greedy.
+# -> compare with HF greedy; then the serving bundle of trtllm-medusa deploy, every route (run.py, the LLM API,
+# trtllm-serve, Triton where installed) against the base's greedy text.
 # Prints a PASS/FAIL table per family. Not run in CI (no GPU, no TensorRT-LLM there).
 #
 #   scripts/validate_on_gpu.sh [RUN_PY] [WORKDIR]
@@ -148,4 +149,54 @@ sys.exit(0 if got == expected else "engine differs from the reference executor's
 PY
 else status=FAIL; fi
 printf '%-24s %-6s %s\n' "gemma3 rope_scaling" "$status" "engine = executor (local layers scaled)"
+
+# The serving bundle (trtllm-medusa deploy) of one of our classes (GPT-NeoX: MedusaPorts, built with trtllm-medusa
+# build): build.sh, then every route on one prompt - run.py, the LLM API, one trtllm-serve request and, where
+# TRTLLM_TRITON names TensorRT-LLM's triton_backend/ and tritonserver is installed, Triton - each route's text against
+# the base's greedy text through the same tokenizer. Untested here: written on a machine without a GPU.
+route() {  # route NAME STATUS DETAIL
+  printf '%-24s %-6s %s\n' "deploy: $1" "$2" "$3"
+}
+src="$WORK/GPTNeoXForCausalLM"; b="$WORK/bundle"
+if [ -d "$src/ckpt" ] && trtllm-medusa deploy --checkpoint_dir "$src/ckpt" --tokenizer_dir "$src/tokenizer" \
+      --output_dir "$b" --medusa_choices "$TREE" --max_batch_size 1 --max_seq_len 64 --max_input_len 16 --overwrite \
+      --json >"$WORK/bundle.json" 2>"$WORK/bundle.log" && "$b/build.sh" >"$WORK/bundle-build.log" 2>&1; then
+  route build PASS "$b/build.sh"
+  expected=$(python3 - "$src" <<'PY'
+import sys
+import torch
+from transformers import AutoTokenizer
+from trtllm_medusa_ports.verify import hf_greedy, load_hf_model
+d = sys.argv[1]
+tok = AutoTokenizer.from_pretrained(f"{d}/tokenizer")
+prompt = tok("t11 t18 t25 t32", add_special_tokens=False)["input_ids"]
+print(tok.decode(hf_greedy(load_hf_model(f"{d}/base", torch.float16), prompt, 8)))
+PY
+)
+  check() {  # check NAME LOG
+    if grep -qF -- "$expected" "$2"; then route "$1" PASS "the base's greedy text"; else route "$1" FAIL "see $2"; fi
+  }
+  TRTLLM_EXAMPLES=$(dirname "$RUN_PY") "$b/run.sh" "t11 t18 t25 t32" >"$WORK/route-run.log" 2>&1 || true
+  check run.py "$WORK/route-run.log"
+  python3 "$b/llm_api.py" "t11 t18 t25 t32" >"$WORK/route-llm.log" 2>&1 || true
+  check llm_api "$WORK/route-llm.log"
+  "$b/serve.sh" >"$WORK/route-serve-server.log" 2>&1 & server=$!
+  for _ in $(seq 120); do curl -sf localhost:8000/health >/dev/null 2>&1 && break; sleep 2; done
+  curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model": "engine", "prompt": "t11 t18 t25 t32", "max_tokens": 48, "top_k": 1}' >"$WORK/route-serve.log" 2>&1
+  kill "$server" 2>/dev/null || true
+  check trtllm-serve "$WORK/route-serve.log"
+  if [ -n "${TRTLLM_TRITON:-}" ] && command -v tritonserver >/dev/null; then
+    "$b/triton/fill.sh" >"$WORK/route-triton-fill.log" 2>&1 && { "$b/triton/launch.sh" >"$WORK/route-triton-server.log" 2>&1 & }
+    for _ in $(seq 120); do curl -sf localhost:8000/v2/health/ready >/dev/null 2>&1 && break; sleep 2; done
+    curl -s localhost:8000/v2/models/ensemble/generate -d \
+      '{"text_input": "t11 t18 t25 t32", "max_tokens": 48, "bad_words": "", "stop_words": ""}' >"$WORK/route-triton.log" 2>&1
+    pkill -f tritonserver || true
+    check triton "$WORK/route-triton.log"
+  else
+    route triton SKIP "set TRTLLM_TRITON and install tritonserver"
+  fi
+else
+  route build FAIL "see $WORK/bundle.log and $WORK/bundle-build.log"
+fi
 echo "artifacts in $WORK"
