@@ -86,6 +86,9 @@ def served(tmp_path, store):
     return ckpt, tmp_path / "tok"
 
 
+_run_py = standin_file("examples_run.py", "standin_examples_run")
+
+
 def _exec_line(script: str) -> list[str]:
     """The script's command as the shell splits it (the examples directory left as a variable)."""
     line = next(ln for ln in script.splitlines() if ln.startswith("exec "))
@@ -93,7 +96,6 @@ def _exec_line(script: str) -> list[str]:
 
 
 def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path, capsys):
-    import ast
     import subprocess
 
     ckpt, tok = served
@@ -120,11 +122,13 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
     run_script = (out / "run.sh").read_text()
     run = _exec_line(run_script)
     assert run[:5] == ["mpirun", "-n", "2", "--allow-run-as-root", "python3"]  # world size 2: one MPI rank each
-    args = dict(zip(run[6:-2:2], run[7:-2:2], strict=True))
     assert run[5] == "EXAMPLES/run.py" and run[-2:] == ["--input_text", "$@"]
-    assert ast.literal_eval(args["--medusa_choices"]) == [[0], [1], [0, 0], [0, 1]]  # run.py: ast.literal_eval
-    assert args["--temperature"] == "1.0" and args["--engine_dir"] == engine and args["--max_output_len"] == "128"
-    assert args["--tokenizer_dir"] == str(tok.resolve())
+    args, choices = _run_py.medusa_run([*run[6:-1], "a prompt"])  # run.py's own flags and Medusa assertions
+    assert choices == [[0], [1], [0, 0], [0, 1]] and args.temperature == 1.0 and args.top_k == 1
+    assert args.engine_dir == engine and args.tokenizer_dir == str(tok.resolve()) and args.input_text == ["a prompt"]
+    assert args.max_output_len == 128 and 128 + bundle["serving"]["max_input_len"] <= bundle["serving"]["max_seq_len"]
+    with pytest.raises(AssertionError, match="temperature"):  # the model fails a wrong field
+        _run_py.medusa_run([*run[6:-1], "x", "--temperature", "0.7"])
     assert "the text is the base model's greedy text" in run_script and "recorded at conversion" in run_script
     assert bundle["tree"]["source"] == "recorded at conversion (the tree given)" and bundle["tree"]["nodes"] == 4
     assert bundle["engine_architecture"] == "MedusaForCausalLM" and bundle["world_size"] == 2
