@@ -1,5 +1,6 @@
 import subprocess
 import sys
+from pathlib import Path
 
 from trtllm_medusa_ports import __version__
 from trtllm_medusa_ports.cli import main
@@ -70,3 +71,26 @@ def test_a_command_parsed_alone_is_the_whole_parsers_command(capsys):
         main(["nope"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "invalid choice: 'nope'" in err and all(f"'{c}'" in err for c in COMMAND_PARSERS)
+
+
+def test_the_user_guides_flag_tables_are_the_parsers():
+    """docs/user-guide.md's flag tables are rendered from the commands' parsers (python -m
+    trtllm_medusa_ports.cli_flags.tables --write): every flag of every command once, its default and help; a note
+    below a table names only flags the command has."""
+    import re
+
+    from trtllm_medusa_ports.cli_flags import tables
+
+    text = (Path(__file__).parent.parent / tables.DOCUMENT).read_text()
+    assert tables.rendered_document(text) == text, "run python -m trtllm_medusa_ports.cli_flags.tables --write"
+    parsers = tables._command_parsers()
+    for command, parser in parsers.items():
+        table = re.search(rf"<!-- flags:{command}:begin -->\n(.*?)\n<!-- flags:{command}:end -->", text, re.S).group(1)
+        listed = re.findall(r"^\| `(--[\w-]+)`", table, re.M)
+        flags = [a.option_strings[0] for a in parser._actions if a.option_strings and a.option_strings[0] != "-h"]
+        assert listed == flags and len(set(listed)) == len(listed), command
+        section = text[text.index(f"<!-- flags:{command}:end -->"):]
+        section = section[:min(i for i in (section.find("\n### "), section.find("\n## "), len(section)) if i > 0)]
+        known = {o for a in parser._actions for o in a.option_strings}
+        for note in re.findall(r"^- `(--[\w-]+)", section, re.M):
+            assert note in known, f"{command}: a note on {note}, which the command does not have"

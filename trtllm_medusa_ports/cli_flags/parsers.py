@@ -38,8 +38,8 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"],
                    help="checkpoint dtype (default float16 as upstream's Medusa script; auto = the base's own; "
                         "with --base_checkpoint_dir: the base's own)")
-    p.add_argument("--tp_size", type=int, default=1)
-    p.add_argument("--pp_size", type=int, default=1)
+    p.add_argument("--tp_size", type=int, default=1, help="tensor parallelism: rank files split each weight")
+    p.add_argument("--pp_size", type=int, default=1, help="pipeline parallelism: each stage holds its layers")
     p.add_argument("--moe_ep_size", type=int, default=-1,
                    help="MoE bases: expert parallelism within tp (upstream's flag; -1: none, or tp / --moe_tp_size)")
     p.add_argument("--moe_tp_size", type=int, default=-1,
@@ -51,8 +51,9 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
                    "--max_medusa_token_len)")
     p.add_argument("--model_type", default=None, help="family (llama, mistral, qwen2, ...); default: from config.json")
     p.add_argument("--workers", type=int, default=1, help="threads converting tensors in parallel")
-    p.add_argument("--use_parallel_embedding", action="store_true")
-    p.add_argument("--embedding_sharding_dim", type=int, default=0, choices=[0, 1])
+    p.add_argument("--use_parallel_embedding", action="store_true", help="split vocab_embedding across the tp ranks")
+    p.add_argument("--embedding_sharding_dim", type=int, default=0, choices=[0, 1],
+                   help="with --use_parallel_embedding: 0 splits the vocabulary, 1 the hidden size")
     p.add_argument("--medusa_hidden_act", default="silu", help="only silu (Medusa heads are trained with SiLU)")
     p.add_argument("--medusa_choices", default=None, help="tree to check against the heads and max_draft_len")
     p.add_argument("--share_lm_head", action="store_true", help="every head uses the base lm_head (stored once)")
@@ -125,8 +126,8 @@ def _inspect_heads_parser(sub, run) -> None:
     """``trtllm-medusa inspect-heads``'s flags."""
     s = sub.add_parser("inspect-heads", help="read a Medusa head checkpoint of any layout")
     s.set_defaults(func=run)
-    s.add_argument("path")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("path", help="a heads directory or file, in any layout")
+    s.add_argument("--json", action="store_true", help="print what the heads hold as JSON")
     s.add_argument("--no_data_check", action="store_true", help="skip the NaN/Inf scan (headers only)")
 
 
@@ -137,10 +138,10 @@ def _tree_parser(sub, run) -> None:
     s.add_argument("--choices", "--medusa_choices", dest="choices", help="preset name, @file, or JSON list of paths")
     s.add_argument("--num_heads", "--num_medusa_heads", dest="num_heads", type=int, default=None,
                    help="head count: a deeper preset is pruned to it, a deeper written-out tree refused")
-    s.add_argument("--max_draft_len", type=int, default=None)
-    s.add_argument("--top_k", type=int, default=10)
-    s.add_argument("--list_presets", action="store_true")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--max_draft_len", type=int, default=None, help="refuse a tree of more nodes than this")
+    s.add_argument("--top_k", type=int, default=10, help="refuse a path index of top_k or more")
+    s.add_argument("--list_presets", action="store_true", help="print the preset names")
+    s.add_argument("--json", action="store_true", help="print the tree and its buffers as JSON")
     s.add_argument("--draw", action="store_true", help="print the tree as text, one line per node")
 
 
@@ -148,14 +149,15 @@ def _check_parser(sub, run) -> None:
     """``trtllm-medusa check``'s flags."""
     s = sub.add_parser("check", help="can TensorRT-LLM serve Medusa on this base (and heads, tree, parallelism)?")
     s.set_defaults(func=run)
-    s.add_argument("--model_dir", required=True)
-    s.add_argument("--medusa_model_dir", default=None)
-    s.add_argument("--medusa_choices", default=None)
-    s.add_argument("--tp_size", type=int, default=1)
-    s.add_argument("--pp_size", type=int, default=1)
-    s.add_argument("--max_draft_len", type=int, default=63)
-    s.add_argument("--num_medusa_heads", type=int, default=None)
-    s.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"])
+    s.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
+    s.add_argument("--medusa_model_dir", default=None, help="Medusa heads to check against the base")
+    s.add_argument("--medusa_choices", default=None, help="tree to check against the heads and max_draft_len")
+    s.add_argument("--tp_size", type=int, default=1, help="tensor parallelism to check")
+    s.add_argument("--pp_size", type=int, default=1, help="pipeline parallelism to check")
+    s.add_argument("--max_draft_len", type=int, default=63, help="the engine's tree budget (tree slots per sequence)")
+    s.add_argument("--num_medusa_heads", type=int, default=None, help="default: read from the heads")
+    s.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"],
+                   help="the checkpoint dtype to judge (float16's range, float32 with speculative decoding)")
     s.add_argument("--share_lm_head", action="store_true", help="plan the heads sharing the base lm_head")
     add_quant_format_args(s)
     m = s.add_argument_group("memory plan (weights per rank, KV cache; does it fit?)")
@@ -164,7 +166,7 @@ def _check_parser(sub, run) -> None:
     m.add_argument("--gpu_memory_gb", type=non_negative, default=None, help="memory of one GPU, in GB")
     _add_prompt_args(s, "to measure the activation range on (rule float16-range)")
     _add_threads_arg(s)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the findings and the memory plan as JSON")
     s.add_argument("--quiet", action="store_true", help="no status line")
 
 
@@ -179,13 +181,13 @@ def _verify_parser(sub, run) -> None:
     """``trtllm-medusa verify``'s flags."""
     s = sub.add_parser("verify", help="prove parity and greedy equivalence of a checkpoint on CPU")
     s.set_defaults(func=run)
-    s.add_argument("--model_dir", required=True)
-    s.add_argument("--checkpoint_dir", required=True)
+    s.add_argument("--model_dir", required=True, help="the base model the checkpoint was converted from")
+    s.add_argument("--checkpoint_dir", required=True, help="a checkpoint written by convert")
     s.add_argument("--medusa_choices", default=None,
                    help="default: the tree the checkpoint was converted for (else mc_sim_7b_63 cut to the heads' depth)")
     s.add_argument("--override_medusa_choices", action="store_true",
                    help="verify a --medusa_choices other than the tree the checkpoint records (refused otherwise)")
-    s.add_argument("--max_new_tokens", type=int, default=32)
+    s.add_argument("--max_new_tokens", type=int, default=32, help="greedy tokens per prompt")
     s.add_argument("--medusa_model_dir", default=None,
                    help="the heads the checkpoint was converted from (default: the path recorded at conversion)")
     _add_prompt_args(s, "to decode (default: a few prompts of token ids)")
@@ -214,7 +216,7 @@ def _verify_parser(sub, run) -> None:
                      "hold each side's whole model in float32 (about 0.40 GB + 1.5x its float32 size)",
                      "(default: the memory available)", "transformers' weights while they wait (a temporary file")
     s.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where both sides compute (default cpu)")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -247,8 +249,10 @@ def _train_heads_parser(sub, run) -> None:
     s.set_defaults(func=run)
     s.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
     s.add_argument("--output_dir", required=True, help="where to write the heads (FasterDecoding layout)")
-    s.add_argument("--num_heads", "--medusa_num_heads", dest="num_heads", type=int_in(1, 64), default=4)
-    s.add_argument("--num_layers", "--medusa_num_layers", dest="num_layers", type=int_in(1, 64), default=1)
+    s.add_argument("--num_heads", "--medusa_num_heads", dest="num_heads", type=int_in(1, 64), default=4,
+                   help="Medusa heads to train (head k guesses the token k + 2 ahead)")
+    s.add_argument("--num_layers", "--medusa_num_layers", dest="num_layers", type=int_in(1, 64), default=1,
+                   help="ResBlocks per head")
     _add_prompt_args(s, "to train on (continued by the base; default: the packaged prompts)", file_aliases=("--prompts",))
     s.add_argument("--heldout_fraction", type=fraction, default=0.05,
                    help="share of the sequences kept out of training, to report each head's held-out top-1 accuracy "
@@ -261,7 +265,7 @@ def _train_heads_parser(sub, run) -> None:
                    help="dtype the base runs in to write the corpus (default auto: bfloat16 where a timed probe finds "
                    "the device computes it fast - AVX512-BF16/AMX CPUs, GPUs - else float32; an explicit bfloat16 "
                    "on a device without bfloat16 units warns: it can be 40x slower there)")
-    s.add_argument("--steps", type=int_in(1), default=1000)
+    s.add_argument("--steps", type=int_in(1), default=1000, help="optimizer steps of the fit")
     s.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (warm-up, then cosine decay)")
     s.add_argument("--batch_size", type=int_in(0), default=256, help="positions per head per step (0: all)")
     s.add_argument("--share_lm_head", action="store_true",
@@ -277,7 +281,7 @@ def _train_heads_parser(sub, run) -> None:
     s.add_argument("--fit_dtype", default="auto", choices=["auto", "float32", "bfloat16"],  # FIT_DTYPES + devices.py
                    help="dtype of the fit's products with the vocabulary (default auto, as --dtype): bfloat16 is "
                    "about twice as fast where the hardware has it; the loss, the heads and the optimiser stay float32")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="the heads' initialisation and the batches' order")
     s.add_argument("--resume", action="store_true", help="continue the saved run (same flags)")
     s.add_argument("--save_every", type=int_in(1), default=100, help="steps between saved training states")
     s.add_argument("--work_dir", default=None, help="cached corpus and training state (default: OUTPUT_DIR.train)")
@@ -298,8 +302,8 @@ def _tune_tree_parser(sub, run) -> None:
     """``trtllm-medusa tune-tree``'s flags."""
     s = sub.add_parser("tune-tree", help="build a medusa_choices tree from the heads' measured accuracy")
     s.set_defaults(func=run)
-    s.add_argument("--model_dir", required=True)
-    s.add_argument("--medusa_model_dir", required=True)
+    s.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
+    s.add_argument("--medusa_model_dir", required=True, help="the heads to measure")
     _add_prompt_args(s, "to measure the heads on (default: the packaged held-out prompts)", file_aliases=("--prompts",))
     _add_threads_arg(s)
     s.add_argument("--new_tokens", type=int_in(1, 1 << 16), default=64, help="greedy tokens generated per prompt")
@@ -311,16 +315,16 @@ def _tune_tree_parser(sub, run) -> None:
                    help="node value: product of per-head accuracies (Medusa paper), or joint counts")
     s.add_argument("--baseline", default="mc_sim_7b_63", help="tree to compare with ('' for none)")
     s.add_argument("--output", required=True, help="choices file to write (JSON list of paths)")
-    s.add_argument("--overwrite", action="store_true")
-    s.add_argument("--json", action="store_true")
-    s.add_argument("--quiet", action="store_true")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    s.add_argument("--json", action="store_true", help="print the tree and its measures as JSON")
+    s.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _build_command_parser(sub, run) -> None:
     """``trtllm-medusa build``'s flags."""
     s = sub.add_parser("build", help="trtllm-build with our architectures registered (needs tensorrt_llm)")
     s.set_defaults(func=run)
-    s.add_argument("--checkpoint_dir", required=True)
+    s.add_argument("--checkpoint_dir", required=True, help="a checkpoint written by convert")
     s.add_argument("--allow_unsupported", action="store_true",
                    help="build a float16 checkpoint whose base is known to overflow float16 (rule float16-range)")
 
@@ -350,9 +354,9 @@ def _demo_parser(sub, run) -> None:
     """``trtllm-medusa demo``'s flags."""
     s = sub.add_parser("demo", help="the end-to-end job on a small synthetic non-Llama base, offline")
     s.set_defaults(func=run)
-    s.add_argument("--workdir", default="demo-output")
-    s.add_argument("--architecture", default="Qwen2ForCausalLM")
-    s.add_argument("--quiet", action="store_true")
+    s.add_argument("--workdir", default="demo-output", help="where the demo writes (it replaces only what it made)")
+    s.add_argument("--architecture", default="Qwen2ForCausalLM", help="the tiny base's family")
+    s.add_argument("--quiet", action="store_true", help="no progress lines (the results are printed)")
 
 
 #: each command's parser, in the order ``--help`` lists them
