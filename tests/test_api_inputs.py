@@ -77,6 +77,7 @@ BAD = [
     (_check, dict(pp_size="2"), PortError, "CheckOptions.pp_size", "'2' (str) is not an integer"),
     (_verify, dict(max_new_tokens="8"), PortError, "VerifyOptions.max_new_tokens", "is not an integer"),
     (_verify, dict(min_quant_agreement=1.5), PortError, "VerifyOptions.min_quant_agreement", "1.5"),
+    (_verify, dict(max_memory=float("inf")), PortError, "VerifyOptions.max_memory", "inf"),
     (_verify, dict(min_quant_agreement="0.5"), PortError, "VerifyOptions.min_quant_agreement", "(str)"),
     (_tune, dict(top_k="10"), PortError, "TuneOptions.top_k", "is not an integer in 1..1000"),
     (_tree, dict(top_k="10"), TreeError, "TreeOptions.top_k", "'10' (str) is not an integer"),

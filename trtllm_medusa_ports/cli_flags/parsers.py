@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from trtllm_medusa_ports.cli_flags.refused import FROM_CONFIG, NOT_SUPPORTED
-from trtllm_medusa_ports.cli_flags.types import fraction, int_in, non_negative, number_in
+from trtllm_medusa_ports.cli_flags.types import fraction, int_in, non_negative, number_in, positive
 
 
 def add_quant_format_args(p: argparse.ArgumentParser):
@@ -266,13 +266,13 @@ def _train_heads_parser(sub, run) -> None:
                    "the device computes it fast - AVX512-BF16/AMX CPUs, GPUs - else float32; an explicit bfloat16 "
                    "on a device without bfloat16 units warns: it can be 40x slower there)")
     s.add_argument("--steps", type=int_in(1), default=1000, help="optimizer steps of the fit")
-    s.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (warm-up, then cosine decay)")
+    s.add_argument("--lr", type=positive, default=3e-3, help="peak learning rate (warm-up, then cosine decay)")
     s.add_argument("--batch_size", type=int_in(0), default=256, help="positions per head per step (0: all)")
     s.add_argument("--share_lm_head", action="store_true",
                    help="heads use the base lm_head (FasterDecoding version 2): smaller, faster to train")
     s.add_argument("--full_vocab", action="store_true",
                    help="softmax over the whole vocabulary (default: over the tokens the corpus holds)")
-    s.add_argument("--distill", type=float, default=0.5,
+    s.add_argument("--distill", type=number_in(0, 1), default=0.5,
                    help="weight (0..1) of the soft target: each head also matches the base's own next-token "
                    "distribution at its position; 0: the greedy token only")
     s.add_argument("--negatives", type=int, default=8192,

@@ -7,6 +7,7 @@ May import: the standard library only.
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def int_in(lo: int, hi: int | None = None):
@@ -38,13 +39,25 @@ def number_in(lo: float, hi: float):
 
 
 def non_negative(text: str) -> float:
-    """An argparse type: a number >= 0 (NaN refused), named in the error."""
+    """An argparse type: a finite number >= 0 (NaN and infinity refused: ``--max_memory inf`` was an OverflowError
+    deep in verify), named in the error."""
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v >= 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"{v} must be a number >= 0")
+    if not (v >= 0 and math.isfinite(v)):  # NaN too
+        raise argparse.ArgumentTypeError(f"{v} must be a number >= 0, and finite")
+    return v
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number > 0, named in the error."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (v > 0 and math.isfinite(v)):  # NaN too
+        raise argparse.ArgumentTypeError(f"{v} must be a number above 0, and finite")
     return v
 
 

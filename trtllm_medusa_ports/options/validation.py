@@ -8,6 +8,7 @@ they define); never api or cli.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 
@@ -153,7 +154,7 @@ def _accepts(s: Spec, v) -> bool:
     if s.kind in ("int", "float"):
         if not (_is_int(v) if s.kind == "int" else (_is_int(v) or isinstance(v, float))):
             return False
-        return (v == v and (s.lo is None or v >= s.lo) and (s.hi is None or v <= s.hi)  # v == v: not NaN
+        return (math.isfinite(v) and (s.lo is None or v >= s.lo) and (s.hi is None or v <= s.hi)  # NaN, inf refused
                 and (s.below is None or v < s.below) and (not s.choices or v in s.choices))
     if s.kind == "bool":
         return isinstance(v, bool)
