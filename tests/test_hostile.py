@@ -648,7 +648,6 @@ def test_tree_parser_on_random_text(text):
     (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--max_memory", "inf"], "inf must be a number >= 0, and finite"),
     (["train-heads", "--model_dir", "m", "--output_dir", "o", "--max_memory", "1e400"], "inf must be a number >= 0"),
     (["train-heads", "--model_dir", "m", "--output_dir", "o", "--lr", "inf"], "inf must be a number above 0, and finite"),
-    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--distill", "2"], "2.0 is outside 0..1"),
     (["check", "--model_dir", "m", "--gpu_memory_gb", "inf"], "and finite"),
     (["deploy", "--checkpoint_dir", "c", "--tokenizer_dir", "t", "--output_dir", "o", "--max_batch_size", "0"],
      "0 must be at least 1"),

@@ -272,7 +272,7 @@ def _train_heads_parser(sub, run) -> None:
                    help="heads use the base lm_head (FasterDecoding version 2): smaller, faster to train")
     s.add_argument("--full_vocab", action="store_true",
                    help="softmax over the whole vocabulary (default: over the tokens the corpus holds)")
-    s.add_argument("--distill", type=number_in(0, 1), default=0.5,
+    s.add_argument("--distill", type=float, default=0.5,
                    help="weight (0..1) of the soft target: each head also matches the base's own next-token "
                    "distribution at its position; 0: the greedy token only")
     s.add_argument("--negatives", type=int, default=8192,
