@@ -806,3 +806,21 @@ def test_train_heads_on_a_full_or_read_only_disk_is_one_message_and_keeps_the_st
     assert "could not write the heads" in err and "--resume" in err and "Traceback" not in err
     assert not (ws / "out").exists() and (ws / "out.train" / "state.pt").is_file()
     assert not list(ws.glob(".out.partial*"))
+
+
+def test_an_output_dir_that_is_a_file_is_named_so_and_never_replaced(ws, capsys):
+    """A regular file as train-heads' --output_dir is not 'not empty' with an --overwrite fix: --overwrite replaces a
+    directory, never a file (issue 57, 10)."""
+    f = ws / "a-file"
+    f.write_text("mine")
+    argv = _train(ws)
+    argv[argv.index("--output_dir") + 1] = str(f)
+    assert main([*argv, "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert "exists and is not a directory" in err and "--overwrite" not in err and f.read_text() == "mine"
+
+
+def test_a_bare_at_sign_names_no_tree_file(capsys):
+    assert main(["tree", "--choices", "@"]) == 1
+    err = capsys.readouterr().err
+    assert "'@' names no file" in err and "@tree.json" in err and "is not a regular file" not in err

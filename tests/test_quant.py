@@ -201,7 +201,8 @@ def test_bad_quantization_input_writes_nothing(tmp_path, store, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
     cases = [(["--calib_dataset", str(tmp_path / "missing.jsonl")], "not a regular file"),
-             (["--calib_dataset", str(empty)], "the calibration set has 0 non-empty sample(s)"),
+             (["--calib_dataset", str(empty)], "the calibration set has no non-empty sample\n  fix: pass a "
+                                               "--calib_dataset with text"),  # not --calib_size 0, which is refused
              (["--calib_dataset", str(_calib(tmp_path, vocab, n=3)), "--calib_size", "5"],
               "has 3 non-empty sample(s), --calib_size asks for 5"),
              (["--calib_dataset", str(_calib(tmp_path, vocab)), "--calib_size", "2", "--dtype", "float32"],

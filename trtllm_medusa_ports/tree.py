@@ -87,6 +87,9 @@ def parse_choices(spec: str | list) -> list[list[int]]:
         if text in presets:
             return [list(p) for p in presets[text]]
         if text.startswith("@"):
+            if not text[1:].strip():
+                raise TreeError("'@' names no file", where=origin,
+                                fix="pass @PATH to a readable file holding a JSON list of paths, e.g. @tree.json")
             path = Path(text[1:])
             origin = str(path)
             fix = "pass @PATH to a readable file holding a JSON list of paths"

@@ -955,7 +955,9 @@ def train(opts: TrainOptions) -> TrainResult:
 
     _check_train_options(opts)
     out = guard_output_dir(Path(opts.output_dir), {"--model_dir": Path(opts.model_dir)})
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not opts.overwrite:
+    if (out.exists() or out.is_symlink()) and not out.is_dir():  # --overwrite replaces directories, never a file
+        raise PortError("exists and is not a directory", where=str(out), fix="choose another --output_dir")
+    if out.exists() and any(out.iterdir()) and not opts.overwrite:
         raise PortError("output directory is not empty", where=str(out),
                         fix="pass --overwrite to replace it, or choose another --output_dir")
     device = _train_device(opts.device)

@@ -252,6 +252,9 @@ def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, 
     finally:
         read.close()  # the file is closed where reading stopped
     size = len(samples) if size is None else size
+    if not samples:  # blank lines only: no --calib_size helps (the parser refuses 0)
+        raise PortError("the calibration set has no non-empty sample", where=source,
+                        fix="pass a --calib_dataset with text or token ids in it")
     if len(samples) < size:
         raise PortError(f"the calibration set has {len(samples)} non-empty sample(s), --calib_size asks for {size}",
                         where=source, fix=f"pass --calib_size {len(samples)} or a larger --calib_dataset")
