@@ -824,3 +824,32 @@ def test_a_bare_at_sign_names_no_tree_file(capsys):
     assert main(["tree", "--choices", "@"]) == 1
     err = capsys.readouterr().err
     assert "'@' names no file" in err and "@tree.json" in err and "is not a regular file" not in err
+
+
+@pytest.mark.parametrize("arch, field, value", [
+    ("Qwen2MoeForCausalLM", "norm_topk_prob", "false"), ("Qwen2MoeForCausalLM", "norm_topk_prob", None),
+    ("Qwen2MoeForCausalLM", "norm_topk_prob", 1), ("GPTBigCodeForCausalLM", "multi_query", "false"),
+    ("LlamaForCausalLM", "tie_word_embeddings", "no"),
+])
+def test_a_switch_of_another_json_type_is_refused_not_read_as_its_truth_value(tmp_path, store, capsys, arch, field,
+                                                                             value):
+    """One typed reader (files/hf_model.py): "false" is truthy, 1 and null are not booleans; transformers' config
+    classes refuse them, and a port that read them would silently pick the other routing or attention layout."""
+    import shutil
+
+    from conftest import tiny_base
+
+    from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base(store, arch), base)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg[field] = value
+    (base / "config.json").write_text(json.dumps(cfg))
+    c = tiny_config(arch)
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2), tmp_path / "heads")
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir",
+                 str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"field {field} is {json.dumps(value)}; expected true or false" in err and "config.json" in err
+    assert "JSON boolean" in err and not (tmp_path / "out").exists()

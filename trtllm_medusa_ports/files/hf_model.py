@@ -54,6 +54,11 @@ _POSITIVE_INTS = ("num_hidden_layers", "num_attention_heads", "num_key_value_hea
                   "n_embd", "d_model", "n_layers", "n_heads", "num_kv_heads", "ffn_hidden_size")
 _NUMBERS = ("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon",
             "partial_rotary_factor", "rotary_pct", "rotary_emb_base", "query_pre_attn_scalar")
+#: config.json fields the adapters read as switches: JSON true or false when present, as transformers' config classes
+#: type them (a "false" string, a 1 or a null would otherwise be read as its truth value, silently)
+_BOOLEANS = ("norm_topk_prob", "multi_query", "tie_word_embeddings", "attention_bias", "mlp_bias", "bias", "use_bias",
+             "new_decoder_architecture", "parallel_attn", "alibi", "use_parallel_residual", "use_qk_norm",
+             "use_sliding_window", "scale_attn_weights", "scale_attn_by_inverse_layer_idx")
 
 
 def _validate_fields(data: dict, path: Path) -> None:
@@ -69,6 +74,10 @@ def _validate_fields(data: dict, path: Path) -> None:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v != v):
             raise ModelError(f"field {key} is {v!r}; expected a number", where=str(path),
                              fix=f"correct {key} in config.json")
+    for key in _BOOLEANS:
+        if key in data and not isinstance(data[key], bool):
+            raise ModelError(f"field {key} is {json.dumps(data[key])}; expected true or false", where=str(path),
+                             fix=f"write {key} as a JSON boolean (true or false), as transformers saves it")
     arch = data.get("architectures")
     if arch is not None and not (isinstance(arch, list) and arch and all(isinstance(a, str) for a in arch)):
         raise ModelError(f"field architectures is {arch!r}; expected a list of names", where=str(path),
