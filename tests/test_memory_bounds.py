@@ -160,9 +160,15 @@ def test_a_base_four_times_the_allowance_verifies_and_trains_within_it_streaming
         ("verify", 1, "streaming"), ("verify", 12, "streaming"), ("train", 1, "streaming"), ("train", 12, "streaming"),
         ("verify", 1, "streaming"), ("verify", 12, "in-memory"), ("train", 1, "streaming"), ("train", 12, "in-memory")]
     assert all(r["ok"] for r in runs), runs
+    # the margin is the noise measured in this very run: each command's one-layer run is made twice (runs 0 and 4,
+    # 2 and 6), and what the same work's peak moved between the two is what load, threads and the allocator add,
+    # not the model (a fixed allowance failed at load 8 by 0.9 MB). Streaming must stay under the allowance plus
+    # that noise; in memory must exceed it by as much, so the allowance still binds.
+    noise = {c: abs(runs[i]["peak_anon"] - runs[i + 4]["peak_anon"]) for i, c in ((0, "verify"), (2, "train"))}
     for fixed, big in zip(runs[0::2], runs[1::2], strict=True):
         grew = big["peak_anon"] - fixed["peak_anon"]
+        margin = noise[big["command"]]
         if big["streaming"]:
-            assert grew < allowance, (big["command"], grew, allowance, runs)
+            assert grew < allowance + margin, (big["command"], grew, allowance, margin, runs)
         else:
-            assert grew > allowance, (big["command"], grew, allowance, runs)
+            assert grew > allowance + margin, (big["command"], grew, allowance, margin, runs)
