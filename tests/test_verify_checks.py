@@ -122,3 +122,17 @@ def test_verify_reads_the_base_weight_headers_before_transformers_loads(tmp_path
     what = e.value.what
     assert "contradict config.json" in what and "model.norm.weight" in what and "model.safetensors" in what, what
     assert e.value.where == str(base)
+
+
+def test_options_verify_does_not_use_are_said_in_the_report(written, qwen2_base):
+    """--gemm_plugin on a float checkpoint, --max_quant_error on an unquantized one, --max_memory beside an explicit
+    memory mode: each was dropped without a word (issue 57, 6)."""
+    rep = verify(qwen2_base, written, prompts=PROMPTS, max_new_tokens=2, quiet=True, gemm_plugin="fp8",
+                 max_quant_error=1.0, streaming=False, max_memory=64.0)
+    assert rep.notes[-3:] == [
+        "--gemm_plugin fp8 ignored: it chooses FP8Linear's GEMM, and the checkpoint is not FP8",
+        "--max_quant_error ignored: the checkpoint is not quantized",
+        "--max_memory ignored: --no_streaming chose the memory mode"]
+    assert "note: --max_quant_error ignored" in rep.render()
+    assert not any("ignored" in n for n in verify(qwen2_base, written, prompts=PROMPTS, max_new_tokens=2,
+                                                   quiet=True).notes)

@@ -157,6 +157,7 @@ def _verify(
     prompts, tree, pruned, tree_source = prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir,
                                                           override_medusa_choices)
     notes = ([pruned] if pruned else []) + allow_unsupported_notes(ckpt) + ([padding] if padding else [])
+    notes += _ignored_options(quantized, gemm_plugin, max_quant_error, streaming, max_memory)
     source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
     side_key = None if base_key is None else _side_key(base_key, ref, prompts, max_new_tokens, source, dtype)
     side = recall(side_key)
@@ -260,6 +261,19 @@ def _verify(
                         if f.severity == ERROR],
         build_command=build_line(ckpt.config, Path(checkpoint_dir)),
     )
+
+
+def _ignored_options(spec: QuantSpec, gemm_plugin: str, max_quant_error: float | None, streaming: bool | None,
+                     max_memory: float | None) -> list[str]:
+    """What the run was given and does not use, said in the report rather than dropped without a word."""
+    out = []
+    if gemm_plugin != "auto" and spec.quant_algo != "FP8":
+        out.append(f"--gemm_plugin {gemm_plugin} ignored: it chooses FP8Linear's GEMM, and the checkpoint is not FP8")
+    if max_quant_error is not None and not spec.any:
+        out.append("--max_quant_error ignored: the checkpoint is not quantized")
+    if max_memory is not None and streaming is not None:
+        out.append(f"--max_memory ignored: --{'streaming' if streaming else 'no_streaming'} chose the memory mode")
+    return out
 
 
 def _load_base(model_dir, dtype, ckpt, ref: ReferenceModel, streaming: bool, device: str, offload_dir, status):
