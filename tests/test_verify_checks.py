@@ -136,3 +136,22 @@ def test_options_verify_does_not_use_are_said_in_the_report(written, qwen2_base)
     assert "note: --max_quant_error ignored" in rep.render()
     assert not any("ignored" in n for n in verify(qwen2_base, written, prompts=PROMPTS, max_new_tokens=2,
                                                    quiet=True).notes)
+
+
+def test_verify_bounds_its_run_by_a_learned_position_table(tmp_path, store):
+    """GPT-2's positions come from a table: a prompt plus --max_new_tokens past it was an IndexError from
+    transformers' embedding (issue 57, 5); verify refuses it first, naming the table and the tokens that fit."""
+    from conftest import convert_to, tiny_base
+    from test_quant import _heads
+
+    from trtllm_medusa_ports.errors import ModelError
+    from trtllm_medusa_ports.fixtures.synthetic import tiny_config
+
+    base = tiny_base(store, "GPT2LMHeadModel")
+    ckpt = convert_to(tmp_path / "ck", base, _heads(tmp_path, "GPT2LMHeadModel", tiny_config("GPT2LMHeadModel").n_embd),
+                      dtype="float16")
+    table = json.loads((ckpt / "config.json").read_text())["max_position_embeddings"]
+    with pytest.raises(ModelError, match=rf"a prompt of 4 tokens and --max_new_tokens {table} reach position "
+                                         rf"{table + 3}, past this base's learned position table \({table} positions\)") as e:
+        verify(base, ckpt, prompts=[[1, 2, 3, 4]], max_new_tokens=table, quiet=True)
+    assert f"--max_new_tokens {table - 4}" in e.value.fix

@@ -1,13 +1,14 @@
 """What verify runs with: the default prompts, the tree (a preset pruned to the heads' depth, within the
 checkpoint's max_draft_len) and the checkpoint's dtype by name.
 
-May import: the file layer (``files/``), ``tree``, ``errors``, ``reference`` (types); no other verify module.
+May import: the file layer (``files/``), ``tree``, ``errors``, ``archs.semantics``, ``reference`` (types); no other verify module.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.prompts import check_ids
@@ -31,6 +32,20 @@ def checkpoint_dtype(cfg: dict) -> str:
     """The checkpoint's dtype by name (float32 where config.json names none a checkpoint uses)."""
     dtype = cfg.get("dtype")
     return dtype if dtype in CHECKPOINT_DTYPES else "float32"
+
+
+def check_position_table(prompts: list[list[int]], max_new_tokens: int, ref: ReferenceModel, where: str) -> None:
+    """A learned-position base embeds each position from its table: a run past the table's end is refused before
+    transformers' embedding lookup fails with an IndexError (check bounds --max_seq_len the same way)."""
+    table = ref.config.get("max_position_embeddings")
+    if ref.semantics.position_embedding is not PositionEmbedding.LEARNED_ABSOLUTE or not isinstance(table, int):
+        return
+    longest = max(len(p) for p in prompts)
+    if longest + max_new_tokens > table:
+        raise ModelError(f"a prompt of {longest} tokens and --max_new_tokens {max_new_tokens} reach position "
+                         f"{longest + max_new_tokens - 1}, past this base's learned position table "
+                         f"({table} positions)", where=where,
+                         fix=f"pass --max_new_tokens {max(1, table - longest)} or less, or shorter prompts")
 
 
 def prompts_and_tree(prompts: list[list[int]] | None, medusa_choices: str | None, ref: ReferenceModel, ckpt,

@@ -50,7 +50,11 @@ from trtllm_medusa_ports.verify.hf_side import (
     hf_greedy,
     hf_logits_and_states,
 )
-from trtllm_medusa_ports.verify.inputs import checkpoint_dtype, prompts_and_tree
+from trtllm_medusa_ports.verify.inputs import (
+    check_position_table,
+    checkpoint_dtype,
+    prompts_and_tree,
+)
 from trtllm_medusa_ports.verify.limits import MIN_QUANT_AGREEMENT, PARITY_RTOL
 from trtllm_medusa_ports.verify.measures import (
     final_hidden_states,
@@ -156,6 +160,7 @@ def _verify(
     padding = vocab_padding(vocab_size, ref, ckpt, model_dir)
     prompts, tree, pruned, tree_source = prompts_and_tree(prompts, medusa_choices, ref, ckpt, checkpoint_dir,
                                                           override_medusa_choices)
+    check_position_table(prompts, max_new_tokens, ref, str(Path(checkpoint_dir) / "config.json"))
     notes = ([pruned] if pruned else []) + allow_unsupported_notes(ckpt) + ([padding] if padding else [])
     notes += _ignored_options(quantized, gemm_plugin, max_quant_error, streaming, max_memory)
     source = medusa_model_dir or (ckpt.config.get("medusa_ports") or {}).get("heads_source")
