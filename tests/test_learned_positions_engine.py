@@ -73,3 +73,16 @@ def test_the_rebuild_is_upstreams_shape_arithmetic():
         [ContextRequest([1, 2]), GenerationRequest(5, 3, [4] * 6)], OFFSETS)
     assert ids.shape == (2 + 7,) and positions.tolist() == [0, 1, 4] and offsets.tolist() == [OFFSETS]
     assert expected == [0, 1] + [4 + o for o in OFFSETS] and positions.dtype == torch.int32
+
+
+def test_build_refuses_padded_inputs_for_a_learned_position_base(trtllm, store, tmp_path, capsys):  # noqa: F811
+    """The rebuild reads the runtime's packed 1-D position ids; --remove_input_padding disable gives [batch, T] ids,
+    which it cannot take (issue 57, m2): build refuses the flag for learned-position bases only."""
+    from test_engine import _build
+
+    gpt2 = _checkpoint(store, tmp_path, "GPT2LMHeadModel")
+    assert _build(gpt2, tmp_path / "eng", "--remove_input_padding", "disable") == 1
+    err = capsys.readouterr().err
+    assert "--remove_input_padding disable" in err and "engine/positions.py" in err and not (tmp_path / "eng").exists()
+    llama = _checkpoint(store, tmp_path, "LlamaForCausalLM", name="llama")
+    assert _build(llama, tmp_path / "eng2", "--remove_input_padding", "disable") == 0  # RoPE: no rebuild, no refusal

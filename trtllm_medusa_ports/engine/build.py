@@ -123,6 +123,11 @@ def _medusa_flag_findings(cfg: dict, args: Any) -> list[Finding]:
     if _flag(args, "multiple_profiles") in ("enable", True) and _flag(args, "opt_num_tokens") is not None:
         refuse("--multiple_profiles enable with --opt_num_tokens",
                "tensorrt_llm/commands/build.py main refuses the pair", "drop --opt_num_tokens")
+    if cfg.get("position_embedding_type") == "learned_absolute" and _disabled(_flag(args, "remove_input_padding", True)):
+        refuse("--remove_input_padding disable",
+               "our engine class rebuilds a learned-position base's tree position ids from the packed 1-D "
+               "position_ids of the runtime's remove-input-padding layout (engine/positions.py); padded [batch, T] "
+               "ids are not that layout", "leave --remove_input_padding at enable (trtllm-build's default)")
     return out
 
 
