@@ -201,8 +201,10 @@ def test_one_rank_runs_without_mpirun_and_our_class_builds_with_trtllm_medusa_bu
                  "--dtype", "float16", "--quiet"]) == 0
     save_tiny_tokenizer(tmp_path / "tok", tiny_config("GPTNeoXForCausalLM").vocab_size)
     res = api.deploy(api.DeployOptions(ckpt, tmp_path / "tok", tmp_path / "serve", engine_dir=tmp_path / "eng"))
-    run = _exec_line((tmp_path / "serve" / "run.sh").read_text())
+    run_script = (tmp_path / "serve" / "run.sh").read_text()
+    run = _exec_line(run_script)
     assert run[:2] == ["python3", "EXAMPLES/run.py"] and "mpirun" not in run
+    assert "--use_py_session" not in run and "Learned positions" not in run_script  # GPT-NeoX: RoPE
     build = _exec_line((tmp_path / "serve" / "build.sh").read_text())
     assert build[:2] == ["trtllm-medusa", "build"] and build[build.index("--output_dir") + 1] == str(tmp_path / "eng")
     b = res.to_dict()
@@ -373,3 +375,21 @@ def test_fill_arguments_survive_both_of_fill_templates_splits():
     assert text == "/data/a,b:c\\d | {0}, {0, 1}"
     with pytest.raises(AssertionError, match="does not exist"):
         _triton.fill_template("${engine_dir}", fill_argument({"tokenizer_type": "auto"}))  # gone from 1.x templates
+
+
+def test_a_learned_position_bundle_says_to_keep_the_cpp_runtime(tmp_path, store):
+    """run.py --use_py_session passes [batch, T] position offsets in the context step, which the tree-position
+    rebuild cannot take (issue 57, m1): a GPT-2 bundle's run.sh says so, and never passes the flag."""
+    from trtllm_medusa_ports import api
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer, tiny_config
+
+    c = tiny_config("GPT2LMHeadModel")
+    ckpt = tmp_path / "ckpt"
+    assert main(["convert", "--model_dir", str(tiny_base(store, "GPT2LMHeadModel")), "--medusa_model_dir",
+                 str(_heads(tmp_path, "GPT2LMHeadModel", c.n_embd)), "--output_dir", str(ckpt), "--dtype", "float16",
+                 "--max_draft_len", "6", "--medusa_choices", "[[0],[1],[0,0]]", "--quiet"]) == 0
+    save_tiny_tokenizer(tmp_path / "tok", c.vocab_size)
+    b = api.deploy(api.DeployOptions(ckpt, tmp_path / "tok", tmp_path / "serve")).to_dict()
+    script = (tmp_path / "serve" / "run.sh").read_text()
+    assert b["position_embedding_type"] == "learned_absolute" and "keep run.py's C++ runtime" in script
+    assert "--use_py_session" not in _exec_line(script)

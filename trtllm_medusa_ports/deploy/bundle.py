@@ -130,6 +130,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
         "checkpoint_dir": str(checkpoint_dir.resolve()), "tokenizer_dir": str(tokenizer), "engine_dir": str(engine),
         "output_dir": str(out), "architecture": cfg.get("architecture"),
         "engine_architecture": engine_architecture(cfg), "world_size": world,
+        "position_embedding_type": cfg.get("position_embedding_type"),
         "tree": {"medusa_choices": paths, "source": source, "pruned": pruned, "nodes": tree.num_nodes,
                  "max_draft_len": draft, "num_medusa_heads": heads},
         "serving": vars(sizes), "environment": environment(cfg),
@@ -183,6 +184,9 @@ def render_run(d: dict) -> str:
         "# --top_k 1 decoding is greedy: the text is the base model's greedy text, and the tree only decides how many",
         f"# tokens each step accepts. Tree: {d['tree']['nodes']} nodes, {d['tree']['source']}."
         + (f" World size {d['world_size']}: one MPI rank per engine rank." if d["world_size"] > 1 else ""),
+        *(["# Learned positions: keep run.py's C++ runtime (no --use_py_session, whose context step passes [batch, T]",
+            "# position offsets, which the engine's tree-position rebuild cannot take)."]
+          if d.get("position_embedding_type") == "learned_absolute" else []),
         ': "${TRTLLM_EXAMPLES:?set TRTLLM_EXAMPLES to TensorRT-LLM 1.2 examples/ directory}"',
         '[ "$#" -gt 0 ] || set -- "Once upon a time"',
         "exec " + line], d["environment"])
