@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.cli import main
-from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.errors import HeadsError, PortError
 from trtllm_medusa_ports.files.lazy_tensors import read_safetensors
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
 from trtllm_medusa_ports.tree import parse_choices, validate_choices
@@ -853,3 +853,19 @@ def test_a_switch_of_another_json_type_is_refused_not_read_as_its_truth_value(tm
     err = capsys.readouterr().err
     assert f"field {field} is {json.dumps(value)}; expected true or false" in err and "config.json" in err
     assert "JSON boolean" in err and not (tmp_path / "out").exists()
+
+
+def test_a_resume_on_another_corpus_is_refused_naming_it(ws, capsys):
+    """The corpus dtype is part of what the saved state was fitted on (issue 57, 3): resuming a float32 run with
+    another --dtype built a new corpus and continued the old state on it without a word."""
+    from trtllm_medusa_ports import api
+
+    opts = dict(model_dir=ws / "base", output_dir=ws / "out", work_dir=ws / "work", prompts=api.PromptInputs(
+        data=_ids_file(ws)), new_tokens=4, stop_after=1,
+        fit=api.FitOptions(num_heads=2, steps=4, batch_size=16, quiet=True, save_every=1))
+    api.train_heads(api.TrainOptions(dtype="float32", **opts))
+    assert (ws / "work" / "state.pt").is_file()
+    with pytest.raises(HeadsError, match=r"the saved run used other settings \(corpus\); the corpus differs") as e:
+        api.train_heads(api.TrainOptions(dtype="bfloat16", resume=True, **opts))
+    assert "--dtype as the saved run resolved it" in e.value.fix
+    api.train_heads(api.TrainOptions(dtype="float32", resume=True, **{**opts, "stop_after": None}))  # same: goes on

@@ -41,7 +41,7 @@ import re
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -298,6 +298,9 @@ class FitOptions:
     #: share of the corpus' sequences kept out of the fit (every round(1/f)-th sequence), on which each head's
     #: top-1 accuracy is measured at the end; 0: none held out
     heldout_fraction: float = 0.05
+    #: the corpus the fit runs on, by its key (the base's files, the prompts, the new tokens, the corpus dtype):
+    #: part of the resume signature, so that a state is never continued on another corpus ("" outside train-heads)
+    corpus: str = ""
 
     def signature(self) -> dict:
         d = asdict(self)
@@ -734,8 +737,11 @@ def load_state(path: Path, opts: FitOptions) -> FitState:
                          fix="remove the file and train without --resume") from None
     if d.get("options") != opts.signature():
         diff = sorted(k for k in opts.signature() if d.get("options", {}).get(k) != opts.signature()[k])
-        raise HeadsError(f"the saved run used other settings ({', '.join(diff)})", where=str(path),
-                         fix="resume with the same flags, or train without --resume to start over")
+        why = ("; the corpus differs: another base, prompts, --new_tokens or corpus dtype (--dtype auto picks "
+               "bfloat16 or float32 by the device)" if "corpus" in diff else "")
+        raise HeadsError(f"the saved run used other settings ({', '.join(diff)}){why}", where=str(path),
+                         fix="resume with the same flags (--dtype as the saved run resolved it), or train without "
+                             "--resume to start over")
     try:
         state = FitState(int(d["step"]), [[tuple(wb) for wb in row] for row in d["blocks"]], d["lm_heads"],
                          d["optimizer"], d.get("history", []))
@@ -1104,6 +1110,7 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group:
                         fix="pass more prompts or a smaller --heldout_fraction")
     targets = corpus.targets(f.num_heads)
     t1 = time.monotonic()
+    f = replace(f, corpus=key)  # the resume signature covers the corpus the state was fitted on
     heads, history = fit_heads(corpus.hidden[fit_rows], targets[fit_rows], lm_head, lm_bias, f,
                                state_path=work / "state.pt", resume=opts.resume, stop_after=opts.stop_after,
                                device=device, index=corpus.index[fit_rows], group=group)
