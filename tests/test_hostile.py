@@ -869,3 +869,31 @@ def test_a_resume_on_another_corpus_is_refused_naming_it(ws, capsys):
         api.train_heads(api.TrainOptions(dtype="bfloat16", resume=True, **opts))
     assert "--dtype as the saved run resolved it" in e.value.fix
     api.train_heads(api.TrainOptions(dtype="float32", resume=True, **{**opts, "stop_after": None}))  # same: goes on
+
+
+def test_convert_without_dtype_keeps_the_base_dtype_where_float16_overflows(tmp_path, store, capsys):
+    """convert's default --dtype float16 on a bfloat16 base whose activations leave float16's range wrote a
+    checkpoint build refuses (issue 57, 8): without --dtype, such a family keeps the base's own dtype, and says so;
+    an explicit --dtype float16 still carries the finding, said once."""
+    from conftest import tiny_base
+
+    from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
+
+    base = tiny_base(store, "Gemma3ForCausalLM")
+    c = tiny_config("Gemma3ForCausalLM")
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2), tmp_path / "heads")
+    args = ["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--quiet"]
+    assert main([*args, "--output_dir", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert "the base's own dtype (--dtype auto), not float16" in err and cfg["dtype"] != "float16"
+    assert not [w for w in cfg["medusa_ports"]["warnings"] if w.startswith("[float16-range]")]
+    assert main([*args, "--output_dir", str(tmp_path / "b"), "--dtype", "float16"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("hidden states exceed float16's range") == 1  # the finding, once
+    plain = tiny_base(store, "LlamaForCausalLM")
+    lc = tiny_config("LlamaForCausalLM")
+    lheads = save_heads(random_heads(lc.hidden_size, lc.vocab_size, num_heads=2), tmp_path / "lheads")
+    assert main(["convert", "--model_dir", str(plain), "--medusa_model_dir", str(lheads), "--output_dir",
+                 str(tmp_path / "c"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "c" / "config.json").read_text())["dtype"] == "float16"  # upstream's default

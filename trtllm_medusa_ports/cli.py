@@ -35,6 +35,25 @@ from trtllm_medusa_ports.cli_flags.values import (
 from trtllm_medusa_ports.errors import PortError
 
 
+def _default_dtype(model_dir: Path) -> str:
+    """convert's --dtype when none is given: float16, as upstream's Medusa script, except for a family whose hidden
+    states leave float16's range (Gemma 2/3, published in bfloat16: rule float16-range, which build refuses), which
+    keeps the base's own dtype and says so."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.errors import PortError
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    try:
+        adapter = adapter_for(HFConfig.read(model_dir).architecture)
+    except (PortError, OSError, ValueError):
+        return "float16"  # convert says what is wrong with the base
+    if adapter is not None and adapter.float16_unsafe:
+        print(f"note: --dtype not given: the base's own dtype (--dtype auto), not float16: {adapter.family} models' "
+              "hidden states exceed float16's range (rule float16-range)", file=sys.stderr)
+        return "auto"
+    return "float16"
+
+
 def run_convert(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import ConvertOptions, convert
 
@@ -69,7 +88,7 @@ def run_convert(args: argparse.Namespace) -> int:
         model_dir=Path(args.model_dir),
         medusa_model_dir=Path(args.medusa_model_dir),
         output_dir=Path(args.output_dir),
-        dtype=args.dtype or "float16",
+        dtype=args.dtype or _default_dtype(Path(args.model_dir)),
         tp_size=args.tp_size,
         pp_size=args.pp_size,
         moe_ep_size=ep,
@@ -99,11 +118,13 @@ def run_convert(args: argparse.Namespace) -> int:
         threads=args.threads,
     )
     result = convert(opts)
+    shown = [f.message for f in result.findings if f.severity != "info"]
     for f in result.findings:
         if f.severity != "info":
             print(f"{f.severity}: [{f.rule}] {f.message}", file=sys.stderr)
     for w in result.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        if not any(w.endswith(m) for m in shown):  # a finding carried into config.json is said once
+            print(f"warning: {w}", file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.summary())
     return 0
 

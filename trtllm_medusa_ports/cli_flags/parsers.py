@@ -36,8 +36,9 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output_dir", default="tllm_checkpoint", help="TensorRT-LLM checkpoint to write")
     # default None, read as float16 (upstream's), so that a typed --dtype float16 can be told from the default
     p.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"],
-                   help="checkpoint dtype (default float16 as upstream's Medusa script; auto = the base's own; "
-                        "with --base_checkpoint_dir: the base's own)")
+                   help="checkpoint dtype (default float16 as upstream's Medusa script, except for a family whose "
+                        "hidden states exceed float16's range - Gemma 2/3 - which keeps the base's own; auto = the "
+                        "base's own; with --base_checkpoint_dir: the base's own)")
     p.add_argument("--tp_size", type=int, default=1, help="tensor parallelism: rank files split each weight")
     p.add_argument("--pp_size", type=int, default=1, help="pipeline parallelism: each stage holds its layers")
     p.add_argument("--moe_ep_size", type=int, default=-1,
