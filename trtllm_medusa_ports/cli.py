@@ -35,6 +35,17 @@ from trtllm_medusa_ports.cli_flags.values import (
 from trtllm_medusa_ports.errors import PortError
 
 
+def _say_findings(findings, warnings: list[str]) -> None:
+    """convert's findings (but info) and warnings on stderr; a finding carried into config.json is said once."""
+    shown = [f.message for f in findings if f.severity != "info"]
+    for f in findings:
+        if f.severity != "info":
+            print(f"{f.severity}: [{f.rule}] {f.message}", file=sys.stderr)
+    for w in warnings:
+        if not any(w.endswith(m) for m in shown):
+            print(f"warning: {w}", file=sys.stderr)
+
+
 def _default_dtype(model_dir: Path) -> str:
     """convert's --dtype when none is given: float16, as upstream's Medusa script, except for a family whose hidden
     states leave float16's range (Gemma 2/3, published in bfloat16: rule float16-range, which build refuses), which
@@ -118,13 +129,7 @@ def run_convert(args: argparse.Namespace) -> int:
         threads=args.threads,
     )
     result = convert(opts)
-    shown = [f.message for f in result.findings if f.severity != "info"]
-    for f in result.findings:
-        if f.severity != "info":
-            print(f"{f.severity}: [{f.rule}] {f.message}", file=sys.stderr)
-    for w in result.warnings:
-        if not any(w.endswith(m) for m in shown):  # a finding carried into config.json is said once
-            print(f"warning: {w}", file=sys.stderr)
+    _say_findings(result.findings, result.warnings)
     print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.summary())
     return 0
 
