@@ -206,3 +206,14 @@ def test_presets_prune_to_the_head_count_everywhere(capsys):
     assert main(["tree", "--medusa_choices", "mc_sim_7b_63", "--num_medusa_heads", "3", "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["num_nodes"] == len(paths) and "pruned" in out.err
+
+
+def test_a_preset_named_in_a_file_is_pruned_as_the_preset_is(tmp_path):
+    """@FILE holding a preset's name is that preset, pruned to the heads' depth as the name itself is (issue 57, 10)."""
+    from trtllm_medusa_ports.tree import resolve_choices
+
+    f = tmp_path / "tree.txt"
+    f.write_text("mc_sim_7b_63\n")
+    direct, note = resolve_choices("mc_sim_7b_63", 3)
+    via_file, file_note = resolve_choices(f"@{f}", 3)
+    assert via_file == direct and len(direct) == 61 and file_note == note and "pruned" in note

@@ -164,6 +164,8 @@ def resolve_choices(spec: str | list, num_heads: int | None = None) -> tuple[lis
     """
     paths = parse_choices(spec)
     name = spec.strip() if isinstance(spec, str) else None
+    if name is not None and name.startswith("@"):  # a file holding a preset's name is that preset (read: checked above)
+        name = Path(name[1:]).read_text(encoding="utf-8-sig").strip()
     if num_heads is None or name not in load_presets():
         return paths, None
     kept = [p for p in paths if len(p) <= num_heads]
