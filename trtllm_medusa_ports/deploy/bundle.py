@@ -118,6 +118,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
     out = output_dir.resolve()
     engine = (engine_dir or out / "engine").resolve()
     world = world_size(cfg)
+    kv = kv_fraction(memory, gpu_memory_gb)
     build = build_argv(cfg, checkpoint_dir.resolve(), engine, max_batch_size=sizes.max_batch_size,
                        max_input_len=sizes.max_input_len, max_seq_len=sizes.max_seq_len,
                        max_num_tokens=sizes.max_num_tokens)
@@ -135,11 +136,11 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                  "max_draft_len": draft, "num_medusa_heads": heads},
         "serving": vars(sizes), "environment": environment(cfg),
         "build": {"argv": build}, "run": {"argv": run}, "memory": memory, "routes": routes(cfg),
-        "kv_cache_free_gpu_memory_fraction": kv_fraction(memory, gpu_memory_gb),
+        "kv_cache_free_gpu_memory_fraction": kv,
         "files": ["build.sh", "run.sh", "llm_api.py", "serve.yaml", "serve.sh", "triton/fill.sh", "triton/launch.sh",
                   "deploy.json"],
-    } | {"triton": triton_fill(paths, str(engine), str(tokenizer), sizes.max_batch_size,
-                               kv_fraction(memory, gpu_memory_gb))}
+        "triton": triton_fill(paths, str(engine), str(tokenizer), sizes.max_batch_size, kv),
+    }
 
 
 #: TensorRT-LLM's default share of the free GPU memory the KV cache takes (KvCacheConfig, trtllm-serve, Triton)

@@ -29,10 +29,9 @@ build's GPU), and experts (3-D), whose weight-only layout has no padding rule to
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 
-from trtllm_medusa_ports.quant import BITS, WEIGHT_ONLY_NAMES, is_excluded, linear_of
+from trtllm_medusa_ports.quant import BITS, is_excluded, linear_of, weight_only_quantized
 
 #: weight_only_quantize_dict's own exclusions when the checkpoint gives none (tensorrt_llm/models/convert_utils.py)
 LOAD_QUANTIZER_DEFAULT_EXCLUDE = ("*shared_expert_gate.weight",)
@@ -67,8 +66,7 @@ class LoadProblem:
 
 def load_quantized(name: str, exclude: list[str] | None) -> bool:
     """Whether ``weight_only_quantize_dict`` re-quantizes this tensor at load (when it is not int8 already)."""
-    patterns = LOAD_QUANTIZER_DEFAULT_EXCLUDE if exclude is None else exclude
-    return any(s in name for s in WEIGHT_ONLY_NAMES) and not any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    return weight_only_quantized(name, list(LOAD_QUANTIZER_DEFAULT_EXCLUDE) if exclude is None else exclude)
 
 
 def preprocessed(rank: int, tensors: dict, quantization: dict) -> tuple[dict[str, Header], list[LoadProblem]]:
