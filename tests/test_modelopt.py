@@ -161,3 +161,19 @@ def test_verify_shares_add_heads_validation_of_the_checkpoint_config(tmp_path, h
     (ckpt / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(PortError, match="rank1"):
         _verify(ckpt)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_smoothed_input_is_rounded_to_the_model_dtype_as_the_engine_multiplies(dtype):
+    """m6: Int8SmoothQuantLinear multiplies x by pre_quant_scale in the model dtype (tensorrt_llm/quantization/
+    layers.py), so the product is a model-dtype value, the correctly rounded product of the two."""
+    from trtllm_medusa_ports.quant.tool_formats import smoothed_input
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 96, generator=g).to(dtype).float()
+    pqs = (torch.rand(96, generator=g) * 3 + 0.1)
+    out = smoothed_input(x, pqs, dtype)
+    assert torch.equal(out, out.to(dtype).float())
+    assert torch.equal(out, (x.to(dtype) * pqs.to(dtype)).float())
+    # float32 would keep bits the engine drops: the values differ somewhere
+    assert not torch.equal(out, x * pqs.to(dtype).float())

@@ -41,7 +41,13 @@ from trtllm_medusa_ports.quant import (
     weight_only_quantized,
 )
 from trtllm_medusa_ports.quant.calibrate import hf_linears
-from trtllm_medusa_ports.quant.tool_formats import AWQ, SQ, TOOL_ALGOS, effective_weight
+from trtllm_medusa_ports.quant.tool_formats import (
+    AWQ,
+    SQ,
+    TOOL_ALGOS,
+    effective_weight,
+    smoothed_input,
+)
 from trtllm_medusa_ports.sharding import Mapping, Split
 
 #: relative difference allowed between a written scale and the re-derived one (thread counts change the
@@ -216,8 +222,8 @@ def _tool_format(em, modules, linears, ckpt, mapping, n_layers, dtype, algo, com
     transformers weight it stands for (``code * step * pre_quant_scale`` within :data:`CODE_SLACK_STEPS` steps of it,
     element by element: a wrong packing, order or scale fails), each weight-scale tensor re-derived from the
     transformers weights and the written pre-quant scale (AWQ: a group's ``amax / 7``; SmoothQuant: a row's
-    ``amax / 127``), and the transformers linears given the weight the engine multiplies with (the pre-quant scale
-    folded in: ``(x * pqs) @ W^T = x @ (W * pqs)^T``). The AWQ search's own scale (the pre-quant scale) is the tool's
+    ``amax / 127``), and the transformers linears given the weight the engine multiplies with and an input hook
+    multiplying by the pre-quant scale as the engine does (rounded to the model dtype, ``smoothed_input``). The AWQ search's own scale (the pre-quant scale) is the tool's
     choice and is taken as written."""
     if mapping.tp_size > 1:
         raise ModelError(f"{algo} written at tp {mapping.tp_size}: verify reads a tool's {algo} export at tp 1 only (its "
@@ -260,8 +266,12 @@ def _tool_format(em, modules, linears, ckpt, mapping, n_layers, dtype, algo, com
         for n in lin.modules:
             m = modules[n]
             rows = m.weight.shape[0]
-            m.weight.copy_(eff[row:row + rows].to(m.weight.dtype))
+            m.weight.copy_(w[row:row + rows].to(m.weight.dtype))
             row += rows
+
+            def pre(_m, args, pqs=pqs):
+                return (smoothed_input(args[0].float(), pqs, dtype).to(args[0].dtype),) + tuple(args[1:])
+            em.handles.append(m.register_forward_pre_hook(pre))
 
 
 #: the transformers names of MoE expert weights that become ``mlp.fc`` (input: the hidden state) and those that

@@ -62,8 +62,12 @@ def sq_weight(q: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torc
 
 
 def smoothed_input(x: torch.Tensor, pre_quant_scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``x * pre_quant_scale`` with the scale in the model dtype (both formats multiply before the GEMM)."""
-    return x * pre_quant_scale.to(dtype).float()
+    """``x * pre_quant_scale`` as the engine computes it (both formats multiply before the GEMM): the two in the model
+    dtype and their product rounded to it (``Int8SmoothQuantLinear`` multiplies two model-dtype tensors,
+    tensorrt_llm/quantization/layers.py; the groupwise plugin takes the scale in the model dtype). ``x`` holds
+    model-dtype values in float32; the product of two such values is exact in float32, so one rounding gives the
+    model dtype's own product."""
+    return (x * pre_quant_scale.to(dtype).float()).to(dtype).float()
 
 
 def sq_activation(x: torch.Tensor, act_scale: float, dtype: torch.dtype) -> torch.Tensor:
