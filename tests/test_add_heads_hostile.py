@@ -349,16 +349,94 @@ def test_stored_weight_only_bytes_need_their_per_channel_scale(tmp_path, capsys,
     assert rc == 1 and f"{name} is int8 without per_channel_scale" in err, err
 
 
-def test_a_float_weight_where_the_layer_takes_a_quantized_one_is_written_with_a_warning(tmp_path, capsys, heads):
-    """The engine's FP8Linear would not load it; verify refuses it (test_modelopt), add-heads keeps the base's bytes
-    and says so (test_quant keeps a float base under a W4A16_AWQ quant_algo writable)."""
+def test_a_float_weight_where_the_layer_takes_a_quantized_one_is_refused(tmp_path, capsys, heads):
+    """The engine's FP8Linear would not load it (issue 57, 1): refused naming the tensor, unless the base's own
+    exclude_modules names the linear (test_modelopt: the output keeps that list)."""
     name = "transformer.layers.1.mlp.fc."
 
     def dequantized(t):
         t[name + "weight"] = (t[name + "weight"].float() * t[name + "weights_scaling_factor"]).half()
 
     rc, err = _add(tmp_path, capsys, _fixture(tmp_path, tensors=dequantized), heads)
-    assert rc == 0 and f"warning: rank 0: {name}weight is float16, but quant_algo FP8" in err, err
+    assert rc == 1 and f"rank 0: {name}weight is float16, but quant_algo FP8" in err, err
+    assert "exclude_modules" in err  # the fix: name it there if the tool kept it in float
+
+
+# -- scale values and tool-format shapes (issue 57, 1): what plain convert's own scales never need -----------------
+@pytest.mark.parametrize("fixture, tensor, value, needle", [
+    ("fp8", "transformer.layers.0.attention.qkv.weights_scaling_factor", 0.0, "holds 0; it must be above 0"),
+    ("fp8", "transformer.layers.1.mlp.fc.activation_scaling_factor", -0.5, "holds -0.5; it must be above 0"),
+    ("fp8_kv", "transformer.layers.0.attention.kv_cache_scaling_factor", 0.0, "holds 0; it must be above 0"),
+    ("int8_sq", "transformer.layers.1.attention.qkv.weights_scaling_factor", "negate", "is never negative"),
+    ("int8_sq", "transformer.layers.0.mlp.proj.prequant_scaling_factor", 0.0, "holds 0; it must be above 0"),
+    ("int4_awq", "transformer.layers.0.attention.dense.weights_scaling_factor", "zero", "whose codes are not 0"),
+    ("int8_sq", "transformer.layers.0.mlp.fc.weights_scaling_factor", "zero", "whose codes are not 0"),
+])
+def test_a_scale_the_engine_cannot_use_is_refused_by_name(tmp_path, capsys, heads, fixture, tensor, value, needle):
+    def edit(t):
+        if value == "negate":  # a SmoothQuant row scale negated: its row's weights flip sign
+            t[tensor].reshape(-1)[3] *= -1
+        elif value == "zero":  # a row's scale zeroed over its non-zero codes
+            t[tensor][3] = 0
+        else:
+            t[tensor].reshape(-1)[0] = value
+    rc, err = _add(tmp_path, capsys, _fixture(tmp_path, fixture, tensors=edit), heads)
+    assert rc == 1 and f"scale {tensor}" in err and needle in err and "rank0.safetensors" in err, err
+
+
+@pytest.mark.parametrize("fixture, tensor", [("fp8", "transformer.layers.1.attention.dense.weights_scaling_factor"),
+                                             ("int4_awq", "transformer.layers.0.mlp.fc.weights_scaling_factor")])
+def test_an_integer_scale_is_refused(tmp_path, capsys, heads, fixture, tensor):
+    def edit(t):
+        t[tensor] = t[tensor].round().to(torch.int32)
+    rc, err = _add(tmp_path, capsys, _fixture(tmp_path, fixture, tensors=edit), heads)
+    assert rc == 1 and f"scale {tensor} is int32: a scale is a floating-point tensor" in err, err
+
+
+def test_a_zero_row_scale_over_zero_codes_is_kept(tmp_path, capsys, heads):
+    """A zero row is quantized to scale 0 and codes 0 by ModelOpt and upstream: nothing is lost, so it is written."""
+    lin = "transformer.layers.1.attention.dense"
+
+    def zero_row(t):
+        t[lin + ".weights_scaling_factor"][5] = 0
+        t[lin + ".weight"][5] = 0
+
+    rc, err = _add(tmp_path, capsys, _fixture(tmp_path, "int8_sq", tensors=zero_row), heads)
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("fixture, tensor, shape, needle", [
+    # an AWQ group scale transposed, of another group size, and a packed weight of the wrong width
+    ("int4_awq", "transformer.layers.0.mlp.fc.weights_scaling_factor", "transpose",
+     "mlp.fc.weights_scaling_factor is [1, 256], but transformer.layers.0.mlp.fc.weight [128, 128]"),
+    ("int4_awq_g64", "transformer.layers.1.mlp.proj.weights_scaling_factor", "halve groups",
+     "is [128, 2], but transformer.layers.1.mlp.proj.weight [64, 256] (stored [out / 2, in]"),
+    ("int4_awq", "transformer.layers.0.attention.qkv.weight", "unpacked",
+     "qkv.weights_scaling_factor is [256, 1], but transformer.layers.0.attention.qkv.weight [256, 128]"),
+    ("int4_awq", "transformer.layers.1.attention.dense.weight", "drop half the inputs",
+     "has 64 inputs, not a multiple of config.json's group_size 128"),
+    ("int8_sq", "transformer.layers.1.mlp.proj.weight", "transpose",
+     "proj.prequant_scaling_factor is [256], but transformer.layers.1.mlp.proj.weight [256, 128] (stored [out, in]"),
+    ("int8_sq", "transformer.layers.1.attention.dense.weight", "drop rows with their scales",
+     "writes 64 outputs, but dense writes the hidden state: config.json's hidden_size is 128"),
+    ("int8_sq", "transformer.layers.0.mlp.gate.prequant_scaling_factor", "drop half",
+     "gate.prequant_scaling_factor is [64], but transformer.layers.0.mlp.gate.weight [256, 128]"),
+])
+def test_a_tool_format_layer_of_inconsistent_shapes_is_refused(tmp_path, capsys, heads, fixture, tensor, shape,
+                                                               needle):
+    def edit(t):
+        v = t[tensor]
+        t[tensor] = {"transpose": lambda: v.t().contiguous(),
+                     "halve groups": lambda: v[:, ::2].contiguous(),
+                     "unpacked": lambda: torch.cat([v, v]),
+                     "drop half the inputs": lambda: v[:, :64].contiguous(),
+                     "drop half": lambda: v[:64].contiguous(),
+                     "drop rows with their scales": lambda: v[:64].contiguous()}[shape]()
+        if shape == "drop rows with their scales":
+            scale = tensor.replace(".weight", ".weights_scaling_factor")
+            t[scale] = t[scale][:64].contiguous()
+    rc, err = _add(tmp_path, capsys, _fixture(tmp_path, fixture, tensors=edit), heads)
+    assert rc == 1 and needle in err and "rank0.safetensors" in err, err
 
 
 # -- the disk: a full (or over-quota) disk is an error naming the output and errno, nothing left behind ---------------

@@ -62,9 +62,11 @@ def test_modelopt_fp8_bases_verify_as_written(tmp_path, heads, name, scales):
     # every weight, activation (and KV) scale re-derived from the HF weights and the calibration samples
     assert rep.quant_scales_checked == scales and not rep.quant_scale_mismatches
     assert any("fuse" in n for n in rep.notes)
-    # ModelOpt's list of explicit module names is replaced by combine_medusa_weight's patterns
+    # combine_medusa_weight's patterns, then ModelOpt's own names that none of them covers (issue 57, m7)
+    own = json.loads((FIXTURES / name / "config.json").read_text())["quantization"]["exclude_modules"]
     assert json.loads((ckpt / "config.json").read_text())["quantization"]["exclude_modules"] == [
-        "lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding", "*medusa_heads*"]
+        "lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding", "*medusa_heads*",
+        *[e for e in own if e not in ("lm_head", "transformer.vocab_embedding")]]
 
 
 def test_a_tool_checkpoint_without_its_calibration_fails_unless_accepted(tmp_path, heads):
@@ -177,3 +179,29 @@ def test_the_smoothed_input_is_rounded_to_the_model_dtype_as_the_engine_multipli
     assert torch.equal(out, (x.to(dtype) * pqs.to(dtype)).float())
     # float32 would keep bits the engine drops: the values differ somewhere
     assert not torch.equal(out, x * pqs.to(dtype).float())
+
+
+def test_a_linear_the_tool_kept_in_float_stays_excluded_and_builds(tmp_path, heads):
+    """m7: ModelOpt names a linear it kept in float in its exclude_modules; combine_medusa_weight's list alone would
+    make it an FP8Linear the engine cannot load. The output keeps the base's names, verify proves it (and conftest
+    builds it on the stand-in)."""
+    import shutil
+
+    base = tmp_path / "fp8-dense-float"
+    shutil.copytree(FIXTURES / "fp8", base)
+    t = load_file(str(base / "rank0.safetensors"))
+    dense = "transformer.layers.1.attention.dense"
+    # the tool's float linear holds the base's own weight ([out, in], as transformers stores it)
+    t[dense + ".weight"] = load_file(str(BASE / "model.safetensors"))["model.layers.1.self_attn.o_proj.weight"]
+    t.pop(dense + ".weights_scaling_factor"), t.pop(dense + ".activation_scaling_factor")
+    save_file(t, str(base / "rank0.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["quantization"]["exclude_modules"].append(dense)
+    (base / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "ported"
+    res = add_heads(AddHeadsOptions(base, heads, out))
+    assert dense in res.config["quantization"]["exclude_modules"]
+    assert not any(dense in w for w in res.warnings), res.warnings
+    rep = _verify(out)
+    assert rep.ok, rep.render()
+    assert_proven(rep)

@@ -447,11 +447,11 @@ def test_tool_quantized_base_refusals(tmp_path, store, capsys):
     cfg = json.loads((tool / "config.json").read_text())
     cfg["quantization"]["quant_algo"] = "W4A16_AWQ"
     (tool / "config.json").write_text(json.dumps(cfg))
-    assert main(args + ["--medusa_model_dir", str(heads)]) == 0  # kept: AWQ comes from NVIDIA's tools
-    assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(tmp_path / "o"), "--quiet"]) == 1
-    err = capsys.readouterr().err  # float weights under an AWQ quant_algo: not what the engine would load
+    # float weights under an AWQ quant_algo: not what the engine would load; refused before anything is written
+    assert main(args + ["--medusa_model_dir", str(heads)]) == 1
+    err = capsys.readouterr().err
     assert "dense.weight is float16 without weights_scaling_factor" in err and "taking int8 weights" in err
-    assert not (tmp_path / "o-missing").exists()
+    assert not (tmp_path / "o").exists()
     cfg["moe"] = {"num_experts": 4, "top_k": 2}  # config.json's experts over rank files that hold none
     (tool / "config.json").write_text(json.dumps(cfg))
     assert main(args[:-2] + [str(tmp_path / "o-moe"), "--quiet", "--medusa_model_dir", str(heads)]) == 1

@@ -36,10 +36,12 @@ from trtllm_medusa_ports.heads import load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
 from trtllm_medusa_ports.quant import (
     QUANTIZED_LAYER_FIX,
+    is_excluded,
     is_scale_tensor,
     kv_scale_problems,
     quantized_layer_problems,
 )
+from trtllm_medusa_ports.quant.base_checks import scale_value_problems, tool_layer_problems
 from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
 from trtllm_medusa_ports.tree import recorded_tree
@@ -55,6 +57,18 @@ KEPT_KV = (None, "FP8", "INT8")
 #: it a WeightOnlyQuantEmbedding the checkpoint has no scales for (tensorrt_llm/quantization/quantize.py)
 COMBINED_EXCLUDE_MODULES = ("lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
                             "*medusa_heads*")
+
+
+def output_exclude_modules(quant: dict) -> list[str] | None:
+    """The ``exclude_modules`` the output carries: :data:`COMBINED_EXCLUDE_MODULES`, then every entry of the base's
+    own list no pattern of it covers. Upstream's ``combine_medusa_weight`` replaces the base's list; a linear the
+    tool kept in float (its name in the base's list) would then become a quantized layer the engine cannot load
+    (FP8Linear takes float8 weights and their scales), so the base's exclusions are kept. A base quantized by
+    neither weights nor KV cache keeps its list as it is."""
+    if not (quant.get("quant_algo") or quant.get("kv_cache_quant_algo")):
+        return quant.get("exclude_modules")
+    own = [e for e in quant.get("exclude_modules") or [] if isinstance(e, str)]
+    return list(COMBINED_EXCLUDE_MODULES) + [e for e in dict.fromkeys(own) if not is_excluded(e, list(COMBINED_EXCLUDE_MODULES))]
 
 
 #: config.json sizes that must be positive integers
@@ -112,14 +126,15 @@ def _check_base(cfg: dict, where: str):
     return arch, adapter, quant, dtype
 
 
-def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> list[str]:
+def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> None:
     """The rank files against config.json before anything is written: none empty, the float tensors that are
     always in the checkpoint dtype (embedding, lm_head, norms) in config.json's ``dtype`` (the heads are written in
-    it), lm_head's shape against ``hidden_size`` and ``vocab_size``, every scale finite, every quantized linear
-    holding the weight and scales its ``quant_algo`` declares (``exclude``: the exclude_modules the output carries),
-    a KV cache scale in every attention layer under a quantized KV cache, and what the build's load refuses
-    (quant/engine_load.py: a float weight beside its per_channel_scale, a scale of another shape). Returns the warnings (a float weight
-    where the layer takes a quantized one: verify refuses it)."""
+    it), lm_head's shape against ``hidden_size`` and ``vocab_size``, every scale finite and of a value the engine can
+    use (quant/base_checks.py), every quantized linear holding the weight and scales its ``quant_algo`` declares
+    (``exclude``: the exclude_modules the output carries; a float weight where the layer takes a quantized one is
+    refused, as the engine would not load it), AWQ / SmoothQuant layers of consistent shapes, a KV cache scale in
+    every attention layer under a quantized KV cache, and what the build's load refuses (quant/engine_load.py: a float
+    weight beside its per_channel_scale, a scale of another shape)."""
     cfg = ckpt.config
     dtype, hidden, vocab = cfg["dtype"], cfg["hidden_size"], cfg["vocab_size"]
     quant = cfg.get("quantization") or {}
@@ -155,11 +170,12 @@ def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> list[str]
                 bad = float(v[~v.isfinite()].reshape(-1)[0])
                 raise CheckpointError(f"scale {name} holds {bad}: a scale must be finite", where=str(files[r]),
                                       fix="the base checkpoint is damaged: quantize it again")
-    warnings = []
+    for p in scale_value_problems(ckpt.ranks, quant):
+        raise CheckpointError(p.message, where=str(files[p.rank]), fix=p.fix)
     for p in quantized_layer_problems(ckpt.ranks, quant.get("quant_algo"), exclude):
-        if p.stored_quantized:
-            raise CheckpointError(p.message, where=str(files[p.rank]), fix=QUANTIZED_LAYER_FIX)
-        warnings.append(p.message + "; verify refuses it")
+        raise CheckpointError(p.message, where=str(files[p.rank]), fix=QUANTIZED_LAYER_FIX)
+    for p in tool_layer_problems(ckpt.ranks, quant, hidden):
+        raise CheckpointError(p.message, where=str(files[p.rank]), fix=p.fix)
     for r, att in kv_scale_problems(ckpt.ranks, quant.get("kv_cache_quant_algo")):
         raise CheckpointError(
             f"{att} has no KV cache scale (kv_cache_scaling_factor, or k_cache_ and v_cache_scaling_factor), but "
@@ -168,7 +184,6 @@ def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> list[str]
     # what TensorRT-LLM's build does to these rank files before it loads them, under the list the output carries
     for p in load_problems(ckpt.ranks, {**cfg, "quantization": {**quant, "exclude_modules": exclude}}):
         raise CheckpointError(p.message, where=str(files[p.rank]), fix=p.fix)
-    return warnings
 
 
 def padded_rows_are_zero(ckpt, cfg: dict, real_vocab: int) -> bool:
@@ -298,7 +313,7 @@ def _output_config(cfg: dict, quant: dict, arch: str, adapter, heads, max_draft_
     """The base's config.json with the Medusa fields, and the heads kept out of the quantization."""
     out_cfg = dict(cfg)
     if quant.get("quant_algo") or quant.get("kv_cache_quant_algo"):
-        quant["exclude_modules"] = list(COMBINED_EXCLUDE_MODULES)
+        quant["exclude_modules"] = output_exclude_modules(quant)
     out_cfg.update({
         "architecture": adapter.ported_architecture(), "quantization": quant, "max_draft_len": max_draft_len,
         "num_medusa_heads": heads.num_heads, "num_medusa_layers": heads.num_layers, "medusa_hidden_act": "silu",
@@ -352,11 +367,10 @@ def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Pat
     cfg = dict(ckpt.config)
     where = str(base_dir / "config.json")
     arch, adapter, quant, base_dtype = _check_base(cfg, where)
-    exclude = list(COMBINED_EXCLUDE_MODULES) if quant.get("quant_algo") or quant.get("kv_cache_quant_algo") \
-        else quant.get("exclude_modules")
-    warnings = check_base_tensors(ckpt, exclude)
+    exclude = output_exclude_modules(quant)
+    check_base_tensors(ckpt, exclude)
     heads = load_heads(heads_dir)
-    warnings += _check_options(heads, heads_dir, dtype=dtype or "auto", base_dtype=base_dtype,
+    warnings = _check_options(heads, heads_dir, dtype=dtype or "auto", base_dtype=base_dtype,
                                num_medusa_heads=num_medusa_heads, num_medusa_layers=num_medusa_layers,
                                max_draft_len=max_draft_len, medusa_choices=medusa_choices)
     warnings += _check_heads(heads, cfg, heads_dir, ckpt)
