@@ -205,3 +205,18 @@ def test_a_linear_the_tool_kept_in_float_stays_excluded_and_builds(tmp_path, hea
     rep = _verify(out)
     assert rep.ok, rep.render()
     assert_proven(rep)
+
+
+def test_verify_refuses_awq_tensors_of_disagreeing_shapes_by_name(tmp_path, heads):
+    """A group scale transposed after add-heads: verify names it (quant/base_checks.py) instead of failing inside
+    the arithmetic (issue 57, 1)."""
+    from trtllm_medusa_ports.errors import CheckpointError
+
+    ckpt = _ported(tmp_path, heads, "int4_awq_g64")
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    name = "transformer.layers.1.mlp.fc.weights_scaling_factor"
+    t[name] = t[name].t().contiguous()
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"mlp\.fc\.weights_scaling_factor is \[2, 256\], but .* makes it "
+                                              r"\[256, 2\] \(group_size 64\)"):
+        _verify(ckpt)

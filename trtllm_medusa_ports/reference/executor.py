@@ -60,6 +60,7 @@ from trtllm_medusa_ports.quant import (
     weight_only_dequantized,
     weight_only_quantized,
 )
+from trtllm_medusa_ports.quant.base_checks import tool_layer_problems
 from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.quant.tool_formats import (
     SQ,
@@ -269,6 +270,10 @@ class ReferenceModel:
             p = problems[0]
             raise CheckpointError(p.message, where=str(self.ckpt.path / f"rank{p.rank}.safetensors"),
                                   fix=QUANTIZED_LAYER_FIX)
+        # AWQ / SmoothQuant tensors of shapes that disagree cannot be multiplied (quant/base_checks.py)
+        for p in tool_layer_problems(self.ckpt.ranks, self.config.get("quantization") or {},
+                                     int(self.config["hidden_size"])):
+            raise CheckpointError(p.message, where=str(self.ckpt.path / f"rank{p.rank}.safetensors"), fix=p.fix)
 
     def _check_stored_weight_only(self) -> None:
         """Weight-only bytes a family's converter stored for one GPU's mixed GEMM are refused before any work."""
