@@ -240,6 +240,74 @@ def test_a_rank_lost_mid_run_ends_the_job_and_the_state_resumes_at_one_process(s
     assert _max_diff(resumed, setup["ref"]) < CHECKS.HEADS_ATOL
 
 
+def test_a_rank_whose_own_exchange_fails_names_itself_and_the_other_blames_it(setup, tmp_path):
+    """Rank 1's gradient all-reduce fails on rank 1 (an error gloo raises there, not a lost peer): rank 1 says the
+    exchange failed on this rank, with the error; rank 0, whose peer went away, says another rank stopped
+    (issue 57, 7)."""
+    out = tmp_path / "heads"
+
+    def hook(rank):
+        import torch.distributed as dist
+
+        real = dist.all_reduce
+
+        def all_reduce(tensor, *a, **kw):
+            if rank == 1 and tensor.is_floating_point():
+                raise RuntimeError("[enforce fail at gloo/allreduce.cc:42] inputs differ in size")
+            return real(tensor, *a, **kw)
+
+        dist.all_reduce = all_reduce
+
+    codes, _, errs = _ranks(2, _argv(setup, out), tmp_path / "logs", hook)
+    assert codes == [1, 1], errs
+    assert "rank 1 of 2: the gradient all-reduce failed on this rank ([enforce fail at gloo/allreduce.cc:42] " \
+        "inputs differ in size)" in errs[1], errs[1]
+    assert "another rank" not in errs[1] and "this rank's own error" in errs[1]
+    assert "rank 0 of 2: the gradient all-reduce failed: another rank stopped" in errs[0], errs[0]
+    assert not out.exists()
+
+
+def _join_with(env: dict[str, str], timeout_s: float, q) -> None:
+    os.environ.update(env)
+    from trtllm_medusa_ports.heads.distributed import join
+
+    t0 = time.monotonic()
+    try:
+        group, _ = join("cpu", timeout_s)
+        group.barrier("the test's barrier")
+        group.close()
+        q.put((int(env["RANK"]), "joined", time.monotonic() - t0))
+    except Exception as exc:  # noqa: BLE001  (the error each rank reports)
+        q.put((int(env["RANK"]), f"{type(exc).__name__}: {exc}", time.monotonic() - t0))
+
+
+@pytest.mark.parametrize("sizes", [(2, 3), (3, 2)])
+def test_ranks_that_disagree_on_the_world_size_fail_at_once_naming_both(sizes, tmp_path):
+    """Rank 0 and rank 1 started with different WORLD_SIZE, as torchrun starts them (issue 57, 7): the ranks compare
+    their world sizes on the rendezvous store before gloo meshes them (gloo's connect timeout is its own, far past
+    --dist_timeout: rank 0 waited 111 s at --dist_timeout 20), so both fail as soon as the other's size is there."""
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    agent = _agent_store()
+    timeout_s = 30.0
+    procs = [ctx.Process(target=_join_with, args=(_launch_env(r, w, agent.port, tmp_path, True), timeout_s, q))
+             for r, w in enumerate(sizes)]
+    for p in procs:
+        p.start()
+    got = {}
+    for _ in procs:
+        rank, said, seconds = q.get(timeout=120)
+        got[rank] = (said, seconds)
+    for p in procs:
+        p.join(30)
+    first, second = sizes
+    assert f"PortError: WORLD_SIZE: rank 1 was started with WORLD_SIZE {second}, rank 0 with {first}" in got[0][0], got
+    assert f"PortError: WORLD_SIZE: rank 0 was started with WORLD_SIZE {first}, rank 1 with {second}" in got[1][0], got
+    assert all("one --nnodes and --nproc_per_node" in said for said, _ in got.values())
+    # neither waited out --dist_timeout (30 s here): the mismatch is seen as soon as the other rank's size is there
+    assert max(seconds for _, seconds in got.values()) < timeout_s, got
+
+
 def test_a_one_process_state_resumes_on_two_ranks(setup, tmp_path):
     out = tmp_path / "heads"
     stopped = api.train_heads(_opts(setup, out, stop_after=3))

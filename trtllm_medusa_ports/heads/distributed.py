@@ -29,6 +29,13 @@ from trtllm_medusa_ports.errors import HeadsError, PortError
 DEFAULT_TIMEOUT_S = 1800
 
 
+#: what gloo and NCCL say when the other side of an exchange went away or stopped answering (gloo's tcp pair:
+#: "Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out waiting ..."; a store's
+#: "timeout"); any other error of a collective is this rank's own
+PEER_LOST = re.compile(r"by peer|broken pipe|connection (reset|refused|closed)|timed out|timeout|NCCL communicator "
+                       r"was aborted|remote process exited", re.IGNORECASE)
+
+
 class RankLost(HeadsError):
     """A collective failed: another rank died, stopped answering, or raised an error of its own."""
 
@@ -69,6 +76,11 @@ class Group:
 
     def _lost(self, what: str, exc: BaseException) -> RankLost:
         text = " ".join(str(exc).split())[:240]
+        if not PEER_LOST.search(text):  # gloo / NCCL said nothing of a peer: the exchange failed on this rank
+            return RankLost(f"rank {self.rank} of {self.world}: {what} failed on this rank ({text})",
+                            where=f"rank {self.rank}",
+                            fix="this rank's own error, above; fix it and run the same command with --resume: the "
+                                "training state in --work_dir is whole")
         why = "stopped answering" if "imed out" in text or "timeout" in text.lower() else "stopped"
         return RankLost(f"rank {self.rank} of {self.world}: {what} failed: another rank {why} ({text})",
                         where=f"rank {self.rank}",
@@ -180,6 +192,34 @@ def rank_device(device: str, local_rank: int, local_world: int = 1, gpus: int = 
     return f"cuda:{local_rank}"
 
 
+JOIN_FIX = ("start every rank with the same torchrun command (one --nnodes and --nproc_per_node: every rank's "
+            "WORLD_SIZE the same)")
+
+
+def _same_world_size(store, rank: int, world: int, timeout_s: float) -> None:
+    """Every other rank below ``world`` says the same world size on the rendezvous store (keys per torchrun restart:
+    an agent's store outlives one attempt), or a :class:`PortError` naming the rank that differs, as soon as its
+    key is there; a rank that never arrives is a :class:`RankLost` after ``timeout_s``."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+
+    def key(r: int) -> str:
+        return f"world_size/{attempt}/{r}"
+
+    store.set(key(rank), str(world))
+    for r in range(world):
+        if r == rank:
+            continue
+        try:
+            store.wait([key(r)], datetime.timedelta(seconds=timeout_s))
+        except RuntimeError:
+            raise RankLost(f"rank {rank} of {world}: rank {r} did not arrive within --dist_timeout ({timeout_s:g} s)",
+                           where=f"rank {rank}", fix=JOIN_FIX) from None
+        theirs = store.get(key(r)).decode()
+        if theirs != str(world):
+            raise PortError(f"rank {r} was started with WORLD_SIZE {theirs}, rank {rank} with {world}: the ranks "
+                            "must agree on how many they are", where="WORLD_SIZE", fix=JOIN_FIX)
+
+
 def join(device: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, spread: bool = False) -> tuple[Group, str]:
     """This process's :class:`Group` and device under torchrun (the one-process group without it); ``spread``: the
     rank's base is spread over a block of the node's GPUs (``--device_map auto``)."""
@@ -206,11 +246,17 @@ def join(device: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, spread: bool = Fa
         if cuda:
             torch.cuda.set_device(torch.device(device))
         try:
+            # the env:// rendezvous init_process_group makes by itself (torchrun's agent store or one rank 0 hosts),
+            # made here so that the ranks compare their world sizes on it before gloo connects them: gloo meshes
+            # ranks that disagree only after a connect timeout of its own, far past --dist_timeout
+            store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
+            store.set_timeout(timeout)
+            _same_world_size(dist.PrefixStore("medusa_ports", store), rank, world, timeout_s)
             with gloo_connection_lines_dropped():
-                dist.init_process_group(backend, timeout=timeout)
+                dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         except RuntimeError as exc:
             raise RankLost(f"rank {rank} of {world}: could not join the other ranks ({' '.join(str(exc).split())[:200]})",
-                           where=f"rank {rank}", fix="start every rank with the same torchrun command") from None
+                           where=f"rank {rank}", fix=JOIN_FIX) from None
     else:
         backend = dist.get_backend()
         if dist.get_world_size() != world or dist.get_rank() != rank:
