@@ -86,3 +86,27 @@ def test_build_refuses_padded_inputs_for_a_learned_position_base(trtllm, store, 
     assert "--remove_input_padding disable" in err and "engine/positions.py" in err and not (tmp_path / "eng").exists()
     llama = _checkpoint(store, tmp_path, "LlamaForCausalLM", name="llama")
     assert _build(llama, tmp_path / "eng2", "--remove_input_padding", "disable") == 0  # RoPE: no rebuild, no refusal
+
+
+@pytest.mark.parametrize("arch", ["GPT2LMHeadModel", "GPTBigCodeForCausalLM"])
+def test_the_first_pipeline_stage_embeds_every_tree_tokens_own_position(trtllm, store, tmp_path, arch):  # noqa: F811
+    """pp 2 (issue 57, m4): the position table is read on the first stage only, so the rebuild belongs there; the
+    last stage embeds nothing. A rebuild moved to the last stage would leave the first stage embedding the runtime's
+    one id per request."""
+    ckpt = _checkpoint(store, tmp_path, arch, pp=2)
+    requests = [ContextRequest([1, 2, 3]), GenerationRequest(12, 5, [6, 7, 8, 9, 10, 11])]
+    got, expected = _embedded_positions(_engine_model(ckpt, rank=0), requests)
+    assert got == expected == [0, 1, 2] + [11 + o for o in OFFSETS]
+    import tensorrt_llm
+    from tensorrt_llm.functional import Tensor
+    from tensorrt_llm.layers.attention import KeyValueCacheParams, SpecDecodingParams
+
+    ids, positions, offsets, _ = medusa_step_inputs(requests, OFFSETS)
+    tensorrt_llm.CALLS.clear()
+    last = _engine_model(ckpt, rank=1)
+    spec = SpecDecodingParams(spec_decoding_max_generation_length=len(OFFSETS),
+                              spec_decoding_position_offsets=Tensor("spec_decoding_position_offsets", offsets))
+    last.forward(input_ids=Tensor("input_ids", ids), position_ids=Tensor("position_ids", positions), use_cache=True,
+                 last_token_ids=Tensor("last_token_ids"), kv_cache_params=KeyValueCacheParams(),
+                 spec_decoding_params=spec, hidden_states=Tensor("hidden_states"))
+    assert not [c for c in tensorrt_llm.CALLS if c[0] == "position_ids"]  # the last stage embeds no positions
