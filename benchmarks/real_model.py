@@ -72,7 +72,7 @@ def hf_dir(work: Path) -> Path:
     from trtllm_medusa_ports.files.hf_model import transformers_load_kwargs
 
     model = AutoModelForCausalLM.from_pretrained(pkg[0], gguf_file=gguf, dtype=torch.float32,
-                                                 **transformers_load_kwargs())
+                                                 **transformers_load_kwargs(pkg[0]))
     out.mkdir(parents=True)
     sd = {k: v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}  # tied
     save_file(sd, str(out / "model.safetensors"))

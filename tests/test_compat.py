@@ -299,7 +299,8 @@ def test_mpt_without_alibi_is_an_engine_class_limit(tmp_path):
     (28, 4, 128, "info", "runs on the precompiled XQA kernels"),  # Qwen2-7B
     # no precompiled kernel for head 80; TRTLLM_ENABLE_XQA_JIT=1 takes the JIT HMMA kernels (group <= 32)
     (28, 4, 80, "warning", "TRTLLM_ENABLE_XQA_JIT=1"),
-    (64, 1, 128, "error", "take at most 32"),  # 64 % 64 == 0: JIT, which takes at most 32
+    # 64 % 64 == 0: JIT, which takes at most 32; TRTLLM_ENABLE_XQA_JIT=0 gives the head-128 cubins (issue 57, m5)
+    (64, 1, 128, "warning", "take at most 32 query heads per KV head"),
     (32, 1, 128, None, None),  # group 32 on the JIT path
     (40, 1, 64, "error", "does not help either"),  # neither route: no head-64 cubin, JIT takes at most 32
 ])
@@ -435,12 +436,44 @@ def test_fp8_kv_group_40_head_128_differs_per_gpu(tmp_path):
     assert f.severity == "warning"
     assert "on SM 9.0 the runner picks the JIT XQA kernels" in f.message and "none takes it" in f.message
     assert "on SM 8.9 the runner picks the precompiled XQA kernels" in f.message
-    assert "serve on SM 8.9" in f.fix and "TRTLLM_ENABLE_XQA_JIT=0" in f.fix and "unconfirmed" in f.fix
+    assert "serve on SM 8.9" in f.fix and "on SM 9.0 run the engine with TRTLLM_ENABLE_XQA_JIT=0" in f.fix
 
 
-def test_int8_kv_group_64_has_no_kernel(tmp_path):
+def test_int8_kv_group_64_head_128_is_served_with_the_jit_switch_off(tmp_path):
+    """Group 64 divides 64, so the runner picks JIT kernels, which take at most 32; TRTLLM_ENABLE_XQA_JIT=0 sends it
+    to the precompiled head-128 cubins, which take any group (issue 57, m5). Head size 64 has no such cubin."""
     cfg = dict(LLAMA, num_attention_heads=64, num_key_value_heads=1, head_dim=128, hidden_size=8192)
-    assert _kv_check(tmp_path, cfg, "int8", "g64").severity == "error"
+    f = _kv_check(tmp_path, cfg, "int8", "g64")
+    assert f.severity == "warning" and "with TRTLLM_ENABLE_XQA_JIT=0 the precompiled head-size-128 kernels would" \
+        in f.message
+    assert "on SM 8.0/8.6/8.9/9.0 run the engine with TRTLLM_ENABLE_XQA_JIT=0" in f.fix
+    cfg64 = dict(LLAMA, num_attention_heads=64, num_key_value_heads=1, head_dim=64, hidden_size=4096)
+    assert _kv_check(tmp_path, cfg64, "int8", "g64h64").severity == "error"
+
+
+@pytest.mark.parametrize("head_dim, severity", [(128, "warning"), (64, "error")])
+def test_a_float_cache_group_of_64_needs_the_jit_switch_off_or_has_no_kernel(tmp_path, head_dim, severity):
+    cfg = dict(LLAMA, num_attention_heads=64, num_key_value_heads=1, head_dim=head_dim, hidden_size=64 * head_dim)
+    _, findings = check(write(tmp_path, cfg, f"g64-{head_dim}"))
+    f = _finding(findings, "gqa-group-size")
+    assert f.severity == severity, f.message
+    if severity == "warning":
+        assert "TRTLLM_ENABLE_XQA_JIT=0" in f.message and "run the engine with TRTLLM_ENABLE_XQA_JIT=0" in f.fix
+    else:
+        assert "TRTLLM_ENABLE_XQA_JIT=0 does not help either" in f.message
+
+
+def test_starcoder_15b_with_an_fp8_cache_is_served_on_hopper_with_the_jit_switch_off(tmp_path):
+    """StarCoder-15B (48 query heads, one KV head, head size 128) with an E4M3 cache: SM 9.0 picks JIT (group <= 64),
+    which has no kernel for 48; SM 8.9 picks the precompiled cubins. With the switch off both are served."""
+    from trtllm_medusa_ports.compat import XQA_JIT_ENV, xqa_environment, xqa_serving_routes
+
+    routes = xqa_serving_routes(48, 128, "FP8")
+    assert sorted(routes) == [89, 90] and routes[89].env_needed == "" and routes[90].env_needed == "0"
+    assert xqa_environment(routes) == {XQA_JIT_ENV: "0"}
+    assert xqa_environment(xqa_serving_routes(48, 128)) == {}  # a float cache: precompiled by default, served
+    assert xqa_environment(xqa_serving_routes(7, 64)) == {XQA_JIT_ENV: "1"}
+    assert xqa_environment(xqa_serving_routes(64, 64)) == {}  # nothing serves it: no setting helps
 
 
 def test_the_route_per_gpu():

@@ -16,6 +16,7 @@ from trtllm_medusa_ports.deploy.commands import (
     build_argv,
     build_line,
     build_tool,
+    environment,
     needs_xqa_jit,
     world_size,
 )
@@ -51,6 +52,15 @@ def test_the_xqa_jit_switch_is_set_where_only_the_jit_kernels_serve(heads, kv, h
     assert shlex.split(line)[int(needed):] == ["trtllm-medusa", "build", "--checkpoint_dir", "/c d", "--output_dir",
                                                "ENGINE_DIR", "--speculative_decoding_mode", "medusa"]
     assert "'/c d'" in line  # quoted for the shell
+
+
+@pytest.mark.parametrize("heads, kv, hidden, kv_algo", [(64, 1, 8192, None), (48, 1, 6144, "FP8")])
+def test_the_xqa_jit_switch_is_off_where_only_the_precompiled_kernels_serve(heads, kv, hidden, kv_algo):
+    """Group 64 (any cache), and StarCoder-15B's 48 with an FP8 cache on SM 9.0: the runner would pick JIT kernels
+    that take at most 32 query heads per KV head; the scripts run with TRTLLM_ENABLE_XQA_JIT=0 (issue 57, m5)."""
+    cfg = _cfg(heads=heads, kv=kv, hidden=hidden, quantization={"kv_cache_quant_algo": kv_algo})
+    assert environment(cfg) == {"TRTLLM_ENABLE_XQA_JIT": "0"} and not needs_xqa_jit(cfg)
+    assert build_line(cfg, "/c").startswith("TRTLLM_ENABLE_XQA_JIT=0 trtllm-medusa build ")
 
 
 def test_convert_and_verify_end_by_naming_the_build_command(tmp_path, store, capsys):

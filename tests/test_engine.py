@@ -628,6 +628,11 @@ def test_tokens_per_block_follows_the_xqa_route(trtllm, store, tmp_path, capsys)
     (14, 2, 64, "FP8", 8, "warning", "on SM 9.0 the JIT XQA kernels the runner picks"),
     (14, 2, 128, "FP8", 64, None, None),
     (14, 2, 128, "FP8", 256, "error", "take other tokens per block"),
+    # group 64, head 128 (issue 57, m5): the runner picks JIT kernels that take at most 32; TRTLLM_ENABLE_XQA_JIT=0
+    # gives the precompiled ones, which take 32/64/128
+    (64, 1, 128, None, 16, "error", "the precompiled XQA kernels TRTLLM_ENABLE_XQA_JIT=0 gives"),
+    (64, 1, 128, None, 64, None, None),
+    (48, 1, 128, "FP8", 16, "error", "the precompiled XQA kernels TRTLLM_ENABLE_XQA_JIT=0 gives"),
 ])
 def test_tokens_per_block_per_gpu(heads, kv, head, kv_algo, tokens, severity, needle):
     from trtllm_medusa_ports.engine.build import flag_findings

@@ -67,6 +67,21 @@ class XqaRoute:
         """A kernel serves it with TRTLLM_ENABLE_XQA_JIT=1."""
         return bool(self.jit.names)
 
+    @property
+    def served_with_jit_off(self) -> bool:
+        """A kernel serves it with TRTLLM_ENABLE_XQA_JIT=0 (the runner then takes the precompiled kernels outright)."""
+        return bool(self.precompiled.names)
+
+    @property
+    def env_needed(self) -> str | None:
+        """The TRTLLM_ENABLE_XQA_JIT value this GPU needs: "" where the default serves it, "1" where only the JIT
+        kernels do, "0" where only the precompiled ones do and the runner would pick JIT, None where none does."""
+        if self.served:
+            return ""
+        if self.served_with_jit_env:
+            return "1"
+        return "0" if self.served_with_jit_off else None
+
 
 def _kv_kind(kv_dtype: str | None) -> str:
     kind = str(kv_dtype or "").upper()
@@ -130,6 +145,27 @@ def _route_on(sm: int, group: int, head_size: int, kv: str, q_scaling_one: bool)
     return XqaRoute(sm, impl, why, jit, pre)
 
 
+def xqa_serving_routes(group: int, head_size: int, kv_dtype: str | None = None, *,
+                       q_scaling_one: bool = True) -> dict[int, XqaRoute]:
+    """:func:`xqa_medusa_route` on the GPUs that hold this KV cache at all: an E4M3 (FP8) cache from SM 8.9 on."""
+    routes = xqa_medusa_route(group, head_size, kv_dtype, q_scaling_one=q_scaling_one)
+    if _kv_kind(kv_dtype) == "FP8":
+        routes = {sm: r for sm, r in routes.items() if sm >= 89}
+    return routes
+
+
+def xqa_environment(routes: dict[int, XqaRoute]) -> dict[str, str]:
+    """The :data:`XQA_JIT_ENV` setting under which every GPU of ``routes`` has a kernel, where the default leaves
+    one without: ``{XQA_JIT_ENV: "1"}`` or ``{XQA_JIT_ENV: "0"}``; ``{}`` where the default serves every GPU or no
+    one setting serves them all. (With one attention shape the JIT kernels take it on every GPU of
+    :data:`XQA_ROUTE_SMS` or on none, so the GPUs never need opposite settings.)"""
+    needed = {r.env_needed for r in routes.values()}
+    for value, serves in (("1", "served_with_jit_env"), ("0", "served_with_jit_off")):
+        if value in needed and all(getattr(r, serves) for r in routes.values()):
+            return {XQA_JIT_ENV: value}
+    return {}
+
+
 def describe_xqa_routes(routes: dict[int, XqaRoute]) -> str:
     """The routes in words, GPUs with the same outcome together: "on SM 9.0 ...; on SM 8.0/8.6/8.9 ..."."""
     by_outcome: dict[tuple, list[int]] = {}
@@ -147,5 +183,8 @@ def describe_xqa_routes(routes: dict[int, XqaRoute]) -> str:
             if impl == "precompiled":
                 text += (f"; with {XQA_JIT_ENV}=1 the JIT {' and '.join(jit.names)} kernels would" if jit.names
                          else f"; nor do the JIT kernels ({jit.missing})")
+            else:
+                text += (f"; with {XQA_JIT_ENV}=0 the precompiled {' and '.join(pre.names)} kernels would"
+                         if pre.names else f"; nor do the precompiled kernels ({pre.missing})")
         parts.append(text)
     return "; ".join(parts)

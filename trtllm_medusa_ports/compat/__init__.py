@@ -52,7 +52,9 @@ from trtllm_medusa_ports.xqa import (
     XqaRoute,
     describe_xqa_routes,
     sm_names,
+    xqa_environment,
     xqa_medusa_route,
+    xqa_serving_routes,
 )
 
 __all__ = [
@@ -61,5 +63,6 @@ __all__ = [
     "XQA_JIT_QGMMA_TOKENS_PER_BLOCK", "XQA_PRECOMPILED_MEDUSA_HEAD_SIZES", "XQA_PRECOMPILED_TOKENS_PER_BLOCK",
     "XQA_ROUTE_SMS", "BaseFacts", "Finding", "XqaRoute", "activation_range_finding", "alibi_reason", "base_rule",
     "check", "check_base", "check_conversion", "check_heads", "check_parallel", "check_tree", "describe_xqa_routes",
-    "errors_of", "learned_position_range", "serving_findings", "sm_names", "xqa_medusa_route",
+    "errors_of", "learned_position_range", "serving_findings", "sm_names", "xqa_environment", "xqa_medusa_route",
+    "xqa_serving_routes",
 ]

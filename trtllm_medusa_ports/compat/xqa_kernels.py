@@ -16,6 +16,7 @@ from trtllm_medusa_ports.xqa import (
     XQA_JIT_MAX_GROUP,
     XQA_PRECOMPILED_MEDUSA_HEAD_SIZES,
     XQA_ROUTE_SMS,
+    xqa_environment,
     xqa_medusa_route,
 )
 
@@ -41,9 +42,20 @@ def _xqa_group_findings(group: int, head_size: int) -> list[Finding]:
                         f"variable first), whose HMMA kernels take group sizes up to {XQA_JIT_MAX_GROUP}",
                         f"run the engine with {XQA_JIT_ENV}=1 in its environment (e.g. `{XQA_JIT_ENV}=1 python3 "
                         "run.py ...`) and validate on GPU (scripts/validate_on_gpu.sh)")]
+    if xqa_environment(routes).get(XQA_JIT_ENV) == "0":
+        return [Finding("gqa-group-size", WARNING,
+                        lead + f"the group size divides 64, so with default settings decoderXQARunner picks the XQA "
+                        f"JIT kernels, which take at most {XQA_JIT_MAX_GROUP} query heads per KV head: the engine "
+                        "fails at run time (\"No available XQA kernels are found for speculative decoding mode\"). "
+                        f"With {XQA_JIT_ENV}=0 the runner takes the precompiled XQA kernels outright (the 1.2 runner "
+                        "read checks the variable first), whose Medusa cubins take head size 128 with any group "
+                        "(xqa_kernel_cubin.h)",
+                        f"run the engine with {XQA_JIT_ENV}=0 in its environment (`trtllm-medusa deploy` writes it "
+                        "into its scripts) and validate on GPU (scripts/validate_on_gpu.sh)")]
     if r.impl == "JIT":
         text = (lead + "generation would run on the XQA JIT kernels (the group size divides 64), which take at "
-                f"most {XQA_JIT_MAX_GROUP} (no available XQA kernel for speculative decoding)")
+                f"most {XQA_JIT_MAX_GROUP}, and {r.precompiled.missing}, so {XQA_JIT_ENV}=0 does not help either "
+                "(no available XQA kernel for speculative decoding)")
     else:
         text = (lead + f"the group size does not divide 64, so the runner picks the precompiled XQA kernels, and "
                 f"{r.precompiled.missing}; {r.jit.missing}, so {XQA_JIT_ENV}=1 does not help either "

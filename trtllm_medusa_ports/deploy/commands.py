@@ -9,7 +9,8 @@
   ``max_draft_len`` (tensorrt_llm/builder.py ``build``): without the flag no runtime treats the engine as Medusa.
 - **The XQA JIT switch.** With speculative decoding, generation attention runs on XQA kernels only; where the runner
   would pick precompiled kernels that do not take this attention shape but the JIT kernels do
-  (:func:`trtllm_medusa_ports.xqa.xqa_medusa_route`), the engine runs only with ``TRTLLM_ENABLE_XQA_JIT=1``.
+  (:func:`trtllm_medusa_ports.xqa.xqa_medusa_route`), the engine runs only with ``TRTLLM_ENABLE_XQA_JIT=1``; where
+  it would pick JIT kernels that do not take it but the precompiled ones do, only with ``TRTLLM_ENABLE_XQA_JIT=0``.
 - **Tensor and pipeline parallelism at run time**: a world size over 1 runs under ``mpirun -n <world size>
   --allow-run-as-root`` (examples/run.py reads its rank from MPI).
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from trtllm_medusa_ports.xqa import XQA_JIT_ENV, xqa_medusa_route
+from trtllm_medusa_ports.xqa import XQA_JIT_ENV, xqa_environment, xqa_serving_routes
 
 #: upstream's own Medusa class (tensorrt_llm/models/__init__.py MODEL_MAP): plain trtllm-build builds it
 UPSTREAM_MEDUSA = "MedusaForCausalLM"
@@ -37,14 +38,18 @@ def build_tool(cfg: dict) -> str:
     return "trtllm-build" if cfg.get("architecture") == UPSTREAM_MEDUSA else "trtllm-medusa build"
 
 
-def needs_xqa_jit(cfg: dict) -> bool:
-    """Whether some GPU serves this attention shape only with ``TRTLLM_ENABLE_XQA_JIT=1``."""
+def xqa_routes(cfg: dict) -> dict:
+    """The XQA routes of this checkpoint's attention shape on the GPUs that hold its KV cache (xqa.py)."""
     heads = int(cfg.get("num_attention_heads") or 1)
     kv = int(cfg.get("num_key_value_heads") or heads)
     head_size = int(cfg.get("head_size") or int(cfg.get("hidden_size") or 0) // heads)
     kv_dtype = (cfg.get("quantization") or {}).get("kv_cache_quant_algo")
-    routes = xqa_medusa_route(max(1, heads // max(1, kv)), head_size, kv_dtype)
-    return any(not r.served and r.served_with_jit_env for r in routes.values())
+    return xqa_serving_routes(max(1, heads // max(1, kv)), head_size, kv_dtype)
+
+
+def needs_xqa_jit(cfg: dict) -> bool:
+    """Whether some GPU serves this attention shape only with ``TRTLLM_ENABLE_XQA_JIT=1``."""
+    return xqa_environment(xqa_routes(cfg)).get(XQA_JIT_ENV) == "1"
 
 
 def build_argv(cfg: dict, checkpoint_dir: str | Path, engine_dir: str | Path, **serving: int | None) -> list[str]:
@@ -59,8 +64,10 @@ def build_argv(cfg: dict, checkpoint_dir: str | Path, engine_dir: str | Path, **
 
 
 def environment(cfg: dict) -> dict[str, str]:
-    """What the engine's process needs in its environment (the XQA JIT switch where :func:`needs_xqa_jit`)."""
-    return {XQA_JIT_ENV: "1"} if needs_xqa_jit(cfg) else {}
+    """What the engine's process needs in its environment: the XQA JIT switch where some GPU has a kernel for this
+    attention shape only with it (``1``: the JIT kernels; ``0``: the precompiled ones, where the runner would pick
+    JIT kernels that do not take it - a group of 64, or 33-64 with an FP8 cache on SM 9.0; xqa.py)."""
+    return xqa_environment(xqa_routes(cfg))
 
 
 def build_line(cfg: dict, checkpoint_dir: str | Path, engine_dir: str | Path = "ENGINE_DIR", **serving) -> str:

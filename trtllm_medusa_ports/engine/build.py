@@ -26,7 +26,7 @@ from trtllm_medusa_ports.compat import (
     XQA_JIT_ENV,
     Finding,
     sm_names,
-    xqa_medusa_route,
+    xqa_serving_routes,
 )
 from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
 from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
@@ -144,9 +144,7 @@ def _tokens_per_block_findings(cfg: dict, tokens: int) -> list[Finding]:
         return []
     head_size = int(cfg.get("head_size") or int(cfg.get("hidden_size") or 0) // heads)
     kv_algo = (cfg.get("quantization") or {}).get("kv_cache_quant_algo")
-    routes = xqa_medusa_route(heads // kv, head_size, kv_algo)
-    if str(kv_algo).upper() == "FP8":  # E4M3 caches from SM 8.9 on (rule quant-kv-cache)
-        routes = {sm: r for sm, r in routes.items() if sm >= 89}
+    routes = xqa_serving_routes(heads // kv, head_size, kv_algo)  # an E4M3 cache: SM 8.9 on (rule quant-kv-cache)
     takes: dict[int, tuple[str, tuple[int, ...]]] = {}
     for sm, r in routes.items():
         if r.served:
@@ -154,6 +152,9 @@ def _tokens_per_block_findings(cfg: dict, tokens: int) -> list[Finding]:
         elif r.served_with_jit_env:
             takes[sm] = (f"the JIT XQA kernels {XQA_JIT_ENV}=1 gives ({r.why}: without it no kernel)",
                          r.jit.tokens_per_block)
+        elif r.served_with_jit_off:
+            takes[sm] = (f"the precompiled XQA kernels {XQA_JIT_ENV}=0 gives ({r.why}, and the JIT kernels do not "
+                         "take it)", r.precompiled.tokens_per_block)
     if not takes:  # no kernel at all: check and convert report it (gqa-group-size, quant-kv-cache)
         return []
     no_kernel = "with no kernel the engine fails at run time (\"No available XQA kernels are found for speculative " \

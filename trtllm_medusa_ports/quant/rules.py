@@ -8,7 +8,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.findings import ERROR, INFO, WARNING, Finding
 from trtllm_medusa_ports.quant import QuantSpec
 from trtllm_medusa_ports.sharding import kv_heads_per_rank
-from trtllm_medusa_ports.xqa import XQA_JIT_ENV, describe_xqa_routes, sm_names, xqa_medusa_route
+from trtllm_medusa_ports.xqa import XQA_JIT_ENV, describe_xqa_routes, sm_names, xqa_serving_routes
 
 #: tensorrt_llm/quantization/layers.py WeightOnlyQuantLinear / WeightOnlyQuantRowLinear pad in and out
 #: features up to a multiple of 64 x tp_size
@@ -114,11 +114,10 @@ def kv_cache_finding(hf: HFConfig, adapter: ArchAdapter, kind: str) -> Finding:
     (compat.xqa_medusa_route has the upstream facts)."""
     group = adapter.num_attention_heads(hf) // max(adapter.num_kv_heads(hf), 1)
     head = adapter.head_size(hf)
-    routes = xqa_medusa_route(group, head, kind)
-    if kind == "FP8":  # E4M3 caches are served from SM 8.9 on (as this rule has always said)
-        routes = {sm: r for sm, r in routes.items() if sm >= 89}
+    routes = xqa_serving_routes(group, head, kind)  # E4M3 caches are served from SM 8.9 on
     served = [sm for sm, r in routes.items() if r.served]
-    with_env = [sm for sm, r in routes.items() if not r.served and r.served_with_jit_env]
+    with_env = [sm for sm, r in routes.items() if r.env_needed == "1"]
+    forced = [sm for sm, r in routes.items() if r.env_needed == "0"]
     detail = (f"generation with speculative decoding runs on XQA kernels; with an {kind} KV cache, {group} query heads "
               f"per KV head and head size {head}: {describe_xqa_routes(routes)}")
     if kind == "FP8":
@@ -127,7 +126,7 @@ def kv_cache_finding(hf: HFConfig, adapter: ArchAdapter, kind: str) -> Finding:
         detail += "; the builder switches paged context FMHA off with an INT8 KV cache (tensorrt_llm/builder.py)"
     if len(served) == len(routes):
         return Finding("quant-kv-cache", INFO, detail, "nothing to do; validate on GPU")
-    if not served and not with_env:
+    if not served and not with_env and not forced:
         return Finding("quant-kv-cache", ERROR, detail,
                        "Medusa cannot be served with this KV-cache dtype on this base; drop --kv_cache_dtype")
     fix = []
@@ -136,10 +135,9 @@ def kv_cache_finding(hf: HFConfig, adapter: ArchAdapter, kind: str) -> Finding:
     if with_env:
         fix.append(f"on {sm_names(with_env)} run the engine with {XQA_JIT_ENV}=1 in its "
                    "environment (the 1.2 runner read checks it first)")
-    stuck = [sm for sm, r in routes.items() if not r.served and not r.served_with_jit_env]
-    forced = [sm for sm in stuck if routes[sm].impl == "JIT" and routes[sm].precompiled.names]
     if forced:
-        fix.append(f"on {sm_names(forced)} {XQA_JIT_ENV}=0 would force the precompiled kernels, "
-                   "which take it (unconfirmed)")
+        fix.append(f"on {sm_names(forced)} run the engine with {XQA_JIT_ENV}=0 in its environment: the runner then "
+                   "takes the precompiled kernels outright, which take it (`trtllm-medusa deploy` writes the setting "
+                   "into its scripts where every GPU is served with it)")
     return Finding("quant-kv-cache", WARNING, detail,
                    "; ".join(fix) + "; or drop --kv_cache_dtype; validate on GPU (scripts/validate_on_gpu.sh)")
