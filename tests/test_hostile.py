@@ -897,3 +897,14 @@ def test_convert_without_dtype_keeps_the_base_dtype_where_float16_overflows(tmp_
     assert main(["convert", "--model_dir", str(plain), "--medusa_model_dir", str(lheads), "--output_dir",
                  str(tmp_path / "c"), "--quiet"]) == 0
     assert json.loads((tmp_path / "c" / "config.json").read_text())["dtype"] == "float16"  # upstream's default
+    assert "from a bfloat16 base" not in capsys.readouterr().err  # a float32 base: nothing to say
+    # a bfloat16 base of another family: convert cannot measure its activations (it never runs the base), so the
+    # default says where the range is checked and names the fix up front
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_base
+
+    bf16 = save_tiny_base("LlamaForCausalLM", tmp_path / "llama-bf16", seed=0, dtype=torch.bfloat16)
+    assert main(["convert", "--model_dir", str(bf16), "--medusa_model_dir", str(lheads), "--output_dir",
+                 str(tmp_path / "d"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "float16, as upstream's script, from a bfloat16 base" in err and "--dtype bfloat16" in err
+    assert json.loads((tmp_path / "d" / "config.json").read_text())["dtype"] == "float16"

@@ -174,3 +174,28 @@ def test_a_base_four_times_the_allowance_verifies_and_trains_within_it_streaming
         else:
             assert grew > allowance + margin, (f"{big['command']} in memory grew {grew / 1e6:.2f} MB, allowance "
                                                f"{allowance / 1e6:.2f} MB + noise {margin / 1e6:.2f} MB", runs)
+
+
+def test_the_memory_formulas_the_docs_state_are_the_codes():
+    """One formula per command (issue 57, 9): every 'N GB + Mx' the README, the user guide and benchmarks/README.md
+    state is an estimate memory_mode.py computes - verify's, train-heads' or streaming's - with its own words for
+    what is multiplied, and each of the three is stated."""
+    import re
+
+    from trtllm_medusa_ports import memory_mode
+
+    root = Path(__file__).resolve().parents[1]
+    formulas = {
+        memory_mode.in_memory_formula(memory_mode.VERIFY_PER_FLOAT32,
+                                      "the float32 size of the larger of base and checkpoint"),
+        memory_mode.in_memory_formula(memory_mode.TRAIN_PER_FLOAT32, "the base's float32 size"),
+        memory_mode.streaming_formula(),
+    }
+    seen = set()
+    for doc in ("README.md", "docs/user-guide.md", "benchmarks/README.md"):
+        text = " ".join((root / doc).read_text().split())  # lines joined: a formula may wrap
+        for m in re.finditer(r"\d+(?:\.\d+)? ?GB \+ \d+(?:\.\d+)? ?x", text):
+            stated = next((f for f in formulas if text.startswith(f, m.start())), None)
+            assert stated is not None, f"{doc}: {text[m.start():m.start() + 90]!r} is none of {sorted(formulas)}"
+            seen.add(stated)
+    assert seen == formulas, sorted(formulas - seen)

@@ -55,13 +55,18 @@ def _default_dtype(model_dir: Path) -> str:
     from trtllm_medusa_ports.files.hf_model import HFConfig
 
     try:
-        adapter = adapter_for(HFConfig.read(model_dir).architecture)
+        hf = HFConfig.read(model_dir)
+        adapter = adapter_for(hf.architecture)
     except (PortError, OSError, ValueError):
         return "float16"  # convert says what is wrong with the base
     if adapter is not None and adapter.float16_unsafe:
         print(f"note: --dtype not given: the base's own dtype (--dtype auto), not float16: {adapter.family} models' "
               "hidden states exceed float16's range (rule float16-range)", file=sys.stderr)
         return "auto"
+    if hf.dtype_name == "bfloat16":  # convert never runs the base: whether its activations fit float16 is verify's
+        print("note: --dtype not given: float16, as upstream's script, from a bfloat16 base; `verify` measures whether "
+              "its activations stay within float16's range (rule float16-range) and fails the checkpoint if not - "
+              "then convert with --dtype bfloat16", file=sys.stderr)
     return "float16"
 
 

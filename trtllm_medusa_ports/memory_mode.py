@@ -25,8 +25,30 @@ from trtllm_medusa_ports.errors import ModelError, PortError
 from trtllm_medusa_ports.files.lazy_tensors import read_tensor_files, weight_files
 
 GB = 1e9
-#: torch, transformers, this package and their first allocations (benchmarks/verify_memory.py's intercept)
+# -- the one formula of both commands (benchmarks/verify_memory.py, benchmarks/train_memory.py measure it; the user
+# guide's "Large bases" and benchmarks/README.md quote it through :func:`in_memory_formula` / :func:`streaming_formula`,
+# which tests/test_memory_bounds.py holds them to) --------------------------------------------------------------
+#: torch, transformers, this package and their first allocations, with the allocator's slack (0.26 GB of RSS for
+#: the imports alone; the intercept of the measured lines)
 LIBRARIES_BYTES = int(0.73 * GB)
+#: verify in memory: the peak per float32 byte of the larger of base and checkpoint (each side's model in float32,
+#: one after the other; on bfloat16 files transformers' float32 copy beside the mapped file)
+VERIFY_PER_FLOAT32 = 1.5
+#: train-heads in memory: the corpus pass's peak per float32 byte of the base (the fit's own memory on top:
+#: heads/train.py fit_bytes)
+TRAIN_PER_FLOAT32 = 1.35
+#: streaming, both commands: the peak per float32 byte of the largest unit (the unit, its read buffer, a cast copy)
+STREAMING_PER_UNIT = 3.0
+
+
+def in_memory_formula(per_float32: float, size: str) -> str:
+    """The in-memory estimate in words: ``0.73 GB + 1.5x <size>``."""
+    return f"{LIBRARIES_BYTES / GB:.2f} GB + {per_float32:g}x {size}"
+
+
+def streaming_formula() -> str:
+    """The streaming estimate in words: ``0.73 GB + 3x the largest unit``."""
+    return f"{LIBRARIES_BYTES / GB:.2f} GB + {STREAMING_PER_UNIT:g}x the largest unit in float32"
 
 #: a Hugging Face tensor of a decoder layer: ``model.layers.3.``, ``transformer.h.3.``, ``transformer.blocks.3.``
 _HF_LAYER = re.compile(r"(.*?(?:^|\.)(?:layers|h|blocks|layer)\.\d+)\.")

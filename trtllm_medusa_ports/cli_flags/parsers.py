@@ -37,8 +37,9 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     # default None, read as float16 (upstream's), so that a typed --dtype float16 can be told from the default
     p.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"],
                    help="checkpoint dtype (default float16 as upstream's Medusa script, except for a family whose "
-                        "hidden states exceed float16's range - Gemma 2/3 - which keeps the base's own; auto = the "
-                        "base's own; with --base_checkpoint_dir: the base's own)")
+                        "hidden states exceed float16's range - Gemma 2/3 - which keeps the base's own; from another "
+                        "bfloat16 base a note says verify checks the range; auto = the base's own; with "
+                        "--base_checkpoint_dir: the base's own)")
     p.add_argument("--tp_size", type=int, default=1, help="tensor parallelism: rank files split each weight")
     p.add_argument("--pp_size", type=int, default=1, help="pipeline parallelism: each stage holds its layers")
     p.add_argument("--moe_ep_size", type=int, default=-1,
@@ -214,7 +215,7 @@ def _verify_parser(sub, run) -> None:
                    help="leave out the tree proof (steps whose drafts are greedy's own tokens along each branch, so "
                    "that every tree node is accepted and checked; about one plain token per node of the tree)")
     _add_memory_args(s, "of each side", "the same results",
-                     "hold each side's whole model in float32 (about 0.40 GB + 1.5x its float32 size)",
+                     "hold each side's whole model in float32 (the estimate: user guide, \"Large bases\")",
                      "(default: the memory available)", "transformers' weights while they wait (a temporary file")
     s.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where both sides compute (default cpu)")
     s.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -71,6 +71,8 @@ from trtllm_medusa_ports.files.prompts import (
 from trtllm_medusa_ports.heads.distributed import DEFAULT_TIMEOUT_S, Group, RankLost, join, share
 from trtllm_medusa_ports.memory_mode import (
     LIBRARIES_BYTES,
+    STREAMING_PER_UNIT,
+    TRAIN_PER_FLOAT32,
     MemoryMode,
     check_max_memory,
     hf_sizes,
@@ -158,15 +160,19 @@ def corpus_key(model_dir: Path, items: list[Item], new_tokens: int, dtype: str =
     return h.hexdigest()[:16]
 
 
+#: sequences the corpus pass continues (and runs through the base for their hidden states) at once
+CORPUS_BATCH = 64
+
+
 @torch.no_grad()
 def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, quiet: bool = True,
-                 batch: int = 64) -> Corpus:
+                 batch: int = CORPUS_BATCH) -> Corpus:
     return merge_shards([build_shard(model, items, new_tokens, key, quiet=quiet, batch=batch)], key)
 
 
 @torch.no_grad()
 def build_shard(model, items: list[Item], new_tokens: int, key: str = "", *, quiet: bool = True,
-                batch: int = 64) -> Corpus:
+                batch: int = CORPUS_BATCH) -> Corpus:
     """The corpus of ``items`` alone (one rank's share of them under torchrun; it may hold no rows): the sequences
     in ``items``' order, the rows of each kept sequence together."""
     to_continue = [i for i, it in enumerate(items) if it.continue_it]
@@ -979,8 +985,9 @@ def train(opts: TrainOptions) -> TrainResult:
                 error = exc
         group.agree(error, "the --work_dir lock")
         opts, warnings = _resolve_dtypes(opts, device, group)
-        memory = group.gather(choose_memory(opts, device) if group.main else None, "the memory mode")[0]
-        result = _train_locked(opts, out, work, device, group, memory)
+        items = _read_items(opts)
+        memory = group.gather(choose_memory(opts, device, items) if group.main else None, "the memory mode")[0]
+        result = _train_locked(opts, out, work, device, group, memory, items)
         result.warnings, result.memory_mode = warnings, memory.to_dict()
         return result
     finally:
@@ -990,18 +997,14 @@ def train(opts: TrainOptions) -> TrainResult:
             group.close()
 
 
-#: train-heads' in-memory peak per float32 byte of the base (benchmarks/train_memory.py on bfloat16 bases: peak RSS
-#: 0.67 GB + 1.35x the float32 size - transformers' float32 copy beside the bfloat16 it read)
-IN_MEMORY_PER_FLOAT32 = 1.35
-#: the streaming peak per float32 byte of the base's largest unit (the unit, its read buffer, a cast copy); the KV
-#: cache of a batch of continuations comes on top (every layer's, as in memory)
-STREAMING_PER_UNIT = 3.0
+#: train-heads' in-memory peak per float32 byte of the base (memory_mode.py: one formula for both commands)
+IN_MEMORY_PER_FLOAT32 = TRAIN_PER_FLOAT32
 
 
 def fit_bytes(opts: TrainOptions) -> int:
     """What the fit holds whichever way the base was held (float32): the base's lm_head copy, and each head's
-    ResBlocks and own lm_head (``--share_lm_head``: none) with their gradients and AdamW's two moments; the cached
-    hidden states (positions x hidden size x 4 bytes) come on top."""
+    ResBlocks and own lm_head (``--share_lm_head``: none) with their gradients and AdamW's two moments (the cached
+    hidden states: :func:`corpus_bytes`)."""
     from trtllm_medusa_ports.archs import adapter_for
     from trtllm_medusa_ports.files.hf_model import HFConfig
 
@@ -1016,11 +1019,30 @@ def fit_bytes(opts: TrainOptions) -> int:
     return 4 * (V * H + 4 * f.num_heads * per_head)
 
 
-def choose_memory(opts: TrainOptions, device: str) -> MemoryMode:
+def corpus_bytes(opts: TrainOptions, items: list[Item]) -> int:
+    """The corpus's own memory beside the base and the fit: the KV cache of one batch of :data:`CORPUS_BATCH`
+    continuations (the longest sequences: every layer's keys and values, 4 bytes each) and the hidden states of
+    every position (positions x hidden size x 4 bytes), twice: the cached corpus and the fit's copy of its rows."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    try:
+        hf = HFConfig.read(opts.model_dir)
+        adapter = adapter_for(hf.architecture)
+        H = int(adapter.hidden_size(hf))
+        kv_per_token = 2 * int(adapter.num_hf_layers(hf)) * int(adapter.num_kv_heads(hf)) * int(adapter.head_size(hf))
+    except (PortError, OSError, TypeError, ValueError, AttributeError):
+        return 0  # loading the base says what is wrong with it
+    lengths = sorted(len(it.ids) + (opts.new_tokens if it.continue_it else 0) for it in items)
+    return 4 * (2 * sum(lengths) * H + sum(lengths[-CORPUS_BATCH:]) * kv_per_token)
+
+
+def choose_memory(opts: TrainOptions, device: str, items: list[Item] | None = None) -> MemoryMode:
     """How the base is held for the corpus pass (memory_mode.select, the rule verify follows): the estimates are
-    the libraries, the base (whole in float32, or its largest decoder layer) and :func:`fit_bytes`."""
+    the libraries, the base (whole in float32, or its largest decoder layer), :func:`fit_bytes` and
+    :func:`corpus_bytes` of ``items``."""
     total, unit = hf_sizes(opts.model_dir)
-    fit = fit_bytes(opts)
+    fit = fit_bytes(opts) + corpus_bytes(opts, items or [])
     in_memory = LIBRARIES_BYTES + int(IN_MEMORY_PER_FLOAT32 * total) + fit
     streamed = LIBRARIES_BYTES + int(STREAMING_PER_UNIT * unit) + fit
     if opts.device_map is not None:
@@ -1061,13 +1083,13 @@ def _lock_work_dir(work: Path) -> int:
     return fd
 
 
-def _load_items(opts: TrainOptions, model) -> list[Item]:
+def _read_items(opts: TrainOptions) -> list[Item]:
+    """The prompts and sequences as token ids (before the base is loaded: the memory estimate counts them), each
+    within the base's context with its continuation."""
     tokenize = lazy_tokenizer(opts.tokenizer_dir or opts.model_dir)  # loaded only when text needs it
     items = read_items(opts.prompts, tokenize, default=packaged_prompts)
-    vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else lm_head_of(model)[0].shape[0]
     # the family's own context key (GPT-2's n_positions, MPT's max_seq_len: archs.registry base_context)
     max_pos, key = base_context(opts.model_dir) or (None, None)
-    check_ids([it.ids for it in items], vocab, "item")
     for n, it in enumerate(items):
         if max_pos and len(it.ids) + (opts.new_tokens if it.continue_it else 0) > max_pos:
             raise PortError(f"prompt {n} has {len(it.ids)} tokens; with --new_tokens {opts.new_tokens} it passes the "
@@ -1077,7 +1099,7 @@ def _load_items(opts: TrainOptions, model) -> list[Item]:
 
 
 def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group: Group,
-                  memory: MemoryMode) -> TrainResult:
+                  memory: MemoryMode, items: list[Item]) -> TrainResult:
     f = opts.fit
     quiet = f.quiet or not group.main  # one rank's bars and status lines
     if quiet:  # --quiet silences transformers' loading bars too
@@ -1093,7 +1115,8 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group:
     # layer at a time by both passes of the corpus (continuations, hidden states); the same values and products
     model = load_base(opts.model_dir, device, device_map=opts.device_map, dtype=low if opts.device_map else None,
                       streaming=memory.streaming, offload_dir=opts.offload_dir)
-    items = _load_items(opts, model)
+    vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else lm_head_of(model)[0].shape[0]
+    check_ids([it.ids for it in items], vocab, "item")
     key = corpus_key(Path(opts.model_dir), items, opts.new_tokens, opts.dtype)
     # float32 as loaded (of the --dtype weights with --device_map), on the CPU where the held-out check runs
     lm_head, lm_bias = (t.detach().float().to("cpu", copy=True) if t is not None else None for t in lm_head_of(model))

@@ -28,6 +28,8 @@ from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.memory_mode import (
     GB,
     LIBRARIES_BYTES,
+    STREAMING_PER_UNIT,
+    VERIFY_PER_FLOAT32,
     MemoryMode,
     check_max_memory,
     hf_sizes,
@@ -37,11 +39,8 @@ from trtllm_medusa_ports.memory_mode import (
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.executor import streaming_group
 
-#: the in-memory peak per float32 byte of the larger of the two models (benchmarks/verify_memory.py: 1.5 on
-#: bfloat16 bases, whose float32 copy transformers makes beside the mapped file)
-IN_MEMORY_PER_FLOAT32 = 1.5
-#: the streaming peak per float32 byte of the largest unit: the unit itself, its read buffer and a rounded copy
-STREAMING_PER_UNIT = 3.0
+#: the in-memory peak per float32 byte of the larger of the two models (memory_mode.py: one formula for both commands)
+IN_MEMORY_PER_FLOAT32 = VERIFY_PER_FLOAT32
 
 
 def estimate(model_dir: str | Path, ckpt) -> tuple[int, int]:
