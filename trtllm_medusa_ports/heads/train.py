@@ -162,6 +162,10 @@ def corpus_key(model_dir: Path, items: list[Item], new_tokens: int, dtype: str =
 
 #: sequences the corpus pass continues (and runs through the base for their hidden states) at once
 CORPUS_BATCH = 64
+#: copies of the corpus's hidden states the estimate counts: the batches' states and their concatenation while
+#: the corpus is built, the merged corpus, and the fit's copy of its rows (benchmarks/train_memory.py --smollm2:
+#: with two, train-heads' defaults on SmolLM2-135M peaked 0.43 GB above the estimate)
+HIDDEN_COPIES = 4
 
 
 @torch.no_grad()
@@ -1022,7 +1026,7 @@ def fit_bytes(opts: TrainOptions) -> int:
 def corpus_bytes(opts: TrainOptions, items: list[Item]) -> int:
     """The corpus's own memory beside the base and the fit: the KV cache of one batch of :data:`CORPUS_BATCH`
     continuations (the longest sequences: every layer's keys and values, 4 bytes each) and the hidden states of
-    every position (positions x hidden size x 4 bytes), twice: the cached corpus and the fit's copy of its rows."""
+    every position (positions x hidden size x 4 bytes) :data:`HIDDEN_COPIES` times."""
     from trtllm_medusa_ports.archs import adapter_for
     from trtllm_medusa_ports.files.hf_model import HFConfig
 
@@ -1034,7 +1038,7 @@ def corpus_bytes(opts: TrainOptions, items: list[Item]) -> int:
     except (PortError, OSError, TypeError, ValueError, AttributeError):
         return 0  # loading the base says what is wrong with it
     lengths = sorted(len(it.ids) + (opts.new_tokens if it.continue_it else 0) for it in items)
-    return 4 * (2 * sum(lengths) * H + sum(lengths[-CORPUS_BATCH:]) * kv_per_token)
+    return 4 * (HIDDEN_COPIES * sum(lengths) * H + sum(lengths[-CORPUS_BATCH:]) * kv_per_token)
 
 
 def choose_memory(opts: TrainOptions, device: str, items: list[Item] | None = None) -> MemoryMode:
