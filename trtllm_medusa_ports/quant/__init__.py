@@ -60,6 +60,9 @@ EXCLUDE_MODULES = [*QUANTIZE_LAYERS_DEFAULT_EXCLUDE, "*shared_expert_gate.weight
 WEIGHT_ONLY_NAMES = ("qkv.weight", "dense.weight", "fc.weight", "proj.weight", "gate.weight")
 #: the linears of a decoder layer TensorRT-LLM quantizes (ColumnLinear / RowLinear of Attention and the MLPs)
 _LINEAR = re.compile(r"transformer\.layers\.\d+\.(attention\.(qkv|dense)|mlp\.(fc|gate|proj))")
+#: the decoder linears that read the hidden state and split their outputs over tp (ColumnLinear); the others of
+#: :func:`linear_of` (``attention.dense``, ``mlp.proj``) write the hidden state and split their inputs (RowLinear)
+COLUMN_LINEARS = ("attention.qkv", "mlp.fc", "mlp.gate")
 FP8_MAX = 448.0
 BITS = {"W8A16": 8, "W4A16": 4}
 

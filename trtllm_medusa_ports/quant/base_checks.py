@@ -19,18 +19,17 @@ written by another tool can hold anything.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from trtllm_medusa_ports.files.dtypes import is_floating
-from trtllm_medusa_ports.quant import is_scale_tensor, linear_of
+from trtllm_medusa_ports.quant import COLUMN_LINEARS, is_scale_tensor, linear_of
 from trtllm_medusa_ports.quant.tool_formats import AWQ, SQ, unpack_int4_rows
 
 #: QuantConfig's group_size when config.json gives none (tensorrt_llm/models/modeling_utils.py)
 DEFAULT_GROUP_SIZE = 128
-_COLUMN = ("attention.qkv", "mlp.fc", "mlp.gate")
-_ROW = ("attention.dense", "mlp.proj")
 #: scales whose values are one per output row or per group of a row (0 allowed over zero codes)
 _PER_ROW = ("per_channel_scale", "weights_scaling_factor")
 REQUANTIZE_FIX = "the base checkpoint is damaged: quantize it again with the tool that wrote it"
@@ -143,25 +142,19 @@ def tool_layer_problems(ranks: list[dict], quant: dict, hidden_size: int) -> lis
             for part, shape in want.items():
                 got = shapes.get(part)
                 exact = algo == AWQ and part == "weights_scaling_factor"  # 2-D: a transpose has the same size
-                if got is None or got == shape or (not exact and _numel(got) == _numel(shape)):
+                if got is None or got == shape or (not exact and math.prod(got) == math.prod(shape)):
                     continue  # a missing scale: quantized_layer_problems names it
                 out.append(BaseProblem(r, f"{linear}.{part}", (
                     f"rank {r}: {linear}.{part} is {got}, but {name} {list(t.shape)} (stored {layout}) makes it "
                     f"{shape}" + (f" (group_size {group})" if part == "weights_scaling_factor" and algo == AWQ
                                   else ""))))
-            if linear.endswith(_COLUMN) and cols != hidden_size:
+            if linear.endswith(COLUMN_LINEARS) and cols != hidden_size:
                 out.append(BaseProblem(r, name, (
                     f"rank {r}: {name} {list(t.shape)} reads {cols} inputs, but {linear.rsplit('.', 1)[-1]} reads the "
                     f"hidden state: config.json's hidden_size is {hidden_size} (stored {layout})")))
-            elif linear.endswith(_ROW) and out_f != hidden_size:
+            elif not linear.endswith(COLUMN_LINEARS) and out_f != hidden_size:
                 out.append(BaseProblem(r, name, (
                     f"rank {r}: {name} {list(t.shape)} writes {out_f} outputs, but {linear.rsplit('.', 1)[-1]} writes "
                     f"the hidden state: config.json's hidden_size is {hidden_size} (stored {layout})")))
     return out
 
-
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n

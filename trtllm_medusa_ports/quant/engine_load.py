@@ -31,13 +31,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trtllm_medusa_ports.quant import BITS, is_excluded, linear_of, weight_only_quantized
+from trtllm_medusa_ports.quant import (
+    BITS,
+    COLUMN_LINEARS,
+    is_excluded,
+    linear_of,
+    weight_only_quantized,
+)
 
 #: weight_only_quantize_dict's own exclusions when the checkpoint gives none (tensorrt_llm/models/convert_utils.py)
 LOAD_QUANTIZER_DEFAULT_EXCLUDE = ("*shared_expert_gate.weight",)
 #: the rank-local features the quantized layers pad to a multiple of (tensorrt_llm/quantization/layers.py)
 WEIGHT_ONLY_PAD = 64
-_COLUMN = ("attention.qkv", "mlp.fc", "mlp.gate")
 SCALE_SHAPE_FIX = ("write each per-tensor scale as float32 [1], as ModelOpt's export does, or quantize the base again "
                    "with the tool that wrote it")
 WEIGHT_ONLY_PAD_FIX = ("convert with a --tp_size that makes every width a multiple of 64 x tp_size (trtllm-medusa check "
@@ -123,7 +128,7 @@ def declared_weight_only(linear: str, out_local: int, in_local: int, tp: int, bi
     """The shapes ``WeightOnlyQuant{Column,Row}Linear`` declares for a rank's part of ``linear`` whose float weight is
     ``[out_local, in_local]``: features padded globally to a multiple of 64 x tp, then split."""
     multiple = WEIGHT_ONLY_PAD * tp
-    if linear.endswith(_COLUMN):
+    if linear.endswith(COLUMN_LINEARS):
         out_l, in_l = _padded(out_local * tp, multiple) // tp, _padded(in_local, multiple)
     else:
         out_l, in_l = _padded(out_local, multiple), _padded(in_local * tp, multiple) // tp
@@ -152,7 +157,7 @@ def load_problems(ranks: list[dict], config: dict) -> list[LoadProblem]:
                     if got is not None and got.shape != shape:
                         out.append(LoadProblem(rank, f"{linear}.{part}", (
                             f"rank {rank}: {linear}.{part} loads as {list(got.shape)}, but the engine's "
-                            f"{'WeightOnlyQuantColumnLinear' if linear.endswith(_COLUMN) else 'WeightOnlyQuantRowLinear'}"
+                            f"{'WeightOnlyQuantColumnLinear' if linear.endswith(COLUMN_LINEARS) else 'WeightOnlyQuantRowLinear'}"
                             f" declares {list(shape)}: its features are padded to a multiple of 64 x tp_size = "
                             f"{WEIGHT_ONLY_PAD * tp} (tensorrt_llm/quantization/layers.py) and the load asserts the "
                             "exact shape (tensorrt_llm/parameter.py)"), WEIGHT_ONLY_PAD_FIX))
