@@ -1005,19 +1005,29 @@ def train(opts: TrainOptions) -> TrainResult:
 IN_MEMORY_PER_FLOAT32 = TRAIN_PER_FLOAT32
 
 
-def fit_bytes(opts: TrainOptions) -> int:
-    """What the fit holds whichever way the base was held (float32): the base's lm_head copy, and each head's
-    ResBlocks and own lm_head (``--share_lm_head``: none) with their gradients and AdamW's two moments (the cached
-    hidden states: :func:`corpus_bytes`)."""
+def _base_dims(model_dir) -> tuple[int, int, int] | None:
+    """(hidden size, vocabulary, KV cache values per token: keys and values of every layer) from config.json, or
+    None where it cannot say (loading the base then says what is wrong with it)."""
     from trtllm_medusa_ports.archs import adapter_for
     from trtllm_medusa_ports.files.hf_model import HFConfig
 
     try:
-        hf = HFConfig.read(opts.model_dir)
+        hf = HFConfig.read(model_dir)
         adapter = adapter_for(hf.architecture)
-        H, V = int(adapter.hidden_size(hf)), int(hf.get("vocab_size"))
+        return (int(adapter.hidden_size(hf)), int(hf.get("vocab_size")),
+                2 * int(adapter.num_hf_layers(hf)) * int(adapter.num_kv_heads(hf)) * int(adapter.head_size(hf)))
     except (PortError, OSError, TypeError, ValueError, AttributeError):
-        return 0  # loading the base says what is wrong with it
+        return None
+
+
+def fit_bytes(opts: TrainOptions) -> int:
+    """What the fit holds whichever way the base was held (float32): the base's lm_head copy, and each head's
+    ResBlocks and own lm_head (``--share_lm_head``: none) with their gradients and AdamW's two moments (the cached
+    hidden states: :func:`corpus_bytes`)."""
+    dims = _base_dims(opts.model_dir)
+    if dims is None:
+        return 0
+    H, V, _ = dims
     f = opts.fit
     per_head = f.num_layers * (H * H + H) + (0 if f.share_lm_head else V * H)
     return 4 * (V * H + 4 * f.num_heads * per_head)
@@ -1027,16 +1037,10 @@ def corpus_bytes(opts: TrainOptions, items: list[Item]) -> int:
     """The corpus's own memory beside the base and the fit: the KV cache of one batch of :data:`CORPUS_BATCH`
     continuations (the longest sequences: every layer's keys and values, 4 bytes each) and the hidden states of
     every position (positions x hidden size x 4 bytes) :data:`HIDDEN_COPIES` times."""
-    from trtllm_medusa_ports.archs import adapter_for
-    from trtllm_medusa_ports.files.hf_model import HFConfig
-
-    try:
-        hf = HFConfig.read(opts.model_dir)
-        adapter = adapter_for(hf.architecture)
-        H = int(adapter.hidden_size(hf))
-        kv_per_token = 2 * int(adapter.num_hf_layers(hf)) * int(adapter.num_kv_heads(hf)) * int(adapter.head_size(hf))
-    except (PortError, OSError, TypeError, ValueError, AttributeError):
-        return 0  # loading the base says what is wrong with it
+    dims = _base_dims(opts.model_dir)
+    if dims is None:
+        return 0
+    H, _, kv_per_token = dims
     lengths = sorted(len(it.ids) + (opts.new_tokens if it.continue_it else 0) for it in items)
     return 4 * (HIDDEN_COPIES * sum(lengths) * H + sum(lengths[-CORPUS_BATCH:]) * kv_per_token)
 
