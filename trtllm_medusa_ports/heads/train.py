@@ -187,9 +187,15 @@ def build_shard(model, items: list[Item], new_tokens: int, key: str = "", *, qui
         starts[i] = len(seqs[i]) - 1
         seqs[i] = seqs[i] + c
     device = model_device(model)
-    hidden, index = [], []
     keep = [i for i, s in enumerate(seqs) if len(s) - starts[i] >= 3]  # else nothing for a head to predict
     keep.sort(key=lambda i: len(seqs[i]))
+    if not keep:
+        return Corpus(seqs, starts, torch.zeros((0, 0)), torch.zeros((0, 2), dtype=torch.long), key)
+    # the rows are written into one tensor as each batch comes (a batch's padded states are freed after it)
+    n_rows = sum(len(seqs[i]) - starts[i] for i in keep)
+    hidden: torch.Tensor | None = None  # [n_rows, H] float32, made when the first batch gives H
+    index = torch.empty((n_rows, 2), dtype=torch.long)
+    at = 0
     from tqdm import tqdm
 
     bar = tqdm(total=len(keep), desc="hidden states", unit="sequence", disable=quiet, file=sys.stderr)
@@ -201,15 +207,19 @@ def build_shard(model, items: list[Item], new_tokens: int, key: str = "", *, qui
         for r, i in enumerate(idx):
             ids[r, :len(seqs[i])] = torch.tensor(seqs[i])
             mask[r, :len(seqs[i])] = 1
-        hs = final_hidden(model, ids.to(device), mask.to(device)).float().cpu()
+        hs = final_hidden(model, ids.to(device), mask.to(device))
+        if hidden is None:
+            hidden = torch.empty((n_rows, hs.shape[-1]), dtype=torch.float32)
         for r, i in enumerate(idx):
-            hidden.append(hs[r, starts[i]:len(seqs[i])])
-            index.append(torch.stack([torch.full((len(seqs[i]) - starts[i],), i), torch.arange(starts[i], len(seqs[i]))], 1))
+            n = len(seqs[i]) - starts[i]
+            hidden[at:at + n] = hs[r, starts[i]:len(seqs[i])]  # to float32 on the CPU (exact)
+            index[at:at + n, 0] = i
+            index[at:at + n, 1] = torch.arange(starts[i], len(seqs[i]))
+            at += n
+        del hs
         bar.update(len(idx))
     bar.close()
-    if not hidden:
-        return Corpus(seqs, starts, torch.zeros((0, 0)), torch.zeros((0, 2), dtype=torch.long), key)
-    return Corpus(seqs, starts, torch.cat(hidden), torch.cat(index), key)
+    return Corpus(seqs, starts, hidden, index, key)
 
 
 def merge_shards(shards: list[Corpus], key: str) -> Corpus:
@@ -234,6 +244,8 @@ def merge_shards(shards: list[Corpus], key: str) -> Corpus:
         raise ModelError("the prompts gave no text to learn from (every sequence is shorter than 3 tokens)",
                          fix="pass longer prompts or raise --new_tokens")
     order = sorted(rows, key=lambda i: (len(seqs[i]), i))
+    if len(shards) == 1 and order == list(rows):  # one build's own layout already (build_corpus): no copy
+        return Corpus(seqs, starts, shards[0].hidden, shards[0].index, key)
     return Corpus(seqs, starts, torch.cat([rows[i][0] for i in order]), torch.cat([rows[i][1] for i in order]), key)
 
 
