@@ -162,10 +162,10 @@ def corpus_key(model_dir: Path, items: list[Item], new_tokens: int, dtype: str =
 
 #: sequences the corpus pass continues (and runs through the base for their hidden states) at once
 CORPUS_BATCH = 64
-#: copies of the corpus's hidden states the estimate counts: the batches' states and their concatenation while
-#: the corpus is built, the merged corpus, and the fit's copy of its rows (benchmarks/train_memory.py --smollm2:
-#: with two, train-heads' defaults on SmolLM2-135M peaked 0.43 GB above the estimate)
-HIDDEN_COPIES = 4
+#: copies of the corpus's hidden states the estimate counts: the corpus and the fit's copy of its rows, and one for
+#: the rest the run was measured to hold (benchmarks/train_memory.py --smollm2, train-heads' defaults on SmolLM2-135M:
+#: peak 4.49 GB; two copies estimate 4.44 GB, three 4.84 GB)
+HIDDEN_COPIES = 3
 
 
 @torch.no_grad()
