@@ -2,7 +2,7 @@
 (``convert --base_checkpoint_dir``): plain ``convert`` computes its own scales and never needs these checks; a base
 written by another tool can hold anything.
 
-* Every scale (``*scaling_factor``, ``*per_channel_scale``) is a floating-point tensor; a per-tensor scale (one
+* Every scale (``*scaling_factor``, ``*per_channel_scale``) is a finite floating-point tensor; a per-tensor scale (one
   value: FP8's weight and activation scales, SmoothQuant's activation scale, every KV cache scale) is above 0 (the
   engine divides by it: ``kv_cache_rcp_scaling_factor``, FP8's input quantization); a pre-quant scale is above 0 in
   every channel (it multiplies the input); a per-row or per-group scale is never negative, and 0 only where its codes
@@ -69,9 +69,12 @@ def scale_value_problems(ranks: list[dict], quant: dict) -> list[BaseProblem]:
                 out.append(BaseProblem(r, name, f"rank {r}: scale {name} is {t.dtype_name}: a scale is a "
                                                 "floating-point tensor (float32, or the model dtype)"))
                 continue
-            v = t.load().float().reshape(-1)
+            scales = t.load().float()  # each scale read once
+            v = scales.reshape(-1)
             if not bool(v.isfinite().all()):
-                continue  # said by the finiteness check, with the value
+                out.append(BaseProblem(r, name, f"rank {r}: scale {name} holds {float(v[~v.isfinite()][0])}: a "
+                                                "scale must be finite"))
+                continue
             kind = name.rsplit(".", 1)[-1]
             if int(v.numel()) == 1 or kind == "prequant_scaling_factor":
                 if bool((v <= 0).any()):
@@ -92,7 +95,6 @@ def scale_value_problems(ranks: list[dict], quant: dict) -> list[BaseProblem]:
                 codes = _codes(tensors, name.rsplit(".", 1)[0], algo)
                 if codes is None:
                     continue
-                scales = t.load().float()
                 groups = scales.reshape(codes.shape[0], -1) if scales.numel() % codes.shape[0] == 0 else None
                 if groups is None or codes.shape[1] % groups.shape[1]:
                     continue  # a shape the shape check names

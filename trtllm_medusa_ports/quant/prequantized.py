@@ -37,7 +37,6 @@ from trtllm_medusa_ports.heads.loader import expand_truncated
 from trtllm_medusa_ports.quant import (
     QUANTIZED_LAYER_FIX,
     is_excluded,
-    is_scale_tensor,
     kv_scale_problems,
     quantized_layer_problems,
 )
@@ -161,15 +160,6 @@ def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> None:
                 f"lm_head.weight is {' + '.join(str(list(p)) for p in parts)} over the last stage's ranks, which "
                 f"does not fit config.json's vocab_size {vocab} and hidden_size {hidden}", where=str(ckpt.path),
                 fix="config.json must be the one the quantizing tool wrote beside these rank files")
-    for r, tensors in enumerate(ckpt.ranks):
-        for name, t in tensors.items():
-            if not is_scale_tensor(name) or not is_floating(t.dtype_name):
-                continue
-            v = t.load().float()
-            if not bool(v.isfinite().all()):
-                bad = float(v[~v.isfinite()].reshape(-1)[0])
-                raise CheckpointError(f"scale {name} holds {bad}: a scale must be finite", where=str(files[r]),
-                                      fix="the base checkpoint is damaged: quantize it again")
     for p in scale_value_problems(ckpt.ranks, quant):
         raise CheckpointError(p.message, where=str(files[p.rank]), fix=p.fix)
     for p in quantized_layer_problems(ckpt.ranks, quant.get("quant_algo"), exclude):
