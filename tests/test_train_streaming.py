@@ -109,7 +109,7 @@ def test_the_mode_is_chosen_by_max_memory_and_reported_in_the_json(tmp_path, sto
     assert small["max_memory_bytes"] == 10**6 < small["estimated_in_memory_bytes"]
     assert 0 < small["largest_unit_bytes"] < small["float32_bytes"] == base_float32_bytes(base)
     assert small["estimated_in_memory_bytes"] - small["estimated_streaming_bytes"] == \
-        int(train.IN_MEMORY_PER_FLOAT32 * small["float32_bytes"]) - int(train.STREAMING_PER_UNIT *
+        int(memory_mode.TRAIN_PER_FLOAT32 * small["float32_bytes"]) - int(memory_mode.STREAMING_PER_UNIT *
                                                                         small["largest_unit_bytes"])
     assert small["estimated_streaming_bytes"] > memory_mode.LIBRARIES_BYTES + train.fit_bytes(
         api.TrainOptions(model_dir=base, output_dir=tmp_path, fit=api.FitOptions(num_heads=2)))

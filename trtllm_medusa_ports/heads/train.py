@@ -1013,10 +1013,6 @@ def train(opts: TrainOptions) -> TrainResult:
             group.close()
 
 
-#: train-heads' in-memory peak per float32 byte of the base (memory_mode.py: one formula for both commands)
-IN_MEMORY_PER_FLOAT32 = TRAIN_PER_FLOAT32
-
-
 def _base_dims(model_dir) -> tuple[int, int, int] | None:
     """(hidden size, vocabulary, KV cache values per token: keys and values of every layer) from config.json, or
     None where it cannot say (loading the base then says what is wrong with it)."""
@@ -1063,7 +1059,7 @@ def choose_memory(opts: TrainOptions, device: str, items: list[Item] | None = No
     :func:`corpus_bytes` of ``items``."""
     total, unit = hf_sizes(opts.model_dir)
     fit = fit_bytes(opts) + corpus_bytes(opts, items or [])
-    in_memory = LIBRARIES_BYTES + int(IN_MEMORY_PER_FLOAT32 * total) + fit
+    in_memory = LIBRARIES_BYTES + int(TRAIN_PER_FLOAT32 * total) + fit
     streamed = LIBRARIES_BYTES + int(STREAMING_PER_UNIT * unit) + fit
     if opts.device_map is not None:
         mode, reason = "in-memory", "--device_map auto: the base in memory across the GPUs"

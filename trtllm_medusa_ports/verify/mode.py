@@ -1,7 +1,7 @@
 """Which memory mode verify runs in, and on which device.
 
 * ``in-memory``: each side holds its whole model in float32 - transformers' first, freed, then the checkpoint's
-  on the reference executor: about :data:`LIBRARIES_BYTES` + :data:`IN_MEMORY_PER_FLOAT32` x the model's
+  on the reference executor: about :data:`LIBRARIES_BYTES` + :data:`VERIFY_PER_FLOAT32` x the model's
   float32 size (``benchmarks/verify_memory.py``);
 * ``streaming``: each side holds one decoder layer (or other module: embedding, lm_head, a Medusa head) at a
   time, read again from the files on every forward pass (``base_streaming.py`` for transformers, the executor's
@@ -38,9 +38,6 @@ from trtllm_medusa_ports.memory_mode import (
 )
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.executor import streaming_group
-
-#: the in-memory peak per float32 byte of the larger of the two models (memory_mode.py: one formula for both commands)
-IN_MEMORY_PER_FLOAT32 = VERIFY_PER_FLOAT32
 
 
 def estimate(model_dir: str | Path, ckpt) -> tuple[int, int]:
@@ -82,7 +79,7 @@ def choose(model_dir: str | Path, ckpt, *, streaming: bool | None, max_memory_gb
     """The memory mode (see the module doc); a quantization streaming does not emulate is refused there."""
     cap = check_max_memory(max_memory_gb)
     total, unit = estimate(model_dir, ckpt)
-    in_memory = LIBRARIES_BYTES + int(IN_MEMORY_PER_FLOAT32 * total)
+    in_memory = LIBRARIES_BYTES + int(VERIFY_PER_FLOAT32 * total)
     streamed = LIBRARIES_BYTES + int(STREAMING_PER_UNIT * unit)
     mode, reason = select(streaming, max_memory_gb, in_memory)
     out = MemoryMode(mode, reason, device, total, unit, in_memory, streamed, cap)
