@@ -87,6 +87,16 @@ class QuantSpec:
     def weight_only(self) -> bool:
         return self.quant_algo in BITS
 
+    @property
+    def rounds_activations(self) -> bool:
+        """The engine rounds values that depend on the input, not only constants: FP8 / INT8 activations, a
+        quantized KV cache, and AWQ / SmoothQuant's ``x * pre_quant_scale`` rounded to the model dtype. Such a
+        rounding turns float32 order noise between two correct implementations (transformers' SDPA kernel against
+        the executor's softmax, which rounds differently on each CPU path) into a step of the rounded value, so
+        verify's exact checks leave these roundings out on both sides and measure their effect apart."""
+        return (self.quant_algo in ("FP8", "W8A8_SQ_PER_CHANNEL", "W4A16_AWQ")
+                or self.kv_cache_quant_algo is not None)
+
     def config(self) -> dict:
         """The checkpoint's ``quantization`` section (tensorrt_llm/models/modeling_utils.py QuantConfig)."""
         out: dict = {"quant_algo": self.quant_algo, "kv_cache_quant_algo": self.kv_cache_quant_algo}

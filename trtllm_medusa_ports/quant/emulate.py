@@ -97,8 +97,9 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
           layers: set[int] | None = None) -> Emulation:
     """Quantize ``model`` (in place) as the checkpoint is quantized; compare every written scale.
 
-    ``activations=False`` leaves FP8 linears' inputs unquantized (verify's exact checks: that rounding
-    amplifies float-order noise between two implementations; its effect is reported apart). ``fused``: the
+    ``activations=False`` leaves FP8 linears' inputs unquantized and AWQ / SmoothQuant's ``x * pre_quant_scale``
+    unrounded (verify's exact checks: those roundings amplify float-order noise between two implementations;
+    their effect is reported apart). ``fused``: the
     build fuses FP8 ``mlp.fc`` with ``mlp.gate`` (the executor's ``fused_gate_mlp``); ``gemm``: FP8Linear's GEMM
     path (quant.FP8_GEMM_PATHS). ``defer_rederive``: the activation / KV scales are re-derived (a calibration
     run, which loads the base again) only when :meth:`Emulation.rederive` is called, after the caller has
@@ -142,7 +143,8 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
         if spec.quant_algo == "FP8":
             _fp8(em, modules, linears, mapping, n_layers, exclude, dtype, written, compare, activations, fused, gemm)
         if spec.quant_algo in TOOL_ALGOS:
-            _tool_format(em, modules, linears, ckpt, mapping, n_layers, dtype, spec.quant_algo, compare, str(model_dir))
+            _tool_format(em, modules, linears, ckpt, mapping, n_layers, dtype, spec.quant_algo, compare, str(model_dir),
+                         activations)
     if spec.needs_calibration:
         def pending() -> None:
             em.not_rederived = _rederive(em, model_dir, ckpt, adapter, spec, linears, mapping, n_layers, exclude,
@@ -217,7 +219,8 @@ def code_slack(maxq: float, dtype: torch.dtype) -> float:
     return 0.5 + maxq * float(torch.finfo(dtype).eps) * 1.1
 
 
-def _tool_format(em, modules, linears, ckpt, mapping, n_layers, dtype, algo, compare, where) -> None:
+def _tool_format(em, modules, linears, ckpt, mapping, n_layers, dtype, algo, compare, where,
+                 activations: bool) -> None:
     """AWQ / SmoothQuant linears as a tool wrote them (quant/tool_formats.py): each stored code checked against the
     transformers weight it stands for (``code * step * pre_quant_scale`` within :data:`CODE_SLACK_STEPS` steps of it,
     element by element: a wrong packing, order or scale fails), each weight-scale tensor re-derived from the
@@ -270,7 +273,8 @@ def _tool_format(em, modules, linears, ckpt, mapping, n_layers, dtype, algo, com
             row += rows
 
             def pre(_m, args, pqs=pqs):
-                return (smoothed_input(args[0].float(), pqs, dtype).to(args[0].dtype),) + tuple(args[1:])
+                return ((smoothed_input(args[0].float(), pqs, dtype, rounded=activations).to(args[0].dtype),)
+                        + tuple(args[1:]))
             em.handles.append(m.register_forward_pre_hook(pre))
 
 

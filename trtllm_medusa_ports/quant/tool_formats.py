@@ -61,13 +61,17 @@ def sq_weight(q: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torc
     return (q.float() * scales.float()[:, None]).to(dtype).float()
 
 
-def smoothed_input(x: torch.Tensor, pre_quant_scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def smoothed_input(x: torch.Tensor, pre_quant_scale: torch.Tensor, dtype: torch.dtype, *,
+                   rounded: bool = True) -> torch.Tensor:
     """``x * pre_quant_scale`` as the engine computes it (both formats multiply before the GEMM): the two in the model
     dtype and their product rounded to it (``Int8SmoothQuantLinear`` multiplies two model-dtype tensors,
     tensorrt_llm/quantization/layers.py; the groupwise plugin takes the scale in the model dtype). ``x`` holds
     model-dtype values in float32; the product of two such values is exact in float32, so one rounding gives the
-    model dtype's own product."""
-    return (x * pre_quant_scale.to(dtype).float()).to(dtype).float()
+    model dtype's own product. ``rounded=False`` leaves that last rounding out (the scale still in the model
+    dtype): verify's exact checks, where the rounding would turn float32 order noise between transformers and the
+    executor into whole model-dtype steps (``QuantSpec.rounds_activations``)."""
+    product = x * pre_quant_scale.to(dtype).float()
+    return product.to(dtype).float() if rounded else product
 
 
 def sq_activation(x: torch.Tensor, act_scale: float, dtype: torch.dtype) -> torch.Tensor:

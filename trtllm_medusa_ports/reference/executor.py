@@ -381,14 +381,14 @@ class ReferenceModel:
         return fp8_input_value(x, float(self._weights[key]), self.dtype, self.fp8_gemm)
 
     def _tool_input(self, x: torch.Tensor, rank: int, linear: str) -> torch.Tensor:
-        """AWQ / SmoothQuant inputs: times the pre-quant scale; SmoothQuant's then quantized per tensor (a rounding
-        step, off with ``quantize_activations`` as FP8's is)."""
+        """AWQ / SmoothQuant inputs: times the pre-quant scale, rounded to the model dtype; SmoothQuant's then
+        quantized per tensor. Both roundings are off with ``quantize_activations``, as FP8's is."""
         key = (rank, linear + ".prequant_scaling_factor")
         if not self.has(*key):
             return x
         if not self._kept(self._weights, *key):
             self._weights[key] = self.ckpt.tensor(*key).float().reshape(-1).to(self.device)
-        x = smoothed_input(x, self._weights[key], self.dtype)
+        x = smoothed_input(x, self._weights[key], self.dtype, rounded=self.quantize_activations)
         if self.quant.quant_algo == SQ and self.quantize_activations:
             x = sq_activation(x, self._scalar(rank, linear + ".activation_scaling_factor"), self.dtype)
         return x

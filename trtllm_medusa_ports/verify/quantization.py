@@ -46,14 +46,16 @@ def quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, pr
                    "the FP8 GEMM plugin: the product scaled by s_w * s_a in float32")
                 + ("; mlp.fc and mlp.gate fused as trtllm-build's default --use_fused_mlp enable does: both moved to "
                    "the larger of their weight and activation scales" if ref.fused_gate_mlp else "") + ")")
-        if spec.quant_algo in ("FP8", "W8A8_SQ_PER_CHANNEL") or spec.kv_cache_quant_algo:
-            # FP8 / INT8 activation and KV-cache rounding turn float-order noise (another summation order, a tree step
-            # against a single token) into visible differences: parity and greedy equivalence are judged on
-            # the checkpoint's exact weights and scales without those two roundings, which are re-derived
-            # (scales) and measured apart (quant_effect: with them, against float and Medusa against plain)
+        if spec.rounds_activations:
+            # FP8 / INT8 activation and KV-cache rounding, and AWQ / SmoothQuant's smoothed input rounded to the
+            # model dtype, turn float-order noise (another summation order or attention kernel, another CPU path, a
+            # tree step against a single token) into visible differences: parity and greedy equivalence are judged
+            # on the checkpoint's exact weights and scales without those roundings, whose scales are re-derived and
+            # whose effect is measured apart (quant_effect: with them, against float and Medusa against plain)
             ref.quantize_activations = ref.quantize_kv = False
-            notes.append("parity and greedy equivalence without the FP8 / INT8 activation and KV-cache rounding (it amplifies "
-                         "float noise); its effect is reported under 'against float'")
+            notes.append("parity and greedy equivalence without the engine's roundings of activations (FP8 / INT8 "
+                         "inputs, the KV cache, AWQ / SmoothQuant's smoothed input in the model dtype: they amplify "
+                         "float noise); their effect is reported under 'against float'")
 
     return spec, emulation, float_logits, float_greedy
 
@@ -89,7 +91,7 @@ def quant_effect_against_float(ref: ReferenceModel, spec: QuantSpec, prompts: li
                   exact_logits: list[torch.Tensor], exact_greedy: list[list[int]]) -> dict:
     """The quantized model as the engine computes it - every rounding on - against the float base: logits and
     greedy text; and Medusa against plain decoding with those roundings (where float noise can flip a near tie)."""
-    rounding = spec.quant_algo in ("FP8", "W8A8_SQ_PER_CHANNEL") or bool(spec.kv_cache_quant_algo)
+    rounding = spec.rounds_activations
     ref.quantize_activations = ref.quantize_kv = True
     # without those roundings the exact pass already computed the engine's logits and greedy text; with them, the
     # logits come from generation steps, one token at a time, each reading the quantized KV cache the earlier

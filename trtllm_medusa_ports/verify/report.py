@@ -212,7 +212,7 @@ class VerifyReport:
                              f"{e['max_abs_diff']:.3g}, mean {e['mean_abs_diff']:.3g}; greedy equal to the float base "
                              f"on {e['greedy_equal_prompts']} of {len(self.prompts)} prompt(s), first "
                              f"{e['greedy_agreed_fraction']:.2f} of the tokens agree"
-                             + (f"; with the FP8 / KV rounding Medusa and plain decoding agree on "
+                             + (f"; with the activation rounding Medusa and plain decoding agree on "
                                 f"{e['medusa_vs_plain_with_rounding']:.2f} of the tokens"
                                 if "medusa_vs_plain_with_rounding" in e else "")
                              + (f" (limit --max_quant_error {self.max_quant_error:g}: "
