@@ -105,6 +105,15 @@ LONGEST_FIRST = ("test_memory_bounds.py", "test_cli.py", "test_verify_streaming.
                  "test_train_streaming.py")
 
 
+def pytest_report_header(config):
+    """The ATen CPU path the floating-point tests run on (.ci/run runs the ``numerics`` ones on each)."""
+    import torch
+
+    forced = os.environ.get("ATEN_CPU_CAPABILITY")
+    return f"ATen CPU capability: {torch.backends.cpu.get_cpu_capability()}" + (
+        f" (ATEN_CPU_CAPABILITY={forced})" if forced else "")
+
+
 def pytest_collection_modifyitems(items):
     first = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest as collected

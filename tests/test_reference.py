@@ -26,6 +26,9 @@ from trtllm_medusa_ports.reference import (
 from trtllm_medusa_ports.tree import MedusaTree
 from trtllm_medusa_ports.verify import verify
 
+#: floating-point results: CI runs these on every ATen CPU path (.ci/run)
+pytestmark = pytest.mark.numerics
+
 TREE = "[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0],[0,0,1],[0,1,0]]"
 
 

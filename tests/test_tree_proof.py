@@ -15,6 +15,9 @@ from trtllm_medusa_ports.reference.executor import KVCache
 from trtllm_medusa_ports.reference.tree_proof import step_tokens, tree_proof
 from trtllm_medusa_ports.tree import MedusaTree, pack_mask
 
+#: floating-point results: CI runs these on every ATen CPU path (.ci/run)
+pytestmark = pytest.mark.numerics
+
 FAMILIES = sorted({cls.hf_architectures[0] for cls in registry().values()})
 #: depth 3, two nodes at depth 1, three at depth 2
 TREE = MedusaTree.from_spec("[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]", num_heads=3)
