@@ -1,17 +1,55 @@
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from trtllm_medusa_ports import __version__
 from trtllm_medusa_ports.cli import main
 
 
 def test_demo_is_the_end_to_end_job(tmp_path, capsys):
-    assert main(["demo", "--workdir", str(tmp_path / "demo"), "--quiet"]) == 0
-    out = capsys.readouterr().out
+    """The demo shows each step's start time and training's progress on stderr (issue 62, 3); its reports on
+    stdout."""
+    assert main(["demo", "--workdir", str(tmp_path / "demo")]) == 0
+    captured = capsys.readouterr()
+    out, err = captured.out, captured.err
     assert "logits parity     : PASS" in out and "greedy equivalence: PASS" in out
     assert "architecture MedusaForCausalLM, dtype float16" in out and "RESULT: OK" in out
     assert (tmp_path / "demo" / "trtllm_checkpoint" / "rank1.safetensors").is_file()
+    starts = [float(m) for m in re.findall(r"^\[\d/6\]\s+([\d.]+) s  ", err, re.M)]
+    assert len(starts) == 6 and starts == sorted(starts), err[-2000:]
+    assert "train heads: 100%" in err  # fit_heads' bar, not a silent minute
+
+
+def test_demo_computes_on_the_idle_cores(tmp_path, monkeypatch):
+    """Every step of the demo runs under the thread rule of the computing commands (threads.default_threads):
+    torch's default of a thread a core stalls every small operation when other work keeps the cores busy."""
+    import torch
+
+    import trtllm_medusa_ports.demo as demo
+    import trtllm_medusa_ports.threads as threads
+
+    seen = []
+    monkeypatch.setattr(threads, "default_threads", lambda: 1)
+    monkeypatch.setattr(demo, "_run", lambda *a: seen.append(torch.get_num_threads()) or 0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert demo.run_demo(tmp_path / "d", quiet=True) == 0
+        assert seen == [1] and torch.get_num_threads() == 2  # the caller's threads back afterwards
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_quiet_demo_prints_nothing_on_stderr(tmp_path, capsys, monkeypatch):
+    import trtllm_medusa_ports.demo as demo
+
+    monkeypatch.setattr(demo, "train_heads", lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("stop here")))
+    with pytest.raises(RuntimeError, match="stop here"):
+        demo.run_demo(tmp_path / "d", quiet=True)
+    assert capsys.readouterr().err == ""
 
 
 def test_module_entry_point():

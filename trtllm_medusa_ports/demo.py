@@ -20,6 +20,7 @@ from trtllm_medusa_ports.fixtures.synthetic import (
     save_tiny_tokenizer,
     train_heads,
 )
+from trtllm_medusa_ports.threads import torch_threads
 from trtllm_medusa_ports.verify import verify
 
 #: file the demo leaves in its --workdir: only a directory holding it is ever cleared by the demo
@@ -27,12 +28,25 @@ MARKER = ".trtllm-medusa-demo"
 
 
 def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2ForCausalLM") -> int:
-    say = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
+    """The demo, on the cores nobody else is using (``threads.default_threads``, as every computing command): torch's
+    own default of one thread a core waits on descheduled threads at every small operation when other work keeps
+    the cores busy. Each step says what it does and how long it took; training shows its progress bar."""
+    with torch_threads(None):
+        return _run(workdir, quiet, architecture)
+
+
+def _run(workdir: Path, quiet: bool, architecture: str) -> int:
+    t0 = time.time()
+
+    def say(message: str) -> None:  # a step's line starts with the time since the demo began
+        if not quiet:
+            print(message if not message.startswith("[") else
+                  f"{message[:5]} {time.time() - t0:5.1f} s  {message[6:]}", file=sys.stderr)
+
     if quiet:  # transformers' own bars (saving and loading the tiny base) too
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    t0 = time.time()
     if adapter_for(architecture) is None or architecture not in TINY_CONFIGS:
         raise PortError(f"--architecture {architecture!r} has no tiny demo model",
                         fix="one of: " + ", ".join(sorted(TINY_CONFIGS)))
@@ -58,7 +72,7 @@ def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2Fo
     say(f"[1/6] building a small random {architecture} base in {base}")
     save_tiny_base(architecture, base, seed=0, embedding_gain=16.0, tie_word_embeddings=False)
     say("[2/6] training 4 Medusa heads on the base's own greedy text (FasterDecoding medusa_lm_head.pt)")
-    heads = train_heads(base, num_heads=4, num_layers=1, positions_per_step=512)
+    heads = train_heads(base, num_heads=4, num_layers=1, positions_per_step=512, quiet=quiet)
     save_heads(heads, heads_dir, "fasterdecoding-pt")
 
     say("[3/6] trtllm-medusa check")
