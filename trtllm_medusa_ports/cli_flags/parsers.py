@@ -198,8 +198,9 @@ def _verify_parser(sub, run) -> None:
                    help="quantized checkpoints: fail when the logits differ from the float base's by more "
                    "(default: the difference is reported, not judged)")
     s.add_argument("--min_quant_agreement", type=number_in(0, 1), default=None,
-                   help="quantized checkpoints: fail when the greedy text agrees with the float base's on less than "
-                   "this fraction of its tokens (default 0.5, verify/limits.py MIN_QUANT_AGREEMENT; 0: not judged)")
+                   help="quantized checkpoints: fail when, reading the float base's greedy text, the model predicts "
+                   "less than this fraction of its tokens (default 0.75, verify/limits.py MIN_QUANT_AGREEMENT; 0: not "
+                   "judged)")
     s.add_argument("--gemm_plugin", choices=["auto", "fp8"], default="auto",
                    help="FP8 checkpoints: the trtllm-build --gemm_plugin to compute as (auto, also trtllm-build's "
                    "default and any float dtype: scales cast to the model dtype; fp8: the FP8 GEMM plugin)")

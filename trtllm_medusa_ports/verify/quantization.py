@@ -90,15 +90,25 @@ def quant_effect_against_float(ref: ReferenceModel, spec: QuantSpec, prompts: li
                   float_greedy: list[list[int]], tree: MedusaTree, max_new_tokens: int,
                   exact_logits: list[torch.Tensor], exact_greedy: list[list[int]]) -> dict:
     """The quantized model as the engine computes it - every rounding on - against the float base: logits and
-    greedy text; and Medusa against plain decoding with those roundings (where float noise can flip a near tie)."""
+    greedy text; and Medusa against plain decoding with those roundings (where float noise can flip a near tie).
+
+    ``teacher_forced_agreement`` (verify's damage verdict) is the fraction of the float base's greedy tokens the
+    quantized model predicts (its top-1) when it reads the float base's own text up to each of them: both sides
+    plain decoding of the same prefix, every generated position weighed alike, so it does not fall with the
+    generation's length. Positions where the float text copies itself (:func:`novel_positions`) are left out, so
+    it does not rise with the length either as a long generation falls into a loop
+    (``teacher_forced_agreement_all_positions`` counts them too). ``greedy_agreed_fraction`` (the tokens before each prompt's first difference of the two
+    free-running texts) is reported beside it: one early near tie ends that run, however long the text."""
     rounding = spec.rounds_activations
-    ref.quantize_activations = ref.quantize_kv = True
-    # without those roundings the exact pass already computed the engine's logits and greedy text; with them, the
-    # logits come from generation steps, one token at a time, each reading the quantized KV cache the earlier
-    # ones wrote (a context pass attends to its own unquantized K/V and would hide a KV scale that clips)
-    logits = [_stepwise_logits(ref, p) for p in prompts] if rounding else exact_logits
+    forced = read_float_text(ref, spec, prompts, float_greedy)
+    logits = [f[:len(p)] for f, p in zip(forced, prompts, strict=True)] if rounding else exact_logits
     diffs = [q - f for q, f in zip(logits, float_logits, strict=True)]
     agree = [(q.argmax(-1) == f.argmax(-1)).float() for q, f in zip(logits, float_logits, strict=True)]
+    hits = teacher_forced_hits(forced, prompts, float_greedy)
+    novel = [novel_positions(p, g) for p, g in zip(prompts, float_greedy, strict=True)]
+    counted = torch.cat([h[m] for h, m in zip(hits, novel, strict=True)])
+    if not len(counted):  # every position a copy: the float text is one loop
+        counted = torch.cat(hits)
     plain = [plain_generate(ref, p, max_new_tokens) for p in prompts] if rounding else exact_greedy
 
     def agreed(a: list[int], b: list[int]) -> int:
@@ -107,6 +117,9 @@ def quant_effect_against_float(ref: ReferenceModel, spec: QuantSpec, prompts: li
     total = sum(len(q) for q in plain)
     effect = {
         "top1_agreement": float(torch.cat(agree).mean()),
+        "teacher_forced_agreement": float(counted.mean()),
+        "teacher_forced_positions": len(counted),
+        "teacher_forced_agreement_all_positions": float(torch.cat(hits).mean()),
         "max_abs_diff": max(float(d.abs().max()) for d in diffs),
         "mean_abs_diff": float(torch.cat([d.abs().reshape(-1) for d in diffs]).mean()),
         "greedy_equal_prompts": sum(q == f for q, f in zip(plain, float_greedy, strict=True)),
@@ -116,6 +129,48 @@ def quant_effect_against_float(ref: ReferenceModel, spec: QuantSpec, prompts: li
         medusa = [medusa_generate(ref, p, tree, max_new_tokens).tokens for p in prompts]
         effect["medusa_vs_plain_with_rounding"] = sum(agreed(m, q) for m, q in zip(medusa, plain, strict=True)) / total
     return effect
+
+
+def read_float_text(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]],
+                    float_greedy: list[list[int]]) -> list[torch.Tensor]:
+    """The quantized model's logits, every rounding on, over each prompt followed by the float base's greedy text
+    (all of it but its last token): with activation or KV roundings, one token at a time, each generation step
+    reading the quantized KV cache the earlier ones wrote (a context pass attends to its own unquantized K/V and
+    would hide a KV scale that clips); without them, one context pass."""
+    ref.quantize_activations = ref.quantize_kv = True
+    return [_stepwise_logits(ref, p + g[:-1]) if spec.rounds_activations else ref.forward(p + g[:-1], ref.new_cache())[0]
+            for p, g in zip(prompts, float_greedy, strict=True)]
+
+
+#: :func:`novel_positions`' n-gram: a generated token and the three before it
+REPEAT_NGRAM = 4
+
+
+def novel_positions(prompt: list[int], greedy: list[int], n: int = REPEAT_NGRAM) -> torch.Tensor:
+    """Per generated token, False where it and the ``n - 1`` tokens before it already appeared together earlier in
+    the text (prompt included): a copy the text makes of itself, predicted from the copy rather than by what the
+    model knows. A small base's long greedy generation falls into loops (SmolLM2-135M: 35-87 % of 256 tokens on
+    five of eight prompts, none of the first 32), where any format agrees, so counting them makes the agreement
+    rise with --max_new_tokens (INT4 weight-only on SmolLM2: 0.57 over 32 tokens, 0.73 over 256; 0.57 and 0.61
+    without the copies)."""
+    seq = prompt + greedy
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for i in range(len(seq)):
+        gram = tuple(seq[max(0, i - n + 1):i + 1])
+        if i >= len(prompt):
+            out.append(len(gram) < n or gram not in seen)
+        if len(gram) == n:
+            seen.add(gram)
+    return torch.tensor(out, dtype=torch.bool)
+
+
+def teacher_forced_hits(forced: list[torch.Tensor], prompts: list[list[int]],
+                        float_greedy: list[list[int]]) -> list[torch.Tensor]:
+    """Per prompt, 1.0 where the quantized model's top-1 reading the float text (:func:`read_float_text`) is the
+    float base's own next greedy token, else 0.0: one value per generated position."""
+    return [(f[len(p) - 1:].argmax(-1) == torch.tensor(g)).float()
+            for f, p, g in zip(forced, prompts, float_greedy, strict=True)]
 
 
 def _stepwise_logits(ref: ReferenceModel, prompt: list[int]) -> torch.Tensor:

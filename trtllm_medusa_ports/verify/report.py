@@ -101,9 +101,10 @@ class VerifyReport:
 
     @property
     def quant_agreement_too_low(self) -> bool:
-        """The quantized format's greedy text agrees with the float base's on less than ``min_quant_agreement``."""
+        """The quantized model, reading the float base's greedy text, predicts less than ``min_quant_agreement`` of
+        its tokens (``teacher_forced_agreement``: a measure that does not fall with the generation's length)."""
         return (self.min_quant_agreement is not None and self.quant_effect is not None
-                and self.quant_effect["greedy_agreed_fraction"] < self.min_quant_agreement)
+                and self.quant_effect["teacher_forced_agreement"] < self.min_quant_agreement)
 
     @property
     def heads_unaccounted(self) -> bool:
@@ -208,10 +209,11 @@ class VerifyReport:
                 lines.append(f"  scales          : PASS  {self.quant_scales_checked} written scale(s) equal the re-derived ones")
             e = self.quant_effect
             if e:
-                lines.append(f"  against float   : top-1 agreement {e['top1_agreement']:.3f}, logits max |diff| "
+                lines.append(f"  against float   : top-1 agreement {e['top1_agreement']:.3f} on the prompts, "
+                             f"{e['teacher_forced_agreement']:.3f} on the float base's greedy text; logits max |diff| "
                              f"{e['max_abs_diff']:.3g}, mean {e['mean_abs_diff']:.3g}; greedy equal to the float base "
-                             f"on {e['greedy_equal_prompts']} of {len(self.prompts)} prompt(s), first "
-                             f"{e['greedy_agreed_fraction']:.2f} of the tokens agree"
+                             f"on {e['greedy_equal_prompts']} of {len(self.prompts)} prompt(s), the first "
+                             f"{e['greedy_agreed_fraction']:.2f} of the tokens agree before the texts part"
                              + (f"; with the activation rounding Medusa and plain decoding agree on "
                                 f"{e['medusa_vs_plain_with_rounding']:.2f} of the tokens"
                                 if "medusa_vs_plain_with_rounding" in e else "")
@@ -221,9 +223,10 @@ class VerifyReport:
                 if self.min_quant_agreement is not None:
                     lines.append(
                         f"  greedy agreement: {'FAIL' if self.quant_agreement_too_low else 'PASS'}  "
-                        f"{e['greedy_agreed_fraction']:.2f} of the greedy tokens agree with the float base's "
-                        f"(least: {self.min_quant_agreement:g}, --min_quant_agreement)"
-                        + (f": {self.quantization} costs most of the text; serve a gentler format (an FP8 or "
+                        f"{e['teacher_forced_agreement']:.3f} of the float base's greedy tokens predicted reading "
+                        f"its text (least: {self.min_quant_agreement:g}, --min_quant_agreement)"
+                        + (f": {self.quantization} changes the base's next token on "
+                           f"{1 - e['teacher_forced_agreement']:.0%} of its text; serve a gentler format (an FP8 or "
                            "float KV cache before an INT8 one), or pass --min_quant_agreement 0 to accept it"
                            if self.quant_agreement_too_low else ""))
         if self.memory_mode:
