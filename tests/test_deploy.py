@@ -139,7 +139,8 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
     assert args.max_output_len == 128 and 128 + bundle["serving"]["max_input_len"] <= bundle["serving"]["max_seq_len"]
     with pytest.raises(AssertionError, match="temperature"):  # the model fails a wrong field
         _run_py.medusa_run([*run[6:-1], "x", "--temperature", "0.7"])
-    assert "the text is the base model's greedy text" in run_script and "recorded at conversion" in run_script
+    assert "the text is the base model's greedy text" in run_script and "Tree: 4 nodes (deploy.json: tree)" in run_script
+    assert "recorded at conversion" not in run_script  # a value from the checkpoint: never in a comment
     assert bundle["tree"]["source"] == "recorded at conversion (the tree given)" and bundle["tree"]["nodes"] == 4
     assert bundle["engine_architecture"] == "MedusaForCausalLM" and bundle["world_size"] == 2
     assert all(r["resolves"] for r in bundle["routes"].values())

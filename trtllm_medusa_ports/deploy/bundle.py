@@ -28,16 +28,19 @@ The tree is the one the checkpoint records (``convert --medusa_choices``), since
 engine and the C++ executor falls back to mc_sim_7b_63 (4 heads, 63 nodes) without one. The bundle is written
 atomically, as convert writes; every path in it is absolute.
 
-May import: ``files``, ``memory``, ``tree``, ``errors``, ``deploy.commands``, ``deploy.routes``.
+Every value from an input reaches a script through ``deploy.quoting`` only; comments carry none.
+
+May import: ``files``, ``memory``, ``tree``, ``errors``, ``deploy.commands``, ``deploy.routes``, ``deploy.quoting``,
+``deploy.triton``.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from trtllm_medusa_ports.deploy import quoting
 from trtllm_medusa_ports.deploy.commands import build_argv, environment, world_size
 from trtllm_medusa_ports.deploy.routes import engine_architecture, routes
 from trtllm_medusa_ports.deploy.triton import triton_fill
@@ -81,6 +84,20 @@ def _tokenizer(tokenizer_dir: Path) -> Path:
     return tokenizer_dir.resolve()
 
 
+def _plain_inputs(checkpoint_dir: Path, tokenizer: Path, output_dir: Path, engine_dir: Path | None, source: str,
+                  where: str) -> None:
+    """The paths and the recorded tree source the bundle names, refused where they hold a control character (a
+    newline in a directory name or in config.json's ``medusa_ports.medusa_choices_from``): deploy/quoting.py."""
+    rename = "rename the directory (no newline or other control character) and pass it again"
+    for what, path in (("--checkpoint_dir", checkpoint_dir), ("--tokenizer_dir", tokenizer),
+                       ("--output_dir", output_dir), ("--engine_dir", engine_dir)):
+        if path is not None:
+            quoting.plain_text(str(path.resolve()), f"the {what} path", str(path), rename)
+    quoting.plain_text(source, "the tree source config.json records (medusa_ports.medusa_choices_from)", where,
+                       "pass the tree with --medusa_choices and --override_medusa_choices, or convert again with a "
+                       "tree file whose name holds no control character")
+
+
 def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_dir: Path | None = None,
          medusa_choices: str | None = None, override_medusa_choices: bool = False, max_batch_size: int | None = None,
          max_input_len: int | None = None, max_seq_len: int | None = None,
@@ -106,6 +123,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                               fix=f"pass a tree of at most {draft} nodes, or convert with --max_draft_len "
                                   f"{tree.num_nodes}")
     tokenizer = _tokenizer(tokenizer_dir)
+    _plain_inputs(checkpoint_dir, tokenizer, output_dir, engine_dir, source, where)
     sizes = serving_sizes(cfg, max_batch_size, max_input_len, max_seq_len)
     entries = {r: [(n, t.dtype_name, tuple(t.shape)) for n, t in ckpt.ranks[r].items()] for r in range(len(ckpt.ranks))}
     memory = memory_plan(cfg, entries).to_dict(sizes.max_batch_size, sizes.max_seq_len, gpu_memory_gb)
@@ -158,17 +176,17 @@ def kv_fraction(memory: dict, gpu_memory_gb: float | None) -> float:
 
 
 def _script(lines: list[str], env: dict[str, str]) -> str:
-    exports = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    exports = [f"export {k}={quoting.sh(v)}" for k, v in env.items()]
     return "\n".join(["#!/usr/bin/env bash", *lines[:-1], "set -euo pipefail", *exports, lines[-1]]) + "\n"
 
 
 def render_build(d: dict) -> str:
     return _script([
-        f"# The build {d['checkpoint_dir']} needs (trtllm-medusa deploy; deploy.json has the why): {d['build']['argv'][0]}"
+        f"# The build the checkpoint needs (trtllm-medusa deploy; deploy.json has the why): {d['build']['argv'][0]}"
         + (" build" if d["build"]["argv"][0] == "trtllm-medusa" else "") + ", Medusa mode on (TensorRT-LLM 1.x",
         "# turns it on only with --speculative_decoding_mode medusa), sized for serving: "
         + ", ".join(f"{k} {v}" for k, v in d["serving"].items()) + ".",
-        "exec " + shlex.join(d["build"]["argv"])], d["environment"])
+        "exec " + quoting.sh_argv(d["build"]["argv"])], d["environment"])
 
 
 RUN_PY = "${TRTLLM_EXAMPLES}/run.py"
@@ -177,14 +195,14 @@ RUN_PY = "${TRTLLM_EXAMPLES}/run.py"
 def render_run(d: dict) -> str:
     argv = d["run"]["argv"]
     i = argv.index(RUN_PY)  # expanded by the shell, so in double quotes
-    line = " ".join(x for x in (shlex.join(argv[:i]), f'"{RUN_PY}"', shlex.join(argv[i + 1:])) if x)
+    line = " ".join(x for x in (quoting.sh_argv(argv[:i]), f'"{RUN_PY}"', quoting.sh_argv(argv[i + 1:])) if x)
     line += ' --input_text "$@"'
     return _script([
         "# TensorRT-LLM 1.2's examples/run.py on the engine (set TRTLLM_EXAMPLES to its examples/ directory); the",
         "# prompts are the arguments. --temperature 1.0 is what run.py requires for Medusa, and with its default",
         "# --top_k 1 decoding is greedy: the text is the base model's greedy text, and the tree only decides how many",
-        f"# tokens each step accepts. Tree: {d['tree']['nodes']} nodes, {d['tree']['source']}."
-        + (f" World size {d['world_size']}: one MPI rank per engine rank." if d["world_size"] > 1 else ""),
+        f"# tokens each step accepts. Tree: {int(d['tree']['nodes'])} nodes (deploy.json: tree)."
+        + (f" World size {int(d['world_size'])}: one MPI rank per engine rank." if d["world_size"] > 1 else ""),
         *(["# Learned positions: keep run.py's C++ runtime (no --use_py_session, whose context step passes [batch, T]",
             "# position offsets, which the engine's tree-position rebuild cannot take)."]
           if d.get("position_embedding_type") == "learned_absolute" else []),
@@ -195,15 +213,15 @@ def render_run(d: dict) -> str:
 
 def render_llm_api(d: dict) -> str:
     t = d["tree"]
-    env = [f"os.environ.setdefault({k!r}, {v!r})  # before tensorrt_llm loads its kernels"
+    env = [f"os.environ.setdefault({quoting.py(k)}, {quoting.py(v)})  # before tensorrt_llm loads its kernels"
            for k, v in d["environment"].items()]
     head = f'''#!/usr/bin/env python3
 """The engine through TensorRT-LLM 1.2's LLM API (trtllm-medusa deploy): python3 llm_api.py "prompt" [...].
 
 The TensorRT-engine LLM (tensorrt_llm._tensorrt_engine): tensorrt_llm.LLM is the PyTorch backend, which Medusa does
-not support. The engine's config.json holds no tree, so the tree goes in MedusaDecodingConfig ({t["nodes"]} nodes,
-{t["source"]}); max_draft_len is the engine's. top_k=1 is greedy: the text is the base model's greedy text. The LLM
-adopts the engine's parallelism (world size {d["world_size"]}) and starts its own workers.
+not support. The engine's config.json holds no tree, so the tree goes in MedusaDecodingConfig ({int(t["nodes"])} nodes;
+deploy.json says where it came from); max_draft_len is the engine's. top_k=1 is greedy: the text is the base model's
+greedy text. The LLM adopts the engine's parallelism (world size {int(d["world_size"])}) and starts its own workers.
 """
 
 import os
@@ -215,18 +233,20 @@ import sys
         "from tensorrt_llm._tensorrt_engine import LLM  # noqa: E402",
         "from tensorrt_llm.llmapi import KvCacheConfig, MedusaDecodingConfig, SamplingParams  # noqa: E402",
         "",
-        f"ENGINE_DIR = {d['engine_dir']!r}",
-        f"TOKENIZER_DIR = {d['tokenizer_dir']!r}",
-        f"MEDUSA_CHOICES = {json.dumps(t['medusa_choices'])}",
+        f"ENGINE_DIR = {quoting.py(d['engine_dir'])}",
+        f"TOKENIZER_DIR = {quoting.py(d['tokenizer_dir'])}",
+        f"MEDUSA_CHOICES = {quoting.py(t['medusa_choices'])}",
         "",
         "",
         "def main(prompts: list[str]) -> None:",
         "    llm = LLM(model=ENGINE_DIR, tokenizer=TOKENIZER_DIR,",
-        f"              speculative_config=MedusaDecodingConfig(max_draft_len={t['max_draft_len']}, "
-        f"num_medusa_heads={t['num_medusa_heads']},",
+        f"              speculative_config=MedusaDecodingConfig(max_draft_len={quoting.py(t['max_draft_len'])}, "
+        f"num_medusa_heads={quoting.py(t['num_medusa_heads'])},",
         "                                                      medusa_choices=MEDUSA_CHOICES),",
-        f"              kv_cache_config=KvCacheConfig(free_gpu_memory_fraction={d['kv_cache_free_gpu_memory_fraction']}))",
-        f"    greedy = SamplingParams(max_tokens={d['serving']['max_seq_len'] - d['serving']['max_input_len']}, top_k=1)",
+        "              kv_cache_config=KvCacheConfig(free_gpu_memory_fraction="
+        f"{quoting.py(d['kv_cache_free_gpu_memory_fraction'])}))",
+        "    greedy = SamplingParams(max_tokens="
+        f"{quoting.py(d['serving']['max_seq_len'] - d['serving']['max_input_len'])}, top_k=1)",
         "    for output in llm.generate(prompts, greedy):",
         "        print(output.outputs[0].text)",
         "",
@@ -244,10 +264,10 @@ def render_serve_yaml(d: dict) -> str:
     lines = ["# trtllm-serve --extra_llm_api_options (trtllm-medusa deploy). Its top-level keys replace the command",
              "# line's outright, so every one the server needs is here: the tree (no route reads it from the engine),",
              "# the KV cache's share of the free GPU memory and the serving sizes.",
-             "speculative_config:"] + [f"  {k}: {json.dumps(v)}" for k, v in spec.items()] + [
-             "kv_cache_config:", f"  free_gpu_memory_fraction: {d['kv_cache_free_gpu_memory_fraction']}",
-             f"max_batch_size: {s['max_batch_size']}", f"max_seq_len: {s['max_seq_len']}",
-             f"max_num_tokens: {s['max_num_tokens']}"]
+             "speculative_config:"] + [f"  {k}: {quoting.yaml(v)}" for k, v in spec.items()] + [
+             "kv_cache_config:", f"  free_gpu_memory_fraction: {quoting.yaml(d['kv_cache_free_gpu_memory_fraction'])}",
+             f"max_batch_size: {quoting.yaml(s['max_batch_size'])}", f"max_seq_len: {quoting.yaml(s['max_seq_len'])}",
+             f"max_num_tokens: {quoting.yaml(s['max_num_tokens'])}"]
     return "\n".join(lines) + "\n"
 
 
@@ -265,7 +285,7 @@ def render_serve(d: dict) -> str:
         "# trtllm-serve on the engine (trtllm-medusa deploy): --backend tensorrt serves a built engine (its default,",
         "# pytorch, does not serve Medusa); serve.yaml holds the tree. Ask it, greedily (top_k 1: the base's text):",
         f"#   curl -s localhost:8000/v1/completions -H 'Content-Type: application/json' -d '{request}'",
-        "exec " + shlex.join(serve_argv(d))], d["environment"])
+        "exec " + quoting.sh_argv(serve_argv(d))], d["environment"])
 
 
 def render_triton_fill(d: dict) -> str:
@@ -275,7 +295,8 @@ def render_triton_fill(d: dict) -> str:
              'repo="$(cd "$(dirname "$0")" && pwd)/model_repo"', 'rm -rf "$repo" && mkdir -p "$repo"']
     for model, fill in d["triton"]["fill"].items():
         lines += [f'cp -r "$TRTLLM_TRITON/all_models/inflight_batcher_llm/{model}" "$repo/"',
-                  f'python3 "$TRTLLM_TRITON/tools/fill_template.py" -i "$repo/{model}/config.pbtxt" {shlex.quote(fill)}']
+                  f'python3 "$TRTLLM_TRITON/tools/fill_template.py" -i "$repo/{quoting.sh(model)}/config.pbtxt" '
+                  + quoting.sh(fill)]
     lines.append('echo "wrote $repo"')
     return _script(lines, {})
 
@@ -283,12 +304,12 @@ def render_triton_fill(d: dict) -> str:
 def render_triton_launch(d: dict) -> str:
     return _script([
         "# Triton with the repository fill.sh wrote: one MPI rank per engine rank "
-        f"(world size {d['world_size']}); ask it with",
+        f"(world size {int(d['world_size'])}); ask it with",
         "#   curl -s localhost:8000/v2/models/ensemble/generate -d "
         "'{\"text_input\": \"Once upon a time\", \"max_tokens\": 32, \"bad_words\": \"\", \"stop_words\": \"\"}'",
         ': "${TRTLLM_TRITON:?set TRTLLM_TRITON to TensorRT-LLM 1.2 triton_backend/ directory}"',
         'exec python3 "$TRTLLM_TRITON/scripts/launch_triton_server.py" '
-        f'--world_size={d["world_size"]} --model_repo="$(cd "$(dirname "$0")" && pwd)/model_repo"'], d["environment"])
+        f'--world_size={int(d["world_size"])} --model_repo="$(cd "$(dirname "$0")" && pwd)/model_repo"'], d["environment"])
 
 
 def write(d: dict, *, overwrite: bool, inputs: dict[str, Path]) -> None:

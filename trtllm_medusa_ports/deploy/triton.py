@@ -9,10 +9,15 @@
   next character in each split; so a value's ``:`` and ``,`` are escaped for both splits (:func:`fill_argument`), and
   every key must occur in the template.
 
-May import: nothing of the package.
+String values are escaped for pbtxt (``deploy.quoting.pbtxt``): ``fill_template.py`` puts them between a
+``string_value``'s double quotes as they are.
+
+May import: ``deploy.quoting``.
 """
 
 from __future__ import annotations
+
+from trtllm_medusa_ports.deploy.quoting import pbtxt
 
 
 def medusa_choices_braces(paths: list[list[int]]) -> str:
@@ -34,14 +39,14 @@ def triton_fill(paths: list[list[int]], engine_dir: str, tokenizer_dir: str, max
     triton_backend/all_models/inflight_batcher_llm/*/config.pbtxt), and the fill argument for them."""
     values = {
         "tensorrt_llm": {"triton_backend": "tensorrtllm", "triton_max_batch_size": max_batch_size,
-                         "decoupled_mode": "false", "engine_dir": engine_dir, "max_queue_delay_microseconds": 0,
+                         "decoupled_mode": "false", "engine_dir": pbtxt(engine_dir), "max_queue_delay_microseconds": 0,
                          "batching_strategy": "inflight_fused_batching", "encoder_input_features_data_type": "TYPE_FP16",
                          "logits_datatype": "TYPE_FP32", "max_beam_width": 1, "kv_cache_free_gpu_mem_fraction": kv_fraction,
                          "exclude_input_in_output": "true", "decoding_mode": "medusa",
                          "medusa_choices": medusa_choices_braces(paths)},
-        "preprocessing": {"tokenizer_dir": tokenizer_dir, "triton_max_batch_size": max_batch_size,
+        "preprocessing": {"tokenizer_dir": pbtxt(tokenizer_dir), "triton_max_batch_size": max_batch_size,
                           "preprocessing_instance_count": 1},
-        "postprocessing": {"tokenizer_dir": tokenizer_dir, "triton_max_batch_size": max_batch_size,
+        "postprocessing": {"tokenizer_dir": pbtxt(tokenizer_dir), "triton_max_batch_size": max_batch_size,
                            "postprocessing_instance_count": 1},
         "ensemble": {"triton_max_batch_size": max_batch_size, "logits_datatype": "TYPE_FP32"},
     }

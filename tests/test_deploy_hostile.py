@@ -1,0 +1,148 @@
+"""deploy's generated files against a hostile checkpoint (issue 63, 1): a checkpoint is downloaded input, a generated
+script is code. Every path and recorded string that reaches a script is a payload here; each script is checked by
+its language's own reader and run against stub consumers, and no payload may run."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_deploy import _filled, served  # noqa: F401  (the fixture)
+
+from trtllm_medusa_ports.cli import main
+
+#: one directory name holding every shell, Python, YAML and pbtxt metacharacter (a newline is refused: below)
+HOSTILE = "ck $(touch PWNED1) `touch PWNED2`;touch PWNED3 'q' \"dq\" \\b * #"
+#: the tree source config.json records, the text a docstring or comment would have carried
+HOSTILE_SOURCE = 'x"""\nimport os; os.system("touch PWNED4")\n"""'.replace("\n", " ") + " $(touch PWNED5) `touch PWNED6`"
+
+#: consumers the scripts exec, each recording its argv (JSON) and its working directory's file list
+STUB = """#!/usr/bin/env python3
+import json, os, sys
+with open(os.environ["STUB_LOG"], "a") as f:
+    f.write(json.dumps({"tool": os.path.basename(sys.argv[0]), "argv": sys.argv[1:]}) + "\\n")
+"""
+
+#: the LLM API as llm_api.py imports it, recording what it was given
+FAKE_TRTLLM = {
+    "tensorrt_llm/__init__.py": "",
+    "tensorrt_llm/_tensorrt_engine.py": """import json, os
+class LLM:
+    def __init__(self, **kw):
+        spec = kw["speculative_config"]
+        with open(os.environ["STUB_LOG"], "a") as f:
+            f.write(json.dumps({"tool": "LLM", "model": kw["model"], "tokenizer": kw["tokenizer"],
+                                "medusa_choices": spec.kw["medusa_choices"]}) + "\\n")
+    def generate(self, prompts, params):
+        return []
+""",
+    "tensorrt_llm/llmapi.py": """class _Kw:
+    def __init__(self, **kw):
+        self.kw = kw
+KvCacheConfig = MedusaDecodingConfig = SamplingParams = _Kw
+""",
+}
+
+
+def _hostile_inputs(served, root: Path) -> tuple[Path, Path]:  # noqa: F811
+    ckpt, tok = served
+    hostile_ckpt = root / HOSTILE / "ckpt"
+    shutil.copytree(ckpt, hostile_ckpt)
+    cfg = json.loads((hostile_ckpt / "config.json").read_text())
+    cfg["medusa_ports"]["medusa_choices_from"] = HOSTILE_SOURCE
+    (hostile_ckpt / "config.json").write_text(json.dumps(cfg))
+    hostile_tok = root / HOSTILE / "tok"
+    shutil.copytree(tok, hostile_tok)
+    return hostile_ckpt, hostile_tok
+
+
+def _payloads(*roots: Path) -> list[str]:
+    return sorted(str(p) for r in roots for p in r.rglob("PWNED*"))
+
+
+def test_no_payload_runs_and_every_file_reads_back_as_the_value(served, tmp_path, capsys):  # noqa: F811
+    ckpt, tok = _hostile_inputs(served, tmp_path)
+    out = tmp_path / HOSTILE / "serve"
+    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]) == 0, \
+        capsys.readouterr().err
+    bundle = json.loads((out / "deploy.json").read_text())
+    assert bundle["checkpoint_dir"] == str(ckpt.resolve()) and HOSTILE_SOURCE in bundle["tree"]["source"]
+
+    stubs, work = tmp_path / "stubs", tmp_path / "cwd"
+    stubs.mkdir()
+    work.mkdir()
+    for tool in ("trtllm-build", "trtllm-medusa", "trtllm-serve", "mpirun", "python3"):
+        (stubs / tool).write_text(STUB.replace("/usr/bin/env python3", sys.executable, 1))  # not itself
+        (stubs / tool).chmod(0o755)
+    (stubs / "examples").mkdir()
+    triton = tmp_path / "triton_backend"
+    for model in bundle["triton"]["fill"]:
+        (triton / "all_models" / "inflight_batcher_llm" / model).mkdir(parents=True)
+    log = tmp_path / "stub.log"
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log),
+           "TRTLLM_EXAMPLES": str(stubs / "examples"), "TRTLLM_TRITON": str(triton)}
+    for script in ("build.sh", "run.sh", "serve.sh", "triton/fill.sh", "triton/launch.sh"):
+        assert subprocess.run(["bash", "-n", str(out / script)], capture_output=True).returncode == 0, script
+        done = subprocess.run(["bash", str(out / script)], cwd=work, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, (script, done.stderr)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    by_tool = {}
+    for c in calls:
+        by_tool.setdefault(c["tool"], []).append(c["argv"])
+    # each consumer got the values as single words, exactly
+    assert by_tool["trtllm-build"] == [bundle["build"]["argv"][1:]]
+    assert by_tool["mpirun"][0][by_tool["mpirun"][0].index("--engine_dir") + 1] == bundle["engine_dir"]
+    assert by_tool["trtllm-serve"][0][:1] == [bundle["engine_dir"]]
+    fills = [a for a in by_tool["python3"] if a[0].endswith("fill_template.py")]
+    assert [a[-1] for a in fills] == list(bundle["triton"]["fill"].values())
+
+    # llm_api.py under a stand-in LLM API that records what it was given
+    fake = tmp_path / "fake_trtllm"
+    for name, text in FAKE_TRTLLM.items():
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_text(text)
+    done = subprocess.run([sys.executable, str(out / "llm_api.py"), "hello"], cwd=work, capture_output=True,
+                          text=True, env={**env, "PATH": os.environ["PATH"], "PYTHONPATH": str(fake)})
+    assert done.returncode == 0, done.stderr
+    llm = [json.loads(line) for line in log.read_text().splitlines() if '"LLM"' in line][0]
+    assert (llm["model"], llm["tokenizer"]) == (bundle["engine_dir"], bundle["tokenizer_dir"])
+    assert llm["medusa_choices"] == bundle["tree"]["medusa_choices"]
+
+    served_yaml = yaml.safe_load((out / "serve.yaml").read_text())
+    assert served_yaml["speculative_config"]["medusa_choices"] == bundle["tree"]["medusa_choices"]
+    configs = _filled(bundle)  # fill_template.py's model, parsed with Triton's ModelConfig protobuf
+    assert configs["tensorrt_llm"].parameters["gpt_model_path"].string_value == bundle["engine_dir"]
+    for model in ("preprocessing", "postprocessing"):
+        assert configs[model].parameters["tokenizer_dir"].string_value == bundle["tokenizer_dir"]
+
+    for name in ("build.sh", "run.sh", "llm_api.py", "serve.sh"):  # comments and docstrings carry no input value
+        assert "PWNED" not in "".join(ln for ln in (out / name).read_text().splitlines() if ln.lstrip().startswith("#"))
+        assert "PWNED4" not in (out / name).read_text()
+    assert _payloads(tmp_path) == [] and not list(Path.cwd().glob("PWNED*"))
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "tokenizer", "source"])
+def test_a_control_character_in_a_path_or_the_recorded_tree_source_is_refused(served, tmp_path, capsys,  # noqa: F811
+                                                                               where):
+    ckpt, tok = served
+    if where == "checkpoint":
+        ckpt = Path(shutil.copytree(ckpt, tmp_path / "ck\ntouch PWNED"))
+    elif where == "tokenizer":
+        tok = Path(shutil.copytree(tok, tmp_path / "tok\rx"))
+    else:
+        ckpt = Path(shutil.copytree(ckpt, tmp_path / "ck"))
+        cfg = json.loads((ckpt / "config.json").read_text())
+        cfg["medusa_ports"]["medusa_choices_from"] = "tree.json\ntouch PWNED"
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "serve"
+    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    says = {"checkpoint": "the --checkpoint_dir path holds the control character '\\n'",
+            "tokenizer": "the --tokenizer_dir path holds the control character '\\r'",
+            "source": "medusa_ports.medusa_choices_from) holds the control character '\\n'"}[where]
+    assert says in err and "Traceback" not in err
+    assert not out.exists() and _payloads(tmp_path) == []
