@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError
+from trtllm_medusa_ports.files.checkpoint_schema import check_types
 from trtllm_medusa_ports.files.dtypes import BY_NAME, CHECKPOINT_DTYPES, itemsize, name_of
 from trtllm_medusa_ports.files.jsonfile import read_json
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_safetensors
@@ -370,6 +371,7 @@ def check_config(ckpt: Checkpoint) -> None:
     :func:`read_checkpoint` for every reader (add-heads, verify, inspect)."""
     cfg, where = ckpt.config, str(ckpt.path / "config.json")
     fix = "config.json must be the one written beside these rank files (the converter's or the quantizing tool's)"
+    check_types(cfg, where)
     for k in _CONFIG_SIZES:
         if not positive_int(cfg.get(k)):
             raise CheckpointError(f"{k} is {json.dumps(cfg.get(k))}, not a positive integer", where=where, fix=fix)

@@ -1,0 +1,88 @@
+"""The types of a TensorRT-LLM checkpoint's config.json fields the project reads, in one table, checked once by
+``files.checkpoint.check_config`` for every reader (verify, deploy, add-heads, build), so that a wrong type is one
+error naming config.json and the field, never a traceback where the value is first used.
+
+A checkpoint is downloaded input. The fields follow tensorrt_llm/models/modeling_utils.py ``PretrainedConfig`` and
+``QuantConfig`` (types of upstream's dataclass fields; ``dtype`` and ``mapping`` have checks of their own), tensorrt_llm/models/medusa/config.py ``MedusaConfig``
+(``num_medusa_heads``, ``num_medusa_layers``, ``max_draft_len``) and this project's ``medusa_ports`` record. A field
+that is absent or null is not judged here (readers apply their defaults); the required sizes are
+``check_config``'s.
+
+May import: ``errors`` only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from trtllm_medusa_ports.errors import CheckpointError
+
+
+def _int(v, least: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= least
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _str_list(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _tree(v) -> bool:
+    return (isinstance(v, list) and bool(v)
+            and all(isinstance(p, list) and bool(p) and all(_int(i, 0) for i in p) for p in v))
+
+
+#: rule -> (test, what it expects, in words)
+RULES = {
+    "positive int": (lambda v: _int(v, 1), "a positive integer"),
+    "non-negative int": (lambda v: _int(v, 0), "a non-negative integer"),
+    "number": (_number, "a finite number"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "object": (lambda v: isinstance(v, dict), "a JSON object"),
+    "str list": (_str_list, "a list of strings"),
+    "patterns": (_str_list, "a list of module patterns (strings)"),
+    "tree": (_tree, "a non-empty list of paths, each a non-empty list of non-negative integers"),
+}
+
+#: top-level fields of config.json
+FIELDS = {
+    "architecture": "str", "logits_dtype": "str", "hidden_act": "str",
+    "position_embedding_type": "str", "base_architecture": "str", "medusa_hidden_act": "str",
+    "num_key_value_heads": "positive int", "head_size": "positive int", "intermediate_size": "positive int",
+    "max_position_embeddings": "positive int", "num_medusa_layers": "positive int",
+    "num_medusa_heads": "non-negative int", "max_draft_len": "non-negative int",
+    "norm_epsilon": "number", "rotary_base": "number", "rotary_pct": "number", "rotary_dim": "positive int",
+    "medusa_shared_lm_head": "bool", "use_parallel_embedding": "bool", "share_embedding_table": "bool",
+    "attn_bias": "bool", "mlp_bias": "bool", "bias": "bool",
+    "quantization": "object", "mapping": "object", "medusa_ports": "object", "moe": "object",
+}
+#: fields of the ``quantization`` object
+QUANTIZATION_FIELDS = {"quant_algo": "str", "kv_cache_quant_algo": "str", "exclude_modules": "patterns",
+                       "group_size": "positive int", "has_zero_point": "bool", "pre_quant_scale": "bool"}
+#: fields of this project's ``medusa_ports`` record
+RECORD_FIELDS = {"medusa_choices": "tree", "medusa_choices_from": "str", "heads_source": "str", "warnings": "str list",
+                 "family": "str", "heads_layout": "str", "heads_dtype": "str"}
+
+
+def check_types(cfg: dict, where: str) -> None:
+    """Every field of :data:`FIELDS` (and of the ``quantization`` and ``medusa_ports`` objects) that is present and
+    not null has its type; else a CheckpointError naming config.json's field, its value and what it must be."""
+    fix = ("config.json must be the one the converter or the quantizing tool wrote; fix or drop the field, or convert "
+           "again")
+    for section, fields in ((None, FIELDS), ("quantization", QUANTIZATION_FIELDS), ("medusa_ports", RECORD_FIELDS)):
+        holder = cfg if section is None else cfg.get(section)
+        if not isinstance(holder, dict):
+            continue  # absent or null (a wrong type is the top level's error, checked first)
+        for key, rule in fields.items():
+            value = holder.get(key)
+            test, expected = RULES[rule]
+            if value is not None and not test(value):
+                name = key if section is None else f"{section}.{key}"
+                shown = json.dumps(value)
+                raise CheckpointError(f"{name} is {shown if len(shown) <= 80 else shown[:77] + '...'}, not "
+                                      f"{expected}", where=where, fix=fix)
