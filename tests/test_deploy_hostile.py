@@ -146,3 +146,49 @@ def test_a_control_character_in_a_path_or_the_recorded_tree_source_is_refused(se
             "source": "medusa_ports.medusa_choices_from) holds the control character '\\n'"}[where]
     assert says in err and "Traceback" not in err
     assert not out.exists() and _payloads(tmp_path) == []
+
+
+@pytest.mark.parametrize("case, says", [
+    ("float32", "[dtype-float32] TensorRT-LLM refuses float32 with speculative decoding"),
+    ("alibi", "[alibi-position-embedding]"),
+    ("engine-is-checkpoint", "the build would write its config.json over the input's"),
+    ("engine-in-tokenizer", "overlaps the --tokenizer_dir"),
+    ("int32", "past the int32"),
+    ("no-gpu-memory", "--gpu_memory_gb 0 leaves no memory"),
+    ("kv-share", "TensorRT-LLM gives it"),
+])
+def test_deploy_refuses_what_build_or_the_engine_would_and_writes_nothing(served, tmp_path, capsys,  # noqa: F811
+                                                                         case, says):
+    """Issue 63, 3: the rules build and verify hold (compat/checkpoint.py), an engine directory apart from every
+    input, sizes an int32 holds, a KV cache that fits the share TensorRT-LLM gives it."""
+    ckpt, tok = served
+    out = tmp_path / "serve"
+    args = ["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]
+    if case in ("float32", "alibi"):
+        ckpt = Path(shutil.copytree(ckpt, tmp_path / "edited"))
+        cfg = json.loads((ckpt / "config.json").read_text())
+        cfg.update(dtype="float32") if case == "float32" else cfg.update(position_embedding_type="alibi")
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+        args[2] = str(ckpt)
+    before = sorted(p.name for p in ckpt.iterdir())
+    args += {"float32": [], "alibi": [], "engine-is-checkpoint": ["--engine_dir", str(ckpt)],
+             "engine-in-tokenizer": ["--engine_dir", str(tok / "engine")], "int32": ["--max_batch_size", "2000000000"],
+             "no-gpu-memory": ["--gpu_memory_gb", "0"],
+             "kv-share": ["--gpu_memory_gb", "0.0027"]}[case]  # fits whole (2.65 MB), not in the 90 % KV share
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
+    assert not out.exists() and sorted(p.name for p in ckpt.iterdir()) == before
+
+
+def test_deploy_overwrite_keeps_a_built_engine(served, tmp_path, capsys):  # noqa: F811
+    ckpt, tok = served
+    out = tmp_path / "serve"
+    args = ["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]
+    assert main(args) == 0
+    (out / "engine").mkdir()
+    (out / "engine" / "rank0.engine").write_bytes(b"built")
+    capsys.readouterr()
+    assert main(args + ["--overwrite"]) == 1
+    assert "holds a built engine, which deploy did not write" in capsys.readouterr().err
+    assert (out / "engine" / "rank0.engine").read_bytes() == b"built"

@@ -30,8 +30,8 @@ atomically, as convert writes; every path in it is absolute.
 
 Every value from an input reaches a script through ``deploy.quoting`` only; comments carry none.
 
-May import: ``files``, ``memory``, ``tree``, ``errors``, ``deploy.commands``, ``deploy.routes``, ``deploy.quoting``,
-``deploy.triton``.
+May import: ``files``, ``memory``, ``tree``, ``errors``, ``findings``, ``compat.checkpoint`` (the rules build refuses
+by), ``deploy.commands``, ``deploy.routes``, ``deploy.quoting``, ``deploy.triton``.
 """
 
 from __future__ import annotations
@@ -40,12 +40,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
 from trtllm_medusa_ports.deploy import quoting
 from trtllm_medusa_ports.deploy.commands import build_argv, environment, world_size
 from trtllm_medusa_ports.deploy.routes import engine_architecture, routes
 from trtllm_medusa_ports.deploy.triton import triton_fill
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelError
 from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpoint
+from trtllm_medusa_ports.findings import ERROR
 from trtllm_medusa_ports.memory import memory_plan
 from trtllm_medusa_ports.tree import MedusaTree, checkpoint_tree, resolve_choices
 
@@ -73,7 +75,17 @@ def serving_sizes(cfg: dict, max_batch_size: int | None, max_input_len: int | No
         raise ModelError(f"--max_input_len {inp} leaves no room to generate within --max_seq_len {seq}",
                          fix="pass a --max_input_len below --max_seq_len")
     draft = int(cfg.get("max_draft_len") or 0)
-    return ServingSizes(batch, inp, seq, max(inp, batch * (draft + 1)))
+    sizes = ServingSizes(batch, inp, seq, max(inp, batch * (draft + 1)))
+    for name, value in vars(sizes).items():
+        if value > INT32_MAX:
+            raise ModelError(f"--{name} would be {value:,}, past the int32 the engine's sizes are "
+                             f"(--max_batch_size {batch} x {draft + 1} tree tokens for max_num_tokens)",
+                             fix="pass smaller serving sizes")
+    return sizes
+
+
+#: TensorRT-LLM's builder and runtime hold the serving sizes as int32
+INT32_MAX = 2**31 - 1
 
 
 def _tokenizer(tokenizer_dir: Path) -> Path:
@@ -106,8 +118,15 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
     if not (checkpoint_dir / "config.json").is_file():
         raise CheckpointError("no config.json", where=str(checkpoint_dir),
                               fix="pass the --output_dir of trtllm-medusa convert as --checkpoint_dir")
+    if gpu_memory_gb is not None and not gpu_memory_gb > 0:
+        raise ModelError(f"--gpu_memory_gb {gpu_memory_gb:g} leaves no memory for the engine",
+                         fix="pass one GPU's memory in GB, or leave --gpu_memory_gb out")
     ckpt = read_checkpoint(checkpoint_dir)
     cfg = ckpt.config
+    refused = [f for f in checkpoint_findings(cfg) if f.severity == ERROR]
+    if refused:  # the rules build refuses by (compat/checkpoint.py), as verify counts them
+        raise CheckpointError("no engine serves this checkpoint: " + "; ".join(f"[{f.rule}] {f.message}" for f in refused),
+                              where=str(checkpoint_dir / "config.json"), fix=refused[0].fix)
     heads = int(cfg.get("num_medusa_heads") or 0)
     if heads <= 0:
         raise CheckpointError("config.json has no Medusa heads (num_medusa_heads)", where=str(checkpoint_dir),
@@ -135,6 +154,17 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                          fix="lower --max_batch_size or --max_seq_len, or convert with a larger --tp_size")
     out = output_dir.resolve()
     engine = (engine_dir or out / "engine").resolve()
+    for what, given in (("--checkpoint_dir", checkpoint_dir.resolve()), ("--tokenizer_dir", tokenizer)):
+        if engine == given or given in engine.parents or engine in given.parents:
+            raise ModelError(f"the engine directory {engine} {'is' if engine == given else 'overlaps'} the "
+                             f"{what} {given}: the build would write its config.json over the input's",
+                             where=str(engine), fix="pass an --engine_dir apart from every input directory")
+    share = kv_share(memory, gpu_memory_gb)
+    if share is not None and share > KV_FRACTION:
+        raise ModelError(f"the KV cache needs {share:.0%} of the GPU memory left after the weights, more than the "
+                         f"{KV_FRACTION:.0%} TensorRT-LLM gives it (--gpu_memory_gb {gpu_memory_gb:g})",
+                         where=str(checkpoint_dir / "config.json"),
+                         fix="lower --max_batch_size or --max_seq_len, or convert with a larger --tp_size")
     world = world_size(cfg)
     kv = kv_fraction(memory, gpu_memory_gb)
     build = build_argv(cfg, checkpoint_dir.resolve(), engine, max_batch_size=sizes.max_batch_size,
@@ -165,13 +195,21 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
 KV_FRACTION = 0.9
 
 
+def kv_share(memory: dict, gpu_memory_gb: float | None) -> float | None:
+    """The share of the GPU memory left after the weights that the memory plan's KV cache needs (the fullest rank;
+    inf where the weights leave none); None without ``gpu_memory_gb``."""
+    if not gpu_memory_gb:
+        return None
+    free = [gpu_memory_gb * 1e9 - w for w in memory["weight_bytes"]]
+    return max((k / f if f > 0 else float("inf")) for k, f in zip(memory["kv_cache_bytes"], free, strict=True))
+
+
 def kv_fraction(memory: dict, gpu_memory_gb: float | None) -> float:
     """The KV cache's share of the GPU memory left after the weights: what the memory plan's KV cache needs, where
     ``gpu_memory_gb`` is given (rounded up to a hundredth, at most TensorRT-LLM's default 0.9), else the default."""
-    if not gpu_memory_gb:
+    need = kv_share(memory, gpu_memory_gb)
+    if need is None:
         return KV_FRACTION
-    free = [gpu_memory_gb * 1e9 - w for w in memory["weight_bytes"]]
-    need = max(k / f for k, f in zip(memory["kv_cache_bytes"], free, strict=True))
     return min(KV_FRACTION, max(0.01, -(-need * 100 // 1) / 100))
 
 
@@ -313,7 +351,14 @@ def render_triton_launch(d: dict) -> str:
 
 
 def write(d: dict, *, overwrite: bool, inputs: dict[str, Path]) -> None:
-    """The bundle in ``d['output_dir']``, atomically."""
+    """The bundle in ``d['output_dir']``, atomically; never over a built engine there (``OUTPUT_DIR/engine``, the
+    default --engine_dir, is the build's, not deploy's: --overwrite would remove it)."""
+    held = Path(d["output_dir"]) / "engine"
+    if overwrite and held.is_dir() and any(held.iterdir()):
+        raise ConversionError("holds a built engine, which deploy did not write; --overwrite would remove it with the "
+                              "bundle", where=str(held),
+                              fix="move the engine elsewhere (and pass it as --engine_dir), or deploy into another "
+                                  "--output_dir")
     try:
         with atomic_output_dir(Path(d["output_dir"]), overwrite=overwrite, inputs=inputs) as tmp:
             for name, text in (("build.sh", render_build(d)), ("run.sh", render_run(d)),
