@@ -158,3 +158,30 @@ def test_verify_bounds_its_run_by_a_learned_position_table(tmp_path, store):
                                          rf"{table + 3}, past this base's learned position table \({table} positions\)") as e:
         verify(base, ckpt, prompts=[[1, 2, 3, 4]], max_new_tokens=table, quiet=True)
     assert f"--max_new_tokens {table - 4}" in e.value.fix
+
+
+@pytest.mark.parametrize("which", ["--model_dir", "--checkpoint_dir"])
+def test_a_base_or_checkpoint_that_changes_while_verify_reads_it_has_no_verdict(written, qwen2_base, tmp_path,
+                                                                                monkeypatch, which):
+    """Issue 63, 4: a download still being written, a copy overwriting the base mid-run: the results would mix two
+    versions, so verify names the changed files instead of a verdict."""
+    import os
+    import shutil
+
+    import trtllm_medusa_ports.verify.run as run
+    from trtllm_medusa_ports.errors import ModelError
+
+    base, ckpt = shutil.copytree(qwen2_base, tmp_path / "base"), shutil.copytree(written, tmp_path / "ckpt")
+    target = (base if which == "--model_dir" else ckpt) / "config.json"
+    real = run.parity_pass
+
+    def parity_while_a_file_changes(*a, **kw):
+        os.utime(target, ns=(1, 1))  # a writer replaces the file: its mtime moves
+        return real(*a, **kw)
+
+    monkeypatch.setattr(run, "parity_pass", parity_while_a_file_changes)
+    with pytest.raises(ModelError, match=f"1 file\\(s\\) of the {which} changed while verify read them \\(config.json\\)"):
+        verify(base, ckpt, prompts=PROMPTS, max_new_tokens=2, quiet=True, skip_tree_proof=True)
+    monkeypatch.setattr(run, "parity_pass", real)
+    rep = verify(base, ckpt, prompts=PROMPTS, max_new_tokens=2, quiet=True, skip_tree_proof=True)  # unchanged now
+    assert rep.parity and rep.greedy_equal

@@ -99,13 +99,31 @@ def verify(
     ``medusa_choices``: default the tree the checkpoint records; another is refused unless ``override_medusa_choices``.
     """
     device = check_device(device)
+    inputs = {"--model_dir": file_identity(model_dir), "--checkpoint_dir": file_identity(checkpoint_dir)}
     with torch_threads(threads or default_threads()), default_device(device):
-        return _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
+        report = _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
                        max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
                        max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin,
                        calibration=calibration, accept_unchecked_scales=accept_unchecked_scales,
                        min_quant_agreement=min_quant_agreement, override_medusa_choices=override_medusa_choices,
                        placement=(streaming, max_memory, device, offload_dir))
+    for (flag, before), path in zip(inputs.items(), (model_dir, checkpoint_dir), strict=True):
+        _unchanged(flag, path, before)
+    return report
+
+
+def _unchanged(flag: str, path, before: tuple | None) -> None:
+    """A verdict is of one base and one checkpoint: files that changed (size, mtime or inode) while verify read them
+    fail it, named."""
+    after = file_identity(path)
+    if before is None or after is None or before == after:
+        return
+    was, now = dict((e[0], e[1:]) for e in before[1]), dict((e[0], e[1:]) for e in after[1])
+    changed = sorted(n for n in was.keys() | now.keys() if was.get(n) != now.get(n))
+    raise ModelError(f"{len(changed)} file(s) of the {flag} changed while verify read them ("
+                     + ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+                     + "): its results would mix two versions, so there is no verdict", where=str(path),
+                     fix="let the download or copy finish, then run verify again")
 
 
 def _verify(
