@@ -185,3 +185,19 @@ def test_a_base_or_checkpoint_that_changes_while_verify_reads_it_has_no_verdict(
     monkeypatch.setattr(run, "parity_pass", real)
     rep = verify(base, ckpt, prompts=PROMPTS, max_new_tokens=2, quiet=True, skip_tree_proof=True)  # unchanged now
     assert rep.parity and rep.greedy_equal
+
+
+def test_a_linear_weight_of_the_wrong_shape_is_named_not_a_traceback(written, qwen2_base, tmp_path):
+    """Issue 63: a stored weight whose input features are not the layer's fails naming the tensor and both sizes
+    (it was torch's "mat1 and mat2 shapes cannot be multiplied")."""
+    from trtllm_medusa_ports.errors import CheckpointError
+
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    (out / "config.json").write_text((written / "config.json").read_text())
+    t = load_file(str(written / "rank0.safetensors"))
+    name = "transformer.layers.1.mlp.proj.weight"
+    t[name] = t[name][:, :-1].contiguous()
+    save_file(t, str(out / "rank0.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=f"rank0.safetensors: {name} multiplies as .* but the layer's input has"):
+        verify(qwen2_base, out, prompts=PROMPTS, max_new_tokens=2, quiet=True)

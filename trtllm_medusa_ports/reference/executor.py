@@ -365,6 +365,17 @@ class ReferenceModel:
             q, scale = fp8_requantized(q, scale, new), new
         return fp8_weight_value(q, scale, self.dtype, self.fp8_gemm)
 
+    def product(self, x: torch.Tensor, rank: int, name: str) -> torch.Tensor:
+        """``x @ W.T`` for checkpoint linear weight ``name`` of ``rank``; a weight whose input features are not the
+        layer's (a stored tensor of the wrong shape) is named, with both sizes, instead of failing in the product."""
+        w = self.weight(rank, name)
+        if w.dim() != 2 or w.shape[-1] != x.shape[-1]:
+            raise CheckpointError(f"rank{rank}.safetensors: {name} multiplies as {tuple(w.shape)}, but the layer's "
+                                  f"input has {x.shape[-1]} features (config.json's sizes at tp {self.ckpt.tp_size})",
+                                  where=str(self.ckpt.path),
+                                  fix="the rank files must be the ones written with this config.json: convert again")
+        return x @ w.T
+
     def linear_input(self, x: torch.Tensor, rank: int, linear: str) -> torch.Tensor:
         """The input of checkpoint linear ``linear`` as it multiplies the weight: FP8 linears quantize it
         (``FP8Linear.forward``: ``x / s_a`` saturated to float8_e4m3fn; the product is scaled by ``s_a``)."""
@@ -479,7 +490,7 @@ class ReferenceModel:
         """``x W^T (+ b)`` of a column-parallel layer: each rank's output, gathered (concatenated)."""
         outs = []
         for r in self.stage_ranks(stage):
-            y = x @ self.weight(r, weight).T
+            y = self.product(x, r, weight)
             outs.append(self._plus_bias(y, r, bias) if bias is not None else y)
         return torch.cat(outs, dim=-1)
 
@@ -596,7 +607,7 @@ class ReferenceModel:
         hidden_mask = ~visible[None, None]  # [1, 1, T, S]
         num_tokens = x.shape[0]
         for tp_rank, r in enumerate(self.stage_ranks(stage)):
-            qkv = self.linear_input(x, r, prefix + "qkv") @ self.weight(r, prefix + "qkv.weight").T
+            qkv = self.product(self.linear_input(x, r, prefix + "qkv"), r, prefix + "qkv.weight")
             qkv = self._plus_bias(qkv, r, prefix + "qkv.bias")
             if semantics.clip_qkv:
                 qkv = qkv.clamp(-semantics.clip_qkv, semantics.clip_qkv)
@@ -634,7 +645,7 @@ class ReferenceModel:
             context = torch.softmax(scores, dim=-1) @ values[:, None]  # [kv, group, T, D]
             context = context.reshape(q_heads, num_tokens, head_size).transpose(0, 1)
             context = self.linear_input(context.reshape(num_tokens, q_heads * head_size), r, prefix + "dense")
-            part = context @ self.weight(r, prefix + "dense.weight").T
+            part = self.product(context, r, prefix + "dense.weight")
             out = part if out is None else out + part  # all-reduce
         return self._row_bias(out, stage, prefix + "dense.bias")
 
@@ -645,10 +656,10 @@ class ReferenceModel:
         out = None
         ranks = self.stage_ranks(stage)
         for r in ranks:
-            h = self.linear_input(x, r, prefix + "fc") @ self.weight(r, prefix + "fc.weight").T
+            h = self.product(self.linear_input(x, r, prefix + "fc"), r, prefix + "fc.weight")
             h = self._plus_bias(h, r, prefix + "fc.bias")
             if self.semantics.mlp is MlpKind.GATED:
-                gate = self.linear_input(x, r, prefix + "gate") @ self.weight(r, prefix + "gate.weight").T
+                gate = self.product(self.linear_input(x, r, prefix + "gate"), r, prefix + "gate.weight")
                 gate = self._plus_bias(gate, r, prefix + "gate.bias")
                 h = self.act(h) * gate
             elif self.semantics.mlp is MlpKind.SWIGLU:  # fused [up ; gate]: act on the second half
@@ -656,7 +667,7 @@ class ReferenceModel:
                 h = self.act(gate) * up
             else:
                 h = self.act(h)
-            part = self.linear_input(h, r, prefix + "proj") @ self.weight(r, prefix + "proj.weight").T
+            part = self.product(self.linear_input(h, r, prefix + "proj"), r, prefix + "proj.weight")
             out = part if out is None else out + part
         return self._row_bias(out, stage, prefix + "proj.bias")
 
