@@ -192,3 +192,23 @@ def test_deploy_overwrite_keeps_a_built_engine(served, tmp_path, capsys):  # noq
     assert main(args + ["--overwrite"]) == 1
     assert "holds a built engine, which deploy did not write" in capsys.readouterr().err
     assert (out / "engine" / "rank0.engine").read_bytes() == b"built"
+
+
+def test_the_recorded_tree_is_named_as_config_jsons_and_the_override_flag_alone_is_explained(served, tmp_path,  # noqa: F811
+                                                                                             capsys):
+    """Issue 63: a recorded tree the checkpoint cannot run is config.json's, not the user's; --override_medusa_choices
+    without a tree says what it is for; the recorded tree passed again is said to be the recorded one (issue 64)."""
+    ckpt, tok = served
+    junk = Path(shutil.copytree(ckpt, tmp_path / "junk"))
+    cfg = json.loads((junk / "config.json").read_text())
+    cfg["medusa_ports"]["medusa_choices"] = [[0], [0, 0, 0, 0, 0, 0]]  # deeper than the checkpoint's heads
+    (junk / "config.json").write_text(json.dumps(cfg))
+    args = ["deploy", "--tokenizer_dir", str(tok), "--output_dir", str(tmp_path / "out")]
+    assert main(args + ["--checkpoint_dir", str(junk)]) == 1
+    err = capsys.readouterr().err
+    assert "the tree config.json records (medusa_ports.medusa_choices) is not one this checkpoint can run" in err
+    assert str(junk / "config.json") in err
+    assert main(args + ["--checkpoint_dir", str(ckpt), "--override_medusa_choices"]) == 1
+    assert "--override_medusa_choices runs a --medusa_choices other than the recorded tree" in capsys.readouterr().err
+    assert main(args + ["--checkpoint_dir", str(ckpt), "--medusa_choices", "[[0],[1],[0,0],[0,1]]", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tree"]["source"] == "given (the tree recorded at conversion)"

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trtllm_medusa_ports.errors import ModelError, TreeError
+from trtllm_medusa_ports.errors import ModelError, PortError, TreeError
 from trtllm_medusa_ports.files.jsonfile import loads, require_regular_file
 
 if TYPE_CHECKING:
@@ -206,8 +206,20 @@ def checkpoint_tree(cfg: dict, medusa_choices: str | None, num_heads: int, *, ov
     record = (cfg.get("medusa_ports") or {})
     recorded = record.get("medusa_choices")
     if recorded is not None:
-        recorded = parse_choices(recorded)  # a list written by convert; checked as any tree is
+        try:  # a list written by convert; checked as any tree is, and said to be the recorded one
+            recorded, _ = resolve_choices(recorded, num_heads)
+            MedusaTree.from_spec(recorded, num_heads=num_heads)
+        except PortError as exc:
+            raise ModelError(f"the tree config.json records (medusa_ports.medusa_choices) is not one this checkpoint "
+                             f"can run: {exc.what}", where=where,
+                             fix="pass the tree to run with --medusa_choices and --override_medusa_choices, or "
+                                 "convert again") from None
     if medusa_choices is None:
+        if override:
+            raise ModelError("--override_medusa_choices runs a --medusa_choices other than the recorded tree, and no "
+                             "--medusa_choices was given", where=where,
+                             fix="pass the tree to run with --medusa_choices, or leave --override_medusa_choices out "
+                                 "to run the recorded one")
         if recorded is not None:
             return recorded, f"recorded at conversion ({record.get('medusa_choices_from') or 'a tree'})"
         return "mc_sim_7b_63", "mc_sim_7b_63: the checkpoint records no tree (convert with --medusa_choices)"
@@ -218,8 +230,11 @@ def checkpoint_tree(cfg: dict, medusa_choices: str | None, num_heads: int, *, ov
                              f"for ({len(recorded)} nodes, {record.get('medusa_choices_from') or 'recorded'})",
                              where=where, fix="leave --medusa_choices out to use the recorded tree, or pass "
                                               "--override_medusa_choices to run another tree on purpose")
-    return medusa_choices, ("given (another than the one recorded at conversion)" if recorded is not None else
-                            "given")
+    if recorded is None:
+        return medusa_choices, "given"
+    given, _ = resolve_choices(medusa_choices, num_heads)
+    return medusa_choices, ("given (the tree recorded at conversion)" if same_tree(given, recorded) else
+                            "given (another than the one recorded at conversion)")
 
 
 def validate_choices(
