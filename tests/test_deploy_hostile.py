@@ -212,3 +212,27 @@ def test_the_recorded_tree_is_named_as_config_jsons_and_the_override_flag_alone_
     assert "--override_medusa_choices runs a --medusa_choices other than the recorded tree" in capsys.readouterr().err
     assert main(args + ["--checkpoint_dir", str(ckpt), "--medusa_choices", "[[0],[1],[0,0],[0,1]]", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tree"]["source"] == "given (the tree recorded at conversion)"
+
+
+def test_deploy_refuses_what_the_builds_load_refuses(tmp_path, store, capsys):
+    """Issue 63, 3: a scale of a shape the engine's layer does not declare fails the build's load
+    (quant/engine_load.py, which verify runs too): deploy refuses it, naming the rank file, before writing."""
+    from conftest import convert_to, tiny_base
+    from safetensors.torch import load_file, save_file
+    from test_quant import WIDE, _calib, _heads
+
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer, tiny_config
+
+    base = tiny_base(store, "Qwen2ForCausalLM", **WIDE)
+    vocab = tiny_config("Qwen2ForCausalLM").vocab_size
+    ckpt = convert_to(tmp_path / "fp8", base, _heads(tmp_path, "Qwen2ForCausalLM", 128), dtype="float16",
+                      qformat="fp8", calib_dataset=_calib(tmp_path, vocab), calib_size=6)
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    name = "transformer.layers.0.attention.qkv.weights_scaling_factor"
+    t[name] = t[name].expand(2).contiguous()
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    tok = save_tiny_tokenizer(tmp_path / "tok", vocab)
+    out = tmp_path / "serve"
+    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{name} is float32 [2], but FP8Linear" in err and "rank0.safetensors" in err and not out.exists()

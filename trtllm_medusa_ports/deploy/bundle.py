@@ -31,7 +31,8 @@ atomically, as convert writes; every path in it is absolute.
 Every value from an input reaches a script through ``deploy.quoting`` only; comments carry none.
 
 May import: ``files``, ``memory``, ``tree``, ``errors``, ``findings``, ``compat.checkpoint`` (the rules build refuses
-by), ``deploy.commands``, ``deploy.routes``, ``deploy.quoting``, ``deploy.triton``.
+by), ``quant.engine_load`` (what the build's load refuses), ``deploy.commands``, ``deploy.routes``,
+``deploy.quoting``, ``deploy.triton``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelEr
 from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpoint
 from trtllm_medusa_ports.findings import ERROR
 from trtllm_medusa_ports.memory import memory_plan
+from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.tree import MedusaTree, checkpoint_tree, resolve_choices
 
 #: files a Hugging Face tokenizer directory holds (transformers' AutoTokenizer reads one of them)
@@ -127,6 +129,10 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
     if refused:  # the rules build refuses by (compat/checkpoint.py), as verify counts them
         raise CheckpointError("no engine serves this checkpoint: " + "; ".join(f"[{f.rule}] {f.message}" for f in refused),
                               where=str(checkpoint_dir / "config.json"), fix=refused[0].fix)
+    loads = load_problems(ckpt.ranks, cfg)  # what the build's preprocess_weights and parameter shapes refuse
+    if loads:
+        raise CheckpointError(loads[0].message, where=str(checkpoint_dir / f"rank{loads[0].rank}.safetensors"),
+                              fix=loads[0].fix)
     heads = int(cfg.get("num_medusa_heads") or 0)
     if heads <= 0:
         raise CheckpointError("config.json has no Medusa heads (num_medusa_heads)", where=str(checkpoint_dir),
