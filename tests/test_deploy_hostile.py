@@ -236,3 +236,17 @@ def test_deploy_refuses_what_the_builds_load_refuses(tmp_path, store, capsys):
     assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]) == 1
     err = capsys.readouterr().err
     assert f"{name} is float32 [2], but FP8Linear" in err and "rank0.safetensors" in err and not out.exists()
+
+
+def test_fill_sh_stops_at_its_first_failing_step(served, tmp_path, capsys):  # noqa: F811
+    """Issue 64: a wrong TRTLLM_TRITON made fill.sh print its errors, then 'wrote model_repo' and exit 0 (its strict
+    mode came only before its last line), so `fill.sh && launch.sh` launched an empty repository."""
+    ckpt, tok = served
+    out = tmp_path / "serve"
+    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]) == 0
+    (tmp_path / "not-triton").mkdir()
+    done = subprocess.run(["bash", str(out / "triton" / "fill.sh")], capture_output=True, text=True,
+                          env={**os.environ, "TRTLLM_TRITON": str(tmp_path / "not-triton")})
+    assert done.returncode != 0 and "wrote" not in done.stdout, done
+    for script in ("build.sh", "run.sh", "serve.sh", "triton/fill.sh", "triton/launch.sh"):
+        assert (out / script).read_text().splitlines()[1] == "set -euo pipefail", script

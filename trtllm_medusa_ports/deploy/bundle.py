@@ -220,8 +220,10 @@ def kv_fraction(memory: dict, gpu_memory_gb: float | None) -> float:
 
 
 def _script(lines: list[str], env: dict[str, str]) -> str:
+    """A bash script: strict from its first command (a failing step stops it: fill.sh's copies and fills before its
+    last line included), then ``lines``, the environment exported before the last one (the exec)."""
     exports = [f"export {k}={quoting.sh(v)}" for k, v in env.items()]
-    return "\n".join(["#!/usr/bin/env bash", *lines[:-1], "set -euo pipefail", *exports, lines[-1]]) + "\n"
+    return "\n".join(["#!/usr/bin/env bash", "set -euo pipefail", *lines[:-1], *exports, lines[-1]]) + "\n"
 
 
 def render_build(d: dict) -> str:

@@ -41,6 +41,10 @@ def triton_fill(paths: list[list[int]], engine_dir: str, tokenizer_dir: str, max
         "tensorrt_llm": {"triton_backend": "tensorrtllm", "triton_max_batch_size": max_batch_size,
                          "decoupled_mode": "false", "engine_dir": pbtxt(engine_dir), "max_queue_delay_microseconds": 0,
                          "batching_strategy": "inflight_fused_batching", "encoder_input_features_data_type": "TYPE_FP16",
+                         # a bare data_type enum in the template: unfilled, config.pbtxt does not parse and Triton
+                         # loads neither tensorrt_llm nor ensemble (p-tuning's table: unused here; upstream's fill
+                         # lines pass TYPE_FP16)
+                         "prompt_embedding_table_data_type": "TYPE_FP16",
                          "logits_datatype": "TYPE_FP32", "max_beam_width": 1, "kv_cache_free_gpu_mem_fraction": kv_fraction,
                          "exclude_input_in_output": "true", "decoding_mode": "medusa",
                          "medusa_choices": medusa_choices_braces(paths)},
