@@ -35,14 +35,18 @@ def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2Fo
         return _run(workdir, quiet, architecture)
 
 
-def _run(workdir: Path, quiet: bool, architecture: str) -> int:
-    t0 = time.time()
-
-    def say(message: str) -> None:  # a step's line starts with the time since the demo began
+def _printer(t0: float, quiet: bool):
+    """The demo's lines on stderr (none when quiet); a step's line ("[k/6] ...") starts with the time since ``t0``."""
+    def say(message: str) -> None:
         if not quiet:
             print(message if not message.startswith("[") else
                   f"{message[:5]} {time.time() - t0:5.1f} s  {message[6:]}", file=sys.stderr)
+    return say
 
+
+def _run(workdir: Path, quiet: bool, architecture: str) -> int:
+    t0 = time.time()
+    say = _printer(t0, quiet)
     if quiet:  # transformers' own bars (saving and loading the tiny base) too
         from transformers.utils import logging as hf_logging
 

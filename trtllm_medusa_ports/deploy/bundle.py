@@ -112,6 +112,19 @@ def _plain_inputs(checkpoint_dir: Path, tokenizer: Path, output_dir: Path, engin
                        "tree file whose name holds no control character")
 
 
+def _buildable(ckpt, checkpoint_dir: Path) -> None:
+    """What the build refuses, refused before anything is written: compat/checkpoint.py's rules (as build and verify
+    count them: no heads, float32, ALiBi, float16 range) and the build's load (quant/engine_load.py)."""
+    refused = [f for f in checkpoint_findings(ckpt.config) if f.severity == ERROR]
+    if refused:
+        raise CheckpointError("no engine serves this checkpoint: " + "; ".join(f"[{f.rule}] {f.message}" for f in refused),
+                              where=str(checkpoint_dir / "config.json"), fix=refused[0].fix)
+    loads = load_problems(ckpt.ranks, ckpt.config)
+    if loads:
+        raise CheckpointError(loads[0].message, where=str(checkpoint_dir / f"rank{loads[0].rank}.safetensors"),
+                              fix=loads[0].fix)
+
+
 def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_dir: Path | None = None,
          medusa_choices: str | None = None, override_medusa_choices: bool = False, max_batch_size: int | None = None,
          max_input_len: int | None = None, max_seq_len: int | None = None,
@@ -125,18 +138,8 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                          fix="pass one GPU's memory in GB, or leave --gpu_memory_gb out")
     ckpt = read_checkpoint(checkpoint_dir)
     cfg = ckpt.config
-    refused = [f for f in checkpoint_findings(cfg) if f.severity == ERROR]
-    if refused:  # the rules build refuses by (compat/checkpoint.py), as verify counts them
-        raise CheckpointError("no engine serves this checkpoint: " + "; ".join(f"[{f.rule}] {f.message}" for f in refused),
-                              where=str(checkpoint_dir / "config.json"), fix=refused[0].fix)
-    loads = load_problems(ckpt.ranks, cfg)  # what the build's preprocess_weights and parameter shapes refuse
-    if loads:
-        raise CheckpointError(loads[0].message, where=str(checkpoint_dir / f"rank{loads[0].rank}.safetensors"),
-                              fix=loads[0].fix)
-    heads = int(cfg.get("num_medusa_heads") or 0)
-    if heads <= 0:
-        raise CheckpointError("config.json has no Medusa heads (num_medusa_heads)", where=str(checkpoint_dir),
-                              fix="convert with trtllm-medusa convert --medusa_model_dir ...")
+    _buildable(ckpt, checkpoint_dir)
+    heads = int(cfg["num_medusa_heads"])  # above 0: compat's not-medusa rule
     where = str(checkpoint_dir / "config.json")
     spec, source = checkpoint_tree(cfg, medusa_choices, heads, override=override_medusa_choices, where=where)
     paths, pruned = resolve_choices(spec, heads)
