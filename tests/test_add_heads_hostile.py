@@ -156,19 +156,20 @@ def test_head_values_beyond_float16_are_kept_on_a_bfloat16_base(tmp_path, capsys
     assert t["medusa_heads.1.medusa_layers.0.linear.weight"][0, 0] == torch.tensor(1e6).bfloat16()
 
 
-# -- the flags: checked as plain convert checks them, or refused (exit 2) where the base keeps its own ----------------
+# -- the flags: checked as plain convert checks them, or refused (exit 2) where the base keeps its own or the flag
+# alone is wrong (docs/user-guide.md, "Exit codes") ----------------
 @pytest.mark.parametrize("flags, code, needles", [
     (["--num_medusa_heads", "5"], 1, ["--num_medusa_heads 5 but the heads checkpoint holds 3"]),
     (["--num_medusa_layers", "2"], 1, ["--num_medusa_layers 2 but the heads have 1 layer(s)"]),
-    (["--max_draft_len", "0"], 1, ["must be positive, got 0"]),
-    (["--max_medusa_token_len", "-5"], 1, ["must be positive, got -5"]),
+    (["--max_draft_len", "0"], 2, ["must be positive, got 0"]),
+    (["--max_medusa_token_len", "-5"], 2, ["must be positive, got -5"]),
     (["--medusa_choices", "[[0],[0,0],[0,0,0],[0,0,0,0]]"], 1,
      ["[tree-deeper-than-heads]", "path [0, 0, 0, 0] has depth 4 but there are 3 Medusa heads"]),
     (["--medusa_choices", "[[0],[1],[2]]", "--max_draft_len", "2"], 1,
      ["[tree-too-many-nodes]", "the tree has 3 nodes but max_draft_len is 2"]),
     (["--medusa_choices", "[[0],[1,0]]"], 1, ["[tree-invalid]", "has no parent"]),
     (["--medusa_choices", "[[0],[10]]"], 1, ["[tree-index-range]"]),
-    (["--medusa_choices", "not a tree"], 1, ["[tree-invalid]"]),
+    (["--medusa_choices", "not a tree"], 2, ["--medusa_choices: not a preset name, @file, JSON or Python list"]),
     (["--medusa_hidden_act", "gelu"], 2, ["only silu"]),
     (["--dtype", "bfloat16"], 2, ["--dtype bfloat16 with --base_checkpoint_dir: the base is float16 and keeps its own"]),
     (["--dtype", "float32"], 2, ["--dtype float32", "keeps its own dtype"]),

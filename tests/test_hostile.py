@@ -322,9 +322,9 @@ CASES = [
     _c("heads-token-map-duplicate", lambda ws: (_vllm_heads(ws, [5] + list(range(5, 104))), _convert(ws))[1], 1,
        "twice"),
     # -- flags ------------------------------------------------------------------------------------------
-    _c("workers-negative", lambda ws: _convert(ws, "--workers", "-3"), 1, "--workers -3"),
+    _c("workers-negative", lambda ws: _convert(ws, "--workers", "-3"), 2, "--workers -3"),
     _c("tp-zero", lambda ws: _convert(ws, "--tp_size", "0"), 1, "parallel-size"),
-    _c("draft-len-zero", lambda ws: _convert(ws, "--max_medusa_token_len", "0"), 1, "must be positive"),
+    _c("draft-len-zero", lambda ws: _convert(ws, "--max_medusa_token_len", "0"), 2, "must be positive"),
     _c("tree-deeper-than-heads", lambda ws: _convert(ws, "--medusa_choices", "[[0],[0,0],[0,0,0],[0,0,0,0]]"), 1,
        "tree-deeper-than-heads"),
     _c("tree-file-too-deep", lambda ws: ((ws / "t.json").write_text(_nested(100000)),
@@ -335,7 +335,7 @@ CASES = [
                                          ["tree", "--choices", f"@{ws / 't.json'}"])[1], 1, "not UTF-8"),
     _c("tree-top-k-zero", lambda ws: ["tree", "--choices", "[[0]]", "--top_k", "0"], 1, "positive integer"),
     _c("tree-top-k-huge", lambda ws: ["tree", "--choices", "[[0],[1]]", "--top_k", "1000000000000"], 0),
-    _c("verify-zero-tokens", lambda ws: _ckpt(ws) + ["--max_new_tokens", "0"], 1, "--max_new_tokens 0"),
+    _c("verify-zero-tokens", lambda ws: _ckpt(ws) + ["--max_new_tokens", "0"], 2, "--max_new_tokens 0"),
     _c("verify-config-missing-field", lambda ws: _ckpt(ws, vocab_size=None), 1, "lacks vocab_size"),
     _c("verify-config-bad-mapping", lambda ws: _ckpt(ws, mapping={"tp_size": "x"}), 1, "not a valid"),
     _c("verify-prompt-beyond-vocab", lambda ws: _ckpt(ws) + ["--prompt_ids", f"1,{V + 5}"], 1,
@@ -374,10 +374,10 @@ CASES = [
                                                    "--calib_size", "4"))[1], 1, "asks for 4", "--calib_size 1"),
     _c("quant-no-tokenizer-for-packaged-prompts", lambda ws: _convert(ws, "--qformat", "fp8", "--calib_size", "2"), 1,
        "no usable tokenizer", "--tokenizer_dir"),
-    _c("quant-two-formats", lambda ws: _convert(ws, "--qformat", "fp8", "--use_weight_only"), 1, "two formats"),
-    _c("quant-precision-without-weight-only", lambda ws: _convert(ws, "--weight_only_precision", "int4"), 1,
+    _c("quant-two-formats", lambda ws: _convert(ws, "--qformat", "fp8", "--use_weight_only"), 2, "two formats"),
+    _c("quant-precision-without-weight-only", lambda ws: _convert(ws, "--weight_only_precision", "int4"), 2,
        "without --use_weight_only"),
-    _c("quant-kv-contradiction", lambda ws: _convert(ws, "--kv_cache_dtype", "fp8", "--int8_kv_cache"), 1,
+    _c("quant-kv-contradiction", lambda ws: _convert(ws, "--kv_cache_dtype", "fp8", "--int8_kv_cache"), 2,
        "contradict"),
     _c("quant-weight-only-unpadded-widths", lambda ws: _convert(ws, "--qformat", "int8_wo"), 1,
        "[quant-weight-only-shape]", "64 x tp_size"),
@@ -645,8 +645,8 @@ def test_tree_parser_on_random_text(text):
     (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--max_quant_error", "nan"], "must be a number >= 0"),
     (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--min_quant_agreement", "nan"], "nan is outside 0..1"),
     # every float option refuses infinity by the one rule (--max_memory inf was an OverflowError deep in verify)
-    (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--max_memory", "inf"], "inf must be a number >= 0, and finite"),
-    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--max_memory", "1e400"], "inf must be a number >= 0"),
+    (["verify", "--model_dir", "m", "--checkpoint_dir", "c", "--max_memory", "inf"], "inf must be a number above 0, and finite"),
+    (["train-heads", "--model_dir", "m", "--output_dir", "o", "--max_memory", "1e400"], "inf must be a number above 0"),
     (["train-heads", "--model_dir", "m", "--output_dir", "o", "--lr", "inf"], "inf must be a number above 0, and finite"),
     (["check", "--model_dir", "m", "--gpu_memory_gb", "inf"], "and finite"),
     (["deploy", "--checkpoint_dir", "c", "--tokenizer_dir", "t", "--output_dir", "o", "--max_batch_size", "0"],
@@ -821,7 +821,7 @@ def test_an_output_dir_that_is_a_file_is_named_so_and_never_replaced(ws, capsys)
 
 
 def test_a_bare_at_sign_names_no_tree_file(capsys):
-    assert main(["tree", "--choices", "@"]) == 1
+    assert main(["tree", "--choices", "@"]) == 2  # the command line's own text (user guide, "Exit codes")
     err = capsys.readouterr().err
     assert "'@' names no file" in err and "@tree.json" in err and "is not a regular file" not in err
 

@@ -34,7 +34,7 @@ def test_convert_refuses_full_precision_with_weight_only(tmp_path, capsys, qwen2
     rc = main(["convert", "--model_dir", str(qwen2_base), "--medusa_model_dir", str(qwen2_heads), "--output_dir",
                str(tmp_path / "out"), "--qformat", "full_prec", "--use_weight_only", "--quiet"])
     err = capsys.readouterr().err
-    assert rc == 1 and "--qformat full_prec and --use_weight_only (weight-only int8) ask for two formats" in err, err
+    assert rc == 2 and "--qformat full_prec and --use_weight_only (weight-only int8) ask for two formats" in err, err
     assert list(tmp_path.iterdir()) == [] and {p: _digest(p) for p in inputs} == inputs
 
 

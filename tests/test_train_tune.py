@@ -233,7 +233,7 @@ def test_train_heads_refuses_bad_input(tmp_path, store, capsys):
                  "--quiet"]) == 1
     assert "outside the vocabulary" in capsys.readouterr().err
     assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--distill", "1.5",
-                 "--quiet"]) == 1
+                 "--quiet"]) == 2
     assert "--distill 1.5 must be between 0 and 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: one of its choices
         main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--dtype", "int8"])

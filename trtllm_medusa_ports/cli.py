@@ -4,7 +4,9 @@ One ``run_<command>`` per command (flags -> the api's options -> its function ->
 ``main``; nothing else: the flags themselves, their types and the values read from them are cli_flags/'s.
 May import: cli_flags, errors, and lazily api (each command's function) and what a command needs beyond it.
 
-Exit codes: 0 success, 1 a problem with the input or a failed check, 2 usage errors.
+Exit codes (docs/user-guide.md, "Exit codes"): 0 success; 1 an input is wrong or does not fit the flags, or a check
+failed; 2 the command line alone is wrong (argparse's own errors, the refusals printed here, and a PortError raised
+with ``usage=True``).
 """
 
 from __future__ import annotations
@@ -321,6 +323,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "deploy": run_deploy, "demo": run_demo}, only)
 
 
+def _typed_trees(args: argparse.Namespace) -> None:
+    """A tree typed on the command line (not @FILE) is read before any input, so that its form is judged as the
+    command line's (exit 2) whatever the directories hold; whether it fits the heads is the command's to say."""
+    from trtllm_medusa_ports.tree import parse_choices
+
+    for dest in ("medusa_choices", "choices"):
+        text = getattr(args, dest, None)
+        if isinstance(text, str) and not text.strip().startswith("@"):
+            parse_choices(text)
+
+
 def _terminate(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: partial output is removed
 
@@ -339,10 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args, rest = parser.parse_args(argv), []
     try:
+        _typed_trees(args)
         return args.func(args, rest) if args.command == "build" else args.func(args)
     except PortError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if exc.usage else 1
     except KeyboardInterrupt:
         print("interrupted; nothing was left half-written", file=sys.stderr)
         return 130

@@ -385,11 +385,12 @@ def _check_options(opts: ConvertOptions, heads: MedusaHeads) -> None:
             fix="omit --num_medusa_layers (it is read from the heads)",
         )
     if opts.workers < 1:
-        raise ConversionError(f"--workers {opts.workers} must be at least 1", fix="use --workers 1 or more")
+        raise ConversionError(f"--workers {opts.workers} must be at least 1", fix="use --workers 1 or more", usage=True)
     if opts.max_draft_len <= 0:
         raise ConversionError(
             f"--max_medusa_token_len must be positive, got {opts.max_draft_len}",
             fix="use the number of nodes of your tree (63 for the presets)",
+            usage=True,
         )
 
 

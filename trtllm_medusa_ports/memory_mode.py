@@ -132,7 +132,8 @@ def check_max_memory(max_memory_gb: float | None) -> int | None:
     if max_memory_gb is None:
         return None
     if not max_memory_gb > 0:
-        raise ModelError(f"--max_memory {max_memory_gb} must be a positive number of GB", fix="e.g. --max_memory 16")
+        raise ModelError(f"--max_memory {max_memory_gb} must be a positive number of GB", fix="e.g. --max_memory 16",
+                         usage=True)
     return int(max_memory_gb * GB)
 
 

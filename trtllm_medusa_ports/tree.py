@@ -75,8 +75,17 @@ def preset_names() -> list[str]:
 def parse_choices(spec: str | list) -> list[list[int]]:
     """Read ``medusa_choices`` from a preset name, ``@file``, or a JSON / Python literal.
 
-    Returns the raw list of paths (not validated beyond its shape).
+    Returns the raw list of paths (not validated beyond its shape). A flag's own text of the wrong form is an error
+    of the command line (``usage``: exit 2); a tree file's, of an input (exit 1).
     """
+    try:
+        return _parse_choices(spec)
+    except TreeError as exc:
+        exc.usage = exc.where == "--medusa_choices"
+        raise
+
+
+def _parse_choices(spec: str | list) -> list[list[int]]:
     if isinstance(spec, list):
         raw = spec
         origin = "medusa_choices"

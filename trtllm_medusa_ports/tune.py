@@ -145,9 +145,9 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
     from trtllm_medusa_ports.base_model import continue_greedily, load_base
     from trtllm_medusa_ports.heads import load_heads
     if estimate not in ("product", "joint"):
-        raise PortError(f"--estimate {estimate!r} is not one of product, joint", fix="pass --estimate product")
+        raise PortError(f"--estimate {estimate!r} is not one of product, joint", fix="pass --estimate product", usage=True)
     if max_nodes < 1:
-        raise PortError(f"--max_nodes {max_nodes} must be at least 1", fix="e.g. --max_nodes 63")
+        raise PortError(f"--max_nodes {max_nodes} must be at least 1", fix="e.g. --max_nodes 63", usage=True)
     if max_draft_len is not None and max_nodes > max_draft_len:
         raise PortError(f"--max_nodes {max_nodes} is above --max_draft_len {max_draft_len}: TensorRT-LLM could not "
                         "run the tree", fix=f"pass --max_nodes {max_draft_len} or less")

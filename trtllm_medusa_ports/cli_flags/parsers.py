@@ -230,7 +230,7 @@ def _add_memory_args(s, held: str, same: str, whole: str, default: str, waiting:
                         help=f"hold one decoder layer {held} at a time, read again from the files every forward "
                         f"pass (bounded memory, slower; {same})")
     memory.add_argument("--no_streaming", dest="streaming", action="store_false", help=whole)
-    s.add_argument("--max_memory", type=non_negative, default=None, metavar="GB",
+    s.add_argument("--max_memory", type=positive, default=None, metavar="GB",
                    help=f"without --streaming / --no_streaming: stream when the in-memory estimate exceeds this "
                    f"{default}; the report says which mode ran")
     s.add_argument("--offload_dir", default=None,

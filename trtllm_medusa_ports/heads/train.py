@@ -912,21 +912,23 @@ def _check_train_options(opts: TrainOptions) -> None:
     for name, v, lo in (("--num_heads", f.num_heads, 1), ("--num_layers", f.num_layers, 1), ("--steps", f.steps, 1),
                         ("--new_tokens", opts.new_tokens, 1), ("--dist_timeout", opts.dist_timeout, 1)):
         if v < lo:
-            raise PortError(f"{name} {v} must be at least {lo}", fix=f"pass {name} {lo} or more")
+            raise PortError(f"{name} {v} must be at least {lo}", fix=f"pass {name} {lo} or more", usage=True)
     if not f.lr > 0:
-        raise PortError(f"--lr {f.lr} must be positive", fix="e.g. --lr 3e-3")
+        raise PortError(f"--lr {f.lr} must be positive", fix="e.g. --lr 3e-3", usage=True)
     if opts.dtype != "auto" and opts.dtype not in CHECKPOINT_DTYPES:
         raise PortError(f"--dtype {opts.dtype} is not auto or one of {', '.join(CHECKPOINT_DTYPES)}",
-                        fix="e.g. --dtype auto")
+                        fix="e.g. --dtype auto", usage=True)
     if f.matmul_dtype != "auto":
         _check_fit_dtype(f.matmul_dtype)  # before the corpus is built, not minutes later
     if opts.device_map not in (None, "auto"):
-        raise PortError(f"--device_map {opts.device_map!r} is not auto", fix="pass --device_map auto, or leave it out")
+        raise PortError(f"--device_map {opts.device_map!r} is not auto", fix="pass --device_map auto, or leave it out",
+                        usage=True)
     if not 0 <= f.heldout_fraction < 1:
         raise PortError(f"--heldout_fraction {f.heldout_fraction} must be at least 0 and below 1",
-                        fix="e.g. --heldout_fraction 0.05 (0: nothing held out)")
+                        fix="e.g. --heldout_fraction 0.05 (0: nothing held out)", usage=True)
     if not 0 <= f.distill <= 1:
-        raise PortError(f"--distill {f.distill} must be between 0 and 1", fix="e.g. --distill 0.5 (0: hard targets only)")
+        raise PortError(f"--distill {f.distill} must be between 0 and 1", fix="e.g. --distill 0.5 (0: hard targets only)",
+                        usage=True)
     check_max_memory(opts.max_memory)
     if opts.device_map is not None and (opts.streaming or opts.max_memory is not None):
         flag = "--streaming" if opts.streaming else "--max_memory"

@@ -191,7 +191,7 @@ def check_fields(owner: str, values: dict, defaults: dict, error: type[PortError
             none = " (or None)" if default is None or s.none else ""
             told = f"; the default is {default!r}" if default not in (dataclasses.MISSING, None) else ""
             raise error(f"{given} ({type(v).__name__}) is not {_expected(s)}{none}",
-                        where=f"{label}.{name}", fix=f"give {label}.{name} {_expected(s)}{none}{told}")
+                        where=f"{label}.{name}", fix=f"give {label}.{name} {_expected(s)}{none}{told}", usage=True)
         if s.kind == "nested":
             validate(v, error, f"{label}.{name}")
 

@@ -113,40 +113,41 @@ class QuantSpec:
 def resolve_spec(*, qformat: str | None = None, use_weight_only: bool = False,
                  weight_only_precision: str | None = None, kv_cache_dtype: str | None = None,
                  int8_kv_cache: bool = False) -> QuantSpec:
-    """The spec from upstream's flag spellings; contradictions are refused, never resolved silently."""
+    """The spec from upstream's flag spellings; contradictions are refused, never resolved silently; every refusal
+    is the command line's (``usage``: exit 2)."""
     algo = None
     if qformat not in (None, "full_prec"):
         if qformat not in QFORMATS:
             raise ConversionError(f"--qformat {qformat!r} is not offered",
                                   fix="use fp8, int8_wo or int4_wo; AWQ and SmoothQuant bases come from NVIDIA's "
-                                      "tools (examples/quantization/quantize.py)")
+                                      "tools (examples/quantization/quantize.py)", usage=True)
         algo = QFORMATS[qformat]
     if use_weight_only or weight_only_precision is not None:
         precision = weight_only_precision or "int8"
         if precision not in WEIGHT_ONLY_PRECISIONS:
             raise ConversionError(f"--weight_only_precision {precision!r} is not offered",
-                                  fix="use int8 or int4 (int4_gptq needs GPTQ weights: NVIDIA's tools)")
+                                  fix="use int8 or int4 (int4_gptq needs GPTQ weights: NVIDIA's tools)", usage=True)
         if not use_weight_only:
             raise ConversionError(f"--weight_only_precision {precision} without --use_weight_only",
-                                  fix="add --use_weight_only (as upstream's convert_checkpoint.py)")
+                                  fix="add --use_weight_only (as upstream's convert_checkpoint.py)", usage=True)
         wo = WEIGHT_ONLY_PRECISIONS[precision]
         if qformat == "full_prec":
             raise ConversionError(f"--qformat full_prec and --use_weight_only (weight-only {precision}) ask for two "
                                   "formats: full_prec keeps every weight float",
-                                  fix="drop --qformat full_prec for weight-only, or drop --use_weight_only")
+                                  fix="drop --qformat full_prec for weight-only, or drop --use_weight_only", usage=True)
         if algo is not None and algo != wo:
             raise ConversionError(f"--qformat {qformat} and --use_weight_only --weight_only_precision {precision} "
-                                  "ask for two formats", fix="pass one of them")
+                                  "ask for two formats", fix="pass one of them", usage=True)
         algo = wo
     kv = None
     if kv_cache_dtype is not None:
         if kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ConversionError(f"--kv_cache_dtype {kv_cache_dtype!r} is not offered", fix="use fp8 or int8")
+            raise ConversionError(f"--kv_cache_dtype {kv_cache_dtype!r} is not offered", fix="use fp8 or int8", usage=True)
         kv = KV_CACHE_DTYPES[kv_cache_dtype]
     if int8_kv_cache:
         if kv not in (None, "INT8"):
             raise ConversionError(f"--int8_kv_cache and --kv_cache_dtype {kv_cache_dtype} contradict each other",
-                                  fix="pass one of them")
+                                  fix="pass one of them", usage=True)
         kv = "INT8"
     return QuantSpec(algo, kv)
 

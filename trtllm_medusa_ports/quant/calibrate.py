@@ -230,7 +230,7 @@ def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, 
     """
     if (size is not None and size < 1) or max_seq_length < 1:
         raise PortError(f"--calib_size {size} and --calib_max_seq_length {max_seq_length} must be at least 1",
-                        fix="e.g. --calib_size 512 --calib_max_seq_length 512 (upstream's defaults)")
+                        fix="e.g. --calib_size 512 --calib_max_seq_length 512 (upstream's defaults)", usage=True)
     context = base_context(model_dir)
     limit = min(max_seq_length, context[0]) if context else max_seq_length
     tok = _SampleTokenizer(Path(tokenizer_dir or model_dir), limit)

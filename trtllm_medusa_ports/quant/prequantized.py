@@ -78,6 +78,9 @@ _MODEL_DTYPE_TENSORS = re.compile(r"transformer\.vocab_embedding\.weight|lm_head
 class FlagConflict(ConversionError):
     """A flag add-heads cannot honour: the base keeps its own dtype, quantization and mapping (the CLI exits 2)."""
 
+    def __init__(self, what: str, **kw):
+        super().__init__(what, usage=True, **kw)
+
 
 @dataclass
 class AddHeadsResult:
@@ -270,7 +273,8 @@ def _check_options(heads, heads_dir: Path, *, dtype: str, base_dtype: str, num_m
     from trtllm_medusa_ports.compat import check_tree
 
     if dtype not in ("auto", *CHECKPOINT_DTYPES):
-        raise ConversionError(f"--dtype {dtype!r} is not supported", fix="use auto, float32, float16 or bfloat16")
+        raise ConversionError(f"--dtype {dtype!r} is not supported", fix="use auto, float32, float16 or bfloat16",
+                              usage=True)
     if dtype not in ("auto", base_dtype):
         raise FlagConflict(
             f"--dtype {dtype} with --base_checkpoint_dir: the base is {base_dtype} and keeps its own dtype (its "
@@ -286,7 +290,7 @@ def _check_options(heads, heads_dir: Path, *, dtype: str, base_dtype: str, num_m
                               "layer(s)", where=str(heads_dir), fix="omit --num_medusa_layers (it is read from the heads)")
     if isinstance(max_draft_len, bool) or not isinstance(max_draft_len, int) or max_draft_len <= 0:
         raise ConversionError(f"--max_medusa_token_len must be positive, got {max_draft_len}",
-                              fix="use the number of nodes of your tree (63 for the presets)")
+                              fix="use the number of nodes of your tree (63 for the presets)", usage=True)
     if not medusa_choices:
         return []
     findings = check_tree(medusa_choices, heads.num_heads, max_draft_len)

@@ -150,7 +150,8 @@ def _verify(
 
         hf_logging.disable_progress_bar()
     if max_new_tokens < 1:
-        raise ModelError(f"--max_new_tokens {max_new_tokens} must be at least 1", fix="e.g. --max_new_tokens 32")
+        raise ModelError(f"--max_new_tokens {max_new_tokens} must be at least 1", fix="e.g. --max_new_tokens 32",
+                         usage=True)
     def status(text: str) -> None:  # the phases without a progress bar of their own
         if not quiet:
             print(f"verify: {text}", file=sys.stderr, flush=True)
