@@ -216,7 +216,9 @@ def test_the_recorded_tree_is_named_as_config_jsons_and_the_override_flag_alone_
 
 def test_deploy_refuses_what_the_builds_load_refuses(tmp_path, store, capsys):
     """Issue 63, 3: a scale of a shape the engine's layer does not declare fails the build's load
-    (quant/engine_load.py, which verify runs too): deploy refuses it, naming the rank file, before writing."""
+    (quant/engine_load.py, which verify runs too), and a negated or NaN scale builds an engine that serves wrong
+    tokens (verify fails it): deploy refuses both, naming the rank file, before writing; the checkpoint as convert
+    wrote it deploys."""
     from conftest import convert_to, tiny_base
     from safetensors.torch import load_file, save_file
     from test_quant import WIDE, _calib, _heads
@@ -227,15 +229,21 @@ def test_deploy_refuses_what_the_builds_load_refuses(tmp_path, store, capsys):
     vocab = tiny_config("Qwen2ForCausalLM").vocab_size
     ckpt = convert_to(tmp_path / "fp8", base, _heads(tmp_path, "Qwen2ForCausalLM", 128), dtype="float16",
                       qformat="fp8", calib_dataset=_calib(tmp_path, vocab), calib_size=6)
-    t = load_file(str(ckpt / "rank0.safetensors"))
-    name = "transformer.layers.0.attention.qkv.weights_scaling_factor"
-    t[name] = t[name].expand(2).contiguous()
-    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
     tok = save_tiny_tokenizer(tmp_path / "tok", vocab)
     out = tmp_path / "serve"
-    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]) == 1
-    err = capsys.readouterr().err
-    assert f"{name} is float32 [2], but FP8Linear" in err and "rank0.safetensors" in err and not out.exists()
+    args = ["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]
+    assert main([*args, "--output_dir", str(tmp_path / "as-written")]) == 0, capsys.readouterr().err  # not refused
+    capsys.readouterr()
+    good = load_file(str(ckpt / "rank0.safetensors"))
+    name = "transformer.layers.0.attention.qkv.weights_scaling_factor"
+    for change, says in ((lambda v: v.expand(2).contiguous(), f"{name} is float32 [2], but FP8Linear"),
+                         # the engine divides by it: a sign flip serves wrong tokens (the check add-heads runs)
+                         (lambda v: -v, f"scale {name} holds -"),
+                         (lambda v: v * float("nan"), f"scale {name} holds nan")):
+        save_file({**good, name: change(good[name])}, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert says in err and "rank0.safetensors" in err and not out.exists(), err
 
 
 def test_fill_sh_stops_at_its_first_failing_step(served, tmp_path, capsys):  # noqa: F811

@@ -31,7 +31,7 @@ atomically, as convert writes; every path in it is absolute.
 Every value from an input reaches a script through ``deploy.quoting`` only; comments carry none.
 
 May import: ``files``, ``memory``, ``tree``, ``errors``, ``findings``, ``compat.checkpoint`` (the rules build refuses
-by), ``quant.engine_load`` (what the build's load refuses), ``deploy.commands``, ``deploy.routes``,
+by), ``quant.engine_load`` (what the build's load refuses), ``quant.prequantized`` (a quantized checkpoint's scales), ``deploy.commands``, ``deploy.routes``,
 ``deploy.quoting``, ``deploy.triton``.
 """
 
@@ -51,6 +51,7 @@ from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpo
 from trtllm_medusa_ports.findings import ERROR
 from trtllm_medusa_ports.memory import memory_plan
 from trtllm_medusa_ports.quant.engine_load import load_problems
+from trtllm_medusa_ports.quant.prequantized import check_base_tensors
 from trtllm_medusa_ports.tree import MedusaTree, checkpoint_tree, resolve_choices
 
 #: files a Hugging Face tokenizer directory holds (transformers' AutoTokenizer reads one of them)
@@ -114,11 +115,18 @@ def _plain_inputs(checkpoint_dir: Path, tokenizer: Path, output_dir: Path, engin
 
 def _buildable(ckpt, checkpoint_dir: Path) -> None:
     """What the build refuses, refused before anything is written: compat/checkpoint.py's rules (as build and verify
-    count them: no heads, float32, ALiBi, float16 range) and the build's load (quant/engine_load.py)."""
+    count them: no heads, float32, ALiBi, float16 range), a quantized checkpoint's scales and layers
+    (quant/prequantized.py's checks of a tool's base) and the build's load (quant/engine_load.py)."""
     refused = [f for f in checkpoint_findings(ckpt.config) if f.severity == ERROR]
     if refused:
         raise CheckpointError("no engine serves this checkpoint: " + "; ".join(f"[{f.rule}] {f.message}" for f in refused),
                               where=str(checkpoint_dir / "config.json"), fix=refused[0].fix)
+    quant = ckpt.config.get("quantization") or {}
+    if quant.get("quant_algo") or quant.get("kv_cache_quant_algo"):
+        # a quantized checkpoint's rank files as add-heads checks a tool's base (quant/prequantized.py): every scale
+        # finite and of a value the engine can use, each layer's weight and scales as its quant_algo declares them,
+        # a KV cache scale per attention layer - an engine built from anything else serves wrong tokens
+        check_base_tensors(ckpt, quant.get("exclude_modules"))
     loads = load_problems(ckpt.ranks, ckpt.config)
     if loads:
         raise CheckpointError(loads[0].message, where=str(checkpoint_dir / f"rank{loads[0].rank}.safetensors"),
