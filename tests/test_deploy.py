@@ -114,18 +114,24 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
                  "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     bundle = json.loads((out / "deploy.json").read_text())
-    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert printed == bundle and written == sorted(bundle["files"]) == [
-        "build.sh", "deploy.json", "llm_api.py", "run.sh", "serve.sh", "serve.yaml", "triton/fill.sh",
-        "triton/launch.sh"]
+    written = sorted(str(p.relative_to(out)) + "/" * p.is_dir() for p in out.rglob("*")
+                     if p.parent == out or p.parent.name == "triton")
+    assert printed == bundle and written == sorted(bundle["files"] + ["triton/"]) == [
+        "build.sh", "checkpoint/", "deploy.json", "llm_api.py", "run.sh", "serve.sh", "serve.yaml", "tokenizer/",
+        "triton/", "triton/fill.sh", "triton/launch.sh"]
+    # what the routes read is in the bundle: hard links to the inputs (the same files, no space taken)
+    assert sorted(p.name for p in (out / "checkpoint").iterdir()) == sorted(p.name for p in ckpt.iterdir())
+    assert sorted(p.name for p in (out / "tokenizer").iterdir()) == sorted(p.name for p in tok.iterdir())
+    assert all((out / "checkpoint" / p.name).samefile(p) for p in ckpt.iterdir())
     compile((out / "llm_api.py").read_text(), "llm_api.py", "exec")  # Python reads it
     for script in ("build.sh", "run.sh", "serve.sh", "triton/fill.sh", "triton/launch.sh"):  # executable, bash reads them
         assert (out / script).stat().st_mode & 0o111
         assert subprocess.run(["bash", "-n", str(out / script)], capture_output=True).returncode == 0
-    engine = str((out / "engine").resolve())
     build = _exec_line((out / "build.sh").read_text())
-    # Qwen2 with its own heads at pp 1: upstream's MedusaForCausalLM, which plain trtllm-build builds
-    assert build == ["trtllm-build", "--checkpoint_dir", str(ckpt.resolve()), "--output_dir", engine,
+    # Qwen2 with its own heads at pp 1: upstream's MedusaForCausalLM, which plain trtllm-build builds; the paths are
+    # the bundle's, where the script runs
+    assert 'cd "$(dirname "$0")"' in (out / "build.sh").read_text()
+    assert build == ["trtllm-build", "--checkpoint_dir", "./checkpoint", "--output_dir", "./engine",
                      "--speculative_decoding_mode", "medusa", "--max_batch_size", "8", "--max_input_len", "128",
                      "--max_seq_len", "256", "--max_num_tokens", "128"]
     assert bundle["serving"] == {"max_batch_size": 8, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 128}
@@ -135,7 +141,7 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
     assert run[5] == "EXAMPLES/run.py" and run[-2:] == ["--input_text", "$@"]
     args, choices = _run_py.medusa_run([*run[6:-1], "a prompt"])  # run.py's own flags and Medusa assertions
     assert choices == [[0], [1], [0, 0], [0, 1]] and args.temperature == 1.0 and args.top_k == 1
-    assert args.engine_dir == engine and args.tokenizer_dir == str(tok.resolve()) and args.input_text == ["a prompt"]
+    assert args.engine_dir == "./engine" and args.tokenizer_dir == "./tokenizer" and args.input_text == ["a prompt"]
     assert args.max_output_len == 128 and 128 + bundle["serving"]["max_input_len"] <= bundle["serving"]["max_seq_len"]
     with pytest.raises(AssertionError, match="temperature"):  # the model fails a wrong field
         _run_py.medusa_run([*run[6:-1], "x", "--temperature", "0.7"])
@@ -150,7 +156,8 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
                  "--overwrite", "--max_batch_size", "2", "--max_seq_len", "200", "--max_input_len", "50"]) == 0
     text = capsys.readouterr().out
     assert f"Wrote {out.resolve()}: build.sh, run.sh, llm_api.py, serve.yaml, serve.sh, triton/fill.sh, " \
-           "triton/launch.sh, deploy.json (world size 2; tree 4 nodes" in text
+           "triton/launch.sh, deploy.json, checkpoint/, tokenizer/ (world size 2; tree 4 nodes" in text
+    assert "checkpoint/ and tokenizer/: hard links to the inputs; the bundle names no path of this machine" in text
     assert json.loads((out / "deploy.json").read_text())["serving"] == {
         "max_batch_size": 2, "max_input_len": 50, "max_seq_len": 200, "max_num_tokens": 50}
 
@@ -224,12 +231,12 @@ def test_one_rank_runs_without_mpirun_and_our_class_builds_with_trtllm_medusa_bu
     assert b["tree"]["nodes"] <= b["tree"]["max_draft_len"]
 
 
-def _engine_dir(bundle: dict, ckpt) -> None:
+def _engine_dir(bundle: dict, ckpt, out: Path) -> None:
     """What a build leaves in the engine directory as the runtime reads it: config.json's ``pretrained_config`` (the
     checkpoint's, naming the engine's architecture) and ``build_config`` (tensorrt_llm/builder.py EngineConfig)."""
     cfg = json.loads((ckpt / "config.json").read_text())
     cfg["architecture"] = bundle["engine_architecture"]
-    engine = Path(bundle["engine_dir"])
+    engine = out / bundle["engine_dir"]
     engine.mkdir(parents=True)
     (engine / "config.json").write_text(json.dumps({"pretrained_config": cfg, "build_config": {
         "max_draft_len": cfg["max_draft_len"], "speculative_decoding_mode": "medusa"}}))
@@ -240,7 +247,7 @@ def _bundle(served, tmp_path) -> dict:
     from trtllm_medusa_ports import api
 
     res = api.deploy(api.DeployOptions(ckpt, tok, tmp_path / "serve", gpu_memory_gb=8))
-    _engine_dir(res.to_dict(), ckpt)
+    _engine_dir(res.to_dict(), ckpt, tmp_path / "serve")
     return res.to_dict()
 
 
@@ -264,7 +271,8 @@ def test_llm_api_script_loads_the_engine_with_its_tree_greedily(served, tmp_path
     spec = args["speculative_config"]
     assert type(spec).__name__ == "MedusaDecodingConfig" and spec.medusa_choices == [[0], [1], [0, 0], [0, 1]]
     assert spec.max_draft_len == 6 and spec.num_medusa_heads == b["tree"]["num_medusa_heads"]
-    assert args["model"] == b["engine_dir"] and args["tokenizer"] == b["tokenizer_dir"]
+    # the bundle's own directories, found from the script's location
+    assert args["model"] == str(tmp_path / "serve" / "engine") and args["tokenizer"] == str(tmp_path / "serve" / "tokenizer")
     assert args["kv_cache_config"].free_gpu_memory_fraction == b["kv_cache_free_gpu_memory_fraction"] <= 0.9
     assert prompts == ["Hello there", "second"] and sampling._greedy_decoding and sampling.max_tokens == 128
     assert capsys.readouterr().out == "Hello there\nsecond\n"
@@ -288,7 +296,7 @@ def test_the_llm_api_model_fails_a_wrong_field(served, tmp_path, trtllm, change,
 
 def test_an_engine_name_outside_model_map_fails_the_python_routes(served, tmp_path, trtllm):  # noqa: F811
     b = _bundle(served, tmp_path)
-    engine = Path(b["engine_dir"]) / "config.json"
+    engine = tmp_path / "serve" / b["engine_dir"] / "config.json"
     cfg = json.loads(engine.read_text())
     cfg["pretrained_config"]["architecture"] = "MedusaPortsQWenForCausalLM"
     engine.write_text(json.dumps(cfg))
@@ -304,10 +312,11 @@ def _serve_args(serve_sh, model_parser):
 
 
 def test_trtllm_serve_takes_the_engine_backend_and_the_yaml_keeps_what_the_command_line_set(served, tmp_path,
-                                                                                           trtllm):  # noqa: F811
+                                                                                           trtllm, monkeypatch):  # noqa: F811
     from tensorrt_llm.commands import serve
 
     b = _bundle(served, tmp_path)
+    monkeypatch.chdir(tmp_path / "serve")  # where serve.sh runs it
     args = _serve_args(tmp_path / "serve" / "serve.sh", serve.parser())
     assert args.backend == "tensorrt" and args.model == b["engine_dir"] and args.tokenizer == b["tokenizer_dir"]
     assert (args.tp_size, args.pp_size) == (2, 1)
@@ -332,14 +341,16 @@ TRITON_TEMPLATES = Path(__file__).parent / "fixtures" / "triton"
 _triton = standin_file("triton_backend.py", "standin_triton_backend")
 
 
-def _filled(bundle: dict) -> dict:
-    """Each model's config.pbtxt as fill.sh leaves it: the fill argument through fill_template.py's model, parsed
-    with NVIDIA's protobuf of Triton's ModelConfig."""
+def _filled(bundle: dict, at: Path) -> dict:
+    """Each model's config.pbtxt as fill.sh leaves it with the bundle at ``at``: the fill argument through
+    fill_template.py's model, parsed with NVIDIA's protobuf of Triton's ModelConfig."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
+    from trtllm_medusa_ports.deploy.triton import fill_at
+
     out = {}
-    for model, argument in bundle["triton"]["fill"].items():
+    for model, argument in fill_at(bundle["triton"], str(at)).items():
         text = _triton.fill_template((TRITON_TEMPLATES / model / "config.pbtxt").read_text(), argument)
         out[model] = text_format.Parse(text.replace("${batch_scheduler_policy}", "guaranteed_no_evict"),
                                        model_config_pb2.ModelConfig())
@@ -348,18 +359,19 @@ def _filled(bundle: dict) -> dict:
 
 def test_the_triton_repository_is_filled_for_medusa_and_parses_as_tritons_model_config(served, tmp_path):
     b = _bundle(served, tmp_path)
-    configs = _filled(b)
+    configs = _filled(b, tmp_path / "serve")
     trt = configs["tensorrt_llm"]
     params = {k: v.string_value for k, v in trt.parameters.items()}
     assert trt.backend == "tensorrtllm" and trt.max_batch_size == 8 and not trt.model_transaction_policy.decoupled
-    assert params["gpt_model_path"] == b["engine_dir"] and params["gpt_model_type"] == "inflight_fused_batching"
+    assert params["gpt_model_path"] == str(tmp_path / "serve" / "engine")
+    assert params["gpt_model_type"] == "inflight_fused_batching"
     assert params["max_beam_width"] == "1" and params["decoding_mode"] == "medusa"
     assert float(params["kv_cache_free_gpu_mem_fraction"]) == b["kv_cache_free_gpu_memory_fraction"]
     # the C++ backend's own reading of the tree (utils.cc csvStrToVecVecInt): the recorded tree, not mc_sim_7b_63
     assert _triton.medusa_choices_served(params["decoding_mode"], params["medusa_choices"]) == b["tree"][
         "medusa_choices"] == [[0], [1], [0, 0], [0, 1]]
     for model in ("preprocessing", "postprocessing"):
-        assert configs[model].parameters["tokenizer_dir"].string_value == b["tokenizer_dir"]
+        assert configs[model].parameters["tokenizer_dir"].string_value == str(tmp_path / "serve" / "tokenizer")
         assert configs[model].max_batch_size == 8 and configs[model].instance_group[0].count == 1
     assert configs["ensemble"].max_batch_size == 8
     fill = (tmp_path / "serve" / "triton" / "fill.sh").read_text()

@@ -24,7 +24,7 @@ HOSTILE_SOURCE = 'x"""\nimport os; os.system("touch PWNED4")\n"""'.replace("\n",
 STUB = """#!/usr/bin/env python3
 import json, os, sys
 with open(os.environ["STUB_LOG"], "a") as f:
-    f.write(json.dumps({"tool": os.path.basename(sys.argv[0]), "argv": sys.argv[1:]}) + "\\n")
+    f.write(json.dumps({"tool": os.path.basename(sys.argv[0]), "argv": sys.argv[1:], "cwd": os.getcwd()}) + "\\n")
 """
 
 #: the LLM API as llm_api.py imports it, recording what it was given
@@ -64,43 +64,39 @@ def _payloads(*roots: Path) -> list[str]:
     return sorted(str(p) for r in roots for p in r.rglob("PWNED*"))
 
 
-def test_no_payload_runs_and_every_file_reads_back_as_the_value(served, tmp_path, capsys):  # noqa: F811
-    ckpt, tok = _hostile_inputs(served, tmp_path)
-    out = tmp_path / HOSTILE / "serve"
-    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]) == 0, \
-        capsys.readouterr().err
-    bundle = json.loads((out / "deploy.json").read_text())
-    assert bundle["checkpoint_dir"] == str(ckpt.resolve()) and HOSTILE_SOURCE in bundle["tree"]["source"]
-
-    stubs, work = tmp_path / "stubs", tmp_path / "cwd"
-    stubs.mkdir()
-    work.mkdir()
+def _stubs(tmp_path: Path, bundle: dict) -> tuple[dict, Path]:
+    """The consumers as stubs on PATH, TensorRT-LLM's examples/ and triton_backend/ directories, the log they write."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(exist_ok=True)
     for tool in ("trtllm-build", "trtllm-medusa", "trtllm-serve", "mpirun", "python3"):
         (stubs / tool).write_text(STUB.replace("/usr/bin/env python3", sys.executable, 1))  # not itself
         (stubs / tool).chmod(0o755)
-    (stubs / "examples").mkdir()
+    (stubs / "examples").mkdir(exist_ok=True)
     triton = tmp_path / "triton_backend"
     for model in bundle["triton"]["fill"]:
-        (triton / "all_models" / "inflight_batcher_llm" / model).mkdir(parents=True)
+        (triton / "all_models" / "inflight_batcher_llm" / model).mkdir(parents=True, exist_ok=True)
     log = tmp_path / "stub.log"
-    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log),
-           "TRTLLM_EXAMPLES": str(stubs / "examples"), "TRTLLM_TRITON": str(triton)}
-    for script in ("build.sh", "run.sh", "serve.sh", "triton/fill.sh", "triton/launch.sh"):
+    return {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log),
+            "TRTLLM_EXAMPLES": str(stubs / "examples"), "TRTLLM_TRITON": str(triton)}, log
+
+
+def _calls(log: Path) -> dict[str, list]:
+    by_tool: dict[str, list] = {}
+    for c in (json.loads(line) for line in log.read_text().splitlines()):
+        by_tool.setdefault(c["tool"], []).append(c)
+    log.unlink()
+    return by_tool
+
+
+def _run_scripts(out: Path, env: dict, work: Path, scripts: tuple[str, ...]) -> None:
+    for script in scripts:
         assert subprocess.run(["bash", "-n", str(out / script)], capture_output=True).returncode == 0, script
         done = subprocess.run(["bash", str(out / script)], cwd=work, env=env, capture_output=True, text=True)
         assert done.returncode == 0, (script, done.stderr)
-    calls = [json.loads(line) for line in log.read_text().splitlines()]
-    by_tool = {}
-    for c in calls:
-        by_tool.setdefault(c["tool"], []).append(c["argv"])
-    # each consumer got the values as single words, exactly
-    assert by_tool["trtllm-build"] == [bundle["build"]["argv"][1:]]
-    assert by_tool["mpirun"][0][by_tool["mpirun"][0].index("--engine_dir") + 1] == bundle["engine_dir"]
-    assert by_tool["trtllm-serve"][0][:1] == [bundle["engine_dir"]]
-    fills = [a for a in by_tool["python3"] if a[0].endswith("fill_template.py")]
-    assert [a[-1] for a in fills] == list(bundle["triton"]["fill"].values())
 
-    # llm_api.py under a stand-in LLM API that records what it was given
+
+def _llm_api(out: Path, env: dict, work: Path, tmp_path: Path) -> None:
+    """llm_api.py under a stand-in LLM API that records what it was given."""
     fake = tmp_path / "fake_trtllm"
     for name, text in FAKE_TRTLLM.items():
         (fake / name).parent.mkdir(parents=True, exist_ok=True)
@@ -108,21 +104,85 @@ def test_no_payload_runs_and_every_file_reads_back_as_the_value(served, tmp_path
     done = subprocess.run([sys.executable, str(out / "llm_api.py"), "hello"], cwd=work, capture_output=True,
                           text=True, env={**env, "PATH": os.environ["PATH"], "PYTHONPATH": str(fake)})
     assert done.returncode == 0, done.stderr
-    llm = [json.loads(line) for line in log.read_text().splitlines() if '"LLM"' in line][0]
-    assert (llm["model"], llm["tokenizer"]) == (bundle["engine_dir"], bundle["tokenizer_dir"])
+
+
+def test_no_payload_runs_and_every_file_reads_back_as_the_value(served, tmp_path, capsys):  # noqa: F811
+    from trtllm_medusa_ports.deploy.triton import fill_at
+
+    ckpt, tok = _hostile_inputs(served, tmp_path)
+    out = tmp_path / HOSTILE / "serve"
+    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]) == 0, \
+        capsys.readouterr().err
+    bundle = json.loads((out / "deploy.json").read_text())
+    assert bundle["checkpoint_dir"] == "./checkpoint" and HOSTILE_SOURCE in bundle["tree"]["source"]
+    env, log = _stubs(tmp_path, bundle)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    _run_scripts(out, env, work, ("build.sh", "run.sh", "serve.sh"))
+    _llm_api(out, env, work, tmp_path)
+    by_tool = _calls(log)
+    # each consumer got the values as single words, exactly, and ran in the bundle (whose paths are relative)
+    assert [c["argv"] for c in by_tool["trtllm-build"]] == [bundle["build"]["argv"][1:]]
+    assert {c["cwd"] for c in by_tool["trtllm-build"] + by_tool["mpirun"] + by_tool["trtllm-serve"]} == {str(out)}
+    mpirun = by_tool["mpirun"][0]["argv"]
+    assert mpirun[mpirun.index("--engine_dir") + 1] == bundle["engine_dir"] == "./engine"
+    assert by_tool["trtllm-serve"][0]["argv"][:1] == [bundle["engine_dir"]]
+    llm = by_tool["LLM"][0]
+    assert (llm["model"], llm["tokenizer"]) == (str(out / "engine"), str(out / "tokenizer"))
     assert llm["medusa_choices"] == bundle["tree"]["medusa_choices"]
+    # Triton's fill_template.py splits on , and : and config.pbtxt quotes: fill.sh refuses this path, running nothing
+    done = subprocess.run(["bash", str(out / "triton" / "fill.sh")], cwd=work, env=env, capture_output=True, text=True)
+    assert done.returncode == 1 and "move the bundle to a plain path" in done.stderr and not log.exists()
 
     served_yaml = yaml.safe_load((out / "serve.yaml").read_text())
     assert served_yaml["speculative_config"]["medusa_choices"] == bundle["tree"]["medusa_choices"]
-    configs = _filled(bundle)  # fill_template.py's model, parsed with Triton's ModelConfig protobuf
-    assert configs["tensorrt_llm"].parameters["gpt_model_path"].string_value == bundle["engine_dir"]
-    for model in ("preprocessing", "postprocessing"):
-        assert configs[model].parameters["tokenizer_dir"].string_value == bundle["tokenizer_dir"]
-
     for name in ("build.sh", "run.sh", "llm_api.py", "serve.sh"):  # comments and docstrings carry no input value
         assert "PWNED" not in "".join(ln for ln in (out / name).read_text().splitlines() if ln.lstrip().startswith("#"))
         assert "PWNED4" not in (out / name).read_text()
+
+    # moved to a plain path, the Triton route fills there (issue 64: the bundle travels)
+    moved = tmp_path / "moved" / "serve"
+    shutil.move(str(out), str(moved))
+    _run_scripts(moved, env, work, ("triton/fill.sh", "triton/launch.sh"))
+    by_tool = _calls(log)
+    fills = [c["argv"] for c in by_tool["python3"] if c["argv"][0].endswith("fill_template.py")]
+    assert [a[-1] for a in fills] == list(fill_at(bundle["triton"], str(moved)).values())
+    launch = [c["argv"] for c in by_tool["python3"] if c["argv"][0].endswith("launch_triton_server.py")]
+    assert launch == [[str(Path(env["TRTLLM_TRITON"]) / "scripts" / "launch_triton_server.py"), "--world_size=2",
+                       f"--model_repo={moved}/triton/model_repo"]]
+    configs = _filled(bundle, moved)  # fill_template.py's model, parsed with Triton's ModelConfig protobuf
+    assert configs["tensorrt_llm"].parameters["gpt_model_path"].string_value == str(moved / "engine")
+    for model in ("preprocessing", "postprocessing"):
+        assert configs[model].parameters["tokenizer_dir"].string_value == str(moved / "tokenizer")
     assert _payloads(tmp_path) == [] and not list(Path.cwd().glob("PWNED*"))
+
+
+def test_the_bundle_travels_and_names_no_path_of_the_machine_that_wrote_it(served, tmp_path, capsys):  # noqa: F811
+    """Issue 64, 3: copied elsewhere (as rsync -a or scp -r would, every link made a file), every route reads the
+    copy's own checkpoint, tokenizer and engine; no generated file names a path of this machine."""
+    ckpt, tok = served
+    out = tmp_path / "serve"
+    assert main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)]) == 0
+    generated = [p for p in out.rglob("*") if p.is_file() and p.parts[len(out.parts)] not in ("checkpoint", "tokenizer")]
+    assert len(generated) == 8
+    for p in generated:
+        assert str(tmp_path) not in p.read_text() and "/tmp" not in p.read_text(), p
+    bundle = json.loads((out / "deploy.json").read_text())
+    there = tmp_path / "gpu-machine" / "bundle"
+    shutil.copytree(out, there)  # files, not links
+    shutil.rmtree(out)
+    assert (there / "checkpoint" / "config.json").read_bytes() == (ckpt / "config.json").read_bytes()
+    env, log = _stubs(tmp_path, bundle)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    _run_scripts(there, env, work, ("build.sh", "run.sh", "serve.sh", "triton/fill.sh", "triton/launch.sh"))
+    _llm_api(there, env, work, tmp_path)
+    by_tool = _calls(log)
+    assert {c["cwd"] for c in by_tool["trtllm-build"] + by_tool["mpirun"] + by_tool["trtllm-serve"]} == {str(there)}
+    assert (by_tool["LLM"][0]["model"], by_tool["LLM"][0]["tokenizer"]) == (str(there / "engine"),
+                                                                            str(there / "tokenizer"))
+    fills = [c["argv"][-1] for c in by_tool["python3"] if c["argv"][0].endswith("fill_template.py")]
+    assert f"engine_dir:{there}/engine" in fills[0] and all(str(tmp_path / "serve") not in f for f in fills)
 
 
 @pytest.mark.parametrize("where", ["checkpoint", "tokenizer", "source"])

@@ -523,11 +523,9 @@ class DeployOptions:
 
 @dataclass
 class DeployResult:
-    bundle: dict
-
-    @property
-    def output_dir(self) -> Path:
-        return Path(self.bundle["output_dir"])
+    bundle: dict  # deploy.json
+    output_dir: Path
+    copied_bytes: dict = field(default_factory=dict)  # checkpoint / tokenizer -> bytes copied (0: hard links)
 
     def to_dict(self) -> dict:
         return self.bundle
@@ -535,13 +533,18 @@ class DeployResult:
     def render(self) -> str:
         b = self.bundle
         not_python = [r for r, v in b["routes"].items() if not v["resolves"]]
+        out = self.output_dir
+        copied = {k: v for k, v in self.copied_bytes.items() if v}
         return "\n".join([
-            f"Wrote {b['output_dir']}: " + ", ".join(b["files"]) + f" (world size {b['world_size']}; tree "
+            f"Wrote {out}: " + ", ".join(b["files"]) + f" (world size {b['world_size']}; tree "
             f"{b['tree']['nodes']} nodes, {b['tree']['source']})",
-            f"1. build: {b['output_dir']}/build.sh",
-            f"2. run:   TRTLLM_EXAMPLES=<TensorRT-LLM>/examples {b['output_dir']}/run.sh \"your prompt\"",
-            f"   or:    python3 {b['output_dir']}/llm_api.py \"your prompt\"   (the LLM API)",
-            f"   or:    {b['output_dir']}/serve.sh   (trtllm-serve; a greedy request is in its comments)",
+            "checkpoint/ and tokenizer/: " + ("; ".join(f"{k} copied ({v / 1e9:.3g} GB: not on this filesystem)"
+                                                        for k, v in copied.items()) or "hard links to the inputs")
+            + "; the bundle names no path of this machine: copy it whole to the GPU machine (rsync -a) and run there",
+            f"1. build: {out}/build.sh",
+            f"2. run:   TRTLLM_EXAMPLES=<TensorRT-LLM 1.2 source>/examples {out}/run.sh \"your prompt\"",
+            f"   or:    python3 {out}/llm_api.py \"your prompt\"   (the LLM API)",
+            f"   or:    {out}/serve.sh   (trtllm-serve; a greedy request is in its comments)",
         ] + ([f"engine architecture {b['engine_architecture']} does not resolve on: {', '.join(not_python)}"]
              if not_python else []))
 
@@ -555,9 +558,10 @@ def deploy(opts: DeployOptions) -> DeployResult:
                     engine_dir=Path(opts.engine_dir) if opts.engine_dir else None, medusa_choices=opts.medusa_choices,
                     override_medusa_choices=opts.override_medusa_choices, max_batch_size=opts.max_batch_size,
                     max_input_len=opts.max_input_len, max_seq_len=opts.max_seq_len, gpu_memory_gb=opts.gpu_memory_gb)
-    bundle.write(d, overwrite=opts.overwrite, inputs={"--checkpoint_dir": Path(opts.checkpoint_dir),
-                                                      "--tokenizer_dir": Path(opts.tokenizer_dir)})
-    return DeployResult(d)
+    out = Path(opts.output_dir).resolve()
+    copied = bundle.write(d, out, overwrite=opts.overwrite, checkpoint_dir=Path(opts.checkpoint_dir),
+                          tokenizer_dir=Path(opts.tokenizer_dir))
+    return DeployResult(d, out, copied)
 
 
 # -- build ----------------------------------------------------------------------------------------

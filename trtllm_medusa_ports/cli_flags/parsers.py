@@ -339,7 +339,9 @@ def _deploy_parser(sub, run) -> None:
     s.add_argument("--checkpoint_dir", required=True, help="a checkpoint written by convert")
     s.add_argument("--tokenizer_dir", required=True, help="the Hugging Face base (or its tokenizer's) directory")
     s.add_argument("--output_dir", required=True, help="where the bundle is written")
-    s.add_argument("--engine_dir", default=None, help="where build.sh builds the engine (default: OUTPUT_DIR/engine)")
+    s.add_argument("--engine_dir", default=None,
+                   help="where build.sh builds the engine, written as an absolute path (so one on the machine that "
+                   "builds); default: engine/ in the bundle, beside the scripts")
     s.add_argument("--medusa_choices", default=None,
                    help="default: the tree the checkpoint was converted for (else mc_sim_7b_63 cut to the heads)")
     s.add_argument("--override_medusa_choices", action="store_true",

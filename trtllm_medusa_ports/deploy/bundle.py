@@ -26,7 +26,15 @@
 
 The tree is the one the checkpoint records (``convert --medusa_choices``), since no route reads a tree from the
 engine and the C++ executor falls back to mc_sim_7b_63 (4 heads, 63 nodes) without one. The bundle is written
-atomically, as convert writes; every path in it is absolute.
+atomically, as convert writes.
+
+The bundle travels (issue 64): it holds what every route reads, ``checkpoint/`` (the rank files and config.json) and
+``tokenizer/`` (the tokenizer directory's files but weights), hard links to the inputs where the filesystem allows
+(no space taken) and copies otherwise, and ``engine/`` once build.sh ran. No generated file names a path of the
+machine that ran deploy: each script works from its own directory (the shell scripts ``cd`` there, llm_api.py joins
+its own location, triton/fill.sh fills Triton's absolute paths from where it runs), so the directory can be copied
+to the GPU machine whole (``rsync -a``, ``scp -r``) and run there. Only an ``--engine_dir`` the user gives is written as
+given: a path on the machine that builds.
 
 Every value from an input reaches a script through ``deploy.quoting`` only; comments carry none.
 
@@ -38,6 +46,8 @@ by), ``quant.engine_load`` (what the build's load refuses), ``quant.prequantized
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +55,7 @@ from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
 from trtllm_medusa_ports.deploy import quoting
 from trtllm_medusa_ports.deploy.commands import build_argv, environment, world_size
 from trtllm_medusa_ports.deploy.routes import engine_architecture, routes
-from trtllm_medusa_ports.deploy.triton import triton_fill
+from trtllm_medusa_ports.deploy.triton import bundle_name, triton_fill
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelError
 from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpoint
 from trtllm_medusa_ports.findings import ERROR
@@ -56,6 +66,11 @@ from trtllm_medusa_ports.tree import MedusaTree, checkpoint_tree, resolve_choice
 
 #: files a Hugging Face tokenizer directory holds (transformers' AutoTokenizer reads one of them)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+#: where the bundle keeps what the routes read, relative to its directory (every script works from there)
+CHECKPOINT, TOKENIZER, ENGINE = "./checkpoint", "./tokenizer", "./engine"
+#: a tokenizer directory's files the bundle leaves out: model weights (a base directory passed as --tokenizer_dir)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt", ".onnx", ".npz",
+                   ".index.json")
 DEFAULT_MAX_BATCH_SIZE = 8
 
 
@@ -184,17 +199,19 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                          fix="lower --max_batch_size or --max_seq_len, or convert with a larger --tp_size")
     world = world_size(cfg)
     kv = kv_fraction(memory, gpu_memory_gb)
-    build = build_argv(cfg, checkpoint_dir.resolve(), engine, max_batch_size=sizes.max_batch_size,
+    engine_path = ENGINE if engine_dir is None else str(engine)  # a given one is the user's, on the building machine
+    build = build_argv(cfg, CHECKPOINT, engine_path, max_batch_size=sizes.max_batch_size,
                        max_input_len=sizes.max_input_len, max_seq_len=sizes.max_seq_len,
                        max_num_tokens=sizes.max_num_tokens)
     literal = json.dumps(paths, separators=(", ", ": "))  # run.py: ast.literal_eval
     run = (["mpirun", "-n", str(world), "--allow-run-as-root"] if world > 1 else []) + [
-        "python3", RUN_PY, "--engine_dir", str(engine), "--tokenizer_dir", str(tokenizer),
+        "python3", RUN_PY, "--engine_dir", engine_path, "--tokenizer_dir", TOKENIZER,
         "--max_output_len", str(sizes.max_seq_len - sizes.max_input_len), "--medusa_choices", literal,
         "--temperature", "1.0"]
     return {
-        "checkpoint_dir": str(checkpoint_dir.resolve()), "tokenizer_dir": str(tokenizer), "engine_dir": str(engine),
-        "output_dir": str(out), "architecture": cfg.get("architecture"),
+        "paths": "relative to the bundle's directory, where every script runs",
+        "checkpoint_dir": CHECKPOINT, "tokenizer_dir": TOKENIZER, "engine_dir": engine_path,
+        "architecture": cfg.get("architecture"),
         "engine_architecture": engine_architecture(cfg), "world_size": world,
         "position_embedding_type": cfg.get("position_embedding_type"),
         "tree": {"medusa_choices": paths, "source": source, "pruned": pruned, "nodes": tree.num_nodes,
@@ -203,8 +220,8 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
         "build": {"argv": build}, "run": {"argv": run}, "memory": memory, "routes": routes(cfg),
         "kv_cache_free_gpu_memory_fraction": kv,
         "files": ["build.sh", "run.sh", "llm_api.py", "serve.yaml", "serve.sh", "triton/fill.sh", "triton/launch.sh",
-                  "deploy.json"],
-        "triton": triton_fill(paths, str(engine), str(tokenizer), sizes.max_batch_size, kv),
+                  "deploy.json", "checkpoint/", "tokenizer/"],
+        "triton": triton_fill(paths, engine_path, TOKENIZER, sizes.max_batch_size, kv),
     }
 
 
@@ -230,11 +247,21 @@ def kv_fraction(memory: dict, gpu_memory_gb: float | None) -> float:
     return min(KV_FRACTION, max(0.01, -(-need * 100 // 1) / 100))
 
 
-def _script(lines: list[str], env: dict[str, str]) -> str:
+#: the directories a route's scripts need from TensorRT-LLM 1.2's source checkout, and what each is
+NEEDS = {"TRTLLM_EXAMPLES": "set TRTLLM_EXAMPLES to the examples/ directory of a TensorRT-LLM 1.2.x source checkout",
+         "TRTLLM_TRITON": "set TRTLLM_TRITON to the triton_backend/ directory of a TensorRT-LLM 1.2.x source checkout"}
+
+
+def _script(lines: list[str], env: dict[str, str], *, needs: tuple[str, ...] = (), home: str = ".") -> str:
     """A bash script: strict from its first command (a failing step stops it: fill.sh's copies and fills before its
-    last line included), then ``lines``, the environment exported before the last one (the exec)."""
+    last line included); the directories it ``needs`` from the environment checked and made absolute; then it
+    works from the bundle's directory (``home``, relative to the script), so its relative paths are the bundle's
+    wherever the bundle was moved; then ``lines``, the environment exported before the last one (the exec)."""
     exports = [f"export {k}={quoting.sh(v)}" for k, v in env.items()]
-    return "\n".join(["#!/usr/bin/env bash", "set -euo pipefail", *lines[:-1], *exports, lines[-1]]) + "\n"
+    required = [ln for k in needs for ln in (f': "${{{k}:?{NEEDS[k]}}}"', f'{k}="$(cd "${k}" && pwd)"')]
+    to_home = 'cd "$(dirname "$0")"' + ("" if home == "." else "/" + home)
+    return "\n".join(["#!/usr/bin/env bash", "set -euo pipefail", *required, to_home, *lines[:-1], *exports,
+                      lines[-1]]) + "\n"
 
 
 def render_build(d: dict) -> str:
@@ -263,9 +290,8 @@ def render_run(d: dict) -> str:
         *(["# Learned positions: keep run.py's C++ runtime (no --use_py_session, whose context step passes [batch, T]",
             "# position offsets, which the engine's tree-position rebuild cannot take)."]
           if d.get("position_embedding_type") == "learned_absolute" else []),
-        ': "${TRTLLM_EXAMPLES:?set TRTLLM_EXAMPLES to TensorRT-LLM 1.2 examples/ directory}"',
         '[ "$#" -gt 0 ] || set -- "Once upon a time"',
-        "exec " + line], d["environment"])
+        "exec " + line], d["environment"], needs=("TRTLLM_EXAMPLES",))
 
 
 def render_llm_api(d: dict) -> str:
@@ -283,6 +309,8 @@ greedy text. The LLM adopts the engine's parallelism (world size {int(d["world_s
 
 import os
 import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))  # the bundle: its paths are relative to it
 '''
     body = [
         *env,
@@ -290,8 +318,8 @@ import sys
         "from tensorrt_llm._tensorrt_engine import LLM  # noqa: E402",
         "from tensorrt_llm.llmapi import KvCacheConfig, MedusaDecodingConfig, SamplingParams  # noqa: E402",
         "",
-        f"ENGINE_DIR = {quoting.py(d['engine_dir'])}",
-        f"TOKENIZER_DIR = {quoting.py(d['tokenizer_dir'])}",
+        f"ENGINE_DIR = os.path.normpath(os.path.join(HERE, {quoting.py(d['engine_dir'])}))",
+        f"TOKENIZER_DIR = os.path.normpath(os.path.join(HERE, {quoting.py(d['tokenizer_dir'])}))",
         f"MEDUSA_CHOICES = {quoting.py(t['medusa_choices'])}",
         "",
         "",
@@ -332,8 +360,7 @@ def serve_argv(d: dict) -> list[str]:
     tp = d["memory"]["tp_size"]
     pp = d["memory"]["pp_size"]
     return ["trtllm-serve", d["engine_dir"], "--backend", "tensorrt", "--tokenizer", d["tokenizer_dir"],
-            "--tp_size", str(tp), "--pp_size", str(pp), "--extra_llm_api_options",
-            str(Path(d["output_dir"]) / "serve.yaml")]
+            "--tp_size", str(tp), "--pp_size", str(pp), "--extra_llm_api_options", "./serve.yaml"]
 
 
 def render_serve(d: dict) -> str:
@@ -347,15 +374,23 @@ def render_serve(d: dict) -> str:
 
 def render_triton_fill(d: dict) -> str:
     lines = ["# Triton's model repository for the engine (trtllm-medusa deploy), from TensorRT-LLM 1.2's own templates:",
-             "# set TRTLLM_TRITON to its triton_backend/ directory. Writes model_repo/ beside this script.",
-             ': "${TRTLLM_TRITON:?set TRTLLM_TRITON to TensorRT-LLM 1.2 triton_backend/ directory}"',
-             'repo="$(cd "$(dirname "$0")" && pwd)/model_repo"', 'rm -rf "$repo" && mkdir -p "$repo"']
+             "# set TRTLLM_TRITON to its triton_backend/ directory. Writes triton/model_repo/ in the bundle, whose",
+             "# absolute paths it fills from where the bundle is now (Triton needs them absolute).",
+             'bundle="$(pwd)"',
+             'case "$bundle" in *[\\\",:]* | *[[:cntrl:]]*)',
+             '  echo "fill.sh: the bundle\'s path $bundle holds a backslash, double quote, comma, colon or control '
+             'character, which Triton\'s fill_template.py splits on or config.pbtxt cannot hold: move the bundle to '
+             'a plain path and run fill.sh again" >&2',
+             "  exit 1;;",
+             "esac",
+             'repo="$bundle/triton/model_repo"', 'rm -rf "$repo" && mkdir -p "$repo"']
     for model, fill in d["triton"]["fill"].items():
+        here = "".join(f",{k}:${{bundle}}/{bundle_name(v)}" for k, v in d["triton"]["in_bundle"].get(model, {}).items())
         lines += [f'cp -r "$TRTLLM_TRITON/all_models/inflight_batcher_llm/{model}" "$repo/"',
                   f'python3 "$TRTLLM_TRITON/tools/fill_template.py" -i "$repo/{quoting.sh(model)}/config.pbtxt" '
-                  + quoting.sh(fill)]
+                  + quoting.sh(fill) + (f'"{here}"' if here else "")]
     lines.append('echo "wrote $repo"')
-    return _script(lines, {})
+    return _script(lines, {}, needs=("TRTLLM_TRITON",), home="..")
 
 
 def render_triton_launch(d: dict) -> str:
@@ -364,22 +399,47 @@ def render_triton_launch(d: dict) -> str:
         f"(world size {int(d['world_size'])}); ask it with",
         "#   curl -s localhost:8000/v2/models/ensemble/generate -d "
         "'{\"text_input\": \"Once upon a time\", \"max_tokens\": 32, \"bad_words\": \"\", \"stop_words\": \"\"}'",
-        ': "${TRTLLM_TRITON:?set TRTLLM_TRITON to TensorRT-LLM 1.2 triton_backend/ directory}"',
         'exec python3 "$TRTLLM_TRITON/scripts/launch_triton_server.py" '
-        f'--world_size={int(d["world_size"])} --model_repo="$(cd "$(dirname "$0")" && pwd)/model_repo"'], d["environment"])
+        f'--world_size={int(d["world_size"])} --model_repo="$(pwd)/triton/model_repo"'], d["environment"],
+        needs=("TRTLLM_TRITON",), home="..")
 
 
-def write(d: dict, *, overwrite: bool, inputs: dict[str, Path]) -> None:
-    """The bundle in ``d['output_dir']``, atomically; never over a built engine there (``OUTPUT_DIR/engine``, the
-    default --engine_dir, is the build's, not deploy's: --overwrite would remove it)."""
-    held = Path(d["output_dir"]) / "engine"
+def _bring(source: Path, into: Path, keep) -> int:
+    """``source``'s top-level files that ``keep`` takes, into the new directory ``into``: hard links where the
+    filesystem allows (a symlink is followed: a Hugging Face cache's snapshot holds links), copies otherwise; the
+    bytes copied."""
+    into.mkdir()
+    copied = 0
+    for f in sorted(source.iterdir()):
+        target = f.resolve()
+        if not keep(f.name) or not target.is_file():
+            continue
+        try:
+            os.link(target, into / f.name)
+        except OSError:  # another filesystem, or links not allowed here
+            shutil.copyfile(target, into / f.name)
+            copied += target.stat().st_size
+    return copied
+
+
+def _not_weights(name: str) -> bool:
+    return not name.endswith(WEIGHT_SUFFIXES)
+
+
+def write(d: dict, output_dir: Path, *, overwrite: bool, checkpoint_dir: Path, tokenizer_dir: Path) -> dict:
+    """The bundle in ``output_dir``, atomically, with the checkpoint's and the tokenizer's files in it (module doc);
+    never over a built engine there (``OUTPUT_DIR/engine``, the default --engine_dir, is the build's, not deploy's:
+    --overwrite would remove it). Returns what was brought in, and how (hard links, or bytes copied)."""
+    held = output_dir / "engine"
     if overwrite and held.is_dir() and any(held.iterdir()):
         raise ConversionError("holds a built engine, which deploy did not write; --overwrite would remove it with the "
                               "bundle", where=str(held),
                               fix="move the engine elsewhere (and pass it as --engine_dir), or deploy into another "
                                   "--output_dir")
+    brought = {}
     try:
-        with atomic_output_dir(Path(d["output_dir"]), overwrite=overwrite, inputs=inputs) as tmp:
+        with atomic_output_dir(output_dir, overwrite=overwrite,
+                               inputs={"--checkpoint_dir": checkpoint_dir, "--tokenizer_dir": tokenizer_dir}) as tmp:
             for name, text in (("build.sh", render_build(d)), ("run.sh", render_run(d)),
                                ("llm_api.py", render_llm_api(d)), ("serve.sh", render_serve(d)),
                                ("triton/fill.sh", render_triton_fill(d)), ("triton/launch.sh", render_triton_launch(d))):
@@ -388,6 +448,10 @@ def write(d: dict, *, overwrite: bool, inputs: dict[str, Path]) -> None:
                 (tmp / name).chmod(0o755)
             (tmp / "serve.yaml").write_text(render_serve_yaml(d))
             (tmp / "deploy.json").write_text(json.dumps(d, indent=2) + "\n")
+            for what, source, keep in (("checkpoint", checkpoint_dir, lambda n: True),
+                                       ("tokenizer", tokenizer_dir, _not_weights)):
+                brought[what] = _bring(source, tmp / bundle_name(d[f"{what}_dir"]), keep)
     except OSError as exc:
-        raise ConversionError(f"cannot write the bundle ({exc.strerror})", where=d["output_dir"],
+        raise ConversionError(f"cannot write the bundle ({exc.strerror})", where=str(output_dir),
                               fix="free space or choose another --output_dir") from None
+    return brought

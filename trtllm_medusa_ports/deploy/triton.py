@@ -17,6 +17,8 @@ May import: ``deploy.quoting``.
 
 from __future__ import annotations
 
+import re
+
 from trtllm_medusa_ports.deploy.quoting import pbtxt
 
 
@@ -33,10 +35,28 @@ def fill_argument(values: dict[str, object]) -> str:
     return ",".join(_escape(f"{k}:{_escape(str(v), ':')}", ",") for k, v in values.items())
 
 
+def bundle_name(path: str) -> str:
+    """A bundle-relative directory (``./engine``) as its plain name, which fill.sh appends to the bundle's path."""
+    name = path.removeprefix("./")
+    if not re.fullmatch(r"[a-z_]+", name):
+        raise ValueError(f"not a bundle directory name: {path!r}")
+    return name
+
+
 def triton_fill(paths: list[list[int]], engine_dir: str, tokenizer_dir: str, max_batch_size: int,
                 kv_fraction: float) -> dict:
     """Per model of the inflight-batcher repository, the values its template takes (the template keys, from
-    triton_backend/all_models/inflight_batcher_llm/*/config.pbtxt), and the fill argument for them."""
+    triton_backend/all_models/inflight_batcher_llm/*/config.pbtxt), and the fill argument for them.
+
+    A relative ``engine_dir`` or ``tokenizer_dir`` is the bundle's (``./engine``): Triton needs it absolute, so it
+    is left out of ``fill`` and listed in ``in_bundle``; fill.sh appends ``,key:<the bundle's path>/<name>`` where it
+    runs (:func:`fill_at`)."""
+    in_bundle = {}
+    for model, key, path in (("tensorrt_llm", "engine_dir", engine_dir), ("preprocessing", "tokenizer_dir",
+                                                                         tokenizer_dir),
+                             ("postprocessing", "tokenizer_dir", tokenizer_dir)):
+        if not path.startswith("/"):
+            in_bundle.setdefault(model, {})[key] = path
     values = {
         "tensorrt_llm": {"triton_backend": "tensorrtllm", "triton_max_batch_size": max_batch_size,
                          "decoupled_mode": "false", "engine_dir": pbtxt(engine_dir), "max_queue_delay_microseconds": 0,
@@ -54,4 +74,12 @@ def triton_fill(paths: list[list[int]], engine_dir: str, tokenizer_dir: str, max
                            "postprocessing_instance_count": 1},
         "ensemble": {"triton_max_batch_size": max_batch_size, "logits_datatype": "TYPE_FP32"},
     }
-    return {"values": values, "fill": {m: fill_argument(v) for m, v in values.items()}}
+    fill = {m: fill_argument({k: x for k, x in v.items() if k not in in_bundle.get(m, {})}) for m, v in values.items()}
+    return {"values": values, "fill": fill, "in_bundle": in_bundle}
+
+
+def fill_at(triton: dict, bundle: str) -> dict[str, str]:
+    """Each model's fill argument as fill.sh passes it with the bundle at ``bundle`` (a path fill.sh accepts: no
+    backslash, double quote, comma, colon or control character, so nothing to escape)."""
+    return {m: fill + "".join(f",{k}:{bundle}/{bundle_name(v)}" for k, v in triton["in_bundle"].get(m, {}).items())
+            for m, fill in triton["fill"].items()}
