@@ -908,3 +908,46 @@ def test_convert_without_dtype_keeps_the_base_dtype_where_float16_overflows(tmp_
     err = capsys.readouterr().err
     assert "float16, as upstream's script, from a bfloat16 base" in err and "--dtype bfloat16" in err
     assert json.loads((tmp_path / "d" / "config.json").read_text())["dtype"] == "float16"
+
+
+@pytest.mark.parametrize("arch, field, value, says", [
+    ("GPT2LMHeadModel", "n_inner", "x", "expected a positive integer"),
+    ("MixtralForCausalLM", "sliding_window", "3", "expected a non-negative integer (or null)"),
+    ("CohereForCausalLM", "logit_scale", None, "field logit_scale is null; Cohere multiplies its logits by it"),
+    ("CohereForCausalLM", "logit_scale", "x", "field logit_scale is \"x\"; expected a finite number"),
+    ("GraniteForCausalLM", "logits_scaling", 0, "field logits_scaling is 0; expected a number above 0"),
+    ("GraniteForCausalLM", "residual_multiplier", [], "expected a finite number"),
+    ("NemotronForCausalLM", "norm_eps", {}, "expected a finite number"),
+    ("MptForCausalLM", "expansion_ratio", "4", "expected a finite number"),
+    ("MptForCausalLM", "attn_config", "x", "field attn_config is \"x\"; expected a JSON object (or null)"),
+    ("Gemma3ForCausalLM", "layer_types", True, "expected a list of strings (or null)"),
+    ("Qwen2MoeForCausalLM", "mlp_only_layers", 1.5, "expected a list of layer indices (or null)"),
+    ("Qwen2MoeForCausalLM", "decoder_sparse_step", "1", "expected a positive integer"),
+])
+def test_a_family_field_of_another_json_type_is_named_not_a_traceback(tmp_path, store, capsys, arch, field, value,
+                                                                      says):
+    """Issue 63, 2: the base config.json fields the families' adapters read, typed by the one reader
+    (files/hf_model.py) for check and convert alike: each of these was a TypeError, ValueError, AttributeError or
+    ZeroDivisionError where the adapter first used it."""
+    import shutil
+
+    from conftest import tiny_base
+
+    from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base(store, arch), base)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg[field] = value
+    (base / "config.json").write_text(json.dumps(cfg))
+    c = tiny_config(arch)
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2), tmp_path / "heads")
+    for argv in (["check", "--model_dir", str(base), "--medusa_model_dir", str(heads)],
+                 ["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir",
+                  str(tmp_path / "out"), "--quiet"]):
+        capsys.readouterr()
+        assert main(argv) == 1
+        said = capsys.readouterr()
+        said = said.out + said.err  # check's findings are its report (stdout); convert's error is on stderr
+        assert says in said and str(base / "config.json") in said and "Traceback" not in said, said
+    assert not (tmp_path / "out").exists()

@@ -27,10 +27,16 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtllm_medusa_ports.compat import Finding
+from trtllm_medusa_ports.compat import ERROR, Finding
 from trtllm_medusa_ports.convert import ConvertOptions as _ConvertOptions
 from trtllm_medusa_ports.convert import ConvertResult
-from trtllm_medusa_ports.errors import CheckpointError, ConversionError, PortError, TreeError
+from trtllm_medusa_ports.errors import (
+    CheckpointError,
+    ConversionError,
+    ModelError,
+    PortError,
+    TreeError,
+)
 from trtllm_medusa_ports.files.prompts import PromptInputs
 from trtllm_medusa_ports.options.calibration import check_calibration_flags, tool_calibration
 from trtllm_medusa_ports.options.check import memory_plan_for, position_range_findings
@@ -235,7 +241,12 @@ def check(opts: CheckOptions) -> CheckResult:
                             tp_size=opts.tp_size, pp_size=opts.pp_size, max_draft_len=opts.max_draft_len,
                             dtype=opts.dtype, num_medusa_heads=opts.num_medusa_heads, quantization=spec)
     findings += position_range_findings(opts)
-    plan = memory_plan_for(opts)
+    plan, refused = memory_plan_for(opts)
+    if (isinstance(refused, ModelError) and (refused.where or "").endswith("config.json")
+            and not errors_of(findings)):  # a field of the base's config.json convert would refuse (not its weights:
+        # check reads a config alone)
+        findings.append(Finding("invalid-config", ERROR, f"{refused.where}: {refused.what}",
+                                refused.fix or "fix config.json"))
     prompts = token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     if prompts:
         import sys
@@ -591,7 +602,6 @@ class BuildResult:
 def build(opts: BuildOptions) -> BuildResult:
     """Raises :class:`~trtllm_medusa_ports.errors.CheckpointError` for a missing or unreadable checkpoint and for
     one the build rules refuse (``rules`` names them); a failed ``trtllm-build`` is ``BuildResult.ok`` False."""
-    from trtllm_medusa_ports.compat import ERROR
     from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
     from trtllm_medusa_ports.engine.build import main as build_main
     from trtllm_medusa_ports.engine.build import read_checkpoint_config

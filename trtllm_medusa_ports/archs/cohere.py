@@ -27,6 +27,7 @@ from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import Role, Source
+from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
 
@@ -74,7 +75,12 @@ class CohereAdapter(LlamaAdapter):
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
         cfg.pop("rotary_scaling")  # not read by CohereConfig (engine_limits refuses a scaled RoPE)
-        cfg["output_multiplier_scale"] = float(hf.get("logit_scale", 0.0625))
+        scale = hf.get("logit_scale", 0.0625)  # CohereConfig's default; a number (files/hf_model.py) or null
+        if scale is None:
+            raise ModelError("field logit_scale is null; Cohere multiplies its logits by it (a number)",
+                             where=str(hf.path), fix="write the original model's logit_scale, or remove the field "
+                                                     "for CohereConfig's default 0.0625")
+        cfg["output_multiplier_scale"] = float(scale)
         return cfg
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:

@@ -51,7 +51,19 @@ def transformers_load_kwargs(model_dir: str | Path) -> dict:
 #: config.json fields that must be positive integers when present (the name is the fix's subject)
 _POSITIVE_INTS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size",
                   "intermediate_size", "vocab_size", "head_dim", "max_position_embeddings", "n_layer", "n_head",
-                  "n_embd", "d_model", "n_layers", "n_heads", "num_kv_heads", "ffn_hidden_size")
+                  "n_embd", "d_model", "n_layers", "n_heads", "num_kv_heads", "ffn_hidden_size", "n_inner",
+                  "n_positions", "n_ctx", "rotary_dim", "kv_channels", "decoder_sparse_step")  # the experts' sizes: archs/experts.py
+#: scalars a family's adapter multiplies or divides by (Cohere, Granite, Nemotron, MPT): a number, never null, when
+#: present (but ``logit_scale``: MPT's null means none; Cohere's adapter refuses a null); the divisors also above 0
+_FACTORS = ("logit_scale", "logits_scaling", "residual_multiplier", "embedding_multiplier", "attention_multiplier",
+            "norm_eps", "expansion_ratio")
+_DIVISORS = ("logits_scaling",)
+#: a list of strings (Gemma 3's per-layer attention kinds) or of layer indices (Qwen MoE's dense layers), or a JSON
+#: object (MPT's attention settings), or null
+_LISTS = {"layer_types": (str, "strings"), "mlp_only_layers": (int, "layer indices")}
+_OBJECTS = ("attn_config",)
+#: config.json sizes that may be 0 (or null) but nothing else when present
+_NON_NEGATIVE_INTS = ("sliding_window", "max_window_layers", "first_k_dense_replace")
 _NUMBERS = ("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon",
             "partial_rotary_factor", "rotary_pct", "rotary_emb_base", "query_pre_attn_scalar")
 #: config.json fields the adapters read as switches: JSON true or false when present, as transformers' config classes
@@ -69,11 +81,37 @@ def _validate_fields(data: dict, path: Path) -> None:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
             raise ModelError(f"field {key} is {v!r}; expected a positive integer", where=str(path),
                              fix=f"correct {key} in config.json (the original model's value)")
+    for key in _NON_NEGATIVE_INTS:
+        v = data.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ModelError(f"field {key} is {v!r}; expected a non-negative integer (or null)", where=str(path),
+                             fix=f"correct {key} in config.json (the original model's value)")
     for key in _NUMBERS:
         v = data.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v != v):
             raise ModelError(f"field {key} is {v!r}; expected a number", where=str(path),
                              fix=f"correct {key} in config.json")
+    for key in _FACTORS:
+        v = data.get(key, 1)
+        if v is None and key == "logit_scale":
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or abs(v) == float("inf") or (
+                key in _DIVISORS and v <= 0):
+            expected = "a number above 0" if key in _DIVISORS else "a finite number"
+            raise ModelError(f"field {key} is {json.dumps(v)}; expected {expected}", where=str(path),
+                             fix=f"correct {key} in config.json (the original model's value), or remove it for the "
+                                 "family's default")
+    for key, (kind, named) in _LISTS.items():
+        v = data.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, kind) and not isinstance(x, bool)
+                                                              for x in v)):
+            raise ModelError(f"field {key} is {json.dumps(v)}; expected a list of {named} (or null)", where=str(path),
+                             fix=f"correct {key} in config.json (the original model's value)")
+    for key in _OBJECTS:
+        v = data.get(key)
+        if v is not None and not isinstance(v, dict):
+            raise ModelError(f"field {key} is {json.dumps(v)}; expected a JSON object (or null)", where=str(path),
+                             fix=f"correct {key} in config.json (the original model's value)")
     for key in _BOOLEANS:
         if key in data and not isinstance(data[key], bool):
             raise ModelError(f"field {key} is {json.dumps(data[key])}; expected true or false", where=str(path),

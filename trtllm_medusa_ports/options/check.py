@@ -12,8 +12,8 @@ from trtllm_medusa_ports.errors import PortError
 
 
 def memory_plan_for(opts):
-    """The memory plan of what check was asked about (``opts``: an api.CheckOptions), or None where the inputs
-    cannot give one (the findings say why)."""
+    """The memory plan of what check was asked about (``opts``: an api.CheckOptions), and None; or None and the
+    error that refused it, where the inputs cannot give one (check's findings say why, or carry that error)."""
     from trtllm_medusa_ports.convert import ConvertOptions, plan_layout
     from trtllm_medusa_ports.memory import memory_plan
 
@@ -25,9 +25,11 @@ def memory_plan_for(opts):
                                share_lm_head=opts.share_lm_head, qformat=opts.qformat,
                                use_weight_only=opts.use_weight_only, weight_only_precision=opts.weight_only_precision,
                                kv_cache_dtype=opts.kv_cache_dtype, int8_kv_cache=opts.int8_kv_cache)
-        return memory_plan(*plan_layout(copts))
-    except (PortError, ValueError, KeyError, ZeroDivisionError, RuntimeError):
-        return None
+        return memory_plan(*plan_layout(copts)), None
+    except PortError as exc:
+        return None, exc
+    except (ValueError, KeyError, ZeroDivisionError, RuntimeError):
+        return None, None
 
 
 def position_range_findings(opts) -> list:
