@@ -110,3 +110,43 @@ def test_the_first_pipeline_stage_embeds_every_tree_tokens_own_position(trtllm, 
                  last_token_ids=Tensor("last_token_ids"), kv_cache_params=KeyValueCacheParams(),
                  spec_decoding_params=spec, hidden_states=Tensor("hidden_states"))
     assert not [c for c in tensorrt_llm.CALLS if c[0] == "position_ids"]  # the last stage embeds no positions
+
+
+def test_build_and_deploy_keep_tree_tokens_inside_the_position_table(store, tmp_path, capsys, monkeypatch):
+    """Issue 64, 4: trtllm-build's default max_seq_len is the whole position table, so the last steps' tree tokens
+    ran past it while check said learned-position-range. build passes the table less the tree's depth where no
+    --max_seq_len is given and refuses a larger one; deploy defaults to it and refuses a larger one (the same rule)."""
+    import json
+
+    from trtllm_medusa_ports.cli import main
+    from trtllm_medusa_ports.engine import build as engine_build
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer, tiny_config
+
+    ckpt = _checkpoint(store, tmp_path, "GPT2LMHeadModel")
+    cfg = json.loads((ckpt / "config.json").read_text())
+    table = cfg["max_position_embeddings"]
+    depth = max(map(len, cfg["medusa_ports"]["medusa_choices"])) if cfg["medusa_ports"].get("medusa_choices") \
+        else cfg["num_medusa_heads"]
+    seen = []
+    monkeypatch.setattr(engine_build, "main", lambda ck, args, allow_unsupported=False: seen.append(args) or 0)
+    assert main(["build", "--checkpoint_dir", str(ckpt), "--output_dir", str(tmp_path / "eng")]) == 0
+    assert seen[-1][-2:] == ["--max_seq_len", str(table - depth)]
+    assert f"note: --max_seq_len {table - depth}" in capsys.readouterr().err
+    assert main(["build", "--checkpoint_dir", str(ckpt), "--output_dir", str(tmp_path / "eng"),
+                 f"--max_seq_len={table - depth}"]) == 0 and seen[-1][-1] == f"--max_seq_len={table - depth}"
+    assert main(["build", "--checkpoint_dir", str(ckpt), "--output_dir", str(tmp_path / "eng"),
+                 "--max_seq_len", str(table)]) == 1
+    err = capsys.readouterr().err
+    assert "[learned-position-range]" in err and f"--max_seq_len {table - depth} or less" in err and len(seen) == 2
+
+    tok = save_tiny_tokenizer(tmp_path / "tok", tiny_config("GPT2LMHeadModel").vocab_size)
+    args = ["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--json"]
+    assert main([*args, "--output_dir", str(tmp_path / "serve")]) == 0
+    bundle = json.loads(capsys.readouterr().out)
+    limit = table - max(map(len, bundle["tree"]["medusa_choices"]))  # the served tree's depth
+    assert bundle["serving"]["max_seq_len"] == limit
+    run = bundle["run"]["argv"]
+    assert run[run.index("--max_input_length") + 1] == str(bundle["serving"]["max_input_len"])  # run.py cuts to 923
+    assert main([*args, "--output_dir", str(tmp_path / "serve2"), "--max_seq_len", str(limit + 1)]) == 1
+    err = capsys.readouterr().err
+    assert "[learned-position-range]" in err and str(ckpt / "config.json") in err and not (tmp_path / "serve2").exists()

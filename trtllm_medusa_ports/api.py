@@ -599,10 +599,26 @@ class BuildResult:
         return {"checkpoint_dir": str(self.checkpoint_dir), "returncode": self.returncode, "ok": self.ok}
 
 
+def _flag_int(args: list[str], flag: str) -> int | None:
+    """The integer a trtllm-build flag is given in ``args`` (``--flag N`` or ``--flag=N``; the last one, as argparse
+    takes it), or None; a value that is not an integer is trtllm-build's to refuse."""
+    value = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.partition("=")[2]
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
 def build(opts: BuildOptions) -> BuildResult:
     """Raises :class:`~trtllm_medusa_ports.errors.CheckpointError` for a missing or unreadable checkpoint and for
     one the build rules refuse (``rules`` names them); a failed ``trtllm-build`` is ``BuildResult.ok`` False."""
     from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
+    from trtllm_medusa_ports.compat.positions import checkpoint_position_range, checkpoint_seq_limit
     from trtllm_medusa_ports.engine.build import main as build_main
     from trtllm_medusa_ports.engine.build import read_checkpoint_config
 
@@ -612,10 +628,22 @@ def build(opts: BuildOptions) -> BuildResult:
         raise CheckpointError("no such checkpoint directory (no config.json)" if not ckpt.exists() else "not a directory",
                               where=str(ckpt), fix="pass the --output_dir of trtllm-medusa convert")
     cfg = read_checkpoint_config(ckpt)
-    errors = [f for f in checkpoint_findings(cfg, opts.allow_unsupported)
+    args = list(opts.args)
+    max_seq_len = _flag_int(args, "--max_seq_len")
+    limit = checkpoint_seq_limit(cfg)
+    if max_seq_len is None and limit is not None:
+        # trtllm-build's default (the position table) would run the last steps' tree tokens past it: the largest
+        # max_seq_len that does not, said (check warns of the default; a larger given one is refused below)
+        import sys
+
+        print(f"note: --max_seq_len {limit} (the learned position table less the tree's depth; trtllm-build's "
+              "default, the whole table, would put tree tokens past it: rule learned-position-range)", file=sys.stderr)
+        args += ["--max_seq_len", str(limit)]
+        max_seq_len = limit
+    errors = [f for f in checkpoint_findings(cfg, opts.allow_unsupported) + checkpoint_position_range(cfg, max_seq_len)
               if f.severity == ERROR]
     if errors:
         raise CheckpointError("; ".join(f"[{f.rule}] {f.message}" for f in errors), where=str(ckpt / "config.json"),
                               fix="; ".join(dict.fromkeys(f.fix for f in errors)), rules=[f.rule for f in errors])
-    rc = build_main(str(ckpt), list(opts.args), allow_unsupported=opts.allow_unsupported)
+    rc = build_main(str(ckpt), args, allow_unsupported=opts.allow_unsupported)
     return BuildResult(ckpt, rc)

@@ -348,9 +348,13 @@ def _deploy_parser(sub, run) -> None:
                    help="serve a --medusa_choices other than the tree the checkpoint records (refused otherwise)")
     s.add_argument("--max_batch_size", type=int_in(1), default=None, help="default 8")
     s.add_argument("--max_input_len", type=int_in(1), default=None, help="default: half of --max_seq_len")
-    s.add_argument("--max_seq_len", type=int_in(1), default=None, help="default: the base's max_position_embeddings")
+    s.add_argument("--max_seq_len", type=int_in(1), default=None,
+                   help="default: the base's max_position_embeddings (learned positions: less the tree's depth; a "
+                   "larger one is refused, rule learned-position-range)")
     s.add_argument("--gpu_memory_gb", type=non_negative, default=None,
-                   help="refuse a bundle whose weights and KV cache do not fit this much GPU memory per rank")
+                   help="one GPU's memory: refuse a bundle whose weights and KV cache do not fit it per rank, and "
+                   "give the KV cache the share of it left after the weights that it needs (at most 0.9, "
+                   "TensorRT-LLM's default, which every route gets without this flag)")
     s.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
     s.add_argument("--json", action="store_true", help="print deploy.json")
 

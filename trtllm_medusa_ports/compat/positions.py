@@ -127,15 +127,56 @@ def learned_position_range(hf: HFConfig, adapter: ArchAdapter | None, max_seq_le
     (tensorrt_llm/commands/build.py), so the default alone runs the last steps past the table."""
     if adapter is None or adapter.position_embedding is not PositionEmbedding.LEARNED_ABSOLUTE:
         return []
-    table = adapter.max_positions(hf)
-    limit = table - tree_depth
+    return position_range(adapter.max_positions(hf), adapter.max_positions_key, max_seq_len, tree_depth,
+                          ERROR if max_seq_len is not None else WARNING)
+
+
+def learned_seq_limit(table: int, tree_depth: int) -> int:
+    """The largest ``max_seq_len`` whose tree tokens stay within a learned position table of ``table`` rows."""
+    return table - tree_depth
+
+
+def position_range(table: int, key: str, max_seq_len: int | None, tree_depth: int, severity: str) -> list[Finding]:
+    """The learned-position-range finding (or none) for a table of ``table`` rows (config key ``key``): the rule
+    check, deploy and build share; ``max_seq_len`` None is trtllm-build's default, the table."""
+    limit = learned_seq_limit(table, tree_depth)
     if max_seq_len is not None and max_seq_len <= limit:
         return []
     given = max_seq_len is not None
     return [Finding(
-        "learned-position-range", ERROR if given else WARNING,
+        "learned-position-range", severity,
         (f"--max_seq_len {max_seq_len}" if given else f"trtllm-build's default max_seq_len ({table}, the table)")
         + f" with a tree {tree_depth} deep puts tree tokens at positions up to "
         f"{(max_seq_len if given else table) - 1 + tree_depth}, past the learned position table's {table} rows "
-        f"({adapter.max_positions_key}): those tokens would be embedded at no position of the model",
+        f"({key}): those tokens would be embedded at no position of the model",
         f"build with --max_seq_len {limit} or less (trtllm-medusa build passes it through)")]
+
+
+def _checkpoint_depth(cfg: dict) -> int:
+    """The recorded tree's depth, else the heads' count (no tree with these heads is deeper)."""
+    recorded = (cfg.get("medusa_ports") or {}).get("medusa_choices")
+    return max(map(len, recorded)) if recorded else int(cfg.get("num_medusa_heads") or 0)
+
+
+def _learned_table(cfg: dict) -> int | None:
+    if cfg.get("position_embedding_type") != "learned_absolute" or not cfg.get("max_position_embeddings"):
+        return None
+    return int(cfg["max_position_embeddings"])
+
+
+def checkpoint_seq_limit(cfg: dict) -> int | None:
+    """The largest ``max_seq_len`` a converted learned-position checkpoint's tree stays within its table at, or None
+    (no learned position table)."""
+    table = _learned_table(cfg)
+    return None if table is None else learned_seq_limit(table, _checkpoint_depth(cfg))
+
+
+def checkpoint_position_range(cfg: dict, max_seq_len: int | None, tree_depth: int | None = None) -> list[Finding]:
+    """:func:`position_range` from a converted checkpoint's config.json (``position_embedding_type``
+    ``learned_absolute``, ``max_position_embeddings``), an error; ``tree_depth`` None: the recorded tree's depth,
+    else the heads' count."""
+    table = _learned_table(cfg)
+    if table is None:
+        return []
+    return position_range(table, "max_position_embeddings", max_seq_len,
+                          _checkpoint_depth(cfg) if tree_depth is None else tree_depth, ERROR)

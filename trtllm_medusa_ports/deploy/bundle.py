@@ -38,8 +38,8 @@ given: a path on the machine that builds.
 
 Every value from an input reaches a script through ``deploy.quoting`` only; comments carry none.
 
-May import: ``files``, ``memory``, ``tree``, ``errors``, ``findings``, ``compat.checkpoint`` (the rules build refuses
-by), ``quant.engine_load`` (what the build's load refuses), ``quant.prequantized`` (a quantized checkpoint's scales), ``deploy.commands``, ``deploy.routes``,
+May import: ``files``, ``memory``, ``tree``, ``errors``, ``findings``, ``compat.checkpoint`` and ``compat.positions``
+(the rules build refuses by), ``quant.engine_load`` (what the build's load refuses), ``quant.prequantized`` (a quantized checkpoint's scales), ``deploy.commands``, ``deploy.routes``,
 ``deploy.quoting``, ``deploy.triton``.
 """
 
@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
+from trtllm_medusa_ports.compat.positions import checkpoint_position_range, learned_seq_limit
 from trtllm_medusa_ports.deploy import quoting
 from trtllm_medusa_ports.deploy.commands import build_argv, environment, world_size
 from trtllm_medusa_ports.deploy.routes import engine_architecture, routes
@@ -83,11 +84,19 @@ class ServingSizes:
 
 
 def serving_sizes(cfg: dict, max_batch_size: int | None, max_input_len: int | None,
-                  max_seq_len: int | None) -> ServingSizes:
-    """The build's serving sizes: the given ones, else a batch of 8, the base's context (max_position_embeddings)
-    and half of it for the prompt; refused where they cannot hold together."""
+                  max_seq_len: int | None, tree_depth: int = 0, where: str | None = None) -> ServingSizes:
+    """The build's serving sizes: the given ones, else a batch of 8, the base's context (max_position_embeddings;
+    with learned positions, the table less the tree's depth: compat/positions.py) and half of it for the prompt;
+    refused where they cannot hold together, or run tree tokens past a learned position table (the rule check and
+    build hold: learned-position-range)."""
     batch = max_batch_size or DEFAULT_MAX_BATCH_SIZE
-    seq = max_seq_len or int(cfg.get("max_position_embeddings") or 2048)
+    table = int(cfg.get("max_position_embeddings") or 2048)
+    learned = cfg.get("position_embedding_type") == "learned_absolute"
+    seq = max_seq_len or (learned_seq_limit(table, tree_depth) if learned else table)
+    refused = checkpoint_position_range(cfg, seq, tree_depth)
+    if refused:
+        raise CheckpointError(f"[{refused[0].rule}] {refused[0].message}", where=where, fix=refused[0].fix,
+                              rules=[refused[0].rule])
     inp = max_input_len or max(1, seq // 2)
     if inp >= seq:
         raise ModelError(f"--max_input_len {inp} leaves no room to generate within --max_seq_len {seq}",
@@ -175,7 +184,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                                   f"{tree.num_nodes}")
     tokenizer = _tokenizer(tokenizer_dir)
     _plain_inputs(checkpoint_dir, tokenizer, output_dir, engine_dir, source, where)
-    sizes = serving_sizes(cfg, max_batch_size, max_input_len, max_seq_len)
+    sizes = serving_sizes(cfg, max_batch_size, max_input_len, max_seq_len, tree.depth, where)
     entries = {r: [(n, t.dtype_name, tuple(t.shape)) for n, t in ckpt.ranks[r].items()] for r in range(len(ckpt.ranks))}
     memory = memory_plan(cfg, entries).to_dict(sizes.max_batch_size, sizes.max_seq_len, gpu_memory_gb)
     if memory.get("fits") is False:
@@ -206,7 +215,8 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
     literal = json.dumps(paths, separators=(", ", ": "))  # run.py: ast.literal_eval
     run = (["mpirun", "-n", str(world), "--allow-run-as-root"] if world > 1 else []) + [
         "python3", RUN_PY, "--engine_dir", engine_path, "--tokenizer_dir", TOKENIZER,
-        "--max_output_len", str(sizes.max_seq_len - sizes.max_input_len), "--medusa_choices", literal,
+        "--max_input_length", str(sizes.max_input_len), "--max_output_len", str(sizes.max_seq_len - sizes.max_input_len),
+        "--medusa_choices", literal,
         "--temperature", "1.0"]
     return {
         "paths": "relative to the bundle's directory, where every script runs",
