@@ -471,7 +471,11 @@ def test_starcoder_15b_with_an_fp8_cache_is_served_on_hopper_with_the_jit_switch
     routes = xqa_serving_routes(48, 128, "FP8")
     assert sorted(routes) == [89, 90] and routes[89].env_needed == "" and routes[90].env_needed == "0"
     assert xqa_environment(routes) == {XQA_JIT_ENV: "0"}
-    assert xqa_environment(xqa_serving_routes(48, 128)) == {}  # a float cache: precompiled by default, served
+    # a float cache: precompiled by default and served, but by them alone (48 > 32): the switch pins them, should a
+    # runner's default move to JIT (issue 64, 5); group 3 the JIT kernels take too: nothing to pin
+    assert xqa_environment(xqa_serving_routes(48, 128)) == xqa_environment(xqa_serving_routes(40, 128)) == {
+        XQA_JIT_ENV: "0"}
+    assert xqa_environment(xqa_serving_routes(3, 128)) == {}
     assert xqa_environment(xqa_serving_routes(7, 64)) == {XQA_JIT_ENV: "1"}
     assert xqa_environment(xqa_serving_routes(64, 64)) == {}  # nothing serves it: no setting helps
 
@@ -507,3 +511,16 @@ def test_check_refuses_a_quantized_float32_checkpoint_as_convert_does(tmp_path, 
     assert not res.compatible
     assert any(f.rule == "dtype-float32" and f.severity == "error" and "convert refuses it" in f.message
                for f in res.findings)
+
+
+def test_a_group_only_the_precompiled_kernels_take_says_what_a_jit_only_runner_means(tmp_path):
+    """Issue 64, 5: 40 query heads per KV head with head size 128 and a float cache run on 1.2's precompiled kernels
+    alone; check warns that a JIT-only runner (PR #10335's default, later the only one) has no kernel for it."""
+    cfg = dict(LLAMA, num_attention_heads=40, num_key_value_heads=1, hidden_size=5120)
+    _, findings = check(write(tmp_path, cfg))
+    (f,) = [f for f in findings if f.rule == "gqa-group-size"]
+    assert f.severity == "warning" and "takes at most 32 query heads per KV head" in f.message
+    assert "PR #10335" in f.message and "TRTLLM_ENABLE_XQA_JIT=0" in f.fix
+    _, findings = check(write(tmp_path, dict(LLAMA, num_attention_heads=28, num_key_value_heads=4, hidden_size=3584),
+                              "seven"))
+    assert [f.severity for f in findings if f.rule == "gqa-group-size"] == ["info"]  # group 7: JIT takes it too

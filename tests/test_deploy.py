@@ -54,13 +54,20 @@ def test_the_xqa_jit_switch_is_set_where_only_the_jit_kernels_serve(heads, kv, h
     assert "'/c d'" in line  # quoted for the shell
 
 
-@pytest.mark.parametrize("heads, kv, hidden, kv_algo", [(64, 1, 8192, None), (48, 1, 6144, "FP8")])
+@pytest.mark.parametrize("heads, kv, hidden, kv_algo", [(64, 1, 8192, None), (48, 1, 6144, "FP8"),
+                                                       (48, 1, 6144, None), (40, 1, 5120, None)])
 def test_the_xqa_jit_switch_is_off_where_only_the_precompiled_kernels_serve(heads, kv, hidden, kv_algo):
     """Group 64 (any cache), and StarCoder-15B's 48 with an FP8 cache on SM 9.0: the runner would pick JIT kernels
-    that take at most 32 query heads per KV head; the scripts run with TRTLLM_ENABLE_XQA_JIT=0 (issue 57, m5)."""
+    that take at most 32 query heads per KV head; the scripts run with TRTLLM_ENABLE_XQA_JIT=0 (issue 57, m5). Groups
+    48 and 40 with a float cache: 1.2's runner picks the precompiled kernels, the only ones that take them; the
+    switch pins them, should the default move to JIT (issue 64, 5)."""
     cfg = _cfg(heads=heads, kv=kv, hidden=hidden, quantization={"kv_cache_quant_algo": kv_algo})
     assert environment(cfg) == {"TRTLLM_ENABLE_XQA_JIT": "0"} and not needs_xqa_jit(cfg)
     assert build_line(cfg, "/c").startswith("TRTLLM_ENABLE_XQA_JIT=0 trtllm-medusa build ")
+    from trtllm_medusa_ports.deploy.commands import jit_only_note
+
+    assert "A JIT-only runner takes at most 32 query heads per KV head" in jit_only_note(cfg)
+    assert jit_only_note(_cfg(heads=12, kv=4, hidden=1536)) is None  # group 3: the JIT kernels take it too
 
 
 def test_convert_and_verify_end_by_naming_the_build_command(tmp_path, store, capsys):

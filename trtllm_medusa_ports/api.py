@@ -557,7 +557,8 @@ class DeployResult:
             f"   or:    python3 {out}/llm_api.py \"your prompt\"   (the LLM API)",
             f"   or:    {out}/serve.sh   (trtllm-serve; a greedy request is in its comments)",
         ] + ([f"engine architecture {b['engine_architecture']} does not resolve on: {', '.join(not_python)}"]
-             if not_python else []))
+             if not_python else []) + ([f"note: the scripts export {k}={v}. {b['xqa_jit_only']}"
+                                        for k, v in b["environment"].items()] if b.get("xqa_jit_only") else []))
 
 
 def deploy(opts: DeployOptions) -> DeployResult:

@@ -29,6 +29,12 @@ XQA_JIT_QGMMA_TOKENS_PER_BLOCK = (8, 16, 32, 64, 128)
 XQA_JIT_MAX_GROUP = 32
 #: SM 9.0 with an E4M3 cache: the runner picks JIT up to this group size ("supportedByHopperXqa")
 XQA_HOPPER_JIT_MAX_GROUP = 64
+#: what a runner without the precompiled kernels means for a group over XQA_JIT_MAX_GROUP
+XQA_JIT_ONLY = (f"TensorRT-LLM after 1.2 makes the XQA JIT kernels the runner's default (PR #10335, \"Use XQA JIT impl "
+                "by default\") and later keeps only them in DecoderXQARunner; whether a 1.2.x release carries that is "
+                f"not confirmed here. A JIT-only runner takes at most {XQA_JIT_MAX_GROUP} query heads per KV head, so "
+                f"there this base's generation finds no XQA kernel whatever {XQA_JIT_ENV} says: serve it on a runner "
+                f"that keeps the precompiled kernels (1.2's) with {XQA_JIT_ENV}=0")
 
 
 @dataclass(frozen=True)
@@ -154,15 +160,25 @@ def xqa_serving_routes(group: int, head_size: int, kv_dtype: str | None = None, 
     return routes
 
 
+def relies_on_precompiled(routes: dict[int, XqaRoute]) -> bool:
+    """Whether only the precompiled kernels serve this shape on some GPU (the JIT kernels take none of it there): a
+    runner whose default or only implementation is JIT (:data:`XQA_JIT_ONLY`) would fail it."""
+    return any(r.served_with_jit_off and not r.served_with_jit_env for r in routes.values())
+
+
 def xqa_environment(routes: dict[int, XqaRoute]) -> dict[str, str]:
     """The :data:`XQA_JIT_ENV` setting under which every GPU of ``routes`` has a kernel, where the default leaves
-    one without: ``{XQA_JIT_ENV: "1"}`` or ``{XQA_JIT_ENV: "0"}``; ``{}`` where the default serves every GPU or no
-    one setting serves them all. (With one attention shape the JIT kernels take it on every GPU of
-    :data:`XQA_ROUTE_SMS` or on none, so the GPUs never need opposite settings.)"""
+    one without: ``{XQA_JIT_ENV: "1"}`` or ``{XQA_JIT_ENV: "0"}``; also ``"0"`` where the default serves every GPU
+    but only through the precompiled kernels on some (a group over 32 with head size 128: the setting pins them,
+    should a runner's default move to JIT); ``{}`` where the default serves every GPU otherwise, or no one setting
+    serves them all. (With one attention shape the JIT kernels take it on every GPU of :data:`XQA_ROUTE_SMS` or on
+    none, so the GPUs never need opposite settings.)"""
     needed = {r.env_needed for r in routes.values()}
     for value, serves in (("1", "served_with_jit_env"), ("0", "served_with_jit_off")):
         if value in needed and all(getattr(r, serves) for r in routes.values()):
             return {XQA_JIT_ENV: value}
+    if all(r.served_with_jit_off for r in routes.values()) and relies_on_precompiled(routes):
+        return {XQA_JIT_ENV: "0"}
     return {}
 
 

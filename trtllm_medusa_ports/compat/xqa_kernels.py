@@ -14,8 +14,10 @@ from trtllm_medusa_ports.findings import ERROR, INFO, WARNING, Finding
 from trtllm_medusa_ports.xqa import (
     XQA_JIT_ENV,
     XQA_JIT_MAX_GROUP,
+    XQA_JIT_ONLY,
     XQA_PRECOMPILED_MEDUSA_HEAD_SIZES,
     XQA_ROUTE_SMS,
+    relies_on_precompiled,
     xqa_environment,
     xqa_medusa_route,
 )
@@ -30,6 +32,13 @@ def _xqa_group_findings(group: int, head_size: int) -> list[Finding]:
     if all(x.served for x in routes.values()):
         if r.impl == "JIT":
             return []
+        if relies_on_precompiled(routes):  # a group over 32: only the precompiled kernels take it
+            return [Finding("gqa-group-size", WARNING,
+                            lead + "XQA JIT kernels are chosen only when the group size divides 64, so generation runs "
+                            "on the precompiled XQA kernels (head size 128; xqa_kernel_cubin.h), the only ones that "
+                            f"take more than {XQA_JIT_MAX_GROUP} query heads per KV head. {XQA_JIT_ONLY}",
+                            f"run the engine with {XQA_JIT_ENV}=0 (`trtllm-medusa deploy` writes it into its scripts) "
+                            "on TensorRT-LLM 1.2, and validate on GPU (scripts/validate_on_gpu.sh)")]
         return [Finding("gqa-group-size", INFO,
                         lead + "XQA JIT kernels are chosen only when the group size divides 64, so generation runs on "
                         "the precompiled XQA kernels (head size 128; xqa_kernel_cubin.h)", "nothing to do")]
@@ -49,7 +58,7 @@ def _xqa_group_findings(group: int, head_size: int) -> list[Finding]:
                         "fails at run time (\"No available XQA kernels are found for speculative decoding mode\"). "
                         f"With {XQA_JIT_ENV}=0 the runner takes the precompiled XQA kernels outright (the 1.2 runner "
                         "read checks the variable first), whose Medusa cubins take head size 128 with any group "
-                        "(xqa_kernel_cubin.h)",
+                        f"(xqa_kernel_cubin.h). {XQA_JIT_ONLY}",
                         f"run the engine with {XQA_JIT_ENV}=0 in its environment (`trtllm-medusa deploy` writes it "
                         "into its scripts) and validate on GPU (scripts/validate_on_gpu.sh)")]
     if r.impl == "JIT":

@@ -54,7 +54,7 @@ from pathlib import Path
 from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
 from trtllm_medusa_ports.compat.positions import checkpoint_position_range, learned_seq_limit
 from trtllm_medusa_ports.deploy import quoting
-from trtllm_medusa_ports.deploy.commands import build_argv, environment, world_size
+from trtllm_medusa_ports.deploy.commands import build_argv, environment, jit_only_note, world_size
 from trtllm_medusa_ports.deploy.routes import engine_architecture, routes
 from trtllm_medusa_ports.deploy.triton import bundle_name, triton_fill
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelError
@@ -226,7 +226,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
         "position_embedding_type": cfg.get("position_embedding_type"),
         "tree": {"medusa_choices": paths, "source": source, "pruned": pruned, "nodes": tree.num_nodes,
                  "max_draft_len": draft, "num_medusa_heads": heads},
-        "serving": vars(sizes), "environment": environment(cfg),
+        "serving": vars(sizes), "environment": environment(cfg), "xqa_jit_only": jit_only_note(cfg),
         "build": {"argv": build}, "run": {"argv": run}, "memory": memory, "routes": routes(cfg),
         "kv_cache_free_gpu_memory_fraction": kv,
         "files": ["build.sh", "run.sh", "llm_api.py", "serve.yaml", "serve.sh", "triton/fill.sh", "triton/launch.sh",

@@ -10,7 +10,9 @@
 - **The XQA JIT switch.** With speculative decoding, generation attention runs on XQA kernels only; where the runner
   would pick precompiled kernels that do not take this attention shape but the JIT kernels do
   (:func:`trtllm_medusa_ports.xqa.xqa_medusa_route`), the engine runs only with ``TRTLLM_ENABLE_XQA_JIT=1``; where
-  it would pick JIT kernels that do not take it but the precompiled ones do, only with ``TRTLLM_ENABLE_XQA_JIT=0``.
+  it would pick JIT kernels that do not take it but the precompiled ones do, only with ``TRTLLM_ENABLE_XQA_JIT=0``;
+  where only the precompiled ones take it (a group over 32) and the runner picks them, ``=0`` pins them (a later
+  runner's default is JIT, which has no kernel for it: :func:`jit_only_note`).
 - **Tensor and pipeline parallelism at run time**: a world size over 1 runs under ``mpirun -n <world size>
   --allow-run-as-root`` (examples/run.py reads its rank from MPI).
 
@@ -22,7 +24,13 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from trtllm_medusa_ports.xqa import XQA_JIT_ENV, xqa_environment, xqa_serving_routes
+from trtllm_medusa_ports.xqa import (
+    XQA_JIT_ENV,
+    XQA_JIT_ONLY,
+    relies_on_precompiled,
+    xqa_environment,
+    xqa_serving_routes,
+)
 
 #: upstream's own Medusa class (tensorrt_llm/models/__init__.py MODEL_MAP): plain trtllm-build builds it
 UPSTREAM_MEDUSA = "MedusaForCausalLM"
@@ -45,6 +53,13 @@ def xqa_routes(cfg: dict) -> dict:
     head_size = int(cfg.get("head_size") or int(cfg.get("hidden_size") or 0) // heads)
     kv_dtype = (cfg.get("quantization") or {}).get("kv_cache_quant_algo")
     return xqa_serving_routes(max(1, heads // max(1, kv)), head_size, kv_dtype)
+
+
+def jit_only_note(cfg: dict) -> str | None:
+    """What a runner with the XQA JIT kernels alone means for this attention shape (xqa.py ``XQA_JIT_ONLY``), where
+    only the precompiled kernels serve it (a group over 32 with head size 128); None otherwise."""
+    routes = xqa_routes(cfg)
+    return XQA_JIT_ONLY if relies_on_precompiled(routes) else None
 
 
 def needs_xqa_jit(cfg: dict) -> bool:
