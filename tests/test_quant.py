@@ -3,6 +3,7 @@ verify failing on a wrong scale (trtllm_medusa_ports/quant)."""
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -428,6 +429,60 @@ def test_a_float_weight_beside_its_per_channel_scale_is_refused_as_the_build_wou
     assert "not the same shape" in capsys.readouterr().err
 
 
+def _with_exclude(ckpt, out, exclude):
+    shutil.copytree(ckpt, out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["quantization"]["exclude_modules"] = exclude
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["transformer.layers.0.mlp.fc"], "keeps transformer.layers.0.mlp.fc a float layer (quantize_layers matches "
+                                      "the module name) while weight_only_quantize_dict quantizes "
+                                      "transformer.layers.0.mlp.fc.weight at load"),
+    (["*layers.0.mlp.fc.weight"], "leaves transformer.layers.0.mlp.fc.weight float at load"),
+])
+def test_an_exclusion_only_one_of_the_builds_two_matchers_sees_is_refused(
+        tmp_path, store, capsys, trtllm, extra, said):  # noqa: F811
+    """Under W8A16 quantize_layers keeps a layer float by its module name, weight_only_quantize_dict a weight by its
+    tensor name (tensorrt_llm/quantization/quantize.py, models/convert_utils.py): an exact module name kept the
+    layer float while its weight was quantized (verify OK, the stand-in build failed). verify and build refuse
+    both halves of such a pair, naming the tensor; named both ways, the layer stays float, verify proves it and
+    the stand-in builds it."""
+    from test_engine import _build
+
+    from trtllm_medusa_ports.errors import CheckpointError
+
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    ours = convert_to(tmp_path / "ours", base, _heads(tmp_path, "LlamaForCausalLM", 128), dtype="float16",
+                      qformat="int8_wo")
+    own = json.loads((ours / "config.json").read_text())["quantization"]["exclude_modules"]
+    bad = _with_exclude(ours, tmp_path / "bad", own + extra)
+    with pytest.raises(CheckpointError, match=re.escape(said)) as e:
+        verify(base, bad, medusa_choices=TREE, max_new_tokens=4)
+    assert "rank 0: under W8A16" in e.value.what and "name the module and its weight" in e.value.fix
+    assert _build(bad, tmp_path / "eng") == 1 and said in capsys.readouterr().err
+    both = _with_exclude(ours, tmp_path / "both",
+                         own + ["transformer.layers.0.mlp.fc", "transformer.layers.0.mlp.fc.weight"])
+    rep = verify(base, both, medusa_choices=TREE, max_new_tokens=4)
+    assert rep.ok
+
+
+def test_a_quantized_bases_kept_module_names_are_written_for_both_matchers():
+    from trtllm_medusa_ports.quant.prequantized import (
+        COMBINED_EXCLUDE_MODULES,
+        output_exclude_modules,
+    )
+
+    own = ["transformer.layers.0.mlp.fc", "*layers.1.attention*", "lm_head"]
+    assert output_exclude_modules({"quant_algo": "W8A16", "exclude_modules": own}) == [
+        *COMBINED_EXCLUDE_MODULES, "transformer.layers.0.mlp.fc", "transformer.layers.0.mlp.fc.weight",
+        "*layers.1.attention*"]
+    assert output_exclude_modules({"quant_algo": "FP8", "exclude_modules": own}) == [
+        *COMBINED_EXCLUDE_MODULES, "transformer.layers.0.mlp.fc", "*layers.1.attention*"]
+
+
 def test_tool_quantized_base_refusals(tmp_path, store, capsys):
     base = tiny_base(store, "LlamaForCausalLM", **WIDE)
     heads = _heads(tmp_path, "LlamaForCausalLM", 128)
@@ -785,7 +840,7 @@ def test_kv_scales_are_measured_on_the_cached_keys_and_their_damage_is_seen(tmp_
 
 
 @pytest.mark.parametrize("tensor, shape", [("transformer.layers.0.attention.qkv.weights_scaling_factor", (2,)),
-                                           ("transformer.layers.1.mlp.proj.activation_scaling_factor", ()),
+                                           ("transformer.layers.1.mlp.proj.activation_scaling_factor", (1, 1)),
                                            ("transformer.layers.0.attention.kv_cache_scaling_factor", (1, 1))])
 def test_verify_refuses_a_per_tensor_scale_the_engine_would_not_load(tmp_path, store, tensor, shape):
     """FP8Linear and a quantized KV cache declare their scales float32 (1,), and the engine's load asserts the exact
@@ -802,6 +857,23 @@ def test_verify_refuses_a_per_tensor_scale_the_engine_would_not_load(tmp_path, s
     with pytest.raises(CheckpointError, match=re.escape(f"{tensor} is float32 {list(shape)}, but ")) as e:
         verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
     assert "declares it float32 [1]" in e.value.what and "float32 [1]" in e.value.fix
+
+
+def test_a_0d_per_tensor_scale_loads_as_upstream_reshapes_it(tmp_path, store):
+    """Parameter.value reshapes a 0-D value to a declared shape of ones (tensorrt_llm/parameter.py, 1.x): a 0-D FP8
+    or KV cache scale builds, so verify accepts it and reads its value (the module's verifies build on the
+    stand-in, whose Parameter does the same)."""
+    base = tiny_base(store, "LlamaForCausalLM", **WIDE)
+    ckpt = convert_to(tmp_path / "fp8", base, _heads(tmp_path, "LlamaForCausalLM", 128), dtype="float16",
+                      qformat="fp8", kv_cache_dtype="fp8",
+                      calib_dataset=_calib(tmp_path, tiny_config("LlamaForCausalLM").vocab_size), calib_size=6)
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    for name in ("transformer.layers.1.mlp.proj.activation_scaling_factor",
+                 "transformer.layers.0.attention.kv_cache_scaling_factor"):
+        t[name] = t[name].reshape(())
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
+    assert rep.ok and not rep.quant_scale_mismatches
 
 
 def test_the_build_check_fails_a_test_whose_verify_says_ok_for_what_does_not_build(tmp_path, store, monkeypatch):

@@ -38,7 +38,7 @@ def test_an_empty_exclude_list_stays_empty_and_the_embedding_is_then_quantized(t
     cfg["quantization"]["exclude_modules"] = []
     _write(ckpt, cfg)
     assert _build(ckpt, tmp_path / "eng") != 0  # refused by our validation: the heads would be quantized layers
-    assert "no exclude_modules (so quantize_layers' defaults" in capsys.readouterr().err
+    assert "an empty exclude_modules (which excludes nothing)" in capsys.readouterr().err
     import trtllm_medusa_ports.engine.build as build_mod
     from trtllm_medusa_ports.files.jsonfile import read_json
 
@@ -49,7 +49,12 @@ def test_an_empty_exclude_list_stays_empty_and_the_embedding_is_then_quantized(t
     assert "vocab_embedding.per_token_scale" in err
     cfg["quantization"]["exclude_modules"] = ["*lm_head", "*medusa_heads*"]  # the embedding left out of the list
     _write(ckpt, cfg)
-    assert _build(ckpt, tmp_path / "eng2") != 0
+    assert _build(ckpt, tmp_path / "eng2") != 0  # refused by our validation: a quantized embedding, a float weight
+    assert ("leaves transformer.vocab_embedding.weight float at load (weight_only_quantize_dict matches the tensor "
+            "name) while quantize_layers makes transformer.vocab_embedding a weight-only layer") in capsys.readouterr().err
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build_mod, "read_checkpoint_config", lambda d: read_json(d / "config.json", ValueError, fix=""))
+        assert _build(ckpt, tmp_path / "eng3") != 0
     assert "vocab_embedding.per_token_scale" in capsys.readouterr().err
 
 
@@ -100,16 +105,23 @@ def test_build_refuses_an_install_without_the_engine_flow(trtllm, store, tmp_pat
     assert "installed without tensorrt_llm.commands.build" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("shape", [(2,), ()])
+@pytest.mark.parametrize("shape", [(2,), (1, 1), ()])
 def test_a_per_tensor_scale_of_another_shape_fails_the_load(trtllm, store, tmp_path, shape):  # noqa: F811
-    """FP8Linear declares its scales (1,) and upstream's Parameter.value asserts the exact shape
-    (tensorrt_llm/parameter.py): neither [2] nor a 0-D scale loads."""
+    """FP8Linear declares its scales (1,) and upstream's Parameter.value asserts the shape after reshaping a 0-D
+    value to a declared shape of ones (tensorrt_llm/parameter.py): neither [2] nor [1, 1] loads; a 0-D scale does,
+    with its value."""
     ckpt = _quantized(store, tmp_path, "LlamaForCausalLM", 1, own=True, qformat="fp8")
     t = load_file(str(ckpt / "rank0.safetensors"))
     name = "transformer.layers.0.attention.qkv.weights_scaling_factor"
+    value = float(t[name].reshape(-1)[0])
     t[name] = t[name].reshape(()).expand(shape).contiguous() if shape else t[name].reshape(())
     save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(RuntimeError, match=r"Updated: \(" + (f"{shape[0]}," if shape else "") + r"\), original: \(1,\)"
+    if not shape:
+        model = _engine_model(ckpt)
+        got = dict(model.named_parameters())[name].value
+        assert tuple(got.shape) == (1,) and float(got[0]) == value
+        return
+    with pytest.raises(RuntimeError, match=r"Updated: \(" + ", ".join(str(s) for s in shape) + r",?\), original: \(1,\)"
                        + f".*'{name}'"):
         _engine_model(ckpt)
 

@@ -61,7 +61,7 @@ def test_rows_no_prompt_reads_fail_verify(tmp_path, written, qwen2_base, name, r
 # -- the Medusa heads excluded from a quant_algo: checked by read_checkpoint, for every reader ----------------------
 @pytest.mark.parametrize("quantization, refused", [
     ({"quant_algo": "FP8"}, "no exclude_modules (so quantize_layers' defaults"),
-    ({"quant_algo": "FP8", "exclude_modules": []}, "no exclude_modules (so quantize_layers' defaults"),
+    ({"quant_algo": "FP8", "exclude_modules": []}, "an empty exclude_modules (which excludes nothing)"),
     ({"quant_algo": "W8A16", "exclude_modules": ["*lm_head", "*router"]}, 'exclude_modules ["*lm_head", "*router"]'),
     ({"quant_algo": "FP8", "exclude_modules": "*medusa_heads*"}, "not a list of module patterns"),
     ({"quant_algo": "FP8", "exclude_modules": ["*lm_head", "*medusa_heads*"]}, None),

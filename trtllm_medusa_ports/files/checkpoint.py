@@ -401,7 +401,7 @@ def check_config(ckpt: Checkpoint) -> None:
 
 
 #: tensorrt_llm/quantization/quantize.py ``quantize_layers``: the exclusions it uses where config.json's
-#: ``quantization.exclude_modules`` is missing or empty (``quant_config.exclude_modules or [...]``); every other
+#: ``quantization.exclude_modules`` is missing (None; an empty list excludes nothing); every other
 #: linear module becomes a quantized layer, whatever dtype its stored weight has
 QUANTIZE_LAYERS_DEFAULT_EXCLUDE = ("*lm_head", "*router", "*vocab_embedding", "*position_embedding",
                                    "*block_embedding", "*shared_expert_gate")
@@ -422,13 +422,14 @@ def check_medusa_excluded(ckpt: Checkpoint) -> None:
         raise CheckpointError(f"quantization.exclude_modules is {json.dumps(exclude)[:200]}, not a list of module "
                               "patterns", where=where, fix='write a list of fnmatch patterns, e.g. ["*lm_head", '
                                                             '"*medusa_heads*"]')
-    patterns = exclude or list(QUANTIZE_LAYERS_DEFAULT_EXCLUDE)
+    patterns = list(QUANTIZE_LAYERS_DEFAULT_EXCLUDE) if exclude is None else exclude
     for r, tensors in enumerate(ckpt.ranks):
         for name in tensors:
             m = _MEDUSA_LINEAR.fullmatch(name)
             if m and not any(fnmatch.fnmatchcase(m.group(1), p) for p in patterns):
-                said = f"exclude_modules {json.dumps(exclude)}" if exclude else \
-                    "no exclude_modules (so quantize_layers' defaults, which name no Medusa module)"
+                said = (f"exclude_modules {json.dumps(exclude)}" if exclude else
+                        "an empty exclude_modules (which excludes nothing)" if exclude == [] else
+                        "no exclude_modules (so quantize_layers' defaults, which name no Medusa module)")
                 raise CheckpointError(
                     f"quant_algo {q['quant_algo']} with {said}: the Medusa linear {m.group(1)} (rank{r}.safetensors) "
                     "would be built as a quantized layer (tensorrt_llm/quantization/quantize.py quantize_layers) over "

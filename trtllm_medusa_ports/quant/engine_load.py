@@ -15,12 +15,18 @@ engine would not load, naming the tensor:
   ``per_channel_scale`` - what a family's ``convert_checkpoint.py --disable_weight_only_quant_plugin`` writes - is
   re-quantized transposed and its scale replaced: the load fails on the shape, or, for a square weight, loads the
   transpose.
+* the two matchers of ``exclude_modules`` under W8A16 / W4A16: ``quantize_layers`` matches a pattern against the
+  *module* name (``transformer.layers.0.mlp.fc``) to keep a layer float, ``weight_only_quantize_dict`` against the
+  *tensor* name (``transformer.layers.0.mlp.fc.weight``) to leave a weight float. A pattern only one of them
+  matches (an exact module name, or one ending in ``.weight``) gives a float layer an int8 weight, or a quantized
+  layer a float one: each such layer is refused, naming both.
 * ``load``: each parameter takes a value of exactly its declared shape (tensorrt_llm/parameter.py ``Parameter.value``
   asserts ``v.shape == self._shape``). The quantized layers declare (tensorrt_llm/quantization/layers.py):
   ``WeightOnlyQuantColumnLinear`` / ``RowLinear`` pad in and out features up to a multiple of ``64 x tp_size``, then
   ``weight`` int8 ``[in, out x bits / 8]`` and ``per_channel_scale`` ``[out]`` of the rank's part; ``FP8Linear`` /
   ``FP8RowLinear`` ``weight`` float8 ``[out, in]``, ``weights_scaling_factor`` and ``activation_scaling_factor``
-  float32 ``(1,)``; a quantized KV cache gives every ``Attention`` ``kv_cache_scaling_factor`` and
+  float32 ``(1,)`` (a 0-D value loads too: ``Parameter.value`` reshapes a scalar to a declared shape of ones); a
+  quantized KV cache gives every ``Attention`` ``kv_cache_scaling_factor`` and
   ``kv_cache_rcp_scaling_factor`` float32 ``(1,)`` (tensorrt_llm/quantization/quantize.py ``kv_cache_quantize``).
 
 Not modelled: the AWQ / GPTQ / SmoothQuant layers' own shapes (``preprocess_weights_for_mixed_gemm`` runs on the
@@ -29,8 +35,10 @@ build's GPU), and experts (3-D), whose weight-only layout has no padding rule to
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from trtllm_medusa_ports.files.checkpoint import QUANTIZE_LAYERS_DEFAULT_EXCLUDE
 from trtllm_medusa_ports.quant import (
     BITS,
     COLUMN_LINEARS,
@@ -51,6 +59,43 @@ STORED_FLOAT_WEIGHT_ONLY_FIX = (
     "convert the float base with trtllm-medusa convert --qformat int8_wo (or int4_wo): it writes float [out, in] "
     "weights without scales, which TensorRT-LLM quantizes at load as this rule describes; a checkpoint a family's "
     "convert_checkpoint.py wrote with --disable_weight_only_quant_plugin does not build with TensorRT-LLM 1.2")
+
+
+#: the 2-D weights of layers quantize_layers rebuilds under weight-only (tensorrt_llm/quantization/quantize.py
+#: ``weight_only_quantize``'s quant_map: ColumnLinear, RowLinear, Embedding): decoder and shared-expert linears,
+#: lm_head and the embeddings; MoE experts (3-D) and the router (an MOE's own) follow the MOE layer
+_WEIGHT_ONLY_LAYER = re.compile(
+    r"(transformer\.layers\.\d+\.(attention\.(qkv|dense)|mlp\.(fc|gate|proj|shared_expert\.(fc|gate|proj)"
+    r"|shared_expert_gate))|lm_head|transformer\.(vocab_embedding|position_embedding))\.weight")
+EXCLUDE_BOTH_FIX = ("exclude_modules must keep a layer and its weight together: name the module and its weight (e.g. "
+                    "\"transformer.layers.0.mlp.fc\" and \"transformer.layers.0.mlp.fc.weight\"), or use a pattern "
+                    "both match (\"*layers.0.mlp.fc*\")")
+
+
+def _matchers_disagree(rank: int, name: str, dtype_name: str, exclude: list[str] | None, algo: str
+                       ) -> LoadProblem | None:
+    """One 2-D weight of a layer weight-only rebuilds, against the two matchers (module doc)."""
+    module = name.removesuffix(".weight")
+    layer_float = is_excluded(module, list(QUANTIZE_LAYERS_DEFAULT_EXCLUDE) if exclude is None else exclude)
+    said = "no exclude_modules (the defaults)" if exclude is None else f"exclude_modules {exclude}"
+    if dtype_name == "int8":
+        if not layer_float:
+            return None
+        what = (f"{name} is stored int8 (quantized), but {said} keeps {module} a float layer "
+                "(tensorrt_llm/quantization/quantize.py quantize_layers matches the module name)")
+    else:
+        weight_quantized = load_quantized(name, exclude)
+        if layer_float != weight_quantized:
+            return None
+        what = (f"{said} keeps {module} a float layer (quantize_layers matches the module name) while "
+                f"weight_only_quantize_dict quantizes {name} at load (it matches the tensor name): a float layer "
+                "would get an int8 weight" if layer_float else
+                f"{said} leaves {name} float at load (weight_only_quantize_dict matches the tensor name) while "
+                f"quantize_layers makes {module} a weight-only layer (it matches the module name): the layer "
+                "takes int8 weights")
+    return LoadProblem(rank, name, f"rank {rank}: under {algo}, {what}; the engine would not load it "
+                       "(tensorrt_llm/models/convert_utils.py weight_only_quantize_dict, "
+                       "tensorrt_llm/quantization/quantize.py)", EXCLUDE_BOTH_FIX)
 
 
 @dataclass(frozen=True)
@@ -145,6 +190,11 @@ def load_problems(ranks: list[dict], config: dict) -> list[LoadProblem]:
     for rank, tensors in enumerate(ranks):
         loaded, problems = preprocessed(rank, tensors, quantization)
         out += problems
+        if algo in BITS:
+            for name, t in tensors.items():
+                if len(t.shape) == 2 and _WEIGHT_ONLY_LAYER.fullmatch(name) and (
+                        p := _matchers_disagree(rank, name, t.dtype_name, exclude, algo)):
+                    out.append(p)
         for name, h in loaded.items():
             linear = linear_of(name)
             if linear is None or name != linear + ".weight" or is_excluded(linear, exclude) or len(h.shape) != 2:
@@ -178,7 +228,8 @@ def _exact(rank: int, loaded: dict[str, Header], module: str, scales: tuple[str,
     out = []
     for s in scales:
         got = loaded.get(f"{module}.{s}")
-        if got is not None and (got.shape != (1,) or got.dtype_name != "float32"):
+        # Parameter.value reshapes a 0-D value to a declared shape of ones (tensorrt_llm/parameter.py, 1.x)
+        if got is not None and (got.shape not in ((1,), ()) or got.dtype_name != "float32"):
             out.append(LoadProblem(rank, f"{module}.{s}", (
                 f"rank {rank}: {module}.{s} is {got.dtype_name} {list(got.shape)}, but {who} declares it float32 "
                 "[1], and the engine's load asserts the exact shape (tensorrt_llm/parameter.py Parameter.value)"),

@@ -63,11 +63,17 @@ def output_exclude_modules(quant: dict) -> list[str] | None:
     own list no pattern of it covers. Upstream's ``combine_medusa_weight`` replaces the base's list; a linear the
     tool kept in float (its name in the base's list) would then become a quantized layer the engine cannot load
     (FP8Linear takes float8 weights and their scales), so the base's exclusions are kept. A base quantized by
-    neither weights nor KV cache keeps its list as it is."""
+    neither weights nor KV cache keeps its list as it is. Under W8A16 / W4A16 each kept module name is written with
+    its weight's name too (``X`` and ``X.weight``), so the build's load leaves the weight float that the layer
+    keeps float (quant/engine_load.py: the two matchers of exclude_modules)."""
     if not (quant.get("quant_algo") or quant.get("kv_cache_quant_algo")):
         return quant.get("exclude_modules")
     own = [e for e in quant.get("exclude_modules") or [] if isinstance(e, str)]
-    return list(COMBINED_EXCLUDE_MODULES) + [e for e in dict.fromkeys(own) if not is_excluded(e, list(COMBINED_EXCLUDE_MODULES))]
+    kept = [e for e in dict.fromkeys(own) if not is_excluded(e, list(COMBINED_EXCLUDE_MODULES))]
+    if quant.get("quant_algo") in ("W8A16", "W4A16"):
+        kept = list(dict.fromkeys(x for e in kept for x in (e, e + ".weight")
+                                  if x == e or not is_excluded(x, kept)))
+    return list(COMBINED_EXCLUDE_MODULES) + kept
 
 
 #: config.json sizes that must be positive integers

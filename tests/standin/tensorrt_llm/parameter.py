@@ -2,8 +2,9 @@
 
 A parameter made with a ``shape`` and no value is *not inited*: ``PretrainedModel.load``
 requires it. One made with a value (rotary tables) is inited and never required.
-Assigning ``.value`` asserts the shape, exactly (``Parameter.value`` setter: ``v.shape == self._shape``, so a
-per-tensor scale declared ``(1,)`` takes neither ``[2]`` nor a 0-D value).
+Assigning ``.value`` asserts the shape (``Parameter.value`` setter: ``v.shape == self.shape``), after a 0-D value is
+reshaped to the declared shape where every declared dimension is 1: a per-tensor scale declared ``(1,)`` takes a
+0-D value and ``[1]``, never ``[2]`` or ``[1, 1]``.
 """
 
 
@@ -34,7 +35,9 @@ class Parameter:
     @value.setter
     def value(self, v):
         shape = tuple(v.shape)
-        if shape != self._shape:  # exactly: a [2] or 0-D scale for a (1,) parameter is refused too
+        if shape != self._shape and not shape and self._shape and max(self._shape) == 1:
+            v, shape = v.reshape(self._shape), self._shape  # a scalar fills a shape of ones
+        if shape != self._shape:
             raise AssertionError(f"The value updated is not the same shape as the original. "
                                  f"Updated: {shape}, original: {self._shape}")
         # quantized parameters: a value of another type does not become an int8 / fp8 weight of a
