@@ -16,6 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import convert_to
 
@@ -145,6 +146,7 @@ def _runs(made: dict[int, dict], root: Path) -> list[dict]:
             for i, (c, n, s) in enumerate(order)]
 
 
+@pytest.mark.verify_without_build("it measures verify's own peak memory in a forked child, which the build would add to")
 def test_a_base_four_times_the_allowance_verifies_and_trains_within_it_streaming(tmp_path):
     """verify and train-heads of the 12-layer base: each run's peak above the one-layer run of the same command
     before it stays under a quarter of the base's float32 size streaming, and exceeds it in memory. Peak RssAnon,

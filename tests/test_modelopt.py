@@ -9,13 +9,14 @@ import pytest
 import torch
 from conftest import assert_proven
 from safetensors.torch import load_file, save_file
+from test_engine import trtllm  # noqa: F401  (the stand-in fixture)
 
 from trtllm_medusa_ports.api import AddHeadsOptions, VerifyOptions, add_heads, verify
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 
 #: verify OK must mean the engine builds: each checkpoint proven here is built on the stand-in (conftest.py); the
 #: results are floating-point (CI runs them on every ATen CPU path)
-pytestmark = [pytest.mark.builds_what_verify_proves, pytest.mark.numerics]
+pytestmark = [pytest.mark.numerics]
 
 FIXTURES = Path(__file__).parent / "fixtures" / "modelopt"
 BASE = FIXTURES / "hf_qwen2"
@@ -248,3 +249,97 @@ def test_verify_refuses_awq_tensors_of_disagreeing_shapes_by_name(tmp_path, head
     with pytest.raises(CheckpointError, match=r"mlp\.fc\.weights_scaling_factor is \[2, 256\], but .* makes it "
                                               r"\[256, 2\] \(group_size 64\)"):
         _verify(ckpt)
+
+
+@pytest.mark.parametrize("name, edit, said, standin", [
+    ("int4_awq", {"group_size": 64}, "transformer.layers.0.attention.dense.weights_scaling_factor is [128, 1], but "
+                                     "transformer.layers.0.attention.dense.weight [64, 128] (stored [out / 2, in] (two"
+                                     " int4 codes a byte along the output rows)) makes it [128, 2] (group_size 64)",
+     "not the same shape"),
+    ("int4_awq", {"pre_quant_scale": False}, "quantization.pre_quant_scale is not true",
+     "QWenForCausalLM in this TensorRT-LLM does not declare"),
+    ("int4_awq", {"has_zero_point": True}, "requires transformer.layers.0.attention.dense.zero",
+     "Required but not provided tensors"),
+])
+def test_what_the_awq_layers_declare_is_what_verify_and_build_hold_the_checkpoint_to(
+        tmp_path, heads, capsys, monkeypatch, trtllm, name, edit, said, standin):  # noqa: F811
+    """WeightOnlyGroupwiseQuant*Linear declares its scales by config.json's group_size, a pre-quant scale only with
+    pre_quant_scale and a zero point with has_zero_point (tensorrt_llm/quantization/layers.py): verify and build
+    refuse a config.json that says otherwise than the rank files, naming the tensor; past that check the stand-in's
+    load (as TensorRT-LLM's) fails on it, or - pre_quant_scale false, where upstream's load only warns of the
+    unused scale and the engine would skip the smoothing - build's check of the tensors the model declares does."""
+    from trtllm_medusa_ports.cli import main
+    from trtllm_medusa_ports.errors import CheckpointError
+
+    ckpt = _ported(tmp_path, heads, name)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    cfg["quantization"].update(edit)
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="rank 0: ") as e:
+        _verify(ckpt)
+    assert said in e.value.what
+    assert main(["build", "--checkpoint_dir", str(ckpt), "--output_dir", str(tmp_path / "engine")]) == 1
+    assert said in capsys.readouterr().err
+    from test_engine import _build
+
+    import trtllm_medusa_ports.engine.build as build_mod
+
+    monkeypatch.setattr(build_mod, "load_problems", lambda ranks, config: [])  # past our checks, the stand-in's load
+    monkeypatch.setattr(build_mod, "tool_layer_problems", lambda ranks, quant, hidden: [])
+    rc = _build(ckpt, tmp_path / "eng2")
+    out = capsys.readouterr()
+    assert standin in out.err + out.out
+    assert rc == 1
+
+
+def test_the_awq_and_smoothquant_layers_pad_and_split_as_the_stand_in_declares():
+    """The load model's shapes (quant/engine_load.py) against the stand-in's layers, built independently from
+    tensorrt_llm/quantization/layers.py: AWQ pads in and out features to max(64, group_size) x tp_size, so a
+    ModelOpt export whose split widths are not multiples of it does not load."""
+    from types import SimpleNamespace
+
+    from standin_import import standin_installed
+
+    from trtllm_medusa_ports.quant.engine_load import declared_groupwise, load_problems
+
+    with standin_installed():
+        from tensorrt_llm.quantization.layers import (
+            Int8SmoothQuantLinear,
+            WeightOnlyGroupwiseQuantLinear,
+        )
+
+        for tp, group, in_f, out_f, row in [(1, 128, 128, 256, False), (2, 128, 128, 256, False),
+                                            (2, 64, 256, 128, True), (4, 128, 320, 128, True)]:
+            layer = WeightOnlyGroupwiseQuantLinear(in_f, out_f, group_size=group, pre_quant_scale=True,
+                                                   dtype="float16", tp_size=tp, row=row)
+            linear = "transformer.layers.0.mlp.proj" if row else "transformer.layers.0.attention.qkv"
+            local_in, local_out = (in_f // tp, out_f) if row else (in_f, out_f // tp)
+            want = declared_groupwise(linear, local_out, local_in, tp, group, True, "float16")
+            for part, h in want.items():
+                assert getattr(layer, part).shape == h.shape, (tp, group, in_f, out_f, part)
+        sq = Int8SmoothQuantLinear(256, 128, dtype="float16", tp_size=2, row=True)
+        assert (sq.weight.shape, sq.weights_scaling_factor.shape, sq.prequant_scaling_factor.shape) == (
+            (128, 128), (128,), (128,))
+
+    def h(*shape, dtype="int8"):
+        return SimpleNamespace(shape=shape, dtype_name=dtype)
+
+    qkv = "transformer.layers.0.attention.qkv"
+    rank = {f"{qkv}.weight": h(64, 128), f"{qkv}.weights_scaling_factor": h(128, 1, dtype="float32"),
+            f"{qkv}.prequant_scaling_factor": h(128, dtype="float16")}
+    cfg = {"dtype": "float16", "mapping": {"tp_size": 2},
+           "quantization": {"quant_algo": "W4A16_AWQ", "group_size": 128, "pre_quant_scale": True}}
+    problems = load_problems([rank, rank], cfg)
+    assert [p.name for p in problems[:3]] == [f"{qkv}.weight", f"{qkv}.weights_scaling_factor",
+                                             f"{qkv}.prequant_scaling_factor"]
+    assert "loads as [128, 32], but the engine's WeightOnlyGroupwiseQuantColumnLinear (features padded to a " \
+           "multiple of max(64, group_size 128) x tp_size = 256" in problems[0].message
+    assert "declares [256, 32]" in problems[0].message and "--awq_block_size" in problems[0].fix
+    cfg["mapping"]["tp_size"] = 1
+    assert load_problems([rank], cfg) == []
+    sq = {f"{qkv}.weight": h(128, 128), f"{qkv}.weights_scaling_factor": h(128, dtype="float32"),
+          f"{qkv}.prequant_scaling_factor": h(1, 128, dtype="float16"),
+          f"{qkv}.activation_scaling_factor": h(dtype="float32")}
+    problems = load_problems([sq], {"dtype": "float16", "quantization": {"quant_algo": "W8A8_SQ_PER_CHANNEL"}})
+    assert [p.name for p in problems] == [f"{qkv}.prequant_scaling_factor"]  # a 0-D activation scale loads
+    assert "Int8SmoothQuantColumnLinear" in problems[0].message and "declares [128]" in problems[0].message

@@ -34,6 +34,7 @@ from trtllm_medusa_ports.errors import CheckpointError, PortError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.jsonfile import read_json
 from trtllm_medusa_ports.quant import BITS, QUANTIZED_LAYER_FIX, quantized_layer_problems
+from trtllm_medusa_ports.quant.base_checks import tool_layer_problems
 from trtllm_medusa_ports.quant.engine_load import load_problems
 
 
@@ -56,6 +57,8 @@ def read_checkpoint_config(checkpoint_dir: Path) -> dict:
     if problems:
         raise CheckpointError(problems[0].message, where=str(checkpoint_dir / f"rank{problems[0].rank}.safetensors"),
                               fix=QUANTIZED_LAYER_FIX)
+    for p in tool_layer_problems(ckpt.ranks, q, int(cfg.get("hidden_size") or 0)):  # AWQ / SQ tensors as stored
+        raise CheckpointError(p.message, where=str(checkpoint_dir / f"rank{p.rank}.safetensors"), fix=p.fix)
     for p in load_problems(ckpt.ranks, cfg):  # what upstream's preprocess_weights and load refuse (headers only)
         raise CheckpointError(p.message, where=str(checkpoint_dir / f"rank{p.rank}.safetensors"), fix=p.fix)
     return cfg

@@ -29,14 +29,25 @@ engine would not load, naming the tensor:
   quantized KV cache gives every ``Attention`` ``kv_cache_scaling_factor`` and
   ``kv_cache_rcp_scaling_factor`` float32 ``(1,)`` (tensorrt_llm/quantization/quantize.py ``kv_cache_quantize``).
 
-Not modelled: the AWQ / GPTQ / SmoothQuant layers' own shapes (``preprocess_weights_for_mixed_gemm`` runs on the
-build's GPU), and experts (3-D), whose weight-only layout has no padding rule to check.
+* INT4 AWQ (``W4A16_AWQ``): ``preprocess_perlayer_weights`` transposes each int8 weight (ModelOpt's ``[out / 2,
+  in]``) and views the packed bytes as the model dtype, ``[in, out / 4]``; it transposes the groupwise scales to
+  ``[in / group, out]`` and reshapes a pre-quant scale to ``[1, in]``. ``WeightOnlyGroupwiseQuant{Column,Row}Linear``
+  pads in and out features up to a multiple of ``max(64, group_size) x tp_size`` and declares those shapes of the
+  rank's part, a ``prequant_scaling_factor`` only with config.json's ``pre_quant_scale`` (without it a stored one
+  is left unused: the engine would skip the AWQ smoothing) and a ``zero`` with ``has_zero_point``.
+* SmoothQuant per channel: ``Int8SmoothQuant{Column,Row}Linear`` declares ``weight`` int8 ``[out, in]``,
+  ``weights_scaling_factor`` float32 ``[out]``, ``prequant_scaling_factor`` ``[in]`` and
+  ``activation_scaling_factor`` float32 ``(1,)`` of the rank's part; nothing is preprocessed.
+
+Not modelled: the values ``preprocess_weights_for_mixed_gemm`` writes (they depend on the build's GPU), and experts
+(3-D), whose quantized layouts have no padding rule to check.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from math import prod
 
 from trtllm_medusa_ports.files.checkpoint import QUANTIZE_LAYERS_DEFAULT_EXCLUDE
 from trtllm_medusa_ports.quant import (
@@ -49,8 +60,16 @@ from trtllm_medusa_ports.quant import (
 
 #: weight_only_quantize_dict's own exclusions when the checkpoint gives none (tensorrt_llm/models/convert_utils.py)
 LOAD_QUANTIZER_DEFAULT_EXCLUDE = ("*shared_expert_gate.weight",)
-#: the rank-local features the quantized layers pad to a multiple of (tensorrt_llm/quantization/layers.py)
+#: the rank-local features the quantized layers pad to a multiple of (tensorrt_llm/quantization/layers.py; the
+#: groupwise ones to max(this, group_size))
 WEIGHT_ONLY_PAD = 64
+AWQ, SQ = "W4A16_AWQ", "W8A8_SQ_PER_CHANNEL"
+#: QuantConfig's group_size when config.json gives none (tensorrt_llm/models/modeling_utils.py)
+DEFAULT_GROUP_SIZE = 128
+AWQ_PAD_FIX = ("config.json's quantization (group_size) must be the export's own; if it is, quantize the base again "
+               "with ModelOpt at a tp_size whose split widths are multiples of max(64, group_size) x tp_size (or with "
+               "a smaller --awq_block_size)")
+TOOL_LAYER_FIX = "pass the checkpoint as the quantizing tool wrote it (config.json and rank files from one export)"
 SCALE_SHAPE_FIX = ("write each per-tensor scale as float32 [1], as ModelOpt's export does, or quantize the base again "
                    "with the tool that wrote it")
 WEIGHT_ONLY_PAD_FIX = ("convert with a --tp_size that makes every width a multiple of 64 x tp_size (trtllm-medusa check "
@@ -119,7 +138,8 @@ def load_quantized(name: str, exclude: list[str] | None) -> bool:
     return weight_only_quantized(name, list(LOAD_QUANTIZER_DEFAULT_EXCLUDE) if exclude is None else exclude)
 
 
-def preprocessed(rank: int, tensors: dict, quantization: dict) -> tuple[dict[str, Header], list[LoadProblem]]:
+def preprocessed(rank: int, tensors: dict, quantization: dict, dtype: str = "float16"
+                 ) -> tuple[dict[str, Header], list[LoadProblem]]:
     """``preprocess_weights`` on one rank's headers (``tensors``: name -> anything with ``shape`` and ``dtype_name``):
     the tensors the load then sees, and what it refuses on the way (see the module doc)."""
     out = {n: Header(tuple(int(s) for s in t.shape), t.dtype_name) for n, t in tensors.items()}
@@ -145,6 +165,21 @@ def preprocessed(rank: int, tensors: dict, quantization: dict) -> tuple[dict[str
         if "lm_head.weight" in out and out["lm_head.weight"].dtype_name != "float8_e4m3fn":
             out.pop("lm_head.weights_scaling_factor", None)
             out.pop("lm_head.activation_scaling_factor", None)
+    elif algo == AWQ:
+        for name, h in list(out.items()):
+            if name.endswith("weight") and h.dtype_name == "int8" and len(h.shape) == 2:
+                rows, cols = h.shape  # [out / 2, in] -> transposed, its bytes viewed as 16-bit elements
+                if rows % 2:
+                    problems.append(LoadProblem(rank, name, (
+                        f"rank {rank}: {name} is int8 {list(h.shape)}: the build views its transposed bytes as "
+                        f"{dtype} (tensorrt_llm/models/modeling_utils.py "
+                        "preprocess_perlayer_weights), which needs an even number of rows"), TOOL_LAYER_FIX))
+                    continue
+                out[name] = Header((cols, rows // 2), dtype)
+            elif name.endswith("weights_scaling_factor") and len(h.shape) == 2:
+                out[name] = Header(h.shape[::-1], dtype)
+            elif name.endswith("prequant_scaling_factor") and h.shape:
+                out[name] = Header((1, h.shape[-1]) if len(h.shape) == 2 else (1, prod(h.shape)), h.dtype_name)
     elif algo in BITS:
         exclude = quantization.get("exclude_modules")
         for name, h in list(out.items()):
@@ -180,15 +215,73 @@ def declared_weight_only(linear: str, out_local: int, in_local: int, tp: int, bi
     return {"weight": (in_l, out_l * bits // 8), "per_channel_scale": (out_l,)}
 
 
+def declared_groupwise(linear: str, out_local: int, in_local: int, tp: int, group: int, pre_quant_scale: bool,
+                       dtype: str) -> dict[str, Header]:
+    """What ``WeightOnlyGroupwiseQuant{Column,Row}Linear`` declares for a rank's part of ``linear`` whose float weight
+    would be ``[out_local, in_local]``: features padded globally to a multiple of max(64, group) x tp, then split."""
+    multiple = max(WEIGHT_ONLY_PAD, group) * tp
+    if linear.endswith(COLUMN_LINEARS):
+        out_l, in_l = _padded(out_local * tp, multiple) // tp, _padded(in_local, multiple)
+    else:
+        out_l, in_l = _padded(out_local, multiple), _padded(in_local * tp, multiple) // tp
+    want = {"weight": Header((in_l, out_l // 4), dtype),
+            "weights_scaling_factor": Header((in_l // group, out_l), dtype)}
+    if pre_quant_scale:
+        want["prequant_scaling_factor"] = Header((1, in_l), dtype)
+    return want
+
+
+def _tool_layer(rank: int, linear: str, stored, loaded: dict[str, Header], quantization: dict, tp: int,
+                dtype: str) -> list[LoadProblem]:
+    """An AWQ or SmoothQuant linear stored int8 against what its quantized layer declares (module doc)."""
+    algo = quantization.get("quant_algo")
+    rows, cols = (int(x) for x in stored.shape)
+    kind = "Column" if linear.endswith(COLUMN_LINEARS) else "Row"
+    if algo == AWQ:
+        group = quantization.get("group_size") or DEFAULT_GROUP_SIZE
+        pre = bool(quantization.get("pre_quant_scale"))
+        want = declared_groupwise(linear, rows * 2, cols, tp, group, pre, dtype)
+        who = (f"WeightOnlyGroupwiseQuant{kind}Linear (features padded to a multiple of max(64, group_size {group})"
+               f" x tp_size = {max(WEIGHT_ONLY_PAD, group) * tp}; tensorrt_llm/quantization/layers.py)")
+        fix = AWQ_PAD_FIX
+    else:
+        want = {"weight": Header((rows, cols), "int8"), "weights_scaling_factor": Header((rows,), "float32"),
+                "prequant_scaling_factor": Header((cols,), dtype),
+                "activation_scaling_factor": Header((1,), "float32")}
+        who = f"Int8SmoothQuant{kind}Linear (tensorrt_llm/quantization/layers.py)"
+        fix = TOOL_LAYER_FIX
+    out = []
+    for part, w in want.items():
+        got = loaded.get(f"{linear}.{part}")
+        if got is None or got.shape == w.shape or (part == "activation_scaling_factor" and got.shape == ()):
+            continue
+        out.append(LoadProblem(rank, f"{linear}.{part}", (
+            f"rank {rank}: {linear}.{part} loads as {list(got.shape)}, but the engine's {who} declares "
+            f"{list(w.shape)}, and the load asserts the exact shape (tensorrt_llm/parameter.py)"), fix))
+    if algo == AWQ and not quantization.get("pre_quant_scale") and f"{linear}.prequant_scaling_factor" in loaded:
+        out.append(LoadProblem(rank, f"{linear}.prequant_scaling_factor", (
+            f"rank {rank}: {linear}.prequant_scaling_factor is stored, but config.json's quantization.pre_quant_scale "
+            f"is not true, so the engine's WeightOnlyGroupwiseQuant{kind}Linear declares none and leaves it unused: "
+            "the engine would skip AWQ's smoothing of the input"), 'set "pre_quant_scale": true in config.json\'s '
+            "quantization, as ModelOpt's export writes it"))
+    if algo == AWQ and quantization.get("has_zero_point") and f"{linear}.zero" not in loaded:
+        out.append(LoadProblem(rank, f"{linear}.zero", (
+            f"rank {rank}: config.json's quantization.has_zero_point is true, so the engine's "
+            f"WeightOnlyGroupwiseQuant{kind}Linear requires {linear}.zero, which the rank file does not hold"),
+            TOOL_LAYER_FIX))
+    return out
+
+
 def load_problems(ranks: list[dict], config: dict) -> list[LoadProblem]:
     """Everything the build's load path (module doc) refuses in these rank files, in rank order."""
     quantization = config.get("quantization") or {}
+    dtype = str(config.get("dtype", "float16"))
     algo, kv_algo = quantization.get("quant_algo"), quantization.get("kv_cache_quant_algo")
     exclude = quantization.get("exclude_modules")
     tp = int((config.get("mapping") or {}).get("tp_size", 1))
     out: list[LoadProblem] = []
     for rank, tensors in enumerate(ranks):
-        loaded, problems = preprocessed(rank, tensors, quantization)
+        loaded, problems = preprocessed(rank, tensors, quantization, dtype)
         out += problems
         if algo in BITS:
             for name, t in tensors.items():
@@ -211,6 +304,8 @@ def load_problems(ranks: list[dict], config: dict) -> list[LoadProblem]:
                             f" declares {list(shape)}: its features are padded to a multiple of 64 x tp_size = "
                             f"{WEIGHT_ONLY_PAD * tp} (tensorrt_llm/quantization/layers.py) and the load asserts the "
                             "exact shape (tensorrt_llm/parameter.py)"), WEIGHT_ONLY_PAD_FIX))
+            if algo in (AWQ, SQ) and tensors[name].dtype_name == "int8" and len(tensors[name].shape) == 2:
+                out += _tool_layer(rank, linear, tensors[name], loaded, quantization, tp, dtype)
             if algo == "FP8":
                 out += _exact(rank, loaded, linear, ("weights_scaling_factor", "activation_scaling_factor"),
                               "FP8Linear (tensorrt_llm/quantization/layers.py)")

@@ -254,8 +254,8 @@ class ReferenceModel:
         #: where set (a list), each MoE layer call appends (tokens, distinct experts chosen): verify's count
         self.moe_activity: list[tuple[int, int]] | None = None
         self._check_stored_weight_only()
+        self._check_quantized_layers()  # the stored form first: its messages speak of the rank files as written
         self._check_engine_load()
-        self._check_quantized_layers()
         self._check_replicas()
         self._check_finite()
 

@@ -163,7 +163,7 @@ def preprocess_weights(weights, model_config):
     ``weight_only_quantize_dict`` with the checkpoint's ``exclude_modules`` (matched on tensor names)."""
     import torch
 
-    from ..quantization.functional import weight_only_quantize_dict
+    from ..quantization.functional import mixed_gemm_layout, weight_only_quantize_dict
 
     # process_kv_scaling_factor: ModelOpt's separate k and v cache scales become one, their max
     for name in [n for n in weights if n.endswith("k_cache_scaling_factor")]:
@@ -183,9 +183,23 @@ def preprocess_weights(weights, model_config):
         if "lm_head.weight" in weights and weights["lm_head.weight"].dtype != torch.float8_e4m3fn:
             weights.pop("lm_head.weights_scaling_factor", None)
             weights.pop("lm_head.activation_scaling_factor", None)
+    elif algo == "W4A16_AWQ":
+        # preprocess_perlayer_weights: every int8 weight (ModelOpt's [out / 2, in], two int4 codes a byte along the
+        # output rows) transposed, through preprocess_weights_for_mixed_gemm (quint4x2; the opaque layout of
+        # quantization/functional.py) and viewed as the model dtype: [in, out / 4]; the groupwise scales transposed
+        # to [in / group, out] in the model dtype; a pre-quant scale reshaped to [1, in] (of a 2-D one, row 0)
+        model_dtype = torch.bfloat16 if model_config.dtype == "bfloat16" else torch.float16
+        for name, w in list(weights.items()):
+            if name.endswith("weight") and w.dtype == torch.int8:
+                weights[name] = mixed_gemm_layout(w.transpose(-1, -2).contiguous()).view(model_dtype)
+            if name.endswith("weights_scaling_factor"):
+                weights[name] = w.transpose(-1, -2).contiguous().to(getattr(torch, model_config.dtype))
+            if name.endswith("prequant_scaling_factor"):
+                weights[name] = (w[0, :] if w.dim() == 2 else w).reshape(1, -1)
     elif algo in ("W8A16", "W4A16"):
         weights = weight_only_quantize_dict(weights, algo, quant.exclude_modules)
     return weights
+
 
 
 def to_ootb_moe(model):

@@ -28,10 +28,10 @@ def symmetric_quantize(weight_t, bits):
     if bits == 4:
         lo, hi = q[..., 0::2], q[..., 1::2]
         q = ((lo & 0x0F) | ((hi & 0x0F) << 4)).to(torch.int8)
-    return _mixed_gemm_layout(q), scale.to(weight_t.dtype)
+    return mixed_gemm_layout(q), scale.to(weight_t.dtype)
 
 
-def _mixed_gemm_layout(q):
+def mixed_gemm_layout(q):
     """The opaque layout (module doc); shapes are kept."""
     rows, cols = q.shape[-2], q.shape[-1]
     if rows % 8 or cols % 4:

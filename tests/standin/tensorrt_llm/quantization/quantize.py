@@ -8,7 +8,10 @@ and an empty list excludes nothing) is re-created as the quantized layer of ``qu
 ``WeightOnlyQuantEmbedding`` (``weight_only_quantize``'s quant_map), and every ``MOE``
 layer not excluded declares its experts quantized (weight-only only: ``MOEWeightWrapper``); with a
 ``kv_cache_quant_algo`` every ``Attention`` gets ``kv_cache_scaling_factor`` and
-``kv_cache_rcp_scaling_factor`` float32 ``[1]``.
+``kv_cache_rcp_scaling_factor`` float32 ``[1]``. ``W4A16_AWQ`` makes the linears
+``WeightOnlyGroupwiseQuant*Linear`` (``weight_only_groupwise_quantize``: the config's ``group_size``,
+``pre_quant_scale`` and ``has_zero_point``), ``W8A8_SQ_PER_CHANNEL`` ``Int8SmoothQuant*Linear``
+(``smooth_quantize_ootb``); their MoE layers are not modelled.
 """
 
 import fnmatch
@@ -18,14 +21,20 @@ from ..layers.embedding import Embedding
 from ..layers.linear import ColumnLinear, RowLinear
 from ..layers.moe import MixtureOfExperts
 from ..parameter import Parameter
-from .layers import FP8Linear, WeightOnlyQuantEmbedding, WeightOnlyQuantLinear
+from .layers import (
+    FP8Linear,
+    Int8SmoothQuantLinear,
+    WeightOnlyGroupwiseQuantLinear,
+    WeightOnlyQuantEmbedding,
+    WeightOnlyQuantLinear,
+)
 
 DEFAULT_EXCLUDE = ["*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
                    "*shared_expert_gate"]
 _BITS = {"W8A16": 8, "W4A16": 4}
 
 
-def _replacement(module, algo):
+def _replacement(module, algo, quant_config):
     row = isinstance(module, RowLinear)
     tp = module.tp_size
     in_f = module.in_features * tp if row else module.in_features
@@ -36,6 +45,13 @@ def _replacement(module, algo):
         return WeightOnlyQuantLinear(in_f, out_f, bias=bias, dtype=dtype, tp_size=tp, bits=_BITS[algo], row=row)
     if algo == "FP8":
         return FP8Linear(in_f, out_f, bias=bias, dtype=dtype, tp_size=tp, row=row)
+    if algo == "W4A16_AWQ":  # weight_only_groupwise_quantize's quant_map
+        return WeightOnlyGroupwiseQuantLinear(in_f, out_f, group_size=quant_config.group_size,
+                                              pre_quant_scale=quant_config.pre_quant_scale,
+                                              zero=quant_config.has_zero_point, bias=bias, dtype=dtype, tp_size=tp,
+                                              row=row)
+    if algo == "W8A8_SQ_PER_CHANNEL":  # smooth_quantize_ootb's quant_map (not in W8A8_SQ_PLUGIN_LIST)
+        return Int8SmoothQuantLinear(in_f, out_f, bias=bias, dtype=dtype, tp_size=tp, row=row)
     raise NotImplementedError(f"the stand-in does not model quant_algo {algo}")
 
 
@@ -53,7 +69,7 @@ def quantize(model, quant_config):
                 full = f"{name}.{child_name}" if name else child_name
                 if isinstance(child, (ColumnLinear, RowLinear)) and not any(
                         fnmatch.fnmatchcase(full, p) for p in exclude):
-                    module._modules[child_name] = _replacement(child, algo)
+                    module._modules[child_name] = _replacement(child, algo, quant_config)
                 elif isinstance(child, Embedding) and algo in _BITS and not any(
                         fnmatch.fnmatchcase(full, p) for p in exclude):
                     module._modules[child_name] = WeightOnlyQuantEmbedding(
