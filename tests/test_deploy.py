@@ -423,3 +423,24 @@ def test_a_learned_position_bundle_says_to_keep_the_cpp_runtime(tmp_path, store)
     script = (tmp_path / "serve" / "run.sh").read_text()
     assert b["position_embedding_type"] == "learned_absolute" and "keep run.py's C++ runtime" in script
     assert "--use_py_session" not in _exec_line(script)
+
+
+def test_deploy_says_where_the_kv_cache_share_comes_from(served, tmp_path):
+    """--gpu_memory_gb also sets every route's KV cache share (issue 64, 7): deploy.json and the summary say how, and
+    without the flag that it is TensorRT-LLM's default."""
+    from trtllm_medusa_ports import api
+    from trtllm_medusa_ports.gpu_machine import CHECKOUT_COMMAND
+
+    ckpt, tok = served
+    sized = api.deploy(api.DeployOptions(ckpt, tok, tmp_path / "a", gpu_memory_gb=80))
+    b = sized.to_dict()
+    assert b["kv_cache_free_gpu_memory_fraction"] == 0.01  # a tiny model's KV cache on an 80 GB GPU
+    assert b["kv_cache_free_gpu_memory_fraction_from"].startswith("--gpu_memory_gb 80: what the KV cache of "
+                                                                   "--max_batch_size ")
+    assert "a larger GPU gets a smaller share" in b["kv_cache_free_gpu_memory_fraction_from"]
+    shown = sized.render()
+    assert "KV cache: 0.01 of the GPU memory free after the weights, on every route (--gpu_memory_gb 80" in shown
+    assert CHECKOUT_COMMAND in shown
+    default = api.deploy(api.DeployOptions(ckpt, tok, tmp_path / "b")).to_dict()
+    assert (default["kv_cache_free_gpu_memory_fraction"], default["kv_cache_free_gpu_memory_fraction_from"]) == (
+        0.9, "TensorRT-LLM's default 0.9 (no --gpu_memory_gb)")

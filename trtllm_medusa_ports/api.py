@@ -38,6 +38,7 @@ from trtllm_medusa_ports.errors import (
     TreeError,
 )
 from trtllm_medusa_ports.files.prompts import PromptInputs
+from trtllm_medusa_ports.gpu_machine import CHECKOUT_COMMAND
 from trtllm_medusa_ports.options.calibration import check_calibration_flags, tool_calibration
 from trtllm_medusa_ports.options.check import memory_plan_for, position_range_findings
 from trtllm_medusa_ports.options.prompts import token_ids
@@ -553,9 +554,12 @@ class DeployResult:
                                                         for k, v in copied.items()) or "hard links to the inputs")
             + "; the bundle names no path of this machine: copy it whole to the GPU machine (rsync -a) and run there",
             f"1. build: {out}/build.sh",
-            f"2. run:   TRTLLM_EXAMPLES=<TensorRT-LLM 1.2 source>/examples {out}/run.sh \"your prompt\"",
+            f"2. run:   TRTLLM_EXAMPLES=TensorRT-LLM/examples {out}/run.sh \"your prompt\"   (a source checkout of "
+            f"the installed version: {CHECKOUT_COMMAND})",
             f"   or:    python3 {out}/llm_api.py \"your prompt\"   (the LLM API)",
             f"   or:    {out}/serve.sh   (trtllm-serve; a greedy request is in its comments)",
+            f"KV cache: {b['kv_cache_free_gpu_memory_fraction']:g} of the GPU memory free after the weights, on every "
+            f"route ({b['kv_cache_free_gpu_memory_fraction_from']})",
         ] + ([f"engine architecture {b['engine_architecture']} does not resolve on: {', '.join(not_python)}"]
              if not_python else []) + ([f"note: the scripts export {k}={v}. {b['xqa_jit_only']}"
                                         for k, v in b["environment"].items()] if b.get("xqa_jit_only") else []))

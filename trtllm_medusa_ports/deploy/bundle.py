@@ -60,6 +60,7 @@ from trtllm_medusa_ports.deploy.triton import bundle_name, triton_fill
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelError
 from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpoint
 from trtllm_medusa_ports.findings import ERROR
+from trtllm_medusa_ports.gpu_machine import NEEDS
 from trtllm_medusa_ports.memory import memory_plan
 from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.quant.prequantized import check_base_tensors
@@ -229,6 +230,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
         "serving": vars(sizes), "environment": environment(cfg), "xqa_jit_only": jit_only_note(cfg),
         "build": {"argv": build}, "run": {"argv": run}, "memory": memory, "routes": routes(cfg),
         "kv_cache_free_gpu_memory_fraction": kv,
+        "kv_cache_free_gpu_memory_fraction_from": kv_fraction_source(kv, gpu_memory_gb, sizes),
         "files": ["build.sh", "run.sh", "llm_api.py", "serve.yaml", "serve.sh", "triton/fill.sh", "triton/launch.sh",
                   "deploy.json", "checkpoint/", "tokenizer/"],
         "triton": triton_fill(paths, engine_path, TOKENIZER, sizes.max_batch_size, kv),
@@ -248,6 +250,16 @@ def kv_share(memory: dict, gpu_memory_gb: float | None) -> float | None:
     return max((k / f if f > 0 else float("inf")) for k, f in zip(memory["kv_cache_bytes"], free, strict=True))
 
 
+def kv_fraction_source(kv: float, gpu_memory_gb: float | None, sizes) -> str:
+    """Where the KV cache's share (every route's ``kv_cache_free_gpu_memory_fraction``) comes from, in words."""
+    if gpu_memory_gb is None:
+        return f"TensorRT-LLM's default {KV_FRACTION:g} (no --gpu_memory_gb)"
+    return (f"--gpu_memory_gb {gpu_memory_gb:g}: what the KV cache of --max_batch_size {sizes.max_batch_size} x "
+            f"--max_seq_len {sizes.max_seq_len} needs of one GPU's memory left after the weights, rounded up to a "
+            f"hundredth (at most {KV_FRACTION:g}): the engine's KV cache holds that and no more, so a larger GPU gets "
+            "a smaller share")
+
+
 def kv_fraction(memory: dict, gpu_memory_gb: float | None) -> float:
     """The KV cache's share of the GPU memory left after the weights: what the memory plan's KV cache needs, where
     ``gpu_memory_gb`` is given (rounded up to a hundredth, at most TensorRT-LLM's default 0.9), else the default."""
@@ -257,9 +269,6 @@ def kv_fraction(memory: dict, gpu_memory_gb: float | None) -> float:
     return min(KV_FRACTION, max(0.01, -(-need * 100 // 1) / 100))
 
 
-#: the directories a route's scripts need from TensorRT-LLM 1.2's source checkout, and what each is
-NEEDS = {"TRTLLM_EXAMPLES": "set TRTLLM_EXAMPLES to the examples/ directory of a TensorRT-LLM 1.2.x source checkout",
-         "TRTLLM_TRITON": "set TRTLLM_TRITON to the triton_backend/ directory of a TensorRT-LLM 1.2.x source checkout"}
 
 
 def _script(lines: list[str], env: dict[str, str], *, needs: tuple[str, ...] = (), home: str = ".") -> str:
@@ -268,7 +277,9 @@ def _script(lines: list[str], env: dict[str, str], *, needs: tuple[str, ...] = (
     works from the bundle's directory (``home``, relative to the script), so its relative paths are the bundle's
     wherever the bundle was moved; then ``lines``, the environment exported before the last one (the exec)."""
     exports = [f"export {k}={quoting.sh(v)}" for k, v in env.items()]
-    required = [ln for k in needs for ln in (f': "${{{k}:?{NEEDS[k]}}}"', f'{k}="$(cd "${k}" && pwd)"')]
+    required = [ln for k in needs for ln in (
+        f'[ -n "${{{k}:-}}" ] || {{ echo {quoting.sh("error: " + NEEDS[k])} >&2; exit 1; }}',
+        f'{k}="$(cd "${k}" && pwd)"')]
     to_home = 'cd "$(dirname "$0")"' + ("" if home == "." else "/" + home)
     return "\n".join(["#!/usr/bin/env bash", "set -euo pipefail", *required, to_home, *lines[:-1], *exports,
                       lines[-1]]) + "\n"

@@ -14,12 +14,12 @@ import importlib
 from types import ModuleType
 
 from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.gpu_machine import INSTALL_HINT, SUPPORTED_TRTLLM
 
-#: TensorRT-LLM versions whose source the engine adapters were written against: 1.2.x, the last
-#: line with the TensorRT engine flow (``trtllm-build``). Files read at 1.2.0rc2/rc3
-#: (models/modeling_utils.py, mapping.py, models/medusa/model.py) and the newest 1.x copies of
-#: the family models and commands/build.py; tests/standin/LEDGER.md lists them.
-SUPPORTED_TRTLLM = ">=1.2.0rc2,<1.3"
+# SUPPORTED_TRTLLM (gpu_machine.py): files read at 1.2.0rc2/rc3 (models/modeling_utils.py, mapping.py,
+# models/medusa/model.py) and the newest 1.x copies of the family models and commands/build.py;
+# tests/standin/LEDGER.md lists them.
+__all__ = ["SUPPORTED_TRTLLM", "EngineUnavailable", "require_tensorrt_llm", "version_warning"]
 
 
 class EngineUnavailable(PortError):
@@ -56,8 +56,7 @@ def require_tensorrt_llm() -> ModuleType:
             raise EngineUnavailable(
                 f"TensorRT-LLM {getattr(trtllm, '__version__', '(version unknown)')} is installed without {name} "
                 f"({exc}): an incomplete install, or a line without the TensorRT engine flow (1.3 removed it)",
-                fix=f"install tensorrt_llm{SUPPORTED_TRTLLM} whole (pip install 'tensorrt_llm{SUPPORTED_TRTLLM}' "
-                    "--extra-index-url https://pypi.nvidia.com)") from None
+                fix=f"install tensorrt_llm{SUPPORTED_TRTLLM} whole: {INSTALL_HINT}") from None
     return trtllm
 
 
@@ -72,9 +71,7 @@ def _import_tensorrt_llm() -> ModuleType:
                     "dependencies; convert, check and verify work without it") from None
         raise EngineUnavailable(
             f"TensorRT-LLM is not installed ({exc})",
-            fix=f"on a machine with an NVIDIA GPU: pip install 'tensorrt_llm{SUPPORTED_TRTLLM}' "
-            "--extra-index-url https://pypi.nvidia.com (1.2.x is the last release with trtllm-build); "
-            "convert, check and verify work without it",
+            fix=f"{INSTALL_HINT}; convert, check and verify work without it",
         ) from None
     except Exception as exc:  # its import runs CUDA and plugin initialisation: any error is the environment's
         raise EngineUnavailable(f"TensorRT-LLM is installed but its import failed ({type(exc).__name__}: {exc})",
