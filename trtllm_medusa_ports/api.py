@@ -37,6 +37,7 @@ from trtllm_medusa_ports.errors import (
     PortError,
     TreeError,
 )
+from trtllm_medusa_ports.files.hub import hub_inputs
 from trtllm_medusa_ports.files.prompts import PromptInputs
 from trtllm_medusa_ports.gpu_machine import CHECKOUT_COMMAND
 from trtllm_medusa_ports.options.calibration import check_calibration_flags, tool_calibration
@@ -121,6 +122,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     from trtllm_medusa_ports.files.checkpoint import guard_output_dir
 
     validate_options(opts, "ConvertOptions", ConversionError)
+    opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
     if opts.calib_dataset is not None:  # never write where the calibration text lives
         guard_output_dir(Path(opts.output_dir), {"--calib_dataset": Path(opts.calib_dataset)})
     unused = check_calibration_flags(opts)
@@ -169,6 +171,7 @@ def add_heads(opts: AddHeadsOptions) -> AddHeadsResult:
     from trtllm_medusa_ports.quant.prequantized import add_heads as _add
 
     validate_options(opts, "AddHeadsOptions", ConversionError)
+    opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
     res = _add(Path(opts.base_checkpoint_dir), Path(opts.medusa_model_dir), Path(opts.output_dir),
                max_draft_len=opts.max_draft_len, overwrite=opts.overwrite, dtype=opts.dtype,
                num_medusa_heads=opts.num_medusa_heads, num_medusa_layers=opts.num_medusa_layers,
@@ -202,6 +205,7 @@ class CheckOptions:
     #: prompts to measure the activation range on (rule float16-range); none: not measured
     prompts: PromptInputs = field(default_factory=PromptInputs)
     tokenizer_dir: Path | None = None
+    revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
     threads: int | None = None
     quiet: bool = False
 
@@ -237,6 +241,7 @@ def check(opts: CheckOptions) -> CheckResult:
     from trtllm_medusa_ports.quant import spec_from_flags
 
     validate_options(opts, "CheckOptions")
+    opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
     spec = spec_from_flags(opts)
     arch, findings = _check(opts.model_dir, opts.medusa_model_dir, medusa_choices=opts.medusa_choices,
                             tp_size=opts.tp_size, pp_size=opts.pp_size, max_draft_len=opts.max_draft_len,
@@ -275,6 +280,7 @@ class VerifyOptions:
     override_medusa_choices: bool = False  # run a medusa_choices other than the recorded tree, on purpose
     prompts: PromptInputs = field(default_factory=PromptInputs)  # none: a few prompts of ids
     tokenizer_dir: Path | None = None
+    revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
     max_new_tokens: int = 32
     medusa_model_dir: Path | None = None  # default: the path recorded at conversion
     max_quant_error: float | None = None
@@ -305,6 +311,7 @@ def verify(opts: VerifyOptions):
     from trtllm_medusa_ports.verify import verify as _verify
 
     validate_options(opts, "VerifyOptions")
+    opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
     prompts = token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     return _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
@@ -326,6 +333,7 @@ def train_heads(opts):
     from trtllm_medusa_ports.heads.train import train
 
     validate_options(opts, "TrainOptions")
+    opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
     threads = opts.threads
     ranks_here = os.environ.get("LOCAL_WORLD_SIZE", "1")
     if threads is None and ranks_here.isdigit() and int(ranks_here) > 1:  # the idle cores shared by this node's ranks
@@ -344,6 +352,7 @@ class TuneOptions:
     output: Path | None = None  # the choices file to write (None: not written)
     prompts: PromptInputs = field(default_factory=PromptInputs)  # none: the packaged held-out prompts
     tokenizer_dir: Path | None = None
+    revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
     new_tokens: int = 64
     max_nodes: int = 63
     max_draft_len: int = 63
@@ -408,6 +417,7 @@ def tune_tree(opts: TuneOptions) -> TuneTreeResult:
     from trtllm_medusa_ports.tune import tune, write_choices
 
     validate_options(opts, "TuneOptions")
+    opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
     if opts.output is not None:
         out = Path(opts.output).resolve()
         inputs = {"--model_dir": opts.model_dir, "--medusa_model_dir": opts.medusa_model_dir,
@@ -570,6 +580,7 @@ def deploy(opts: DeployOptions) -> DeployResult:
     from trtllm_medusa_ports.deploy import bundle
 
     validate_options(opts, "DeployOptions")
+    opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
     d = bundle.plan(Path(opts.checkpoint_dir), Path(opts.tokenizer_dir), Path(opts.output_dir),
                     engine_dir=Path(opts.engine_dir) if opts.engine_dir else None, medusa_choices=opts.medusa_choices,
                     override_medusa_choices=opts.override_medusa_choices, max_batch_size=opts.max_batch_size,

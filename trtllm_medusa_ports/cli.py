@@ -338,6 +338,19 @@ def _terminate(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: partial output is removed
 
 
+def _hub_inputs(args: argparse.Namespace) -> None:
+    """Each directory flag given as a Hub id (files/hub.py) replaced by its local snapshot before the command reads
+    it: --model_dir at --revision, the others at main."""
+    from trtllm_medusa_ports.files.hub import HUB_INPUTS, local_dir
+
+    for field, kind in HUB_INPUTS.items():
+        value = getattr(args, field, None)
+        if value:
+            setattr(args, field, str(local_dir(value, kind, flag=f"--{field}",
+                                               revision=getattr(args, "revision", None) if field == "model_dir"
+                                               else None)))
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
 
@@ -353,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         args, rest = parser.parse_args(argv), []
     try:
         _typed_trees(args)
+        _hub_inputs(args)
         return args.func(args, rest) if args.command == "build" else args.func(args)
     except PortError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -125,6 +125,7 @@ class ConvertOptions:
     calib_size: int = 512
     calib_max_seq_length: int = 512
     tokenizer_dir: Path | None = None
+    revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
     device: str = "cpu"
     #: torch threads of the calibration pass (None: the idle cores, threads.default_threads, as verify and
     #: train-heads: a busy machine's cores make every small operation wait for a descheduled thread)

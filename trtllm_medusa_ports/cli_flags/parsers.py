@@ -26,13 +26,22 @@ def add_quant_format_args(p: argparse.ArgumentParser):
     return q
 
 
+def add_revision_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--revision", default=None,
+                   help="where --model_dir is a Hub id: the branch, tag or commit to read (default main); other Hub "
+                   "ids are read at main. Hub ids are fetched into the Hugging Face cache (HF_HOME; HF_HUB_OFFLINE "
+                   "reads the cache alone)")
+
+
 def add_convert_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model_dir", default=None, help="Hugging Face base model directory")
+    p.add_argument("--model_dir", default=None, help="Hugging Face base model directory, or its Hub id (owner/name)")
+    add_revision_arg(p)
     p.add_argument("--base_checkpoint_dir", default=None,
                    help="instead of --model_dir: a TensorRT-LLM checkpoint quantized by NVIDIA's tools (FP8, "
                    "INT4-AWQ, W4A8-AWQ, INT8 SmoothQuant, weight-only); its tensors are kept as they are and the "
                    "heads added")
-    p.add_argument("--medusa_model_dir", required=True, help="Medusa heads (any layout; see inspect-heads)")
+    p.add_argument("--medusa_model_dir", required=True,
+                   help="Medusa heads (any layout; see inspect-heads): a directory or a Hub id")
     p.add_argument("--output_dir", default="tllm_checkpoint", help="TensorRT-LLM checkpoint to write")
     # default None, read as float16 (upstream's), so that a typed --dtype float16 can be told from the default
     p.add_argument("--dtype", default=None, choices=["auto", "float32", "float16", "bfloat16"],
@@ -151,8 +160,9 @@ def _check_parser(sub, run) -> None:
     """``trtllm-medusa check``'s flags."""
     s = sub.add_parser("check", help="can TensorRT-LLM serve Medusa on this base (and heads, tree, parallelism)?")
     s.set_defaults(func=run)
-    s.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
-    s.add_argument("--medusa_model_dir", default=None, help="Medusa heads to check against the base")
+    s.add_argument("--model_dir", required=True, help="Hugging Face base model directory, or its Hub id (owner/name)")
+    add_revision_arg(s)
+    s.add_argument("--medusa_model_dir", default=None, help="Medusa heads to check against the base (or a Hub id)")
     s.add_argument("--medusa_choices", default=None, help="tree to check against the heads and max_draft_len")
     s.add_argument("--tp_size", type=int, default=1, help="tensor parallelism to check")
     s.add_argument("--pp_size", type=int, default=1, help="pipeline parallelism to check")
@@ -183,7 +193,9 @@ def _verify_parser(sub, run) -> None:
     """``trtllm-medusa verify``'s flags."""
     s = sub.add_parser("verify", help="prove parity and greedy equivalence of a checkpoint on CPU")
     s.set_defaults(func=run)
-    s.add_argument("--model_dir", required=True, help="the base model the checkpoint was converted from")
+    s.add_argument("--model_dir", required=True,
+                   help="the base model the checkpoint was converted from: a directory or its Hub id (owner/name)")
+    add_revision_arg(s)
     s.add_argument("--checkpoint_dir", required=True, help="a checkpoint written by convert")
     s.add_argument("--medusa_choices", default=None,
                    help="default: the tree the checkpoint was converted for (else mc_sim_7b_63 cut to the heads' depth)")
@@ -250,7 +262,8 @@ def _train_heads_parser(sub, run) -> None:
     """``trtllm-medusa train-heads``'s flags."""
     s = sub.add_parser("train-heads", help="train Medusa heads for a base on its own greedy continuations")
     s.set_defaults(func=run)
-    s.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
+    s.add_argument("--model_dir", required=True, help="Hugging Face base model directory, or its Hub id (owner/name)")
+    add_revision_arg(s)
     s.add_argument("--output_dir", required=True, help="where to write the heads (FasterDecoding layout)")
     s.add_argument("--num_heads", "--medusa_num_heads", dest="num_heads", type=int_in(1, 64), default=4,
                    help="Medusa heads to train (head k guesses the token k + 2 ahead)")
@@ -305,8 +318,9 @@ def _tune_tree_parser(sub, run) -> None:
     """``trtllm-medusa tune-tree``'s flags."""
     s = sub.add_parser("tune-tree", help="build a medusa_choices tree from the heads' measured accuracy")
     s.set_defaults(func=run)
-    s.add_argument("--model_dir", required=True, help="Hugging Face base model directory")
-    s.add_argument("--medusa_model_dir", required=True, help="the heads to measure")
+    s.add_argument("--model_dir", required=True, help="Hugging Face base model directory, or its Hub id (owner/name)")
+    add_revision_arg(s)
+    s.add_argument("--medusa_model_dir", required=True, help="the heads to measure (a directory or a Hub id)")
     _add_prompt_args(s, "to measure the heads on (default: the packaged held-out prompts)", file_aliases=("--prompts",))
     _add_threads_arg(s)
     s.add_argument("--new_tokens", type=int_in(1, 1 << 16), default=64, help="greedy tokens generated per prompt")
@@ -337,7 +351,8 @@ def _deploy_parser(sub, run) -> None:
     s = sub.add_parser("deploy", help="the serving bundle of a checkpoint: build.sh, run.sh, deploy.json")
     s.set_defaults(func=run)
     s.add_argument("--checkpoint_dir", required=True, help="a checkpoint written by convert")
-    s.add_argument("--tokenizer_dir", required=True, help="the Hugging Face base (or its tokenizer's) directory")
+    s.add_argument("--tokenizer_dir", required=True,
+                   help="the Hugging Face base (or its tokenizer's) directory, or its Hub id (owner/name)")
     s.add_argument("--output_dir", required=True, help="where the bundle is written")
     s.add_argument("--engine_dir", default=None,
                    help="where build.sh builds the engine, written as an absolute path (so one on the machine that "

@@ -830,6 +830,7 @@ class TrainOptions:
     #: what to train on (--prompt, --prompts_file, --prompt_ids, --data; files/prompts.py); none: the packaged prompts
     prompts: PromptInputs = field(default_factory=PromptInputs)
     tokenizer_dir: Path | None = None
+    revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
     new_tokens: int = 64
     #: the dtype the base runs in to write the corpus (continuations, hidden states): bfloat16 is about
     #: twice as fast on CPUs with AVX512-BF16/AMX and on GPUs, and is how most bases are served; "auto":

@@ -73,6 +73,7 @@ _API_TYPES = (PromptInputs,)
 _PROMPTS = Spec("nested", flag=None, of=lambda: PromptInputs)
 SPECS: dict[str, dict[str, Spec]] = {
     "ConvertOptions": dict(
+        revision=_S(),
         model_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), dtype=_S(*_DTYPES), tp_size=_I(), pp_size=_I(),
         num_medusa_heads=_I(), num_medusa_layers=_I(), max_draft_len=_I(flag="--max_draft_len"), model_type=_S(),
         workers=_I(), use_parallel_embedding=_B, embedding_sharding_dim=_I(choices=(0, 1)), share_lm_head=_B,
@@ -84,16 +85,19 @@ SPECS: dict[str, dict[str, Spec]] = {
         base_checkpoint_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), max_draft_len=_I(), overwrite=_B,
         dtype=_S(*_DTYPES), num_medusa_heads=_I(), num_medusa_layers=_I(), medusa_choices=_TREE, fsync=_B),
     "CheckOptions": dict(
+        revision=_S(),
         model_dir=_P(), medusa_model_dir=_P(), medusa_choices=_TREE, tp_size=_I(), pp_size=_I(), max_draft_len=_I(),
         num_medusa_heads=_I(), dtype=_S(*_DTYPES), share_lm_head=_B, **_QUANT, max_batch_size=_I(1),
         max_seq_len=_I(1), gpu_memory_gb=_F(0), prompts=_PROMPTS, tokenizer_dir=_P(), threads=_I(1), quiet=_B),
     "VerifyOptions": dict(
+        revision=_S(),
         model_dir=_P(), checkpoint_dir=_P(), medusa_choices=_TREE, prompts=_PROMPTS, tokenizer_dir=_P(),
         max_new_tokens=_I(), medusa_model_dir=_P(), max_quant_error=_F(0), threads=_I(1), quiet=_B,
         min_quant_agreement=_F(0, hi=1, none=True), override_medusa_choices=_B, skip_tree_proof=_B, gemm_plugin=_S("auto", "fp8"), calib_dataset=_P(), calib_size=_I(1),
         calib_max_seq_length=_I(1), accept_unchecked_scales=_B, streaming=Spec("bool", none=True),
         max_memory=_F(0), device=_S(), offload_dir=_P()),
     "TrainOptions": dict(
+        revision=_S(),
         model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
         dtype=_S("auto", "float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
         fit=Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1),
@@ -106,6 +110,7 @@ SPECS: dict[str, dict[str, Spec]] = {
         matmul_dtype=_S("auto", "float32", "bfloat16", flag="--fit_dtype"), quiet=_B, heldout_fraction=_F(0, below=1),
         corpus=_S(flag=None)),
     "TuneOptions": dict(
+        revision=_S(),
         model_dir=_P(), medusa_model_dir=_P(), output=_P(), prompts=_PROMPTS, tokenizer_dir=_P(),
         new_tokens=_I(1, 1 << 16), max_nodes=_I(1, 4096), max_draft_len=_I(1, 4096), top_k=_I(1, 1000),
         estimate=_S("product", "joint"), baseline=_S(none=True), overwrite=_B, threads=_I(1), quiet=_B),

@@ -1,0 +1,169 @@
+"""Hub ids where a directory is taken (issue 65, 1): read from a local Hugging Face cache laid out as the Hub lays it
+(``models--owner--name/refs``, ``snapshots/<commit>`` of links into ``blobs/``), with HF_HUB_OFFLINE set: no test
+reaches the network."""
+
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import tiny_base
+
+from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.fixtures.synthetic import (
+    random_heads,
+    save_heads,
+    save_tiny_tokenizer,
+    tiny_config,
+)
+
+ARCH = "Qwen2ForCausalLM"
+
+
+def _cache_repo(hf_home: Path, repo: str, files: Path, ref: str = "main") -> Path:
+    """``files`` (a directory) as revision ``ref`` of ``repo`` in the Hub cache under ``hf_home``: each file a blob
+    named by its hash, linked from the snapshot of a commit, the ref naming the commit (huggingface_hub's layout)."""
+    root = hf_home / "hub" / ("models--" + repo.replace("/", "--"))
+    commit = hashlib.sha1(f"{repo}@{ref}".encode()).hexdigest()
+    snapshot = root / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (root / "blobs").mkdir(exist_ok=True)
+    for f in sorted(files.iterdir()):
+        blob = root / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copyfile(f, blob)
+        os.symlink(os.path.relpath(blob, snapshot), snapshot / f.name)
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / ref).write_text(commit)
+    return snapshot
+
+
+@pytest.fixture
+def hub(tmp_path, store, monkeypatch):
+    """An offline cache holding acme/tiny-qwen2 (a base with its tokenizer, at main and at tag v2: two layers more)
+    and acme/tiny-heads; the working directory empty, so no local path shadows an id."""
+    hf_home = tmp_path / "hf"
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base(store, ARCH), base)
+    save_tiny_tokenizer(base, tiny_config(ARCH).vocab_size)
+    snapshots = {"main": _cache_repo(hf_home, "acme/tiny-qwen2", base)}
+    v2 = tmp_path / "base-v2"
+    shutil.copytree(tiny_base(store, ARCH, num_hidden_layers=4), v2)
+    snapshots["v2"] = _cache_repo(hf_home, "acme/tiny-qwen2", v2, ref="v2")
+    c = tiny_config(ARCH)
+    heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2, seed=3), tmp_path / "heads")
+    snapshots["heads"] = _cache_repo(hf_home, "acme/tiny-heads", heads)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return snapshots
+
+
+def test_every_directory_flag_takes_a_hub_id_from_the_cache(hub, tmp_path, capsys):
+    assert main(["check", "--model_dir", "acme/tiny-qwen2", "--medusa_model_dir", "acme/tiny-heads", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["architecture"] == ARCH
+    assert main(["convert", "--model_dir", "acme/tiny-qwen2", "--medusa_model_dir", "acme/tiny-heads",
+                 "--output_dir", str(tmp_path / "ckpt"), "--quiet"]) == 0
+    cfg = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 2 and cfg["num_medusa_heads"] == 2  # main, not v2
+    capsys.readouterr()
+    assert main(["deploy", "--checkpoint_dir", str(tmp_path / "ckpt"), "--tokenizer_dir", "acme/tiny-qwen2",
+                 "--output_dir", str(tmp_path / "serve")]) == 0
+    assert (tmp_path / "serve" / "tokenizer" / "tokenizer.json").is_file()
+    assert not any(p.suffix == ".safetensors" for p in (tmp_path / "serve" / "tokenizer").iterdir())
+
+
+def test_revision_picks_the_tag_and_the_api_takes_ids_too(hub, tmp_path, capsys):
+    from trtllm_medusa_ports import api
+
+    assert main(["convert", "--model_dir", "acme/tiny-qwen2", "--revision", "v2", "--medusa_model_dir",
+                 "acme/tiny-heads", "--output_dir", str(tmp_path / "ckpt"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["num_hidden_layers"] == 4
+    res = api.check(api.CheckOptions(model_dir="acme/tiny-qwen2", revision="v2", medusa_model_dir="acme/tiny-heads"))
+    assert res.architecture == ARCH and res.compatible
+    assert main(["check", "--model_dir", "acme/tiny-qwen2", "--revision", "v3"]) == 1
+    err = capsys.readouterr().err
+    assert "--model_dir acme/tiny-qwen2 (revision v3): no local directory acme/tiny-qwen2, and acme/tiny-qwen2 is not" \
+           " in the local Hub cache" in err and "while HF_HUB_OFFLINE is set" in err and "Traceback" not in err
+
+
+def test_an_id_not_in_the_cache_offline_is_one_error_naming_the_flag(hub, capsys):
+    assert main(["check", "--model_dir", "acme/tiny-qwen2", "--medusa_model_dir", "acme/nowhere"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --medusa_model_dir acme/nowhere: no local directory acme/nowhere, and acme/nowhere "
+                          "is not in the local Hub cache (")
+    assert "hf download acme/nowhere" in err and "Traceback" not in err
+
+
+def test_a_local_directory_of_the_ids_name_wins(hub, store, capsys):
+    local = Path("acme") / "tiny-qwen2"  # relative to the working directory, as from_pretrained reads it
+    shutil.copytree(tiny_base(store, ARCH, num_hidden_layers=3), local)
+    assert main(["check", "--model_dir", "acme/tiny-qwen2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["architecture"] == ARCH
+    from trtllm_medusa_ports.files.hub import is_hub_id, local_dir
+
+    assert not is_hub_id("acme/tiny-qwen2") and local_dir("acme/tiny-qwen2", "base", flag="--model_dir") == local
+    assert is_hub_id("acme/tiny-heads") and not is_hub_id("./x/y") and not is_hub_id("a/b/c")
+    assert not is_hub_id("acme/a--b") and not is_hub_id("acme/x.")
+
+
+@pytest.mark.parametrize("name, said, fix", [
+    ("GatedRepoError", "acme/llama is a gated repository on the Hugging Face Hub",
+     "accept its license on https://huggingface.co/acme/llama"),
+    ("RepositoryNotFoundError", "no local directory acme/llama, and no model repository acme/llama on the Hugging "
+                                "Face Hub (or it is private)", "hf auth login"),
+    ("RevisionNotFoundError", "acme/llama has no revision 'v9' on the Hugging Face Hub", "--revision"),
+])
+def test_what_the_hub_refuses_is_said_with_its_fix(monkeypatch, tmp_path, capsys, name, said, fix):
+    """huggingface_hub's error classes moved between releases: they are told apart by name."""
+    import huggingface_hub
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    error = type(name, (Exception,), {})
+
+    def refuse(*a, **k):
+        raise error("401 Client Error")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", refuse)
+    assert main(["check", "--model_dir", "acme/llama", "--revision", "v9"]) == 1
+    err = capsys.readouterr().err
+    assert said in err and fix in err and "Traceback" not in err
+
+
+def test_only_the_files_the_step_reads_are_fetched(monkeypatch, tmp_path):
+    """A base: config, safetensors and their index, tokenizer files - not another precision, ONNX or GGUF; its
+    *.bin only where the repository has no safetensors. A tokenizer: its files alone."""
+    import huggingface_hub
+
+    from trtllm_medusa_ports.files.hub import local_dir
+
+    monkeypatch.chdir(tmp_path)
+    asked = []
+    repo_files = ["config.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
+                  "tokenizer.json", "tokenizer_config.json", "pytorch_model.bin", "model.onnx", "model-q4.gguf",
+                  "README.md", "original/consolidated.00.pth"]
+
+    def fetch(repo, *, allow_patterns, **kw):
+        asked.append(allow_patterns)
+        out = tmp_path / f"snap{len(asked)}"
+        out.mkdir()
+        for f in repo_files:
+            if "/" not in f and any(fnmatch.fnmatch(f, p) for p in allow_patterns):
+                (out / f).write_text("x")
+        return str(out)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fetch)
+    got = sorted(p.name for p in local_dir("acme/base", "base", flag="--model_dir").iterdir())
+    assert got == ["config.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json",
+                   "tokenizer.json", "tokenizer_config.json"] and len(asked) == 1
+    repo_files[1:3] = []  # a repository of PyTorch weights only
+    got = sorted(p.name for p in local_dir("acme/old", "base", flag="--model_dir").iterdir())
+    assert "pytorch_model.bin" in got and "model.onnx" not in got and len(asked) == 3
+    got = sorted(p.name for p in local_dir("acme/tok", "tokenizer", flag="--tokenizer_dir").iterdir())
+    assert got == ["config.json", "tokenizer.json", "tokenizer_config.json"]

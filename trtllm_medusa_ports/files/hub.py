@@ -1,0 +1,123 @@
+"""Hugging Face Hub ids where a directory is taken (``--model_dir``, ``--medusa_model_dir``, ``--tokenizer_dir`` and the
+API's fields of the same names), as transformers, vLLM and TensorRT-LLM's LLM API take them.
+
+A value that names an existing local path is that path, always (as ``from_pretrained`` reads it). Otherwise a value
+of the Hub's ``owner/name`` form is fetched with ``huggingface_hub.snapshot_download`` into the local cache, which
+honours ``HF_HOME`` / ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` (the cache only) and ``HF_TOKEN``, at ``--revision`` (a
+branch, tag or commit; default ``main``), and only the files the step reads (:data:`FILES`): a base's config,
+weights (safetensors, their index; ``*.bin`` only where the repository has no safetensors) and tokenizer, a heads
+repository's config and weights, a tokenizer's files. What cannot be fetched is one error naming the flag, the id
+and why: not in the cache while offline, a gated repository (accept its license, log in), no such repository or
+revision, the network.
+
+Imports huggingface_hub lazily (transformers depends on it); reads the environment at each call, so a variable
+set after import is honoured.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from trtllm_medusa_ports.errors import ModelError
+
+#: ``owner/name`` as the Hub spells repository ids (huggingface_hub's ``validate_repo_id``: letters, digits,
+#: ``-``, ``_``, ``.``, at most 96 characters, no ``--`` or ``..``, not starting or ending with ``-`` or ``.``)
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,94}/[A-Za-z0-9][\w.-]{0,94}")
+_TOKENIZER = ["tokenizer*", "*.model", "*.tiktoken", "vocab*", "merges.txt", "special_tokens_map.json",
+              "added_tokens.json", "chat_template*", "config.json", "generation_config.json"]
+#: what each kind of input's readers open (the rest of a repository - other precisions, ONNX, GGUF - is left there)
+FILES = {
+    "base": ["config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", *_TOKENIZER],
+    "heads": ["*.json", "*.safetensors", "*.pt", "*.pth", "*.bin"],
+    "tokenizer": _TOKENIZER,
+}
+#: the fields (and flags) that take a directory or a Hub id, and the kind of input each is
+HUB_INPUTS = {"model_dir": "base", "medusa_model_dir": "heads", "tokenizer_dir": "tokenizer"}
+#: a base repository without safetensors: its PyTorch weights (the readers load them with weights_only=True)
+BASE_BIN = ["pytorch_model*.bin", "pytorch_model.bin.index.json"]
+_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+def is_hub_id(value: str | os.PathLike) -> bool:
+    """Whether ``value`` is read as a Hub id: no local path of that name, and the Hub's ``owner/name`` form."""
+    text = os.fspath(value)
+    return (not Path(text).expanduser().exists() and HUB_ID.fullmatch(text) is not None
+            and "--" not in text and ".." not in text and not text.endswith((".", "-")))
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE
+
+
+def cache_dir() -> Path:
+    """The Hub cache the environment names now (``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ~/.cache/huggingface)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def local_dir(value: str | os.PathLike, kind: str, *, flag: str, revision: str | None = None) -> Path:
+    """``value`` as a local directory: itself where it is a local path (or not a Hub id: the caller's own check
+    names it then), else the Hub snapshot of the files ``kind`` (:data:`FILES`) reads."""
+    if not is_hub_id(value):
+        return Path(value)
+    repo = os.fspath(value)
+    path = _snapshot(repo, FILES[kind], flag=flag, revision=revision)
+    if kind == "base" and not any(path.glob("*.safetensors")):
+        path = _snapshot(repo, FILES[kind] + BASE_BIN, flag=flag, revision=revision)
+    return path
+
+
+def _snapshot(repo: str, patterns: list[str], *, flag: str, revision: str | None) -> Path:
+    from huggingface_hub import snapshot_download
+
+    where = f"{flag} {repo}" + (f" (revision {revision})" if revision else "")
+    try:  # its progress bars are on stderr, as ours
+        return Path(snapshot_download(repo, revision=revision, cache_dir=str(cache_dir()), allow_patterns=patterns,
+                                      local_files_only=offline()))
+    except Exception as exc:  # noqa: BLE001  (huggingface_hub's error classes moved between releases: by name)
+        what, fix = _why(exc, repo, revision)
+        raise ModelError(what, where=where, fix=fix) from None
+
+
+def _why(exc: Exception, repo: str, revision: str | None) -> tuple[str, str]:
+    """(message, fix) for a snapshot that could not be made; the class names are huggingface_hub's."""
+    names = {c.__name__ for c in type(exc).__mro__}
+    cache = cache_dir()
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "GatedRepoError" in names:
+        return (f"{repo} is a gated repository on the Hugging Face Hub: its files need an accepted license and a "
+                "login", f"accept its license on https://huggingface.co/{repo}, then log in (hf auth login, or set "
+                "HF_TOKEN), or pass a local directory")
+    if "RevisionNotFoundError" in names:
+        return (f"{repo} has no revision {revision!r} on the Hugging Face Hub",
+                "pass a branch, tag or commit of the repository with --revision, or leave it out for main")
+    if "RepositoryNotFoundError" in names:
+        return (f"no local directory {repo}, and no model repository {repo} on the Hugging Face Hub (or it is "
+                "private)", "pass an existing local directory, or a Hub id (owner/name) you can read (log in for a "
+                "private one: hf auth login, or HF_TOKEN)")
+    if offline() or "LocalEntryNotFoundError" in names or "OfflineModeIsEnabled" in names:
+        return (f"no local directory {repo}, and {repo} is not in the local Hub cache ({cache})"
+                + (" while HF_HUB_OFFLINE is set" if offline() else ", and the Hub could not be reached"),
+                f"download it once where the Hub is reachable (hf download {repo}, with the same HF_HOME), or pass a "
+                "local directory")
+    return (f"{repo} could not be fetched from the Hugging Face Hub into {cache}: {type(exc).__name__}: {first}",
+            "check the network and the id, or pass a local directory")
+
+
+
+def hub_inputs(opts):
+    """An options dataclass with each field of :data:`HUB_INPUTS` that holds a Hub id replaced by its local snapshot
+    (``model_dir`` at the options' ``revision``, the others at main); ``opts`` itself where none does."""
+    import dataclasses
+
+    changes = {}
+    for field, kind in HUB_INPUTS.items():
+        value = getattr(opts, field, None)
+        if value is not None and is_hub_id(value):
+            changes[field] = local_dir(value, kind, flag=f"{type(opts).__name__}.{field}",
+                                       revision=getattr(opts, "revision", None) if field == "model_dir" else None)
+    return dataclasses.replace(opts, **changes) if changes else opts
