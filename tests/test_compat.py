@@ -6,6 +6,7 @@ import pytest
 
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.compat import check
+from trtllm_medusa_ports.errors import EXIT_FOUND
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
@@ -207,12 +208,12 @@ def test_check_cli_json_and_exit_codes(tmp_path, capsys):
     assert out["compatible"] is True and out["architecture"] == "Qwen2ForCausalLM"
     assert all(set(f) == {"rule", "severity", "message", "fix"} for f in out["findings"])
 
-    assert main(["check", "--model_dir", str(write(tmp_path, BLOOM, "b")), "--json"]) == 1
+    assert main(["check", "--model_dir", str(write(tmp_path, BLOOM, "b")), "--json"]) == EXIT_FOUND
     out = json.loads(capsys.readouterr().out)
     assert out["compatible"] is False
     assert out["findings"][0]["rule"] == "alibi-position-embedding"
 
-    assert main(["check", "--model_dir", str(write(tmp_path, BLOOM, "b"))]) == 1
+    assert main(["check", "--model_dir", str(write(tmp_path, BLOOM, "b"))]) == EXIT_FOUND
     text = capsys.readouterr().out
     assert "ERROR" in text and "alibi-position-embedding" in text and "NOT COMPATIBLE" in text
 

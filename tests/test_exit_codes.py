@@ -1,5 +1,7 @@
-"""One exit-code rule for every command (issue 63, 5; docs/user-guide.md, "Exit codes"): 2 when the command line
-alone is wrong, whatever the inputs hold; 1 when an input is wrong or does not fit the flags, or a check fails.
+"""One exit-code rule for every command (issue 63, 5; issue 65, 2; docs/user-guide.md, "Exit codes"): 2 when the
+command line alone is wrong, whatever the inputs hold; 1 when an input is wrong, missing or does not fit the flags
+(could not run); 3 when the command ran and found a problem (check NOT COMPATIBLE, verify FAILED). Under --json every
+failure is also one JSON object on stdout.
 
 The usage cases name directories that do not exist: the command line's fault is found before any input is read,
 so the same command line exits 2 whatever is on the disk."""
@@ -81,3 +83,57 @@ def test_the_api_says_which_errors_are_the_command_lines():
         resolve_spec(qformat="fp8", use_weight_only=True)
     assert two.value.usage
     assert not PortError("x").usage
+
+
+_CHECK = ["check", "--model_dir", "/nonexistent/base"]
+JSON_COMMANDS = {  # every command with --json: an input failure, and a command line failure
+    "inspect-heads": (["inspect-heads", "/nonexistent/heads"], ["inspect-heads", "/x", "--bogus"]),
+    "tree": (["tree", "--choices", "@/nonexistent/tree.json"], ["tree", "--choices", "[[0], [1"]),
+    "check": (_CHECK, [*_CHECK, "--tp_size", "x"]),
+    "convert": (_CONVERT, [*_CONVERT, "--qformat", "fp8", "--use_weight_only"]),
+    "verify": (_VERIFY, [*_VERIFY, "--max_new_tokens", "0"]),
+    "train-heads": (_TRAIN, [*_TRAIN, "--lr", "0"]),
+    "tune-tree": (["tune-tree", "--model_dir", "/nonexistent/base", "--medusa_model_dir", "/nonexistent/heads",
+                   "--output", "/nonexistent/t.json"], ["tune-tree", "--model_dir", "/x"]),
+    "deploy": (_DEPLOY, [*_DEPLOY, "--max_batch_size", "0"]),
+}
+
+
+@pytest.mark.parametrize("command", list(JSON_COMMANDS))
+def test_under_json_every_failure_is_one_object_on_stdout(command, capsys):
+    import json
+
+    from trtllm_medusa_ports.errors import EXIT_CODES
+
+    for argv, code in zip(JSON_COMMANDS[command], (1, 2), strict=True):
+        try:
+            rc = main([*argv, "--json"])
+        except SystemExit as exc:  # argparse's own usage errors
+            rc = exc.code
+        out, err = capsys.readouterr()
+        assert rc == code, (argv, err)
+        obj = json.loads(out)  # one object, nothing else on stdout
+        assert isinstance(obj, dict) and obj["exit_code"] == code and obj["meaning"] == EXIT_CODES[code]
+        assert {"error", "where", "fix", "exit_code"} <= set(obj) and obj["error"], obj
+        assert "Traceback" not in err and err.strip(), err  # the human message stays on stderr
+        if code == 1:
+            assert "/nonexistent" in (obj["where"] or "") + obj["error"], obj
+        else:
+            assert obj["error"].split(":")[0] in err or obj["error"] in err, (obj, err)
+
+
+def test_a_verdict_is_3_and_its_report_is_the_json(tmp_path, capsys):
+    """check ran and found the base cannot be served: exit 3 (not 1, which says it could not run), and --json prints
+    the report itself (compatible false), not an error object."""
+    import json
+
+    from trtllm_medusa_ports.errors import EXIT_FOUND
+
+    base = tmp_path / "bloom"
+    base.mkdir()
+    (base / "config.json").write_text(json.dumps({
+        "architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 64, "n_head": 4, "n_layer": 2,
+        "vocab_size": 100}))
+    assert main(["check", "--model_dir", str(base), "--json"]) == EXIT_FOUND
+    report = json.loads(capsys.readouterr().out)
+    assert report["compatible"] is False and "exit_code" not in report

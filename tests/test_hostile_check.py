@@ -11,6 +11,7 @@ from conftest import tiny_base
 
 from trtllm_medusa_ports.api import CheckOptions, check
 from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.errors import EXIT_FOUND
 
 
 def _rules(result, severity="error"):
@@ -37,7 +38,7 @@ def test_a_tree_file_is_named_in_its_findings(tmp_path, capsys, qwen2_base, qwen
     rc = main(["check", "--model_dir", str(qwen2_base), "--medusa_model_dir", str(qwen2_heads), "--medusa_choices",
                f"@{tree}", "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 1 and not out["compatible"]
+    assert rc == EXIT_FOUND and not out["compatible"]
     tree_findings = [f for f in out["findings"] if f["rule"].startswith("tree-")]
     assert {f["rule"] for f in tree_findings} >= {"tree-invalid", "tree-deeper-than-heads"}
     assert all(f["message"].startswith(f"{tree}: ") for f in tree_findings), tree_findings

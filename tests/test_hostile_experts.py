@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.errors import EXIT_FOUND
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
 
 MOE = family_test_cases()["moe"]
@@ -71,11 +72,11 @@ def _count_key(cfg: dict) -> str:
 
 
 def _refused(argv: list[str], capsys, inputs: list[Path], out: Path | None = None) -> str:
-    """Run ``argv``, expect exit 1 without a traceback, the inputs unchanged and no output (nor anything beside
-    it); the message (stdout and stderr)."""
+    """Run ``argv``, expect exit 1 (check: 3, NOT COMPATIBLE) without a traceback, the inputs unchanged and no
+    output (nor anything beside it); the message (stdout and stderr)."""
     before = {p: _digest(p) for p in inputs}
     around = sorted(out.parent.iterdir()) if out is not None and out.parent.exists() else None
-    assert main(argv) == 1
+    assert main(argv) == (EXIT_FOUND if argv[0] == "check" else 1)
     text = "".join(capsys.readouterr())
     assert "Traceback" not in text
     assert {p: _digest(p) for p in inputs} == before

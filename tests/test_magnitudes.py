@@ -15,6 +15,7 @@ from conftest import convert_to, tiny_base
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
+from trtllm_medusa_ports.errors import EXIT_FOUND
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
@@ -116,7 +117,7 @@ def test_check_measures_the_activation_range_on_prompts(store, tmp_path, capsys)
     hot = tiny_base(store, "Qwen2ForCausalLM", norm_offset=4000.0)
     cold = tiny_base(store, "Qwen2ForCausalLM")
     args = ["check", "--model_dir", str(hot), "--prompt_ids", "11,18,25,32;101,114,127", "--json"]
-    assert main(args + ["--dtype", "float16"]) == 1
+    assert main(args + ["--dtype", "float16"]) == EXIT_FOUND
     found = {f["rule"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     assert found["float16-range"]["severity"] == "error" and "beyond float16's 65504" in found["float16-range"]["message"]
     assert main(args + ["--dtype", "bfloat16"]) == 0

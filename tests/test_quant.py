@@ -13,7 +13,7 @@ from test_engine import trtllm  # noqa: F401  (the stand-in fixture)
 
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.cli import main
-from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.errors import EXIT_FOUND, PortError
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
 from trtllm_medusa_ports.quant import (
     EXCLUDE_MODULES,
@@ -186,7 +186,7 @@ def test_quantized_executor_differs_from_float_where_the_engine_does(fp8_ckpt):
 def test_max_quant_error_turns_the_effect_into_a_threshold(fp8_ckpt, capsys):
     base, ckpt = fp8_ckpt
     assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--medusa_choices", TREE,
-                 "--max_new_tokens", "4", "--quiet", "--max_quant_error", "1e-9"]) == 1
+                 "--max_new_tokens", "4", "--quiet", "--max_quant_error", "1e-9"]) == EXIT_FOUND
     out = capsys.readouterr().out
     assert "--max_quant_error 1e-09: FAIL" in out and "top-1 agreement" in out
     assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--medusa_choices", TREE,
@@ -906,13 +906,13 @@ def test_a_format_that_costs_most_of_the_greedy_text_fails_by_default(tmp_path, 
     ckpt = convert_to(tmp_path / "int4wo", base, _heads(tmp_path, "Qwen2ForCausalLM", 128), dtype="float16",
                       qformat="int4_wo")
     args = ["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--quiet", "--json"]
-    assert main(args) == 1
+    assert main(args) == EXIT_FOUND
     out = json.loads(capsys.readouterr().out)
     agreed = out["quant_effect"]["teacher_forced_agreement"]
     assert agreed < MIN_QUANT_AGREEMENT and out["min_quant_agreement"] == MIN_QUANT_AGREEMENT
     assert out["parity"] and out["greedy_equal"] and not out["ok"] and not out["proof_ok"]
     assert out["quant_effect"]["teacher_forced_positions"] > 0
-    assert main(args[:-1]) == 1
+    assert main(args[:-1]) == EXIT_FOUND
     text = capsys.readouterr().out
     assert (f"greedy agreement: FAIL  {agreed:.3f} of the float base's greedy tokens predicted reading its text "
             f"(least: {MIN_QUANT_AGREEMENT:g}") in text
@@ -923,7 +923,7 @@ def test_a_format_that_costs_most_of_the_greedy_text_fails_by_default(tmp_path, 
     assert out["ok"] and out["min_quant_agreement"] is None
     assert main(args + ["--min_quant_agreement", f"{int(agreed * 1e6) / 1e6:.6f}"]) == 0  # at the measured one: passes
     capsys.readouterr()
-    assert main(args + ["--min_quant_agreement", f"{agreed + 0.01:.6f}"]) == 1  # just above it: fails
+    assert main(args + ["--min_quant_agreement", f"{agreed + 0.01:.6f}"]) == EXIT_FOUND  # just above it: fails
 
 
 @pytest.mark.parametrize("qformat, passes", [("int8_wo", True), ("int4_wo", False)])

@@ -16,6 +16,7 @@ from conftest import (
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.cli import main
+from trtllm_medusa_ports.errors import EXIT_FOUND
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
 from trtllm_medusa_ports.reference import (
     ReferenceModel,
@@ -223,13 +224,13 @@ def test_verify_cli_json_and_exit_codes(tmp_path, qwen2_base, good_ckpt, served_
     rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt),
                "--medusa_choices", TREE, "--max_new_tokens", "10", "--prompt_ids", "1,2,3;40,50,60,70", "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 1 and out["proof_ok"] and not out["ok"] and out["parity"] and out["greedy_equal"]
+    assert rc == EXIT_FOUND and out["proof_ok"] and not out["ok"] and out["parity"] and out["greedy_equal"]
     assert out["build_refusals"] == ["[dtype-float32] TensorRT-LLM refuses float32 with speculative decoding (fix: "
                                      "convert with --dtype float16 or bfloat16)"]
     rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(good_ckpt),
                "--medusa_choices", TREE, "--max_new_tokens", "4"])
     text = capsys.readouterr().out
-    assert rc == 1 and "engine build      : FAIL  [dtype-float32]" in text
+    assert rc == EXIT_FOUND and "engine build      : FAIL  [dtype-float32]" in text
     assert "RESULT: FAILED (the checkpoint computes the base model, but no engine is built from it" in text
     for key in ("logits_max_abs_diff", "tokens_generated", "steps", "mean_accepted_tokens_per_step", "head_top1"):
         assert key in out
@@ -241,7 +242,7 @@ def test_verify_cli_json_and_exit_codes(tmp_path, qwen2_base, good_ckpt, served_
     rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(d),
                "--medusa_choices", TREE, "--max_new_tokens", "10", "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 1 and out["parity"] is False and out["ok"] is False
+    assert rc == EXIT_FOUND and out["parity"] is False and out["ok"] is False
     assert out["parity_divergence"]["where"] == "layer 1 output or the final norm"
     rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(tmp_path / "none")])
     assert rc == 1 and "no config.json" in capsys.readouterr().err
@@ -381,7 +382,7 @@ def test_verify_compares_the_heads_with_their_source(tmp_path, qwen2_base, qwen2
     rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(d), "--medusa_choices", TREE,
                "--max_new_tokens", "4", "--medusa_model_dir", str(qwen2_heads), "--json"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 1 and out["heads_parity"] is False
+    assert rc == EXIT_FOUND and out["heads_parity"] is False
 
 
 def test_a_run_cut_at_the_end_token_counts_the_steps_a_runtime_would_take():

@@ -23,7 +23,7 @@ from conftest import (
 from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.base_model import load_hf_model, release
 from trtllm_medusa_ports.base_streaming import WeightStore, placed, streamed_weights
-from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.errors import EXIT_FOUND, ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.reference.executor import ReferenceModel, streaming_group
 from trtllm_medusa_ports.verify import verify
@@ -208,8 +208,8 @@ def test_verify_cli_streaming_json(llama_ckpt, capsys):
     rc = main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--max_new_tokens", "2",
                "--medusa_choices", TREE, "--streaming", "--device", "cpu", "--json", "--quiet"])
     out = json.loads(capsys.readouterr().out)
-    # float32 (exact): proven, and not servable (rule dtype-float32), so exit 1
-    assert rc == 1 and out["proof_ok"] and not out["ok"] and out["memory_mode"]["mode"] == "streaming"
+    # float32 (exact): proven, and not servable (rule dtype-float32), so exit 3 (verify FAILED)
+    assert rc == EXIT_FOUND and out["proof_ok"] and not out["ok"] and out["memory_mode"]["mode"] == "streaming"
     assert [r[: len("[dtype-float32]")] for r in out["build_refusals"]] == ["[dtype-float32]"]
     assert out["memory_mode"]["reason"] == "--streaming"
     with pytest.raises(SystemExit):

@@ -34,7 +34,14 @@ from trtllm_medusa_ports.cli_flags.values import (
     print_result,
     prompt_inputs,
 )
-from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.errors import (
+    EXIT_FOUND,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PortError,
+    failure,
+)
 
 
 def _say_findings(findings, warnings: list[str]) -> None:
@@ -79,24 +86,20 @@ def run_convert(args: argparse.Namespace) -> int:
         if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
             hint = ("quantize with TensorRT-LLM's own tools later" if "quant" in what or "calibration" in what
                     or "SmoothQuant" in what or "KV cache" in what else "lm_head and every tensor are written in --dtype")
-            print(f"error: {flag}: {what} is not supported yet by trtllm-medusa-ports; convert without it ({hint})",
-                  file=sys.stderr)
-            return 2
+            raise PortError(f"{flag}: {what} is not supported yet by trtllm-medusa-ports; convert without it ({hint})",
+                            usage=True)
     for flag in FROM_CONFIG:
         if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
-            print(f"error: {flag} is not supported: the value is read from "
-                  f"{args.model_dir or args.base_checkpoint_dir}/config.json (edit that file if it is wrong)",
-                  file=sys.stderr)
-            return 2
+            raise PortError(f"{flag} is not supported: the value is read from "
+                            f"{args.model_dir or args.base_checkpoint_dir}/config.json (edit that file if it is wrong)",
+                            usage=True)
     if (args.model_dir is None) == (args.base_checkpoint_dir is None):
-        print("error: --model_dir and --base_checkpoint_dir: pass one of them\n  fix: --model_dir for a Hugging "
-              "Face base, --base_checkpoint_dir for a TensorRT-LLM checkpoint NVIDIA's tools quantized",
-              file=sys.stderr)
-        return 2
+        raise PortError("--model_dir and --base_checkpoint_dir: pass one of them", usage=True,
+                        fix="--model_dir for a Hugging Face base, --base_checkpoint_dir for a TensorRT-LLM checkpoint "
+                            "NVIDIA's tools quantized")
     if args.medusa_hidden_act != "silu":
-        print("error: --medusa_hidden_act: only silu is supported (Medusa ResBlocks are trained with SiLU)",
-              file=sys.stderr)
-        return 2
+        raise PortError("--medusa_hidden_act: only silu is supported (Medusa ResBlocks are trained with SiLU)",
+                        usage=True)
     if args.base_checkpoint_dir is not None:
         return _add_heads(args)
     ep = moe_ep_size(args)
@@ -143,28 +146,21 @@ def run_convert(args: argparse.Namespace) -> int:
 
 def _add_heads(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import AddHeadsOptions, add_heads
-    from trtllm_medusa_ports.quant.prequantized import FlagConflict
 
     asked = [(flag, why) for flag, dest, default, why in ADD_HEADS_REFUSED if getattr(args, dest) != default]
     if asked:
         reasons = dict.fromkeys(ADD_HEADS_WHY[why] for _, why in asked)
-        print(f"error: {', '.join(f for f, _ in asked)} with --base_checkpoint_dir: {'; '.join(reasons)}\n"
-              "  fix: drop them (quantize and shard the base with NVIDIA's tools)", file=sys.stderr)
-        return 2
+        raise PortError(f"{', '.join(f for f, _ in asked)} with --base_checkpoint_dir: {'; '.join(reasons)}",
+                        fix="drop them (quantize and shard the base with NVIDIA's tools)", usage=True)
     if args.workers < 1:
-        print(f"error: --workers {args.workers} must be at least 1\n  fix: use --workers 1 or more", file=sys.stderr)
-        return 2
+        raise PortError(f"--workers {args.workers} must be at least 1", fix="use --workers 1 or more", usage=True)
     # no --dtype: the base's own (a typed --dtype other than the base's is refused by add_heads, exit 2)
     dtype = args.dtype
-    try:
-        result = add_heads(AddHeadsOptions(
-            Path(args.base_checkpoint_dir), Path(args.medusa_model_dir), Path(args.output_dir),
-            max_draft_len=args.max_medusa_token_len, overwrite=args.overwrite, dtype=dtype,
-            num_medusa_heads=args.num_medusa_heads, num_medusa_layers=args.num_medusa_layers,
-            medusa_choices=args.medusa_choices, fsync=args.fsync))
-    except FlagConflict as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    result = add_heads(AddHeadsOptions(
+        Path(args.base_checkpoint_dir), Path(args.medusa_model_dir), Path(args.output_dir),
+        max_draft_len=args.max_medusa_token_len, overwrite=args.overwrite, dtype=dtype,
+        num_medusa_heads=args.num_medusa_heads, num_medusa_layers=args.num_medusa_layers,
+        medusa_choices=args.medusa_choices, fsync=args.fsync))
     for w in result.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
@@ -186,8 +182,7 @@ def run_tree(args: argparse.Namespace) -> int:
         print("\n".join(preset_names()))
         return 0
     if not args.choices:
-        print("error: --choices is required (a preset, @file, or a JSON list)", file=sys.stderr)
-        return 2
+        raise PortError("--choices is required (a preset, @file, or a JSON list)", usage=True)
     result = tree(TreeOptions(args.choices, num_heads=args.num_heads, max_draft_len=args.max_draft_len,
                               top_k=args.top_k))
     for note in result.notes:
@@ -263,7 +258,7 @@ def run_check(args: argparse.Namespace) -> int:
         gpu_memory_gb=args.gpu_memory_gb, prompts=prompt_inputs(args), tokenizer_dir=as_path(args.tokenizer_dir),
         threads=args.threads, quiet=args.quiet))
     print_result(args, result)
-    return 0 if result.compatible else 1
+    return EXIT_OK if result.compatible else EXIT_FOUND
 
 
 def run_verify(args: argparse.Namespace) -> int:
@@ -288,7 +283,7 @@ def run_verify(args: argparse.Namespace) -> int:
         min_quant_agreement=args.min_quant_agreement, override_medusa_choices=args.override_medusa_choices,
         streaming=args.streaming, max_memory=args.max_memory, device=args.device, offload_dir=as_path(args.offload_dir)))
     print_result(args, report)
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FOUND
 
 
 def run_build(args: argparse.Namespace, rest: list[str]) -> int:
@@ -360,20 +355,32 @@ def main(argv: list[str] | None = None) -> int:
     # a command line naming its command first reaches that command's parser only; anything else (--help,
     # --version, an unknown command, none) gets the whole parser and its messages
     parser = build_parser(argv[0] if argv and argv[0] in parsers.COMMAND_PARSERS else None)
-    if argv and argv[0] == "build":
-        args, rest = parser.parse_known_args(argv)
-    else:
-        args, rest = parser.parse_args(argv), []
+    as_json = "--json" in argv  # every failure is then also one JSON object on stdout (errors.failure)
+    try:
+        if argv and argv[0] == "build":
+            args, rest = parser.parse_known_args(argv)
+        else:
+            args, rest = parser.parse_args(argv), []
+    except SystemExit as exc:  # argparse's own: usage errors exit 2 (its message on stderr), --help / --version 0
+        if as_json and exc.code == EXIT_USAGE:
+            print(json.dumps(failure(parsers.Parser.last_error or "the command line is wrong", exit_code=EXIT_USAGE,
+                                     kind="usage", fix="see --help")))
+        raise
     try:
         _typed_trees(args)
         _hub_inputs(args)
         return args.func(args, rest) if args.command == "build" else args.func(args)
     except PortError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2 if exc.usage else 1
+        if as_json:
+            print(json.dumps(exc.failure()))
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted; nothing was left half-written", file=sys.stderr)
-        return 130
+        if as_json:
+            print(json.dumps(failure("interrupted; nothing was left half-written", exit_code=EXIT_INTERRUPTED,
+                                     kind="KeyboardInterrupt")))
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # stdout closed early (`... | head`): not an error of ours, and no traceback
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (Python flushes stdout again at exit)

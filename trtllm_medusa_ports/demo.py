@@ -12,7 +12,7 @@ from trtllm_medusa_ports.api import DeployOptions, deploy
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.compat import check, errors_of
 from trtllm_medusa_ports.convert import ConvertOptions, convert
-from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.errors import EXIT_FOUND, EXIT_OK, PortError
 from trtllm_medusa_ports.fixtures.synthetic import (
     TINY_CONFIGS,
     save_heads,
@@ -85,7 +85,7 @@ def _run(workdir: Path, quiet: bool, architecture: str) -> int:
         say(f"      {f.severity:7s} {f.rule}: {f.message[:110]}")
     if errors_of(findings):
         print("demo: the base was rejected by the checker", file=sys.stderr)
-        return 1
+        return EXIT_FOUND
 
     say(f"[4/6] trtllm-medusa convert --tp_size 2 --dtype float16 -> {ckpt}")
     result = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads_dir, output_dir=ckpt,
@@ -101,4 +101,4 @@ def _run(workdir: Path, quiet: bool, architecture: str) -> int:
     bundle = deploy(DeployOptions(ckpt, workdir / "tokenizer", workdir / "serve", overwrite=True))
     print(bundle.render())
     print(f"demo finished in {time.time() - t0:.1f} s; artifacts in {workdir}")
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_FOUND

@@ -2,11 +2,30 @@
 
 Every error names the thing that is wrong (a file, a tensor, a config field),
 what was expected, and how to fix it. The CLI prints ``str(error)`` and exits 1, or 2 for
-an error of the command line itself (``usage=True``: docs/user-guide.md, "Exit codes"); it never shows a traceback
-for a :class:`PortError`.
+an error of the command line itself (``usage=True``: docs/user-guide.md, "Exit codes"), and under ``--json`` also
+prints :func:`failure`'s object on stdout; it never shows a traceback for a :class:`PortError`.
 """
 
 from __future__ import annotations
+
+#: every command's exit codes, one rule (docs/user-guide.md, "Exit codes"): a script tells "could not run" (1, 2)
+#: from "ran, and found a problem" (3)
+EXIT_OK = 0
+EXIT_INPUT = 1  # could not run: an input is wrong, missing or does not fit the flags (Python's own habit for errors)
+EXIT_USAGE = 2  # could not run: the command line alone is wrong (argparse's code)
+EXIT_FOUND = 3  # ran, and found a problem: check NOT COMPATIBLE, verify FAILED (demo's verify included)
+EXIT_INTERRUPTED = 130
+EXIT_CODES = {EXIT_OK: "success", EXIT_INPUT: "could not run: an input is wrong, missing or does not fit the flags",
+              EXIT_USAGE: "could not run: the command line alone is wrong",
+              EXIT_FOUND: "ran, and found a problem (check: NOT COMPATIBLE; verify: FAILED)",
+              EXIT_INTERRUPTED: "interrupted (SIGINT or SIGTERM); nothing was left half-written"}
+
+
+def failure(what: str, *, where: str | None = None, fix: str | None = None, exit_code: int, kind: str = "PortError",
+            rules: list[str] | None = None) -> dict:
+    """The one JSON object a command prints on stdout for a failure under ``--json``."""
+    return {"error": what, "where": where, "fix": fix, "exit_code": exit_code, "meaning": EXIT_CODES.get(exit_code),
+            "type": kind, "rules": list(rules or [])}
 
 
 class PortError(Exception):
@@ -34,6 +53,14 @@ class PortError(Exception):
     def to_dict(self) -> dict:
         return {"error": type(self).__name__, "rule": self.rule, "rules": self.rules, "where": self.where,
                 "what": self.what, "fix": self.fix, "usage": self.usage}
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_USAGE if self.usage else EXIT_INPUT
+
+    def failure(self) -> dict:
+        return failure(self.what, where=self.where, fix=self.fix, exit_code=self.exit_code, kind=type(self).__name__,
+                       rules=self.rules)
 
     def _render(self) -> str:
         text = f"{self.where}: {self.what}" if self.where else self.what

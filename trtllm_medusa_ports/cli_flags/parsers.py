@@ -391,13 +391,25 @@ COMMAND_PARSERS = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its last usage error kept (``Parser.last_error``) for the CLI's ``--json`` failure object;
+    what argparse prints and its exit 2 are unchanged. Subparsers are of the same class (argparse's default)."""
+
+    last_error: str | None = None
+
+    def error(self, message: str):
+        Parser.last_error = f"{self.prog}: {message}"
+        super().error(message)
+
+
 def build_parser(commands: dict, only: str | None = None) -> argparse.ArgumentParser:
     """Every command's parser; ``commands`` maps each command's name to the function its ``func`` calls
     (cli.py's run_<command>). ``only``: that command's parser alone (what parsing a command line that starts
     with it reaches: the same namespace and messages, without building the other eight, ~10 ms)."""
     from trtllm_medusa_ports import __version__
 
-    p = argparse.ArgumentParser(prog="trtllm-medusa", description=USAGE,
+    Parser.last_error = None
+    p = Parser(prog="trtllm-medusa", description=USAGE,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=__version__)
     # the usage line names every command whichever parsers are built (argparse's own spelling of the choices)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from trtllm_medusa_ports.errors import PortError
@@ -36,20 +35,19 @@ def as_path(v) -> Path | None:
 
 def moe_ep_size(args: argparse.Namespace) -> int | None:
     """Expert parallelism from --moe_ep_size / --moe_tp_size (upstream's pair, -1 each: resolved as
-    tensorrt_llm/mapping.py does); None (after the message) where they contradict --tp_size."""
+    tensorrt_llm/mapping.py does); a usage PortError where they contradict --tp_size."""
     ep, tpm, tp = args.moe_ep_size, args.moe_tp_size, args.tp_size
     if ep == -1:
         ep = 1 if tpm == -1 else (tp // tpm if tpm > 0 and tp % tpm == 0 else 0)
     if ep < 1 or (tpm != -1 and tpm * ep != tp):
-        print(f"error: --moe_tp_size {args.moe_tp_size} x --moe_ep_size {args.moe_ep_size} must equal --tp_size {tp}\n"
-              "  fix: pass one of them (the other is tp_size divided by it)", file=sys.stderr)
-        return None
+        raise PortError(f"--moe_tp_size {args.moe_tp_size} x --moe_ep_size {args.moe_ep_size} must equal --tp_size {tp}",
+                        fix="pass one of them (the other is tp_size divided by it)", usage=True)
     return ep
 
 
 def calibration_device_ok(args: argparse.Namespace) -> bool:
     """``--device`` where a calibration pass will compute on it, checked by doing so (devices.check_device: meta,
-    cuda without CUDA, an ordinal past the GPUs, a bad name); False after the message (a usage error)."""
+    cuda without CUDA, an ordinal past the GPUs, a bad name); a usage PortError where it does not."""
     from trtllm_medusa_ports.quant import spec_from_flags
 
     if not spec_from_flags(args).needs_calibration:
@@ -58,12 +56,12 @@ def calibration_device_ok(args: argparse.Namespace) -> bool:
 
 
 def device_ok(device: str) -> bool:
-    """Whether ``--device`` computes (devices.check_device); False after the message (a usage error)."""
+    """Whether ``--device`` computes (devices.check_device); a usage PortError where it does not."""
     from trtllm_medusa_ports.devices import check_device
 
     try:
         check_device(device, "--device")
     except PortError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return False
+        exc.usage = True
+        raise
     return True
