@@ -373,7 +373,7 @@ CASES = [
                                           _convert(ws, "--qformat", "fp8", "--calib_dataset", str(ws / "c.jsonl"),
                                                    "--calib_size", "4"))[1], 1, "asks for 4", "--calib_size 1"),
     _c("quant-no-tokenizer-for-packaged-prompts", lambda ws: _convert(ws, "--qformat", "fp8", "--calib_size", "2"), 1,
-       "no usable tokenizer", "--tokenizer_dir"),
+       "no tokenizer there (none of tokenizer.json", "--tokenizer_dir"),
     _c("quant-two-formats", lambda ws: _convert(ws, "--qformat", "fp8", "--use_weight_only"), 2, "two formats"),
     _c("quant-precision-without-weight-only", lambda ws: _convert(ws, "--weight_only_precision", "int4"), 2,
        "without --use_weight_only"),

@@ -59,6 +59,7 @@ from trtllm_medusa_ports.deploy.routes import engine_architecture, routes
 from trtllm_medusa_ports.deploy.triton import bundle_name, triton_fill
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelError
 from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpoint
+from trtllm_medusa_ports.files.tokenizer import require_tokenizer
 from trtllm_medusa_ports.findings import ERROR
 from trtllm_medusa_ports.gpu_machine import NEEDS
 from trtllm_medusa_ports.memory import memory_plan
@@ -66,8 +67,6 @@ from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.quant.prequantized import check_base_tensors
 from trtllm_medusa_ports.tree import MedusaTree, checkpoint_tree, resolve_choices
 
-#: files a Hugging Face tokenizer directory holds (transformers' AutoTokenizer reads one of them)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 #: where the bundle keeps what the routes read, relative to its directory (every script works from there)
 CHECKPOINT, TOKENIZER, ENGINE = "./checkpoint", "./tokenizer", "./engine"
 #: a tokenizer directory's files the bundle leaves out: model weights (a base directory passed as --tokenizer_dir)
@@ -117,11 +116,8 @@ INT32_MAX = 2**31 - 1
 
 
 def _tokenizer(tokenizer_dir: Path) -> Path:
-    if not tokenizer_dir.is_dir() or not any((tokenizer_dir / f).is_file() for f in TOKENIZER_FILES):
-        raise ModelError("no tokenizer there (none of " + ", ".join(TOKENIZER_FILES) + ")", where=str(tokenizer_dir),
-                         fix="pass the Hugging Face base directory (or its tokenizer's) as --tokenizer_dir: engine "
-                             "directories carry no tokenizer")
-    return tokenizer_dir.resolve()
+    return require_tokenizer(tokenizer_dir, fix="pass the Hugging Face base directory (or its tokenizer's) as "
+                                                "--tokenizer_dir: engine directories carry no tokenizer").resolve()
 
 
 def _plain_inputs(checkpoint_dir: Path, tokenizer: Path, output_dir: Path, engine_dir: Path | None, source: str,

@@ -299,14 +299,10 @@ def _take_sniffed(path: Path) -> bool:
 
 
 def tokenizer_for(tok_dir: str | Path):
-    """A transformers tokenizer, or one clear error."""
-    from transformers import AutoTokenizer
+    """A transformers tokenizer, or one clear error (files/tokenizer.py, the same for every command)."""
+    from trtllm_medusa_ports.files.tokenizer import load_tokenizer
 
-    try:
-        return AutoTokenizer.from_pretrained(str(tok_dir))
-    except Exception as exc:
-        raise PortError(f"no usable tokenizer in {tok_dir} ({type(exc).__name__})",
-                        fix="pass --tokenizer_dir, or --prompt_ids / --data with prompt_ids or input_ids") from None
+    return load_tokenizer(tok_dir)
 
 
 def lazy_tokenizer(tok_dir: str | Path) -> Callable[[str], list[int]]:

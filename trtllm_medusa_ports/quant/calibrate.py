@@ -33,6 +33,7 @@ from trtllm_medusa_ports.archs.weights import layer_sources
 from trtllm_medusa_ports.errors import ModelError, PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.files.prompts import check_ids
+from trtllm_medusa_ports.files.tokenizer import TOKENIZER_FILES
 from trtllm_medusa_ports.quant import linear_of
 from trtllm_medusa_ports.sharding import Split
 
@@ -168,13 +169,11 @@ def first_tokens(tokenize: Callable[[str], list[int]], text: str, limit: int) ->
     return tokenize(text)[: limit + 1]
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json",
-                   "merges.txt", "vocab.txt", "added_tokens.json", "special_tokens_map.json", "tokenizer_config.json")
 
 
 def tokenizer_record(tok_dir: str | Path) -> dict:
     """Which tokenizer text samples went through: its folder (``path``, ``name``) and the sha256 of its files
-    (:data:`TOKENIZER_FILES` present, names and bytes; ``files`` lists them), so that two folders holding the
+    (files/tokenizer.py :data:`TOKENIZER_FILES` present, names and bytes; ``files`` lists them), so that two folders holding the
     same tokenizer match and an edited vocabulary does not."""
     d = Path(tok_dir).resolve()
     h, files = hashlib.sha256(), []
