@@ -494,7 +494,10 @@ def test_train_heads_defaults_follow_the_probe_and_an_explicit_bfloat16_warns(se
     assert res.to_dict()["fit_dtype"] == want and "warning" not in capsys.readouterr().err
     fit = _fit(steps=2)
     fit.matmul_dtype = "bfloat16"
-    res = api.train_heads(_opts(setup, tmp_path / "b", fit=fit))
+    from trtllm_medusa_ports import log
+
+    with log.shown():  # the CLI's log on stderr (an API caller's logging configuration shows the same record)
+        res = api.train_heads(_opts(setup, tmp_path / "b", fit=fit))
     assert res.fit_dtype == "bfloat16"
     if slowdown > 3:
         assert len(res.warnings) == 1 and "measured 42.0x slower than float32" in res.warnings[0]

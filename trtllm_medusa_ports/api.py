@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtllm_medusa_ports import log
 from trtllm_medusa_ports.compat import ERROR, Finding
 from trtllm_medusa_ports.convert import ConvertOptions as _ConvertOptions
 from trtllm_medusa_ports.convert import ConvertResult
@@ -104,6 +105,8 @@ __all__ = [
 
 
 from trtllm_medusa_ports.threads import default_threads, torch_threads  # noqa: E402
+
+LOG = log.get("api")
 
 
 # -- convert ------------------------------------------------------------------------------------
@@ -255,13 +258,10 @@ def check(opts: CheckOptions) -> CheckResult:
                                 refused.fix or "fix config.json"))
     prompts = token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     if prompts:
-        import sys
-
         from trtllm_medusa_ports.verify import measure_activation_range
 
         if not opts.quiet:
-            print(f"check: measuring the activation range on {len(prompts)} prompt(s) with transformers",
-                  file=sys.stderr, flush=True)
+            LOG.info(f"check: measuring the activation range on {len(prompts)} prompt(s) with transformers")
         with torch_threads(opts.threads):
             findings.append(activation_range_finding(*measure_activation_range(opts.model_dir, prompts), opts.dtype))
     fit = dict(batch=opts.max_batch_size, seq_len=opts.max_seq_len, gpu_memory_gb=opts.gpu_memory_gb)
@@ -650,10 +650,8 @@ def build(opts: BuildOptions) -> BuildResult:
     if max_seq_len is None and limit is not None:
         # trtllm-build's default (the position table) would run the last steps' tree tokens past it: the largest
         # max_seq_len that does not, said (check warns of the default; a larger given one is refused below)
-        import sys
-
-        print(f"note: --max_seq_len {limit} (the learned position table less the tree's depth; trtllm-build's "
-              "default, the whole table, would put tree tokens past it: rule learned-position-range)", file=sys.stderr)
+        LOG.info(f"note: --max_seq_len {limit} (the learned position table less the tree's depth; trtllm-build's "
+                 "default, the whole table, would put tree tokens past it: rule learned-position-range)")
         args += ["--max_seq_len", str(limit)]
         max_seq_len = limit
     errors = [f for f in checkpoint_findings(cfg, opts.allow_unsupported) + checkpoint_position_range(cfg, max_seq_len)

@@ -19,6 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
+from trtllm_medusa_ports import log
 from trtllm_medusa_ports.cli_flags import parsers
 from trtllm_medusa_ports.cli_flags.refused import (
     ADD_HEADS_REFUSED,
@@ -43,16 +44,18 @@ from trtllm_medusa_ports.errors import (
     failure,
 )
 
+LOG = log.get("cli")
+
 
 def _say_findings(findings, warnings: list[str]) -> None:
     """convert's findings (but info) and warnings on stderr; a finding carried into config.json is said once."""
     shown = [f.message for f in findings if f.severity != "info"]
     for f in findings:
         if f.severity != "info":
-            print(f"{f.severity}: [{f.rule}] {f.message}", file=sys.stderr)
+            (LOG.error if f.severity == "error" else LOG.warning)(f"[{f.rule}] {f.message}")
     for w in warnings:
         if not any(w.endswith(m) for m in shown):
-            print(f"warning: {w}", file=sys.stderr)
+            LOG.warning(w)
 
 
 def _default_dtype(model_dir: Path) -> str:
@@ -69,13 +72,13 @@ def _default_dtype(model_dir: Path) -> str:
     except (PortError, OSError, ValueError):
         return "float16"  # convert says what is wrong with the base
     if adapter is not None and adapter.float16_unsafe:
-        print(f"note: --dtype not given: the base's own dtype (--dtype auto), not float16: {adapter.family} models' "
-              "hidden states exceed float16's range (rule float16-range)", file=sys.stderr)
+        LOG.info(f"note: --dtype not given: the base's own dtype (--dtype auto), not float16: {adapter.family} "
+                 "models' hidden states exceed float16's range (rule float16-range)")
         return "auto"
     if hf.dtype_name == "bfloat16":  # convert never runs the base: whether its activations fit float16 is verify's
-        print("note: --dtype not given: float16, as upstream's script, from a bfloat16 base; `verify` measures whether "
-              "its activations stay within float16's range (rule float16-range) and fails the checkpoint if not - "
-              "then convert with --dtype bfloat16", file=sys.stderr)
+        LOG.info("note: --dtype not given: float16, as upstream's script, from a bfloat16 base; `verify` measures "
+                 "whether its activations stay within float16's range (rule float16-range) and fails the checkpoint "
+                 "if not - then convert with --dtype bfloat16")
     return "float16"
 
 
@@ -162,7 +165,7 @@ def _add_heads(args: argparse.Namespace) -> int:
         num_medusa_heads=args.num_medusa_heads, num_medusa_layers=args.num_medusa_layers,
         medusa_choices=args.medusa_choices, fsync=args.fsync))
     for w in result.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        LOG.warning(w)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
     return 0
 
@@ -186,7 +189,7 @@ def run_tree(args: argparse.Namespace) -> int:
     result = tree(TreeOptions(args.choices, num_heads=args.num_heads, max_draft_len=args.max_draft_len,
                               top_k=args.top_k))
     for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
+        LOG.info(f"note: {note}")
     print(json.dumps(result.to_dict()) if args.json else result.render(draw=args.draw))
     return 0
 
@@ -240,7 +243,7 @@ def run_tune_tree(args: argparse.Namespace) -> int:
         max_nodes=args.max_nodes, max_draft_len=args.max_draft_len, top_k=args.top_k, estimate=args.estimate,
         baseline=args.baseline or None, overwrite=args.overwrite, threads=args.threads, quiet=args.quiet))
     for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
+        LOG.info(f"note: {note}")
     print_result(args, result)
     return 0
 
@@ -271,8 +274,8 @@ def run_verify(args: argparse.Namespace) -> int:
         given = [f for f, v, d in (("--calib_size", args.calib_size, None),
                                    ("--calib_max_seq_length", args.calib_max_seq_length, 512)) if v != d]
         if given:
-            print(f"warning: {', '.join(given)}: ignored without --calib_dataset (a checkpoint converted here "
-                  "re-derives its scales from its recorded calibration)", file=sys.stderr)
+            LOG.warning(f"{', '.join(given)}: ignored without --calib_dataset (a checkpoint converted here "
+                        "re-derives its scales from its recorded calibration)")
     report = verify(VerifyOptions(
         model_dir=Path(args.model_dir), checkpoint_dir=Path(args.checkpoint_dir), medusa_choices=args.medusa_choices,
         prompts=prompt_inputs(args), tokenizer_dir=as_path(args.tokenizer_dir), max_new_tokens=args.max_new_tokens,
@@ -366,10 +369,14 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(failure(parsers.Parser.last_error or "the command line is wrong", exit_code=EXIT_USAGE,
                                      kind="usage", fix="see --help")))
         raise
+    level = getattr(args, "log_level", None)
+    if args.command == "build" and level is not None:
+        rest = [*rest, "--log_level", level]  # trtllm-build's own flag of the same name and levels
     try:
-        _typed_trees(args)
-        _hub_inputs(args)
-        return args.func(args, rest) if args.command == "build" else args.func(args)
+        with log.shown(level or log.DEFAULT_LEVEL):
+            _typed_trees(args)
+            _hub_inputs(args)
+            return args.func(args, rest) if args.command == "build" else args.func(args)
     except PortError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if as_json:

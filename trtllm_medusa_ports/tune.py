@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from trtllm_medusa_ports import log
 from trtllm_medusa_ports.acceptance import (  # noqa: F401  (tune's measures, also read from here)
     Path_,
     accepted_length,
@@ -48,6 +49,8 @@ from trtllm_medusa_ports.acceptance import (  # noqa: F401  (tune's measures, al
 from trtllm_medusa_ports.errors import PortError, TreeError
 from trtllm_medusa_ports.files.checkpoint import hidden_stem
 from trtllm_medusa_ports.tree import DEFAULT_TOP_K, MedusaTree, upstream_quirks, validate_choices
+
+LOG = log.get("tune")
 
 
 def build_tree(acc: list[list[float]] | None = None, max_nodes: int = 63, *, max_depth: int | None = None,
@@ -154,7 +157,7 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
     heads = load_heads(medusa_model_dir)
     baseline_paths = baseline_tree(baseline, heads.num_heads) if baseline else None  # refused before measuring
     if not quiet:
-        print(f"tune-tree: loading the base from {model_dir}", file=sys.stderr, flush=True)
+        LOG.info(f"tune-tree: loading the base from {model_dir}")
     model = load_base(model_dir)
     hidden, vocab = int(model.config.hidden_size), int(model.config.vocab_size)
     if heads.hidden_size != hidden or (heads.vocab_size is not None and heads.vocab_size != vocab

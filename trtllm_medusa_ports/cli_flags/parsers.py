@@ -11,6 +11,7 @@ import argparse
 
 from trtllm_medusa_ports.cli_flags.refused import FROM_CONFIG, NOT_SUPPORTED
 from trtllm_medusa_ports.cli_flags.types import fraction, int_in, non_negative, number_in, positive
+from trtllm_medusa_ports.log import DEFAULT_LEVEL, LEVELS
 
 
 def add_quant_format_args(p: argparse.ArgumentParser):
@@ -417,4 +418,8 @@ def build_parser(commands: dict, only: str | None = None) -> argparse.ArgumentPa
     for name, add in COMMAND_PARSERS.items():
         if only is None or name == only:
             add(sub, commands[name])
+            sub.choices[name].add_argument(
+                "--log_level", default=None, choices=list(LEVELS),
+                help=f"what the log on stderr shows: TensorRT-LLM's level names (default {DEFAULT_LEVEL}, as "
+                     "trtllm-build's; build passes it on to trtllm-build); --quiet still turns progress bars off")
     return p

@@ -19,6 +19,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+from trtllm_medusa_ports import log
 from trtllm_medusa_ports.compat import (
     ERROR,
     INFO,
@@ -36,6 +37,8 @@ from trtllm_medusa_ports.files.jsonfile import read_json
 from trtllm_medusa_ports.quant import BITS, QUANTIZED_LAYER_FIX, quantized_layer_problems
 from trtllm_medusa_ports.quant.base_checks import tool_layer_problems
 from trtllm_medusa_ports.quant.engine_load import load_problems
+
+LOG = log.get("engine.build")
 
 
 def read_checkpoint_config(checkpoint_dir: Path) -> dict:
@@ -333,7 +336,7 @@ def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) 
         return 1
     warning = version_warning(trtllm)
     if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+        LOG.warning(warning)
     build_mod = import_module("tensorrt_llm.commands.build")
     argv = ["--checkpoint_dir", str(ckpt)] + list(rest)
     if "--speculative_decoding_mode" not in argv:
@@ -341,7 +344,13 @@ def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) 
     args = build_mod.parse_arguments().parse_args(argv)
     flag_found = flag_findings(cfg, args)
     for f in flag_found:
-        print(f"{f.severity}: [{f.rule}] {f.message}\n  fix: {f.fix}", file=sys.stderr)
+        if f.severity == ERROR:
+            print(f"error: [{f.rule}] {f.message}\n  fix: {f.fix}", file=sys.stderr)
+        else:
+            if f.severity == "warning":
+                LOG.warning(f"[{f.rule}] {f.message}\n  fix: {f.fix}")
+            else:
+                LOG.info(f"{f.severity}: [{f.rule}] {f.message}\n  fix: {f.fix}")
     if any(f.severity == ERROR for f in flag_found):
         return 1
     if getattr(args, "model_cls_file", None) or getattr(args, "model_cls_name", None):

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import torch
 
+from trtllm_medusa_ports import log
 from trtllm_medusa_ports.archs.registry import base_context
 from trtllm_medusa_ports.base_model import (  # noqa: F401  (also read from here)
     continue_greedily,
@@ -80,6 +81,8 @@ from trtllm_medusa_ports.memory_mode import (
 )
 
 CORPUS_VERSION = 1
+
+LOG = log.get("heads.train")
 
 
 # -- heads in memory ------------------------------------------------------------------------
@@ -1084,7 +1087,7 @@ def _resolve_dtypes(opts: TrainOptions, device: str, group: Group) -> tuple[Trai
         fit_dtype, w2 = choose_dtype(opts.fit.matmul_dtype, device, "--fit_dtype")
         chosen = (dtype, fit_dtype, [w for w in (w1, w2) if w])
         for w in chosen[2]:
-            print(f"warning: {w}", file=sys.stderr, flush=True)
+            LOG.warning(w)
     dtype, fit_dtype, warnings = group.gather(chosen, "the dtype choice")[0]
     return replace(opts, dtype=dtype, fit=replace(opts.fit, matmul_dtype=fit_dtype)), warnings
 
@@ -1126,9 +1129,9 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group:
 
         hf_logging.disable_progress_bar()
     if not quiet:
-        print(f"train-heads: memory: {memory.summary()}", file=sys.stderr, flush=True)
-        print(f"train-heads: loading the base from {opts.model_dir}" + (f" on {group.world} ranks" if group.world > 1
-              else ""), file=sys.stderr, flush=True)
+        LOG.info(f"train-heads: memory: {memory.summary()}")
+        LOG.info(f"train-heads: loading the base from {opts.model_dir}" + (f" on {group.world} ranks"
+                                                                           if group.world > 1 else ""))
     low = getattr(torch, opts.dtype)
     # streaming: the model's weights wait in a temporary file (one per rank under torchrun), read back a decoder
     # layer at a time by both passes of the corpus (continuations, hidden states); the same values and products
@@ -1197,8 +1200,7 @@ def _shared_corpus(model, dtype: torch.dtype | None, items: list[Item], new_toke
     cached = group.gather(corpus is not None, "the corpus cache check")
     if all(cached):
         if not quiet:
-            print(f"train-heads: the cached corpus of {work} ({len(corpus.seqs)} sequences)", file=sys.stderr,
-                  flush=True)
+            LOG.info(f"train-heads: the cached corpus of {work} ({len(corpus.seqs)} sequences)")
         return corpus, False
     if dtype is not None:
         model = to_dtype(model, dtype)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from trtllm_medusa_ports import log
 from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, release, value_transforms
 from trtllm_medusa_ports.base_streaming import bound_the_allocator
 from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
@@ -65,6 +66,8 @@ from trtllm_medusa_ports.verify.mode import check_device, cpu_scope, default_dev
 from trtllm_medusa_ports.verify.mode import choose as choose_mode
 from trtllm_medusa_ports.verify.quantization import quant_effect_against_float, quantized_reference
 from trtllm_medusa_ports.verify.report import VerifyReport
+
+LOG = log.get("verify")
 
 
 def verify(
@@ -154,7 +157,7 @@ def _verify(
                          usage=True)
     def status(text: str) -> None:  # the phases without a progress bar of their own
         if not quiet:
-            print(f"verify: {text}", file=sys.stderr, flush=True)
+            LOG.info(f"verify: {text}")
 
     status(f"reading {checkpoint_dir} (every tensor checked for NaN/Inf)")
     ckpt = read_checkpoint(checkpoint_dir)
