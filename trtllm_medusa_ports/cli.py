@@ -350,10 +350,20 @@ def _hub_inputs(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; SIGTERM cleans up as Ctrl-C does while it runs, and its handler is put back after (a caller
+    running main in-process keeps its own)."""
     import signal
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    before = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # a command line naming its command first reaches that command's parser only; anything else (--help,
     # --version, an unknown command, none) gets the whole parser and its messages

@@ -481,3 +481,21 @@ def _write_quietly(path: Path, text: str) -> None:
     except OSError:
         with contextlib.suppress(OSError, UnboundLocalError):
             os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def progress_bars_off(off: bool = True):
+    """transformers' own progress bars (loading shards) off while the block runs where ``off`` (``--quiet``), and as
+    they were after it: an API call leaves the process as it found it."""
+    if not off:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()

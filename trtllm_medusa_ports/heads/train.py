@@ -61,6 +61,7 @@ from trtllm_medusa_ports.base_streaming import to_dtype
 from trtllm_medusa_ports.devices import check_device, choose_dtype
 from trtllm_medusa_ports.errors import HeadsError, ModelError, PortError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
+from trtllm_medusa_ports.files.hf_model import progress_bars_off
 from trtllm_medusa_ports.files.prompts import (
     Item,
     PromptInputs,
@@ -1009,7 +1010,8 @@ def train(opts: TrainOptions) -> TrainResult:
         opts, warnings = _resolve_dtypes(opts, device, group)
         items = _read_items(opts)
         memory = group.gather(choose_memory(opts, device, items) if group.main else None, "the memory mode")[0]
-        result = _train_locked(opts, out, work, device, group, memory, items)
+        with progress_bars_off(opts.fit.quiet or not group.main):  # --quiet silences transformers' loading bars
+            result = _train_locked(opts, out, work, device, group, memory, items)
         result.warnings, result.memory_mode = warnings, memory.to_dict()
         return result
     finally:
@@ -1123,11 +1125,7 @@ def _read_items(opts: TrainOptions) -> list[Item]:
 def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group: Group,
                   memory: MemoryMode, items: list[Item]) -> TrainResult:
     f = opts.fit
-    quiet = f.quiet or not group.main  # one rank's bars and status lines
-    if quiet:  # --quiet silences transformers' loading bars too
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+    quiet = f.quiet or not group.main  # one rank's bars and status lines (transformers' loading bars: train())
     if not quiet:
         LOG.info(f"train-heads: memory: {memory.summary()}")
         LOG.info(f"train-heads: loading the base from {opts.model_dir}" + (f" on {group.world} ranks"

@@ -18,10 +18,10 @@ input it takes (q/k/v all read one input, as do gate and up), so no family needs
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.registry import base_context
 from trtllm_medusa_ports.archs.weights import layer_sources
 from trtllm_medusa_ports.errors import ModelError, PortError
-from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig, progress_bars_off
 from trtllm_medusa_ports.files.prompts import check_ids
 from trtllm_medusa_ports.files.tokenizer import TOKENIZER_FILES
 from trtllm_medusa_ports.quant import linear_of
@@ -332,12 +332,9 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
     vocab = int(hf.require("vocab_size"))
     # before the model is loaded: a bad sample costs nothing
     check_ids(samples, vocab, "calibration sample", where=source, fix="tokenize with the base's own tokenizer")
-    if quiet:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    model = load_hf_model(model_dir, to_torch(dtype), value_transforms(model_dir, hf.architecture),
-                          full_precision=adapter.full_precision_parameters)
+    with progress_bars_off(quiet):
+        model = load_hf_model(model_dir, to_torch(dtype), value_transforms(model_dir, hf.architecture),
+                              full_precision=adapter.full_precision_parameters)
     if device != "cpu":
         try:
             model = model.to(device)
@@ -365,9 +362,12 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
             handles.append(modules[name].register_forward_hook(hook))
     t0 = time.monotonic()
     try:
-        with torch.no_grad(), _cached_kv(cal.kv_cached):
+        # the cache argument's name: transformers 5 calls it cache (past_key_values deprecated), 4.x past_key_values
+        cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        with torch.no_grad():
             for ids in tqdm(samples, desc="calibrate", unit="sample", disable=quiet):
-                model(input_ids=torch.tensor([ids], device=next(model.parameters()).device), use_cache=True)
+                model(input_ids=torch.tensor([ids], device=next(model.parameters()).device), use_cache=True,
+                      **{cache_arg: _recording_cache(model, cal.kv_cached)})
     finally:
         for h in handles:
             h.remove()
@@ -375,21 +375,21 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
     return cal
 
 
-@contextmanager
-def _cached_kv(store: dict[int, float]):
-    """Record, per layer, the largest |K| and |V| transformers hands its KV cache (``Cache.update``, called with
-    the keys after the q/k norms and RoPE) while the block runs."""
-    from transformers.cache_utils import Cache
+def _recording_cache(model, store: dict[int, float]):
+    """The KV cache the model would make for itself (``DynamicCache(config=...)``, as every family's forward does
+    when given none), whose own ``update`` - called with the keys after the q/k norms and RoPE - also records, per
+    layer, the largest |K| and |V| into ``store``. An instance's method, not a patch of transformers' class: nothing
+    outside this one forward sees it, and a cache class whose ``update`` overrides ``Cache.update`` records too."""
+    from transformers.cache_utils import DynamicCache
 
-    update = Cache.update
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    cache = DynamicCache(config=config)
+    update = cache.update
 
-    def recording(self, key_states, value_states, layer_idx, *args, **kwargs):
+    def recording(key_states, value_states, layer_idx, *args, **kwargs):
         amax = max(float(key_states.detach().abs().max()), float(value_states.detach().abs().max()))
         store[int(layer_idx)] = max(store.get(int(layer_idx), 0.0), amax)
-        return update(self, key_states, value_states, layer_idx, *args, **kwargs)
+        return update(key_states, value_states, layer_idx, *args, **kwargs)
 
-    Cache.update = recording
-    try:
-        yield
-    finally:
-        Cache.update = update
+    cache.update = recording
+    return cache

@@ -23,6 +23,7 @@ from trtllm_medusa_ports.deploy.commands import build_line
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import to_torch
+from trtllm_medusa_ports.files.hf_model import progress_bars_off
 from trtllm_medusa_ports.findings import ERROR
 from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import plain_generate
@@ -103,7 +104,7 @@ def verify(
     """
     device = check_device(device)
     inputs = {"--model_dir": file_identity(model_dir), "--checkpoint_dir": file_identity(checkpoint_dir)}
-    with torch_threads(threads or default_threads()), default_device(device):
+    with torch_threads(threads or default_threads()), default_device(device), progress_bars_off(quiet):
         report = _verify(model_dir, checkpoint_dir, medusa_choices=medusa_choices, prompts=prompts,
                        max_new_tokens=max_new_tokens, quiet=quiet, medusa_model_dir=medusa_model_dir,
                        max_quant_error=max_quant_error, skip_tree_proof=skip_tree_proof, gemm_plugin=gemm_plugin,
@@ -148,10 +149,6 @@ def _verify(
     placement: tuple = (None, None, "cpu", None),
 ) -> VerifyReport:
     streaming, max_memory, device, offload_dir = placement
-    if quiet:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
     if max_new_tokens < 1:
         raise ModelError(f"--max_new_tokens {max_new_tokens} must be at least 1", fix="e.g. --max_new_tokens 32",
                          usage=True)
