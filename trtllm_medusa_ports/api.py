@@ -43,7 +43,7 @@ from trtllm_medusa_ports.files.prompts import PromptInputs
 from trtllm_medusa_ports.gpu_machine import CHECKOUT_COMMAND
 from trtllm_medusa_ports.options.calibration import check_calibration_flags, tool_calibration
 from trtllm_medusa_ports.options.check import memory_plan_for, position_range_findings
-from trtllm_medusa_ports.options.prompts import token_ids
+from trtllm_medusa_ports.options.prompts import prompt_token_ids, token_ids
 from trtllm_medusa_ports.options.validation import SPECS as _SPECS  # noqa: F401  (tests read api._SPECS)
 from trtllm_medusa_ports.options.validation import check_fields, validate_options
 from trtllm_medusa_ports.options.validation import validate as _validate  # noqa: F401  (tests: api._validate)
@@ -353,6 +353,8 @@ class TuneOptions:
     prompts: PromptInputs = field(default_factory=PromptInputs)  # none: the packaged held-out prompts
     tokenizer_dir: Path | None = None
     revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
+    #: "auto": text prompts through the tokenizer's chat template where it has one; "none": as they are
+    chat_template: str = "auto"
     new_tokens: int = 64
     max_nodes: int = 63
     max_draft_len: int = 63
@@ -398,6 +400,8 @@ class TuneTreeResult:
         from trtllm_medusa_ports.tune import print_table
 
         res, buf = self.result, io.StringIO()
+        if res.chat_template:
+            print(f"chat template {res.chat_template}", file=buf)
         print(f"measured on {res.positions} positions; each head's cumulative top-k accuracy:", file=buf)
         print_table(res.accuracy, file=buf)
         depth = max(map(len, res.paths))
@@ -428,12 +432,12 @@ def tune_tree(opts: TuneOptions) -> TuneTreeResult:
                 raise PortError(f"--output {opts.output} is {'the input' if out == s else 'inside the input'} {flag}",
                                 where=str(opts.output),
                                 fix=f"write the tree outside {flag}, e.g. --output ./tree.json")
-    ids = token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
+    ids, chat = prompt_token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir, opts.chat_template)
     with torch_threads(opts.threads):
         res = tune(opts.model_dir, opts.medusa_model_dir, prompt_ids=ids, tokenizer_dir=opts.tokenizer_dir,
                    max_nodes=opts.max_nodes, max_draft_len=opts.max_draft_len, top_k=opts.top_k,
                    new_tokens=opts.new_tokens, estimate=opts.estimate, baseline=opts.baseline or None,
-                   quiet=opts.quiet)
+                   quiet=opts.quiet, chat_template=opts.chat_template, chat_status=chat)
     if opts.output is not None:
         write_choices(res.paths, opts.output, overwrite=opts.overwrite)
     return TuneTreeResult(Path(opts.output) if opts.output is not None else None, res)

@@ -207,6 +207,7 @@ def run_train_heads(args: argparse.Namespace) -> int:
                      quiet=args.quiet)
     opts = TrainOptions(model_dir=Path(args.model_dir), output_dir=Path(args.output_dir),
                         prompts=prompt_inputs(args), tokenizer_dir=as_path(args.tokenizer_dir),
+                        chat_template=args.chat_template,
                         new_tokens=args.new_tokens, dtype=args.dtype, work_dir=as_path(args.work_dir),
                         resume=args.resume, overwrite=args.overwrite, device=args.device, fit=fit,
                         threads=args.threads, device_map=args.device_map, dist_timeout=args.dist_timeout,
@@ -241,7 +242,8 @@ def run_tune_tree(args: argparse.Namespace) -> int:
         model_dir=Path(args.model_dir), medusa_model_dir=Path(args.medusa_model_dir), output=Path(args.output),
         prompts=prompt_inputs(args), tokenizer_dir=as_path(args.tokenizer_dir), new_tokens=args.new_tokens,
         max_nodes=args.max_nodes, max_draft_len=args.max_draft_len, top_k=args.top_k, estimate=args.estimate,
-        baseline=args.baseline or None, overwrite=args.overwrite, threads=args.threads, quiet=args.quiet))
+        baseline=args.baseline or None, overwrite=args.overwrite, threads=args.threads, quiet=args.quiet,
+        chat_template=args.chat_template))
     for note in result.notes:
         LOG.info(f"note: {note}")
     print_result(args, result)

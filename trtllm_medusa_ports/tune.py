@@ -131,19 +131,22 @@ class TuneResult:
     positions: int
     estimate: str
     baseline: dict | None = None
+    #: what was done with the tokenizer's chat template (files/tokenizer.py CHAT_*)
+    chat_template: str = ""
 
     def to_dict(self) -> dict:
         return {"paths": self.paths, "num_nodes": len(self.paths), "depth": max(map(len, self.paths), default=0),
                 "predicted_tokens_per_step": round(self.predicted_tokens_per_step, 4),
                 "acceptance_on_measured_text": round(self.measured_on_text, 4), "estimate": self.estimate,
                 "positions": self.positions, "head_topk_accuracy": [[round(a, 4) for a in row] for row in self.accuracy],
-                "baseline": self.baseline}
+                "baseline": self.baseline, "chat_template": self.chat_template}
 
 
 def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[str] | None = None,
          tokenizer_dir: str | Path | None = None, prompt_ids: list[list[int]] | None = None, max_nodes: int = 63,
          max_draft_len: int | None = None, top_k: int = DEFAULT_TOP_K, new_tokens: int = 64,
-         estimate: str = "product", baseline: str | None = "mc_sim_7b_63", quiet: bool = True) -> TuneResult:
+         estimate: str = "product", baseline: str | None = "mc_sim_7b_63", quiet: bool = True,
+         chat_template: str = "none", chat_status: str | None = None) -> TuneResult:
     """Measure the heads on held-out text (the base's greedy continuations of ``prompts``) and build the tree."""
     from trtllm_medusa_ports.base_model import continue_greedily, load_base
     from trtllm_medusa_ports.heads import load_heads
@@ -170,11 +173,12 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
 
         check_ids(prompt_ids, vocab, "--prompt_ids prompt", fix="pass ids of the base's tokenizer, e.g. --prompt_ids 1,2,3;4,5")
     if prompt_ids is None:
-        from trtllm_medusa_ports.files.prompts import heldout_prompts, tokenizer_for
+        from trtllm_medusa_ports.files.prompts import heldout_prompts, lazy_tokenizer
 
-        tok = tokenizer_for(Path(tokenizer_dir or model_dir))
+        tokenize = lazy_tokenizer(Path(tokenizer_dir or model_dir), chat_template)
         texts = prompts if prompts is not None else heldout_prompts()
-        prompt_ids = [tok(t)["input_ids"] for t in texts]
+        prompt_ids = [tokenize.prompt(t) for t in texts]
+        chat_status = tokenize.chat
     conts = continue_greedily(model, prompt_ids, new_tokens, quiet=quiet)
     seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
     ranks = measure_ranks(model, heads, seqs, [len(p) - 1 for p in prompt_ids], top_k, quiet=quiet)
@@ -195,7 +199,7 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
                 "predicted_tokens_per_step": round(expected_tokens_per_step(bpaths, acc, joint), 4),
                 "acceptance_on_measured_text": round(measured_acceptance(bpaths, ranks), 4)}
     return TuneResult(paths, acc, expected_tokens_per_step(paths, acc, joint), measured_acceptance(paths, ranks),
-                      ranks.shape[0], estimate, base)
+                      ranks.shape[0], estimate, base, chat_template=chat_status or "")
 
 
 def baseline_tree(baseline: str, num_heads: int) -> list[list[int]]:

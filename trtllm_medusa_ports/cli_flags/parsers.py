@@ -271,6 +271,9 @@ def _train_heads_parser(sub, run) -> None:
     s.add_argument("--num_layers", "--medusa_num_layers", dest="num_layers", type=int_in(1, 64), default=1,
                    help="ResBlocks per head")
     _add_prompt_args(s, "to train on (continued by the base; default: the packaged prompts)", file_aliases=("--prompts",))
+    s.add_argument("--chat_template", default="auto", choices=["auto", "none"],
+                   help="auto: text prompts go through the tokenizer's chat template where it has one (an instruct "
+                   "base is served so), said in the result; none: as they are")
     s.add_argument("--heldout_fraction", type=fraction, default=0.05,
                    help="share of the sequences kept out of training, to report each head's held-out top-1 accuracy "
                    "(default 0.05: every 20th; 0: none)")
@@ -323,6 +326,9 @@ def _tune_tree_parser(sub, run) -> None:
     add_revision_arg(s)
     s.add_argument("--medusa_model_dir", required=True, help="the heads to measure (a directory or a Hub id)")
     _add_prompt_args(s, "to measure the heads on (default: the packaged held-out prompts)", file_aliases=("--prompts",))
+    s.add_argument("--chat_template", default="auto", choices=["auto", "none"],
+                   help="auto: text prompts go through the tokenizer's chat template where it has one (an instruct "
+                   "base is served so), said in the result; none: as they are")
     _add_threads_arg(s)
     s.add_argument("--new_tokens", type=int_in(1, 1 << 16), default=64, help="greedy tokens generated per prompt")
     s.add_argument("--max_nodes", type=int_in(1, 4096), default=63, help="node budget (the engine's max_draft_len)")

@@ -253,7 +253,7 @@ def _data_item(line: str, n: int, path: Path, tokenize: Callable[[str], list[int
             check_text(obj[key], f"line {n}: field {key}", where=str(path),
                        fix="write the text as UTF-8 (an escape \\uD800..\\uDFFF is valid only as half of a surrogate pair)")
     if isinstance(obj.get("prompt"), str):
-        return Item(tokenize(obj["prompt"]), True)
+        return Item(_prompt_tokenizer(tokenize)(obj["prompt"]), True)
     if isinstance(obj.get("text"), str):
         return Item(tokenize(obj["text"]), False)
     if _int_list(obj.get("prompt_ids")):
@@ -305,16 +305,49 @@ def tokenizer_for(tok_dir: str | Path):
     return load_tokenizer(tok_dir)
 
 
-def lazy_tokenizer(tok_dir: str | Path) -> Callable[[str], list[int]]:
-    """``text -> ids`` through the tokenizer of ``tok_dir``, loaded at the first text only."""
-    cache: list = []
+class LazyTokenizer:
+    """``text -> ids`` through the tokenizer of ``tok_dir``, loaded at the first text only; ``prompt(text)``: a prompt's
+    ids, through the tokenizer's chat template where ``chat_template`` is ``auto`` and it has one
+    (files/tokenizer.py); ``chat``: what was done, in words (:data:`~trtllm_medusa_ports.files.tokenizer.CHAT_UNUSED`
+    until a prompt is tokenized)."""
 
-    def tokenize(text: str) -> list[int]:
-        if not cache:
-            cache.append(tokenizer_for(tok_dir))
-        return list(cache[0](text)["input_ids"])
+    def __init__(self, tok_dir: str | Path, chat_template: str = "none"):
+        from trtllm_medusa_ports.files.tokenizer import CHAT_UNUSED
 
-    return tokenize
+        self.tok_dir, self.mode, self._tok = tok_dir, chat_template, None
+        self.chat = CHAT_UNUSED
+
+    def _loaded(self):
+        if self._tok is None:
+            self._tok = tokenizer_for(self.tok_dir)
+        return self._tok
+
+    def __call__(self, text: str) -> list[int]:
+        return list(self._loaded()(text)["input_ids"])
+
+    def prompt(self, text: str) -> list[int]:
+        from trtllm_medusa_ports.files.tokenizer import (
+            CHAT_APPLIED,
+            CHAT_NONE,
+            CHAT_OFF,
+            prompt_ids,
+            uses_chat_template,
+        )
+
+        tok = self._loaded()
+        chat = uses_chat_template(tok, self.mode)
+        self.chat = CHAT_APPLIED if chat else CHAT_OFF if self.mode == "none" else CHAT_NONE
+        return prompt_ids(tok, text, chat)
+
+
+def lazy_tokenizer(tok_dir: str | Path, chat_template: str = "none") -> LazyTokenizer:
+    """``text -> ids`` through the tokenizer of ``tok_dir``, loaded at the first text only (:class:`LazyTokenizer`)."""
+    return LazyTokenizer(tok_dir, chat_template)
+
+
+def _prompt_tokenizer(tokenize: Callable[[str], list[int]]) -> Callable[[str], list[int]]:
+    """How a prompt is tokenized: a :class:`LazyTokenizer`'s ``prompt`` (the chat template where asked), else as text."""
+    return getattr(tokenize, "prompt", tokenize)
 
 
 def read_items(inputs: PromptInputs, tokenize: Callable[[str], list[int]],
@@ -329,14 +362,15 @@ def read_items(inputs: PromptInputs, tokenize: Callable[[str], list[int]],
         return [Item(list(p)) for p in inputs.prompt_ids]
     if inputs.data is not None:
         return read_data_file(inputs.data, tokenize)
+    prompt = _prompt_tokenizer(tokenize)
     if inputs.prompts_file is not None:
-        return [Item(tokenize(t)) for t in read_prompts_file(inputs.prompts_file)]
+        return [Item(prompt(t)) for t in read_prompts_file(inputs.prompts_file)]
     if inputs.prompt:
         n = len(inputs.prompt)
         for i, t in enumerate(inputs.prompt):  # argv is decoded with surrogateescape: bytes not UTF-8 stay in it
             check_text(t, "--prompt" if n == 1 else f"--prompt {i + 1} (of {n})", fix=ARGV_TEXT_FIX, from_os=True)
-        return [Item(tokenize(t)) for t in inputs.prompt]
-    return None if default is None else [Item(tokenize(t)) for t in default()]
+        return [Item(prompt(t)) for t in inputs.prompt]
+    return None if default is None else [Item(prompt(t)) for t in default()]
 
 
 def check_ids(seqs: list[list[int]], vocab: int, what: str = "prompt", *, error: type[PortError] = PortError,

@@ -44,3 +44,26 @@ def load_tokenizer(tok_dir: str | Path, *, fix: str = IDS_INSTEAD):
     except Exception as exc:  # noqa: BLE001  (transformers raises many kinds for a broken tokenizer)
         raise PortError(f"no usable tokenizer in {d} ({type(exc).__name__}: {str(exc).strip()[:200]})",
                         where=str(d), fix=fix) from None
+
+
+#: --chat_template: "auto" applies the tokenizer's chat template to prompts where it has one, "none" never
+CHAT_TEMPLATE_MODES = ("auto", "none")
+CHAT_APPLIED = "applied: the tokenizer's chat template (a user turn, then the generation prompt) around each prompt"
+CHAT_OFF = "not applied: --chat_template none"
+CHAT_NONE = "not applied: the tokenizer has no chat template"
+CHAT_UNUSED = "not used: no text prompt was tokenized"
+
+
+def uses_chat_template(tok, mode: str) -> bool:
+    return mode == "auto" and bool(getattr(tok, "chat_template", None))
+
+
+def prompt_ids(tok, text: str, chat: bool) -> list[int]:
+    """A prompt's token ids: as the base is served where ``chat`` (its chat template rendered around the prompt as a
+    user turn with the generation prompt, then tokenized without adding special tokens again: the template holds
+    them), else the text as it is."""
+    if not chat:
+        return list(tok(text)["input_ids"])
+    rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                       add_generation_prompt=True)
+    return list(tok(rendered, add_special_tokens=False)["input_ids"])

@@ -835,6 +835,9 @@ class TrainOptions:
     prompts: PromptInputs = field(default_factory=PromptInputs)
     tokenizer_dir: Path | None = None
     revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
+    #: "auto": text prompts go through the tokenizer's chat template where it has one (the base is served so);
+    #: "none": as they are (files/tokenizer.py)
+    chat_template: str = "auto"
     new_tokens: int = 64
     #: the dtype the base runs in to write the corpus (continuations, hidden states): bfloat16 is about
     #: twice as fast on CPUs with AVX512-BF16/AMX and on GPUs, and is how most bases are served; "auto":
@@ -883,6 +886,8 @@ class TrainResult:
     warnings: list[str] = field(default_factory=list)
     #: how the base was held for the corpus pass (memory_mode.MemoryMode as a dict: mode, reason, estimates)
     memory_mode: dict | None = None
+    #: what was done with the tokenizer's chat template (files/tokenizer.py CHAT_*)
+    chat_template: str = ""
 
     def to_dict(self) -> dict:
         last = self.history[-1] if self.history else {}
@@ -892,6 +897,7 @@ class TrainResult:
                 "heldout_top1": self.heldout_top1, "heldout_positions": self.heldout_positions,
                 "heldout_sequences": self.heldout_sequences, "dtype": self.dtype, "fit_dtype": self.fit_dtype,
                 "world_size": self.world_size, "warnings": self.warnings, "memory_mode": self.memory_mode,
+                "chat_template": self.chat_template,
                 "corpus_seconds": self.corpus_seconds, "fit_seconds": self.fit_seconds, "history": self.history}
 
     def summary(self) -> str:
@@ -903,6 +909,8 @@ class TrainResult:
         if self.heldout_top1 is not None:
             text += (f"; held out ({self.heldout_sequences} sequences, {self.heldout_positions} positions): top-1 per "
                      f"head {self.heldout_top1}")
+        if self.chat_template:
+            text += f"; chat template {self.chat_template}"
         return text
 
 
@@ -1008,11 +1016,11 @@ def train(opts: TrainOptions) -> TrainResult:
                 error = exc
         group.agree(error, "the --work_dir lock")
         opts, warnings = _resolve_dtypes(opts, device, group)
-        items = _read_items(opts)
+        items, chat = _read_items(opts)
         memory = group.gather(choose_memory(opts, device, items) if group.main else None, "the memory mode")[0]
         with progress_bars_off(opts.fit.quiet or not group.main):  # --quiet silences transformers' loading bars
             result = _train_locked(opts, out, work, device, group, memory, items)
-        result.warnings, result.memory_mode = warnings, memory.to_dict()
+        result.warnings, result.memory_mode, result.chat_template = warnings, memory.to_dict(), chat
         return result
     finally:
         if lock is not None:
@@ -1107,10 +1115,10 @@ def _lock_work_dir(work: Path) -> int:
     return fd
 
 
-def _read_items(opts: TrainOptions) -> list[Item]:
+def _read_items(opts: TrainOptions) -> tuple[list[Item], str]:
     """The prompts and sequences as token ids (before the base is loaded: the memory estimate counts them), each
-    within the base's context with its continuation."""
-    tokenize = lazy_tokenizer(opts.tokenizer_dir or opts.model_dir)  # loaded only when text needs it
+    within the base's context with its continuation; and what was done with the chat template."""
+    tokenize = lazy_tokenizer(opts.tokenizer_dir or opts.model_dir, opts.chat_template)  # loaded when text needs it
     items = read_items(opts.prompts, tokenize, default=packaged_prompts)
     # the family's own context key (GPT-2's n_positions, MPT's max_seq_len: archs.registry base_context)
     max_pos, key = base_context(opts.model_dir) or (None, None)
@@ -1119,7 +1127,7 @@ def _read_items(opts: TrainOptions) -> list[Item]:
             raise PortError(f"prompt {n} has {len(it.ids)} tokens; with --new_tokens {opts.new_tokens} it passes the "
                             f"base's {key} {max_pos}",
                             fix="shorten the prompt (one prompt per line) or lower --new_tokens")
-    return items
+    return items, tokenize.chat
 
 
 def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group: Group,

@@ -97,7 +97,7 @@ SPECS: dict[str, dict[str, Spec]] = {
         calib_max_seq_length=_I(1), accept_unchecked_scales=_B, streaming=Spec("bool", none=True),
         max_memory=_F(0), device=_S(), offload_dir=_P()),
     "TrainOptions": dict(
-        revision=_S(),
+        revision=_S(), chat_template=_S("auto", "none"),
         model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
         dtype=_S("auto", "float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
         fit=Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1),
@@ -110,7 +110,7 @@ SPECS: dict[str, dict[str, Spec]] = {
         matmul_dtype=_S("auto", "float32", "bfloat16", flag="--fit_dtype"), quiet=_B, heldout_fraction=_F(0, below=1),
         corpus=_S(flag=None)),
     "TuneOptions": dict(
-        revision=_S(),
+        revision=_S(), chat_template=_S("auto", "none"),
         model_dir=_P(), medusa_model_dir=_P(), output=_P(), prompts=_PROMPTS, tokenizer_dir=_P(),
         new_tokens=_I(1, 1 << 16), max_nodes=_I(1, 4096), max_draft_len=_I(1, 4096), top_k=_I(1, 1000),
         estimate=_S("product", "joint"), baseline=_S(none=True), overwrite=_B, threads=_I(1), quiet=_B),

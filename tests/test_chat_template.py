@@ -1,0 +1,86 @@
+"""Chat templates (issue 65, 7): train-heads and tune-tree feed text prompts to the base as it is served - through
+the tokenizer's chat template where it has one (--chat_template auto, the default; none: as they are) - and say
+what they did in their result."""
+
+import json
+
+import pytest
+from conftest import tiny_base
+
+from trtllm_medusa_ports import api
+from trtllm_medusa_ports.files.prompts import lazy_tokenizer, read_items
+from trtllm_medusa_ports.files.tokenizer import CHAT_APPLIED, CHAT_NONE, CHAT_OFF, CHAT_UNUSED
+from trtllm_medusa_ports.fixtures.synthetic import (
+    random_heads,
+    save_heads,
+    save_tiny_tokenizer,
+    tiny_config,
+)
+
+ARCH = "Qwen2ForCausalLM"
+#: a user turn between t1 and t2, the generation prompt t3: words of the tiny tokenizer's vocabulary
+TEMPLATE = "{% for m in messages %}t1 {{ m['content'] }} t2{% endfor %}{% if add_generation_prompt %} t3{% endif %}"
+
+
+@pytest.fixture
+def chat_tok(tmp_path):
+    """The tiny word-level tokenizer with a chat template (a directory of its own: beside a Qwen2 config.json,
+    transformers would build Qwen2's BPE tokenizer instead)."""
+    tok = save_tiny_tokenizer(tmp_path / "chat-tok", tiny_config(ARCH).vocab_size)
+    cfg = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**cfg, "chat_template": TEMPLATE}))
+    return tok
+
+
+def test_prompts_go_through_the_template_and_sequences_do_not(chat_tok, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "t5 t6"}) + "\n" + json.dumps({"text": "t7 t8"}) + "\n")
+    tok = lazy_tokenizer(chat_tok, "auto")
+    items = read_items(api.PromptInputs(data=data), tok)
+    assert [(it.ids, it.continue_it) for it in items] == [([1, 5, 6, 2, 3], True), ([7, 8], False)]
+    assert tok.chat == CHAT_APPLIED
+    plain = lazy_tokenizer(chat_tok, "none")
+    assert read_items(api.PromptInputs(prompt=["t5 t6"]), plain)[0].ids == [5, 6] and plain.chat == CHAT_OFF
+
+
+def test_train_heads_and_tune_tree_say_what_they_did(chat_tok, store, tmp_path, capsys):
+
+    fit = api.FitOptions(num_heads=2, steps=2, quiet=True, distill=0.0, matmul_dtype="float32")
+    prompts = api.PromptInputs(prompt=["t5 t6 t7", "t8 t9"])
+    base = tiny_base(store, ARCH)
+    res = api.train_heads(api.TrainOptions(base, tmp_path / "h", prompts=prompts, new_tokens=4, fit=fit,
+                                           tokenizer_dir=chat_tok))
+    assert res.chat_template == CHAT_APPLIED and res.to_dict()["chat_template"] == CHAT_APPLIED
+    assert res.sequences == 2 and f"chat template {CHAT_APPLIED}" in res.summary()
+    off = api.train_heads(api.TrainOptions(base, tmp_path / "h2", prompts=prompts, new_tokens=4, fit=fit,
+                                           chat_template="none", tokenizer_dir=chat_tok))
+    assert off.chat_template == CHAT_OFF
+    ids = api.train_heads(api.TrainOptions(base, tmp_path / "h3", new_tokens=4, fit=fit,
+                                           prompts=api.PromptInputs(prompt_ids=[[5, 6, 7]])))
+    assert ids.chat_template == CHAT_UNUSED
+
+
+def test_tune_tree_passes_on_what_it_did(chat_tok, store, tmp_path, monkeypatch):
+    """tune-tree's prompts are tokenized by the API (options/prompts.py prompt_token_ids) and what was done reaches
+    the result (the measurement itself is test_train_tune's)."""
+    import trtllm_medusa_ports.tune as tune_mod
+    from trtllm_medusa_ports.options.prompts import prompt_token_ids
+
+    base = tiny_base(store, ARCH)
+    prompts = api.PromptInputs(prompt=["t5 t6"])
+    assert prompt_token_ids(prompts, base, chat_tok, "auto") == ([[1, 5, 6, 2, 3]], CHAT_APPLIED)
+    assert prompt_token_ids(prompts, base, chat_tok, "none") == ([[5, 6]], CHAT_OFF)
+    plain = save_tiny_tokenizer(tmp_path / "tok", tiny_config(ARCH).vocab_size)
+    assert prompt_token_ids(prompts, base, plain, "auto") == ([[5, 6]], CHAT_NONE)
+    seen = {}
+
+    def fake_tune(model_dir, medusa_model_dir, **kw):
+        seen.update(kw)
+        return tune_mod.TuneResult([[0]], [[1.0]], 1.0, 1.0, 1, "product", chat_template=kw["chat_status"])
+
+    monkeypatch.setattr(tune_mod, "tune", fake_tune)
+    heads = save_heads(random_heads(tiny_config(ARCH).hidden_size, tiny_config(ARCH).vocab_size, num_heads=2),
+                       tmp_path / "rh")
+    res = api.tune_tree(api.TuneOptions(base, heads, prompts=prompts, tokenizer_dir=chat_tok))
+    assert seen["prompt_ids"] == [[1, 5, 6, 2, 3]] and res.to_dict()["chat_template"] == CHAT_APPLIED
+    assert f"chat template {CHAT_APPLIED}" in res.render()
