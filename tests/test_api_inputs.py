@@ -242,3 +242,39 @@ def test_inspect_heads_json_has_one_type_per_key(tmp_path, capsys):
     assert main(["inspect-heads", str(shared)]) == 0  # the text output says it in words
     text = capsys.readouterr().out
     assert "vocab_size" in text and "the base's (the heads use its lm_head)" in text and "vocab_size_note" not in text
+
+
+def test_the_api_accepts_what_each_flag_accepts():
+    """Issue 65, 5: every options field with a ranged flag has the range its flag's type declares (cli_flags/types.py
+    ``accepts``), and the same choices: the API refused nothing the CLI took, but accepted --max_memory 0 and a
+    negative --lr that the CLI refused."""
+    from trtllm_medusa_ports.cli import build_parser
+    from trtllm_medusa_ports.options.validation import SPECS
+
+    commands = {"ConvertOptions": "convert", "CheckOptions": "check", "VerifyOptions": "verify",
+                "TrainOptions": "train-heads", "FitOptions": "train-heads", "TuneOptions": "tune-tree",
+                "TreeOptions": "tree", "DeployOptions": "deploy", "AddHeadsOptions": "convert"}
+    #: where the flag spells a value the API spells otherwise: --batch_size 0 is FitOptions.batch_size None
+    mapped = {("FitOptions", "batch_size"): ("int", 0, None, False, False)}
+    compared = 0
+    for owner, command in commands.items():
+        parser = build_parser(command)._subparsers._group_actions[0].choices[command]
+        actions = {o: a for a in parser._actions for o in a.option_strings}
+        for field, spec in SPECS[owner].items():
+            action = actions.get(spec.flag or f"--{field}") if spec.flag is not None else None
+            if action is None:
+                continue
+            accepts = getattr(action.type, "accepts", None)
+            if accepts is not None:
+                kind, lo, hi, lo_excluded, hi_excluded = accepts
+                api_side = (spec.kind, spec.lo, spec.below if spec.below is not None else spec.hi, spec.lo_excluded,
+                            spec.below is not None)
+                if (owner, field) in mapped:
+                    assert accepts == mapped[(owner, field)] and spec.lo == 1 and spec.none, (owner, field)
+                else:
+                    assert api_side == (kind, lo, hi, lo_excluded, hi_excluded), (owner, field, api_side, accepts)
+                compared += 1
+            elif action.choices is not None and spec.choices is not None:
+                assert tuple(action.choices) == tuple(spec.choices), (owner, field)
+                compared += 1
+    assert compared >= 25, compared

@@ -124,7 +124,7 @@ def test_the_mode_is_chosen_by_max_memory_and_reported_in_the_json(tmp_path, sto
 
 
 @pytest.mark.parametrize("kw, needle", [
-    (dict(max_memory=0.0), "--max_memory 0.0 must be a positive number of GB"),
+    (dict(max_memory=0.0), "--max_memory 0.0 (float) is not a number above 0"),
     (dict(max_memory=-1.0), "--max_memory -1.0"),
     (dict(streaming=True, device_map="auto"), "--device_map auto holds the base in memory across the GPUs; "
                                               "--streaming streams it"),

@@ -1,5 +1,6 @@
-"""argparse types with a range, named in the error: the ranges of the commands' flags (the API's validation
-specs in options/validation.py hold the same ranges).
+"""argparse types with a range, named in the error: the ranges of the commands' flags. Each carries what it accepts
+(``accepts``), to which the API's validation specs in options/validation.py are held by a test, so that the CLI and
+the API accept the same values.
 
 May import: the standard library only.
 """
@@ -22,6 +23,7 @@ def int_in(lo: int, hi: int | None = None):
         if v < lo or (hi is not None and v > hi):
             raise argparse.ArgumentTypeError(f"{v} is outside {lo}..{hi}")
         return v
+    parse.accepts = ("int", lo, hi, False, False)
     return parse
 
 
@@ -35,6 +37,7 @@ def number_in(lo: float, hi: float):
         if not lo <= v <= hi:  # NaN too
             raise argparse.ArgumentTypeError(f"{v} is outside {lo:g}..{hi:g}")
         return v
+    parse.accepts = ("float", lo, hi, False, False)
     return parse
 
 
@@ -67,3 +70,10 @@ def fraction(text: str) -> float:
     if v >= 1:
         raise argparse.ArgumentTypeError(f"{v} must be below 1")
     return v
+
+
+#: what each range type accepts, as (kind, lowest, highest, lowest excluded, highest excluded): the API's validation
+#: specs (options/validation.py) are held to it (tests/test_api_inputs.py)
+non_negative.accepts = ("float", 0, None, False, False)
+positive.accepts = ("float", 0, None, True, False)
+fraction.accepts = ("float", 0, 1, False, True)

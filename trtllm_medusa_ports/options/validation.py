@@ -27,6 +27,7 @@ class Spec:
     lo: float | None = None
     hi: float | None = None
     below: float | None = None  # exclusive upper bound
+    lo_excluded: bool = False  # ``lo`` itself refused (a number above it)
     choices: tuple | None = None
     none: bool = False  # None accepted although the default is not None
     flag: str | None = ""  # the flag spelling ("": --<field>; None: no flag)
@@ -95,16 +96,16 @@ SPECS: dict[str, dict[str, Spec]] = {
         max_new_tokens=_I(), medusa_model_dir=_P(), max_quant_error=_F(0), threads=_I(1), quiet=_B,
         min_quant_agreement=_F(0, hi=1, none=True), override_medusa_choices=_B, skip_tree_proof=_B, gemm_plugin=_S("auto", "fp8"), calib_dataset=_P(), calib_size=_I(1),
         calib_max_seq_length=_I(1), accept_unchecked_scales=_B, streaming=Spec("bool", none=True),
-        max_memory=_F(0), device=_S(), offload_dir=_P()),
+        max_memory=_F(0, lo_excluded=True), device=_S(), offload_dir=_P()),
     "TrainOptions": dict(
         revision=_S(), chat_template=_S("auto", "none"),
         model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
         dtype=_S("auto", "float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
         fit=Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1),
-        device_map=_S("auto"), dist_timeout=_I(1), streaming=Spec("bool", none=True), max_memory=_F(0),
+        device_map=_S("auto"), dist_timeout=_I(1), streaming=Spec("bool", none=True), max_memory=_F(0, lo_excluded=True),
         offload_dir=_P()),
     "FitOptions": dict(
-        num_heads=_I(1, 64), num_layers=_I(1, 64), steps=_I(1), lr=_F(), batch_size=_I(1, none=True),
+        num_heads=_I(1, 64), num_layers=_I(1, 64), steps=_I(1), lr=_F(0, lo_excluded=True), batch_size=_I(1, none=True),
         share_lm_head=_B, seed=_I(), schedule=_S("cosine", "constant", flag=None), warmup=_F(0, flag=None),
         weight_decay=_F(0, flag=None), full_vocab=_B, negatives=_I(), distill=_F(), save_every=_I(1),
         matmul_dtype=_S("auto", "float32", "bfloat16", flag="--fit_dtype"), quiet=_B, heldout_fraction=_F(0, below=1),
@@ -138,7 +139,8 @@ def _expected(s: Spec) -> str:
         if s.lo is not None and s.hi is not None:
             return f"{text} in {s.lo}..{s.hi}"
         if s.lo is not None:
-            return f"{text} >= {s.lo}" + (f" and below {s.below}" if s.below is not None else "")
+            return (f"{text} above {s.lo}" if s.lo_excluded else f"{text} >= {s.lo}") + (
+                f" and below {s.below}" if s.below is not None else "")
         return text
     if s.kind == "str" and s.choices:
         return f"one of {', '.join(map(repr, s.choices))}"
@@ -160,7 +162,8 @@ def _accepts(s: Spec, v) -> bool:
     if s.kind in ("int", "float"):
         if not (_is_int(v) if s.kind == "int" else (_is_int(v) or isinstance(v, float))):
             return False
-        return (math.isfinite(v) and (s.lo is None or v >= s.lo) and (s.hi is None or v <= s.hi)  # NaN, inf refused
+        return (math.isfinite(v) and (s.lo is None or (v > s.lo if s.lo_excluded else v >= s.lo))  # NaN, inf refused
+                and (s.hi is None or v <= s.hi)
                 and (s.below is None or v < s.below) and (not s.choices or v in s.choices))
     if s.kind == "bool":
         return isinstance(v, bool)
