@@ -84,3 +84,30 @@ def test_tune_tree_passes_on_what_it_did(chat_tok, store, tmp_path, monkeypatch)
     res = api.tune_tree(api.TuneOptions(base, heads, prompts=prompts, tokenizer_dir=chat_tok))
     assert seen["prompt_ids"] == [[1, 5, 6, 2, 3]] and res.to_dict()["chat_template"] == CHAT_APPLIED
     assert f"chat template {CHAT_APPLIED}" in res.render()
+
+
+def test_calibration_prompts_go_through_the_template_and_verify_reads_them_again_so(chat_tok, store, tmp_path):
+    """convert's calibration prompts (here the packaged ones) through the chat template; the record says so and
+    verify re-derives the scales from the same ids; without that word in the record the samples are not the ones
+    calibrated on, and verify says so."""
+    from conftest import convert_to
+
+    wide = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+    base = tiny_base(store, "LlamaForCausalLM", **wide)
+    heads = save_heads(random_heads(128, tiny_config("LlamaForCausalLM").vocab_size, num_heads=2, seed=5),
+                       tmp_path / "heads")
+    ckpt = convert_to(tmp_path / "fp8", base, heads, dtype="float16", qformat="fp8", tokenizer_dir=chat_tok,
+                      calib_size=4)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert cfg["medusa_ports"]["calibration"]["chat_template"] == CHAT_APPLIED
+    rep = api.verify(api.VerifyOptions(base, ckpt, max_new_tokens=3, quiet=True, min_quant_agreement=0.0))
+    assert rep.ok and not rep.quant_scales_not_rederived, rep.render()
+    plain = convert_to(tmp_path / "fp8-plain", base, heads, dtype="float16", qformat="fp8", tokenizer_dir=chat_tok,
+                       calib_size=4, chat_template="none")
+    plain_record = json.loads((plain / "config.json").read_text())["medusa_ports"]["calibration"]
+    assert plain_record["chat_template"] == CHAT_OFF and plain_record["sha256"] != cfg["medusa_ports"]["calibration"][
+        "sha256"]
+    del cfg["medusa_ports"]["calibration"]["chat_template"]  # an older record: read again without the template
+    (ckpt / "config.json").write_text(json.dumps(cfg))
+    rep = api.verify(api.VerifyOptions(base, ckpt, max_new_tokens=3, quiet=True, min_quant_agreement=0.0))
+    assert not rep.ok and "changed since the conversion" in rep.quant_scales_not_rederived, rep.render()

@@ -138,6 +138,7 @@ def run_convert(args: argparse.Namespace) -> int:
         calib_size=args.calib_size,
         calib_max_seq_length=args.calib_max_seq_length,
         tokenizer_dir=Path(args.tokenizer_dir) if args.tokenizer_dir else None,
+        chat_template=args.chat_template,
         device=args.device,
         threads=args.threads,
     )

@@ -125,6 +125,8 @@ class ConvertOptions:
     calib_size: int = 512
     calib_max_seq_length: int = 512
     tokenizer_dir: Path | None = None
+    #: "auto": calibration prompts through the tokenizer's chat template where it has one; "none": as they are
+    chat_template: str = "auto"
     revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
     device: str = "cpu"
     #: torch threads of the calibration pass (None: the idle cores, threads.default_threads, as verify and
@@ -482,7 +484,7 @@ def _quantized_jobs(opts: ConvertOptions, jobs: list[_Job], cfg: dict, spec, dty
 
             samples, source = read_calibration_samples(
                 opts.calib_dataset, opts.model_dir, size=opts.calib_size, max_seq_length=opts.calib_max_seq_length,
-                tokenizer_dir=opts.tokenizer_dir)
+                tokenizer_dir=opts.tokenizer_dir, chat_template=opts.chat_template)
             from trtllm_medusa_ports.threads import torch_threads
 
             with torch_threads(opts.threads):

@@ -34,6 +34,22 @@ def add_revision_arg(p: argparse.ArgumentParser) -> None:
                    "reads the cache alone)")
 
 
+def _add_calibration_args(q) -> None:
+    """convert's calibration flags, in the quantization group ``q`` (upstream's spellings)."""
+    q.add_argument("--calib_dataset", default=None,
+                   help="calibration text (one sample per line) or JSON lines with text / input_ids; default: the "
+                   "packaged prompts, tokenized with the base's tokenizer")
+    q.add_argument("--calib_size", type=int_in(1), default=512, help="calibration samples (default 512)")
+    q.add_argument("--calib_max_seq_length", type=int_in(1), default=512, help="tokens per sample at most (512)")
+    q.add_argument("--chat_template", default="auto", choices=["auto", "none"],
+                   help="auto: calibration prompts (the packaged ones, text lines, JSON prompt) go through the "
+                   "tokenizer's chat template where it has one, recorded for verify; none: as they are")
+    q.add_argument("--tokenizer_dir", default=None, help="tokenizer for text calibration (default --model_dir)")
+    q.add_argument("--device", default="cpu", help="torch device of the calibration pass (default cpu)")
+    q.add_argument("--threads", type=int_in(1), default=None,
+                   help="torch threads of the calibration pass (default: the idle cores, measured at the start)")
+
+
 def add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model_dir", default=None, help="Hugging Face base model directory, or its Hub id (owner/name)")
     add_revision_arg(p)
@@ -72,16 +88,7 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow_unsupported", action="store_true",
                    help="write a checkpoint even when TensorRT-LLM cannot serve it correctly (ALiBi, attention "
                    "soft-capping), with a loud warning; for experiments and the reference executor")
-    q = add_quant_format_args(p)
-    q.add_argument("--calib_dataset", default=None,
-                   help="calibration text (one sample per line) or JSON lines with text / input_ids; default: the "
-                   "packaged prompts, tokenized with the base's tokenizer")
-    q.add_argument("--calib_size", type=int_in(1), default=512, help="calibration samples (default 512)")
-    q.add_argument("--calib_max_seq_length", type=int_in(1), default=512, help="tokens per sample at most (512)")
-    q.add_argument("--tokenizer_dir", default=None, help="tokenizer for text calibration (default --model_dir)")
-    q.add_argument("--device", default="cpu", help="torch device of the calibration pass (default cpu)")
-    q.add_argument("--threads", type=int_in(1), default=None,
-                   help="torch threads of the calibration pass (default: the idle cores, measured at the start)")
+    _add_calibration_args(add_quant_format_args(p))
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --output_dir")
     p.add_argument("--fsync", action="store_true",
                    help="make the rank files durable (fsync) before the output appears; always done when an "

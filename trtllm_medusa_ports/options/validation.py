@@ -74,7 +74,7 @@ _API_TYPES = (PromptInputs,)
 _PROMPTS = Spec("nested", flag=None, of=lambda: PromptInputs)
 SPECS: dict[str, dict[str, Spec]] = {
     "ConvertOptions": dict(
-        revision=_S(),
+        revision=_S(), chat_template=_S("auto", "none"),
         model_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), dtype=_S(*_DTYPES), tp_size=_I(), pp_size=_I(),
         num_medusa_heads=_I(), num_medusa_layers=_I(), max_draft_len=_I(flag="--max_draft_len"), model_type=_S(),
         workers=_I(), use_parallel_embedding=_B, embedding_sharding_dim=_I(choices=(0, 1)), share_lm_head=_B,

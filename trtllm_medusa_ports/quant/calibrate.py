@@ -66,6 +66,9 @@ class Calibration:
     context: int | None = None
     cut: int = 0
     notes: list[str] = field(default_factory=list)
+    #: what was done with the tokenizer's chat template (files/tokenizer.py CHAT_*; "" for token ids or an older
+    #: record): verify reads the samples again the same way
+    chat_template: str = ""
 
     def to_json(self) -> str:
         """The whole calibration as JSON (:meth:`from_json` reads it back): calibrate once, convert elsewhere."""
@@ -89,12 +92,12 @@ class Calibration:
         tell a different tokenizer (``tokenizer``, :func:`recorded_tokenizer_matches`) from different samples."""
         out = {"source": self.source, "samples": self.samples, "tokens": self.tokens, "sha256": self.digest,
                "seconds": round(self.seconds, 3), "cut": self.cut}
-        out.update({k: getattr(self, k) for k in ("context", "tokenizer", "notes") if getattr(self, k)})
+        out.update({k: getattr(self, k) for k in ("context", "tokenizer", "notes", "chat_template") if getattr(self, k)})
         return out
 
 
 #: what reading the samples found, kept by :class:`Calibration` (and its JSON) beside the ranges
-_READ_FIELDS = ("tokenizer", "context", "cut", "notes")
+_READ_FIELDS = ("tokenizer", "context", "cut", "notes", "chat_template")
 
 
 class CalibrationSamples(list):
@@ -110,6 +113,7 @@ class CalibrationSamples(list):
         self.cut = 0
         self.notes: list[str] = []
         self.tokenizer: dict | None = None
+        self.chat_template = ""
 
 
 @dataclass(frozen=True)
@@ -214,8 +218,16 @@ def recorded_tokenizer_dir(record: dict, model_dir: str | Path) -> Path:
     return Path(path) if path and Path(path).is_dir() else Path(model_dir)
 
 
+def recorded_chat_mode(record: dict) -> str:
+    """The ``chat_template`` mode that reads a recorded calibration's text again as conversion read it."""
+    from trtllm_medusa_ports.files.tokenizer import CHAT_APPLIED
+
+    return "auto" if record.get("chat_template") == CHAT_APPLIED else "none"
+
+
 def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, size: int | None, max_seq_length: int,
-                             tokenizer_dir: str | Path | None = None) -> tuple[CalibrationSamples, str]:
+                             tokenizer_dir: str | Path | None = None,
+                             chat_template: str = "none") -> tuple[CalibrationSamples, str]:
     """The calibration samples (token ids, one per line or prompt) and their source.
 
     ``path`` (``--calib_dataset``): text lines (one sample each, ``\\n`` for a line break), read as
@@ -226,13 +238,16 @@ def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, 
     refused unread). Each sample is cut to ``max_seq_length`` tokens, or to the base's context where that is
     shorter (:func:`base_context`; a note says so and names the first sample cut, as upstream's quantize.py
     cuts to ``--calib_max_seq_length``); text is cut before it is tokenized (:func:`first_tokens`).
+    ``chat_template`` ``auto``: prompts (the packaged ones, text lines, JSON ``prompt``) go through the tokenizer's
+    chat template where it has one, as the base is served (JSON ``text`` and ids as they are); what was done is
+    ``samples.chat_template``.
     """
     if (size is not None and size < 1) or max_seq_length < 1:
         raise PortError(f"--calib_size {size} and --calib_max_seq_length {max_seq_length} must be at least 1",
                         fix="e.g. --calib_size 512 --calib_max_seq_length 512 (upstream's defaults)", usage=True)
     context = base_context(model_dir)
     limit = min(max_seq_length, context[0]) if context else max_seq_length
-    tok = _SampleTokenizer(Path(tokenizer_dir or model_dir), limit)
+    tok = _SampleTokenizer(Path(tokenizer_dir or model_dir), limit, chat_template)
     source = "packaged prompts" if path is None else _calibration_file(path)
     samples = CalibrationSamples(source=source, limit=limit, context=context[0] if context else None)
     at_context: list[str] = []
@@ -263,22 +278,32 @@ def read_calibration_samples(path: str | Path | None, model_dir: str | Path, *, 
             f"{', ...' if len(at_context) > 3 else ''}) are longer than the base's context of {limit} tokens "
             f"({context[1]}) and were cut to it: --calib_max_seq_length {max_seq_length} is above the context")
     samples.tokenizer = tokenizer_record(tok.tok_dir) if tok.used else None
+    samples.chat_template = tok.chat if tok.used else ""
     return samples, source
 
 
 class _SampleTokenizer:
     """Text -> its first ``limit + 1`` tokens (:func:`first_tokens`) through the tokenizer of ``tok_dir``, loaded
-    at the first text; ``used``: whether any text was tokenized."""
+    at the first text; ``prompt``: a prompt's, through the chat template where ``chat_template`` asks and the
+    tokenizer has one; ``used``: whether any text was tokenized; ``chat``: what was done with the template."""
 
-    def __init__(self, tok_dir: Path, limit: int):
+    def __init__(self, tok_dir: Path, limit: int, chat_template: str = "none"):
         from trtllm_medusa_ports.files.prompts import lazy_tokenizer
 
         self.tok_dir, self.limit, self.used = tok_dir, limit, False
-        self._tokenize = lazy_tokenizer(tok_dir)
+        self._tokenize = lazy_tokenizer(tok_dir, chat_template)
+
+    @property
+    def chat(self) -> str:
+        return self._tokenize.chat
 
     def __call__(self, text: str) -> list[int]:
         self.used = True
         return first_tokens(self._tokenize, text, self.limit)
+
+    def prompt(self, text: str) -> list[int]:
+        self.used = True
+        return first_tokens(self._tokenize.prompt, text, self.limit)
 
 
 def _calibration_file(path: str | Path) -> str:
@@ -298,7 +323,7 @@ def _packaged_samples(tok: _SampleTokenizer, size: int | None) -> Iterator[tuple
     from trtllm_medusa_ports.files.prompts import packaged_prompts
 
     for n, text in enumerate(packaged_prompts()[:size] if size else packaged_prompts(), 1):
-        yield f"prompt {n}", tok(text), False
+        yield f"prompt {n}", tok.prompt(text), False
 
 
 def _file_samples(p: Path, tok: _SampleTokenizer, limit: int) -> Iterator[tuple[str, list[int], bool]]:
@@ -317,7 +342,7 @@ def _file_samples(p: Path, tok: _SampleTokenizer, limit: int) -> Iterator[tuple[
             yield f"line {n}", item.ids, False
         return
     for n, text, cut in prompt_file_lines(p, max_line_bytes=max(_MIN_LINE_BYTES, _LINE_BYTES_PER_TOKEN * limit)):
-        yield f"line {n}", tok(text), cut
+        yield f"line {n}", tok.prompt(text), cut
 
 
 def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: list[list[int]], *,
@@ -345,6 +370,7 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
                       tokens=sum(len(s) for s in samples))
     if isinstance(samples, CalibrationSamples):
         cal.tokenizer, cal.context, cal.cut, cal.notes = samples.tokenizer, samples.context, samples.cut, list(samples.notes)
+        cal.chat_template = samples.chat_template
 
     def keep(store: dict, key, value: float) -> None:
         store[key] = max(store.get(key, 0.0), value)

@@ -335,6 +335,7 @@ def _recorded_samples(record: dict, model_dir) -> list[list[int]] | str:
     from trtllm_medusa_ports.errors import PortError
     from trtllm_medusa_ports.quant.calibrate import (
         read_calibration_samples,
+        recorded_chat_mode,
         recorded_tokenizer_dir,
         recorded_tokenizer_matches,
         samples_digest,
@@ -346,7 +347,7 @@ def _recorded_samples(record: dict, model_dir) -> list[list[int]] | str:
     try:
         samples, _ = read_calibration_samples(path, model_dir, size=int(record["samples"]),
                                               max_seq_length=int(record.get("max_seq_length", 10**9)),
-                                              tokenizer_dir=tok_dir)
+                                              tokenizer_dir=tok_dir, chat_template=recorded_chat_mode(record))
     except (PortError, OSError, KeyError, ValueError) as exc:
         return f"its calibration samples cannot be read again ({exc})"
     if samples_digest(samples) != record.get("sha256"):
