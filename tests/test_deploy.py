@@ -443,4 +443,4 @@ def test_deploy_says_where_the_kv_cache_share_comes_from(served, tmp_path):
     assert CHECKOUT_COMMAND in shown
     default = api.deploy(api.DeployOptions(ckpt, tok, tmp_path / "b")).to_dict()
     assert (default["kv_cache_free_gpu_memory_fraction"], default["kv_cache_free_gpu_memory_fraction_from"]) == (
-        0.9, "TensorRT-LLM's default 0.9 (no --gpu_memory_gb)")
+        0.9, "TensorRT-LLM's default 0.9: no --gpu_memory_gb")

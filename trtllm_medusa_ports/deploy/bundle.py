@@ -249,7 +249,7 @@ def kv_share(memory: dict, gpu_memory_gb: float | None) -> float | None:
 def kv_fraction_source(kv: float, gpu_memory_gb: float | None, sizes) -> str:
     """Where the KV cache's share (every route's ``kv_cache_free_gpu_memory_fraction``) comes from, in words."""
     if gpu_memory_gb is None:
-        return f"TensorRT-LLM's default {KV_FRACTION:g} (no --gpu_memory_gb)"
+        return f"TensorRT-LLM's default {KV_FRACTION:g}: no --gpu_memory_gb"
     return (f"--gpu_memory_gb {gpu_memory_gb:g}: what the KV cache of --max_batch_size {sizes.max_batch_size} x "
             f"--max_seq_len {sizes.max_seq_len} needs of one GPU's memory left after the weights, rounded up to a "
             f"hundredth (at most {KV_FRACTION:g}): the engine's KV cache holds that and no more, so a larger GPU gets "
