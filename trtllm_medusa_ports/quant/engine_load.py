@@ -57,15 +57,14 @@ from trtllm_medusa_ports.quant import (
     linear_of,
     weight_only_quantized,
 )
+from trtllm_medusa_ports.quant.base_checks import DEFAULT_GROUP_SIZE
+from trtllm_medusa_ports.quant.tool_formats import AWQ, SQ
 
 #: weight_only_quantize_dict's own exclusions when the checkpoint gives none (tensorrt_llm/models/convert_utils.py)
 LOAD_QUANTIZER_DEFAULT_EXCLUDE = ("*shared_expert_gate.weight",)
 #: the rank-local features the quantized layers pad to a multiple of (tensorrt_llm/quantization/layers.py; the
 #: groupwise ones to max(this, group_size))
 WEIGHT_ONLY_PAD = 64
-AWQ, SQ = "W4A16_AWQ", "W8A8_SQ_PER_CHANNEL"
-#: QuantConfig's group_size when config.json gives none (tensorrt_llm/models/modeling_utils.py)
-DEFAULT_GROUP_SIZE = 128
 AWQ_PAD_FIX = ("config.json's quantization (group_size) must be the export's own; if it is, quantize the base again "
                "with ModelOpt at a tp_size whose split widths are multiples of max(64, group_size) x tp_size (or with "
                "a smaller --awq_block_size)")
