@@ -342,14 +342,10 @@ def _terminate(signum, frame):  # noqa: ARG001
 def _hub_inputs(args: argparse.Namespace) -> None:
     """Each directory flag given as a Hub id (files/hub.py) replaced by its local snapshot before the command reads
     it: --model_dir at --revision, the others at main."""
-    from trtllm_medusa_ports.files.hub import HUB_INPUTS, local_dir
+    from trtllm_medusa_ports.files.hub import resolved_inputs
 
-    for field, kind in HUB_INPUTS.items():
-        value = getattr(args, field, None)
-        if value:
-            setattr(args, field, str(local_dir(value, kind, flag=f"--{field}",
-                                               revision=getattr(args, "revision", None) if field == "model_dir"
-                                               else None)))
+    for field, path in resolved_inputs(args, "--").items():
+        setattr(args, field, str(path))
 
 
 def main(argv: list[str] | None = None) -> int:

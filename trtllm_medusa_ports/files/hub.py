@@ -21,12 +21,13 @@ import re
 from pathlib import Path
 
 from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.files.tokenizer import TOKENIZER_FILES
 
 #: ``owner/name`` as the Hub spells repository ids (huggingface_hub's ``validate_repo_id``: letters, digits,
 #: ``-``, ``_``, ``.``, at most 96 characters, no ``--`` or ``..``, not starting or ending with ``-`` or ``.``)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,94}/[A-Za-z0-9][\w.-]{0,94}")
-_TOKENIZER = ["tokenizer*", "*.model", "*.tiktoken", "vocab*", "merges.txt", "special_tokens_map.json",
-              "added_tokens.json", "chat_template*", "config.json", "generation_config.json"]
+#: a tokenizer's files (files/tokenizer.py), the chat template files beside them, and the configs AutoTokenizer reads
+_TOKENIZER = [*TOKENIZER_FILES, "*.tiktoken", "chat_template*", "config.json", "generation_config.json"]
 #: what each kind of input's readers open (the rest of a repository - other precisions, ONNX, GGUF - is left there)
 FILES = {
     "base": ["config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", *_TOKENIZER],
@@ -109,15 +110,22 @@ def _why(exc: Exception, repo: str, revision: str | None) -> tuple[str, str]:
 
 
 
+def resolved_inputs(holder, label: str) -> dict[str, Path]:
+    """Each field of :data:`HUB_INPUTS` that ``holder`` (options or parsed flags) gives as a Hub id, and its local
+    snapshot: ``model_dir`` at ``holder.revision``, the others at main; errors name ``label`` + the field."""
+    out = {}
+    for field, kind in HUB_INPUTS.items():
+        value = getattr(holder, field, None)
+        if value and is_hub_id(value):
+            out[field] = local_dir(value, kind, flag=f"{label}{field}",
+                                   revision=getattr(holder, "revision", None) if field == "model_dir" else None)
+    return out
+
+
 def hub_inputs(opts):
-    """An options dataclass with each field of :data:`HUB_INPUTS` that holds a Hub id replaced by its local snapshot
-    (``model_dir`` at the options' ``revision``, the others at main); ``opts`` itself where none does."""
+    """An options dataclass with its Hub ids replaced by their local snapshots (:func:`resolved_inputs`); ``opts``
+    itself where it holds none."""
     import dataclasses
 
-    changes = {}
-    for field, kind in HUB_INPUTS.items():
-        value = getattr(opts, field, None)
-        if value is not None and is_hub_id(value):
-            changes[field] = local_dir(value, kind, flag=f"{type(opts).__name__}.{field}",
-                                       revision=getattr(opts, "revision", None) if field == "model_dir" else None)
+    changes = resolved_inputs(opts, f"{type(opts).__name__}.")
     return dataclasses.replace(opts, **changes) if changes else opts

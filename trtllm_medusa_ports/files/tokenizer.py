@@ -17,9 +17,10 @@ from trtllm_medusa_ports.errors import ModelError, PortError
 #: the files that carry a vocabulary (one is needed)
 VOCAB_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json",
                "vocab.txt")
-#: every file of a tokenizer (what a record of it hashes, quant/calibrate.py)
-TOKENIZER_FILES = (*VOCAB_FILES[:5], "merges.txt", "vocab.txt", "added_tokens.json", "special_tokens_map.json",
-                   "tokenizer_config.json")
+#: every file of a tokenizer (what a record of it hashes, quant/calibrate.py, in this order: recorded digests
+#: depend on it)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "vocab.json",
+                   "merges.txt", "vocab.txt", "added_tokens.json", "special_tokens_map.json", "tokenizer_config.json")
 #: the fix where token ids can stand in for text
 IDS_INSTEAD = ("pass --tokenizer_dir (the Hugging Face base directory, or its tokenizer's), or token ids instead of "
                "text (--prompt_ids, or --data with prompt_ids / input_ids)")
