@@ -11,6 +11,7 @@ import argparse
 
 from trtllm_medusa_ports.cli_flags.refused import FROM_CONFIG, NOT_SUPPORTED
 from trtllm_medusa_ports.cli_flags.types import fraction, int_in, non_negative, number_in, positive
+from trtllm_medusa_ports.files.tokenizer import CHAT_TEMPLATE_MODES
 from trtllm_medusa_ports.log import DEFAULT_LEVEL, LEVELS
 
 
@@ -34,6 +35,13 @@ def add_revision_arg(p: argparse.ArgumentParser) -> None:
                    "reads the cache alone)")
 
 
+def add_chat_template_arg(p, what: str) -> None:
+    """``--chat_template``: ``what`` through the tokenizer's chat template (files/tokenizer.py), or as it is."""
+    p.add_argument("--chat_template", default="auto", choices=list(CHAT_TEMPLATE_MODES),
+                   help=f"auto: {what} go through the tokenizer's chat template where it has one (an instruct base is "
+                   "served so), said in the result; none: as they are")
+
+
 def _add_calibration_args(q) -> None:
     """convert's calibration flags, in the quantization group ``q`` (upstream's spellings)."""
     q.add_argument("--calib_dataset", default=None,
@@ -41,9 +49,7 @@ def _add_calibration_args(q) -> None:
                    "packaged prompts, tokenized with the base's tokenizer")
     q.add_argument("--calib_size", type=int_in(1), default=512, help="calibration samples (default 512)")
     q.add_argument("--calib_max_seq_length", type=int_in(1), default=512, help="tokens per sample at most (512)")
-    q.add_argument("--chat_template", default="auto", choices=["auto", "none"],
-                   help="auto: calibration prompts (the packaged ones, text lines, JSON prompt) go through the "
-                   "tokenizer's chat template where it has one, recorded for verify; none: as they are")
+    add_chat_template_arg(q, "calibration prompts (the packaged ones, text lines, JSON prompt)")
     q.add_argument("--tokenizer_dir", default=None, help="tokenizer for text calibration (default --model_dir)")
     q.add_argument("--device", default="cpu", help="torch device of the calibration pass (default cpu)")
     q.add_argument("--threads", type=int_in(1), default=None,
@@ -278,9 +284,7 @@ def _train_heads_parser(sub, run) -> None:
     s.add_argument("--num_layers", "--medusa_num_layers", dest="num_layers", type=int_in(1, 64), default=1,
                    help="ResBlocks per head")
     _add_prompt_args(s, "to train on (continued by the base; default: the packaged prompts)", file_aliases=("--prompts",))
-    s.add_argument("--chat_template", default="auto", choices=["auto", "none"],
-                   help="auto: text prompts go through the tokenizer's chat template where it has one (an instruct "
-                   "base is served so), said in the result; none: as they are")
+    add_chat_template_arg(s, "text prompts")
     s.add_argument("--heldout_fraction", type=fraction, default=0.05,
                    help="share of the sequences kept out of training, to report each head's held-out top-1 accuracy "
                    "(default 0.05: every 20th; 0: none)")
@@ -333,9 +337,7 @@ def _tune_tree_parser(sub, run) -> None:
     add_revision_arg(s)
     s.add_argument("--medusa_model_dir", required=True, help="the heads to measure (a directory or a Hub id)")
     _add_prompt_args(s, "to measure the heads on (default: the packaged held-out prompts)", file_aliases=("--prompts",))
-    s.add_argument("--chat_template", default="auto", choices=["auto", "none"],
-                   help="auto: text prompts go through the tokenizer's chat template where it has one (an instruct "
-                   "base is served so), said in the result; none: as they are")
+    add_chat_template_arg(s, "text prompts")
     _add_threads_arg(s)
     s.add_argument("--new_tokens", type=int_in(1, 1 << 16), default=64, help="greedy tokens generated per prompt")
     s.add_argument("--max_nodes", type=int_in(1, 4096), default=63, help="node budget (the engine's max_draft_len)")

@@ -344,13 +344,13 @@ def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) 
     args = build_mod.parse_arguments().parse_args(argv)
     flag_found = flag_findings(cfg, args)
     for f in flag_found:
+        text = f"[{f.rule}] {f.message}\n  fix: {f.fix}"
         if f.severity == ERROR:
-            print(f"error: [{f.rule}] {f.message}\n  fix: {f.fix}", file=sys.stderr)
+            print(f"error: {text}", file=sys.stderr)
+        elif f.severity == "warning":
+            LOG.warning(text)
         else:
-            if f.severity == "warning":
-                LOG.warning(f"[{f.rule}] {f.message}\n  fix: {f.fix}")
-            else:
-                LOG.info(f"{f.severity}: [{f.rule}] {f.message}\n  fix: {f.fix}")
+            LOG.info(f"{f.severity}: {text}")
     if any(f.severity == ERROR for f in flag_found):
         return 1
     if getattr(args, "model_cls_file", None) or getattr(args, "model_cls_name", None):

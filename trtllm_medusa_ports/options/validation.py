@@ -1,7 +1,7 @@
 """The API's input validation (docs/api.md "Input validation"): one spec per field of every options dataclass
 (``SPECS``) and the validator every api function calls before any work (``validate_options``, ``check_fields``).
 
-May import: the standard library, errors and files.prompts (heads.train and quant.calibrate lazily, for the types
+May import: the standard library, errors, files.prompts and files.tokenizer (heads.train and quant.calibrate lazily, for the types
 they define); never api or cli.
 """
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.prompts import PromptInputs
+from trtllm_medusa_ports.files.tokenizer import CHAT_TEMPLATE_MODES
 
 
 #: every API function checks its options against these specs before any work, so that a wrong type or an
@@ -51,6 +52,7 @@ def _S(*choices: str, **kw) -> Spec:
 
 
 _B, _TREE, _STRS = Spec("bool"), Spec("tree"), Spec("list")
+_CHAT = _S(*CHAT_TEMPLATE_MODES)
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 _QUANT = dict(qformat=_S("fp8", "int8_wo", "int4_wo", "full_prec"), use_weight_only=_B,
               weight_only_precision=_S("int8", "int4"), kv_cache_dtype=_S("fp8", "int8"), int8_kv_cache=_B)
@@ -74,7 +76,7 @@ _API_TYPES = (PromptInputs,)
 _PROMPTS = Spec("nested", flag=None, of=lambda: PromptInputs)
 SPECS: dict[str, dict[str, Spec]] = {
     "ConvertOptions": dict(
-        revision=_S(), chat_template=_S("auto", "none"),
+        revision=_S(), chat_template=_CHAT,
         model_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), dtype=_S(*_DTYPES), tp_size=_I(), pp_size=_I(),
         num_medusa_heads=_I(), num_medusa_layers=_I(), max_draft_len=_I(flag="--max_draft_len"), model_type=_S(),
         workers=_I(), use_parallel_embedding=_B, embedding_sharding_dim=_I(choices=(0, 1)), share_lm_head=_B,
@@ -98,7 +100,7 @@ SPECS: dict[str, dict[str, Spec]] = {
         calib_max_seq_length=_I(1), accept_unchecked_scales=_B, streaming=Spec("bool", none=True),
         max_memory=_F(0, lo_excluded=True), device=_S(), offload_dir=_P()),
     "TrainOptions": dict(
-        revision=_S(), chat_template=_S("auto", "none"),
+        revision=_S(), chat_template=_CHAT,
         model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
         dtype=_S("auto", "float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
         fit=Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1),
@@ -111,7 +113,7 @@ SPECS: dict[str, dict[str, Spec]] = {
         matmul_dtype=_S("auto", "float32", "bfloat16", flag="--fit_dtype"), quiet=_B, heldout_fraction=_F(0, below=1),
         corpus=_S(flag=None)),
     "TuneOptions": dict(
-        revision=_S(), chat_template=_S("auto", "none"),
+        revision=_S(), chat_template=_CHAT,
         model_dir=_P(), medusa_model_dir=_P(), output=_P(), prompts=_PROMPTS, tokenizer_dir=_P(),
         new_tokens=_I(1, 1 << 16), max_nodes=_I(1, 4096), max_draft_len=_I(1, 4096), top_k=_I(1, 1000),
         estimate=_S("product", "joint"), baseline=_S(none=True), overwrite=_B, threads=_I(1), quiet=_B),
