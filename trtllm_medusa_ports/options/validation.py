@@ -1,8 +1,9 @@
 """The API's input validation (docs/api.md "Input validation"): one spec per field of every options dataclass
-(``SPECS``) and the validator every api function calls before any work (``validate_options``, ``check_fields``).
+(``SPECS``, made from declared.py) and the validator every api function calls before any work
+(``validate_options``, ``check_fields``).
 
-May import: the standard library, errors, files.prompts and files.tokenizer (heads.train and quant.calibrate lazily, for the types
-they define); never api or cli.
+May import: the standard library, declared, errors and files.prompts (heads.train and quant.calibrate lazily, for the
+types they define); never api or cli.
 """
 
 from __future__ import annotations
@@ -10,52 +11,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
 
+from trtllm_medusa_ports.declared import Spec, specs
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.prompts import PromptInputs
-from trtllm_medusa_ports.files.tokenizer import CHAT_TEMPLATE_MODES
-
 
 #: every API function checks its options against these specs before any work, so that a wrong type or an
 #: out-of-range value is refused at the boundary (naming ``Class.field``) instead of failing deep inside.
-#: A field may be None only where its default is None (or its spec says ``none=True``); ranges are the flags'
-#: ``int_in`` / ``non_negative`` / ``fraction`` ranges (cli_flags/types.py); a plain ``type=int`` flag is
-#: checked for its type only, its value by the rule that judges it (a tp_size of 0 by rule parallel-size, ...).
-@dataclass(frozen=True)
-class Spec:
-    kind: str  # path, int, float, bool, str, tree, list, ids, of, nested
-    lo: float | None = None
-    hi: float | None = None
-    below: float | None = None  # exclusive upper bound
-    lo_excluded: bool = False  # ``lo`` itself refused (a number above it)
-    choices: tuple | None = None
-    none: bool = False  # None accepted although the default is not None
-    flag: str | None = ""  # the flag spelling ("": --<field>; None: no flag)
-    of: object = None  # kind "of" / "nested": a zero-argument callable returning the accepted type
-
-
-def _P(**kw) -> Spec:
-    return Spec("path", **kw)
-
-
-def _I(lo: int | None = None, hi: int | None = None, **kw) -> Spec:
-    return Spec("int", lo=lo, hi=hi, **kw)
-
-
-def _F(lo: float | None = None, **kw) -> Spec:
-    return Spec("float", lo=lo, **kw)
-
-
-def _S(*choices: str, **kw) -> Spec:
-    return Spec("str", choices=choices or None, **kw)
-
-
-_B, _TREE, _STRS = Spec("bool"), Spec("tree"), Spec("list")
-_CHAT = _S(*CHAT_TEMPLATE_MODES)
-_DTYPES = ("auto", "float32", "float16", "bfloat16")
-_QUANT = dict(qformat=_S("fp8", "int8_wo", "int4_wo", "full_prec"), use_weight_only=_B,
-              weight_only_precision=_S("int8", "int4"), kv_cache_dtype=_S("fp8", "int8"), int8_kv_cache=_B)
+#: A field may be None only where its default is None (or its spec says ``none=True``); the ranges are the flags'
+#: (both made from declared.py); a plain ``type=int`` flag is checked for its type only, its value by the rule that
+#: judges it (a tp_size of 0 by rule parallel-size, ...).
+SPECS: dict[str, dict[str, Spec]] = specs()
 
 
 def _calibration_type():
@@ -71,61 +37,10 @@ def _fit_type():
     return train.FitOptions
 
 
+#: the types a spec names (kind "of" / "nested"), each read when first asked for
+_TYPES = {"Calibration": _calibration_type, "FitOptions": _fit_type, "PromptInputs": lambda: PromptInputs}
 #: the types of these fields that the API exports under their own name (api.PromptInputs)
 _API_TYPES = (PromptInputs,)
-_PROMPTS = Spec("nested", flag=None, of=lambda: PromptInputs)
-SPECS: dict[str, dict[str, Spec]] = {
-    "ConvertOptions": dict(
-        revision=_S(), chat_template=_CHAT,
-        model_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), dtype=_S(*_DTYPES), tp_size=_I(), pp_size=_I(),
-        num_medusa_heads=_I(), num_medusa_layers=_I(), max_draft_len=_I(flag="--max_draft_len"), model_type=_S(),
-        workers=_I(), use_parallel_embedding=_B, embedding_sharding_dim=_I(choices=(0, 1)), share_lm_head=_B,
-        overwrite=_B, quiet=_B, allow_unsupported=_B, medusa_choices=_TREE, fast_path=Spec("bool", flag=None),
-        fsync=_B, **_QUANT, calib_dataset=_P(), calib_size=_I(1), calib_max_seq_length=_I(1), tokenizer_dir=_P(),
-        device=_S(), threads=_I(1), moe_ep_size=_I(),
-        calibration=Spec("of", flag=None, of=_calibration_type)),
-    "AddHeadsOptions": dict(
-        base_checkpoint_dir=_P(), medusa_model_dir=_P(), output_dir=_P(), max_draft_len=_I(), overwrite=_B,
-        dtype=_S(*_DTYPES), num_medusa_heads=_I(), num_medusa_layers=_I(), medusa_choices=_TREE, fsync=_B),
-    "CheckOptions": dict(
-        revision=_S(),
-        model_dir=_P(), medusa_model_dir=_P(), medusa_choices=_TREE, tp_size=_I(), pp_size=_I(), max_draft_len=_I(),
-        num_medusa_heads=_I(), dtype=_S(*_DTYPES), share_lm_head=_B, **_QUANT, max_batch_size=_I(1),
-        max_seq_len=_I(1), gpu_memory_gb=_F(0), prompts=_PROMPTS, tokenizer_dir=_P(), threads=_I(1), quiet=_B),
-    "VerifyOptions": dict(
-        revision=_S(),
-        model_dir=_P(), checkpoint_dir=_P(), medusa_choices=_TREE, prompts=_PROMPTS, tokenizer_dir=_P(),
-        max_new_tokens=_I(), medusa_model_dir=_P(), max_quant_error=_F(0), threads=_I(1), quiet=_B,
-        min_quant_agreement=_F(0, hi=1, none=True), override_medusa_choices=_B, skip_tree_proof=_B, gemm_plugin=_S("auto", "fp8"), calib_dataset=_P(), calib_size=_I(1),
-        calib_max_seq_length=_I(1), accept_unchecked_scales=_B, streaming=Spec("bool", none=True),
-        max_memory=_F(0, lo_excluded=True), device=_S(), offload_dir=_P()),
-    "TrainOptions": dict(
-        revision=_S(), chat_template=_CHAT,
-        model_dir=_P(), output_dir=_P(), prompts=_PROMPTS, tokenizer_dir=_P(), new_tokens=_I(1, 1 << 16),
-        dtype=_S("auto", "float32", "bfloat16", "float16"), work_dir=_P(), resume=_B, overwrite=_B, device=_S(),
-        fit=Spec("nested", flag=None, of=_fit_type), stop_after=_I(flag=None), threads=_I(1),
-        device_map=_S("auto"), dist_timeout=_I(1), streaming=Spec("bool", none=True), max_memory=_F(0, lo_excluded=True),
-        offload_dir=_P()),
-    "FitOptions": dict(
-        num_heads=_I(1, 64), num_layers=_I(1, 64), steps=_I(1), lr=_F(0, lo_excluded=True), batch_size=_I(1, none=True),
-        share_lm_head=_B, seed=_I(), schedule=_S("cosine", "constant", flag=None), warmup=_F(0, flag=None),
-        weight_decay=_F(0, flag=None), full_vocab=_B, negatives=_I(), distill=_F(), save_every=_I(1),
-        matmul_dtype=_S("auto", "float32", "bfloat16", flag="--fit_dtype"), quiet=_B, heldout_fraction=_F(0, below=1),
-        corpus=_S(flag=None)),
-    "TuneOptions": dict(
-        revision=_S(), chat_template=_CHAT,
-        model_dir=_P(), medusa_model_dir=_P(), output=_P(), prompts=_PROMPTS, tokenizer_dir=_P(),
-        new_tokens=_I(1, 1 << 16), max_nodes=_I(1, 4096), max_draft_len=_I(1, 4096), top_k=_I(1, 1000),
-        estimate=_S("product", "joint"), baseline=_S(none=True), overwrite=_B, threads=_I(1), quiet=_B),
-    "TreeOptions": dict(choices=_TREE, num_heads=_I(), max_draft_len=_I(), top_k=_I()),
-    "BuildOptions": dict(checkpoint_dir=_P(), args=_STRS, allow_unsupported=_B),
-    "DeployOptions": dict(
-        checkpoint_dir=_P(), tokenizer_dir=_P(), output_dir=_P(), engine_dir=_P(), medusa_choices=_TREE,
-        override_medusa_choices=_B, max_batch_size=_I(1), max_input_len=_I(1), max_seq_len=_I(1), gpu_memory_gb=_F(0),
-        overwrite=_B),
-    "PromptInputs": dict(prompt=_STRS, prompts_file=_P(), prompt_ids=Spec("ids"), data=_P()),
-    "inspect_heads": dict(path=_P(flag=None), data_check=Spec("bool", flag="--no_data_check")),
-}
 
 
 def _is_int(v) -> bool:
@@ -147,7 +62,7 @@ def _expected(s: Spec) -> str:
     if s.kind == "str" and s.choices:
         return f"one of {', '.join(map(repr, s.choices))}"
     if s.kind in ("of", "nested"):
-        t = s.of()
+        t = _TYPES[s.of]()
         if isinstance(t, type) and t in _API_TYPES:  # a type the API exports
             return f"a {t.__name__} (api.{t.__name__})"
         # a type of a module below (quant.calibrate.Calibration), loaded or not yet: one spelling either way
@@ -177,7 +92,7 @@ def _accepts(s: Spec, v) -> bool:
         return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
     if s.kind == "ids":
         return isinstance(v, (list, tuple)) and all(isinstance(p, (list, tuple)) and all(map(_is_int, p)) for p in v)
-    t = s.of()
+    t = _TYPES[s.of]()
     return isinstance(t, type) and isinstance(v, t)
 
 
