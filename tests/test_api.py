@@ -68,6 +68,31 @@ def test_every_option_defaults_as_its_flag_does(command, argv, classes):
     assert api.FitOptions().num_heads == 4 and api.FitOptions().distill == 0.5
 
 
+def test_the_api_classes_are_made_from_the_one_declaration():
+    """Issue 65, 5: each options class has exactly the fields declared for it (declared.py), with the declared
+    defaults; a field a stage class (convert.ConvertOptions, heads/train.py) adds without a declaration fails here."""
+    from trtllm_medusa_ports import declared
+
+    names = ["ConvertOptions", "AddHeadsOptions", "CheckOptions", "VerifyOptions", "TrainOptions", "FitOptions",
+             "TuneOptions", "TreeOptions", "DeployOptions", "BuildOptions"]
+    for name in names:
+        cls, opts = getattr(api, name), {o.name: o for o in declared.owned(name)}
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert set(fields) == set(opts), (name, set(fields) ^ set(opts))
+        for field_name, f in fields.items():
+            o = opts[field_name]
+            if o.factory is not None:
+                assert f.default_factory is not dataclasses.MISSING, (name, field_name)
+            else:
+                assert f.default == o.default or (f.default is dataclasses.MISSING and o.default is declared.REQUIRED), (
+                    name, field_name, f.default, o.default)
+        assert name in api._SPECS and set(api._SPECS[name]) == set(opts), name
+    # a flag's help is the field's documentation
+    assert "``max_new_tokens`` (--max_new_tokens): greedy tokens per prompt" in api.VerifyOptions.__doc__
+    assert [f.name for f in dataclasses.fields(api.DeployOptions)][:3] == ["checkpoint_dir", "tokenizer_dir",
+                                                                           "output_dir"]
+
+
 def _json(capsys, argv) -> tuple[int, dict]:
     rc = main(argv + ["--json"])
     return rc, json.loads(capsys.readouterr().out)

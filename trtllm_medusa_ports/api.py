@@ -31,6 +31,7 @@ from trtllm_medusa_ports import log
 from trtllm_medusa_ports.compat import ERROR, Finding
 from trtllm_medusa_ports.convert import ConvertOptions as _ConvertOptions
 from trtllm_medusa_ports.convert import ConvertResult
+from trtllm_medusa_ports.declared import options_class
 from trtllm_medusa_ports.errors import (
     CheckpointError,
     ConversionError,
@@ -66,28 +67,21 @@ def __getattr__(name: str):
 
 
 def _training_types() -> dict:
-    """train-heads' options with the command's defaults (4 heads, --distill 0.5, progress shown)."""
+    """train-heads' options with the command's defaults (declared.py: 4 heads, --distill 0.5, progress shown)."""
     from trtllm_medusa_ports.heads import train
 
-    @dataclass
-    class FitOptions(train.FitOptions):
-        __doc__ = ("How the heads are fitted; the defaults are train-heads' flags (``matmul_dtype`` ``auto``: bfloat16 "
-                   "where the device computes it fast, float32 elsewhere).")
-        num_heads: int = 4
-        distill: float = 0.5
-        quiet: bool = False
-        matmul_dtype: str = "auto"
+    fit = _options("FitOptions", "How the heads are fitted; the defaults are train-heads' flags (``matmul_dtype`` "
+                   "``auto``: bfloat16 where the device computes it fast, float32 elsewhere).", (train.FitOptions,))
+    opts = _options("TrainOptions", "train-heads: ``model_dir`` and ``output_dir``, what to train on (``prompts``), "
+                    "how to fit (``fit``); the defaults are the command's flags.", (train.TrainOptions,),
+                    FitOptions=fit)
+    return {"FitOptions": fit, "TrainOptions": opts, "TrainResult": train.TrainResult}
 
-    @dataclass
-    class TrainOptions(train.TrainOptions):
-        __doc__ = ("train-heads: ``model_dir`` and ``output_dir``, what to train on (``prompts``), how to fit "
-                   "(``fit``); the defaults are the command's flags.")
-        fit: train.FitOptions = field(default_factory=FitOptions)
-        dtype: str = "auto"
 
-    for cls in (FitOptions, TrainOptions):
-        cls.__module__, cls.__qualname__ = __name__, cls.__name__
-    return {"FitOptions": FitOptions, "TrainOptions": TrainOptions, "TrainResult": train.TrainResult}
+def _options(name: str, doc: str, bases: tuple = (), **factories) -> type:
+    """The API's options class ``name``, made from the one declaration of the command's options (declared.py)."""
+    return options_class(name, doc, __name__, bases, {"PromptInputs": PromptInputs, **factories})
+
 
 __all__ = [
     "PortError", "PromptInputs", "MedusaTree", "Finding",
@@ -110,13 +104,9 @@ LOG = log.get("api")
 
 
 # -- convert ------------------------------------------------------------------------------------
-@dataclass
-class ConvertOptions(_ConvertOptions):
-    """``trtllm-medusa convert``'s options (convert.ConvertOptions) with the command's defaults: ``--dtype float16``
-    (upstream's Medusa script's), ``--output_dir tllm_checkpoint``."""
-
-    output_dir: Path = Path("tllm_checkpoint")
-    dtype: str = "float16"
+ConvertOptions = _options(
+    "ConvertOptions", "``trtllm-medusa convert``'s options (convert.ConvertOptions) with the command's defaults: "
+    "``--dtype float16`` (upstream's Medusa script's), ``--output_dir tllm_checkpoint``.", (_ConvertOptions,))
 
 
 def convert(opts: ConvertOptions) -> ConvertResult:
@@ -135,22 +125,10 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     return res
 
 
-@dataclass
-class AddHeadsOptions:
-    """``convert --base_checkpoint_dir``: heads added to a TensorRT-LLM checkpoint NVIDIA's tools quantized. The base
-    keeps its dtype, quantization and mapping: ``dtype`` None or ``"auto"`` means the base's, and another is refused
-    (``quant.prequantized.FlagConflict``); the rest is checked as ``convert`` checks it."""
-
-    base_checkpoint_dir: Path
-    medusa_model_dir: Path
-    output_dir: Path = Path("tllm_checkpoint")
-    max_draft_len: int = 63
-    overwrite: bool = False
-    dtype: str | None = None
-    num_medusa_heads: int | None = None
-    num_medusa_layers: int | None = None
-    medusa_choices: str | None = None
-    fsync: bool = False
+AddHeadsOptions = _options(
+    "AddHeadsOptions", "``convert --base_checkpoint_dir``: heads added to a TensorRT-LLM checkpoint NVIDIA's tools "
+    "quantized. The base keeps its dtype, quantization and mapping: ``dtype`` None or ``\"auto\"`` means the base's, "
+    "and another is refused (``quant.prequantized.FlagConflict``); the rest is checked as ``convert`` checks it.")
 
 
 @dataclass
@@ -183,34 +161,9 @@ def add_heads(opts: AddHeadsOptions) -> AddHeadsResult:
 
 
 # -- check --------------------------------------------------------------------------------------
-@dataclass
-class CheckOptions:
-    """``trtllm-medusa check``: what TensorRT-LLM 1.2 serves for this base (heads, tree, parallelism, quantization)."""
-
-    model_dir: Path
-    medusa_model_dir: Path | None = None
-    medusa_choices: str | None = None
-    tp_size: int = 1
-    pp_size: int = 1
-    max_draft_len: int = 63
-    num_medusa_heads: int | None = None
-    dtype: str | None = None
-    share_lm_head: bool = False
-    qformat: str | None = None
-    use_weight_only: bool = False
-    weight_only_precision: str | None = None
-    kv_cache_dtype: str | None = None
-    int8_kv_cache: bool = False
-    #: the memory plan's serving sizes (None: not judged)
-    max_batch_size: int | None = None
-    max_seq_len: int | None = None
-    gpu_memory_gb: float | None = None
-    #: prompts to measure the activation range on (rule float16-range); none: not measured
-    prompts: PromptInputs = field(default_factory=PromptInputs)
-    tokenizer_dir: Path | None = None
-    revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
-    threads: int | None = None
-    quiet: bool = False
+CheckOptions = _options(
+    "CheckOptions", "``trtllm-medusa check``: what TensorRT-LLM 1.2 serves for this base (heads, tree, parallelism, "
+    "quantization).")
 
 
 @dataclass
@@ -270,39 +223,9 @@ def check(opts: CheckOptions) -> CheckResult:
 
 
 # -- verify -------------------------------------------------------------------------------------
-@dataclass
-class VerifyOptions:
-    """``trtllm-medusa verify``: logits parity, heads parity and greedy equivalence of a checkpoint (CPU or GPU)."""
-
-    model_dir: Path
-    checkpoint_dir: Path
-    medusa_choices: str | None = None  # default: the tree the checkpoint records, else mc_sim_7b_63 (heads' depth)
-    override_medusa_choices: bool = False  # run a medusa_choices other than the recorded tree, on purpose
-    prompts: PromptInputs = field(default_factory=PromptInputs)  # none: a few prompts of ids
-    tokenizer_dir: Path | None = None
-    revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
-    max_new_tokens: int = 32
-    medusa_model_dir: Path | None = None  # default: the path recorded at conversion
-    max_quant_error: float | None = None
-    #: a quantized checkpoint whose greedy text agrees with the float base's on less fails (None: the documented
-    #: least, verify/limits.py MIN_QUANT_AGREEMENT; 0: not judged)
-    min_quant_agreement: float | None = None
-    threads: int | None = None
-    quiet: bool = False
-    skip_tree_proof: bool = False  # the tree proof (every node accepted with greedy's own drafts) is on by default
-    gemm_plugin: str = "auto"  # FP8 checkpoints: the --gemm_plugin the engine is built with (auto or fp8)
-    #: a tool's quantized checkpoint (no calibration recorded): the samples it was calibrated on, so that its
-    #: activation / KV scales are re-derived; otherwise they fail verify unless accept_unchecked_scales
-    calib_dataset: Path | None = None
-    calib_size: int | None = None  # default: every sample of calib_dataset
-    calib_max_seq_length: int = 512
-    accept_unchecked_scales: bool = False
-    #: memory (verify/mode.py): True streams both sides one layer at a time, False holds each whole, None chooses
-    #: streaming where the in-memory estimate exceeds max_memory (GB; default: the memory available)
-    streaming: bool | None = None
-    max_memory: float | None = None
-    device: str = "cpu"  # cpu, cuda or cuda:N: where both sides compute
-    offload_dir: Path | None = None  # streaming: where transformers' weights wait (default: the temporary directory)
+VerifyOptions = _options(
+    "VerifyOptions", "``trtllm-medusa verify``: logits parity, heads parity and greedy equivalence of a checkpoint "
+    "(CPU or GPU).")
 
 
 def verify(opts: VerifyOptions):
@@ -343,27 +266,8 @@ def train_heads(opts):
 
 
 # -- tune-tree ------------------------------------------------------------------------------------
-@dataclass
-class TuneOptions:
-    """``trtllm-medusa tune-tree``: a medusa_choices tree from the heads' measured accuracy."""
-
-    model_dir: Path
-    medusa_model_dir: Path
-    output: Path | None = None  # the choices file to write (None: not written)
-    prompts: PromptInputs = field(default_factory=PromptInputs)  # none: the packaged held-out prompts
-    tokenizer_dir: Path | None = None
-    revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
-    #: "auto": text prompts through the tokenizer's chat template where it has one; "none": as they are
-    chat_template: str = "auto"
-    new_tokens: int = 64
-    max_nodes: int = 63
-    max_draft_len: int = 63
-    top_k: int = 10
-    estimate: str = "product"
-    baseline: str | None = "mc_sim_7b_63"
-    overwrite: bool = False
-    threads: int | None = None
-    quiet: bool = False
+TuneOptions = _options(
+    "TuneOptions", "``trtllm-medusa tune-tree``: a medusa_choices tree from the heads' measured accuracy.")
 
 
 @dataclass
@@ -444,14 +348,9 @@ def tune_tree(opts: TuneOptions) -> TuneTreeResult:
 
 
 # -- tree -----------------------------------------------------------------------------------------
-@dataclass
-class TreeOptions:
-    """``trtllm-medusa tree``: a medusa_choices tree (preset, @file or JSON list) and TensorRT-LLM's buffers."""
-
-    choices: str
-    num_heads: int | None = None
-    max_draft_len: int | None = None
-    top_k: int = 10
+TreeOptions = _options(
+    "TreeOptions", "``trtllm-medusa tree``: a medusa_choices tree (preset, @file or JSON list) and TensorRT-LLM's "
+    "buffers.")
 
 
 @dataclass
@@ -530,21 +429,8 @@ def inspect_heads(path: str | Path, *, data_check: bool = True) -> HeadsInfo:
 
 
 # -- deploy ---------------------------------------------------------------------------------------
-@dataclass
-class DeployOptions:
-    """``trtllm-medusa deploy``: the serving bundle of a checkpoint (build.sh, run.sh, deploy.json)."""
-
-    checkpoint_dir: Path
-    tokenizer_dir: Path
-    output_dir: Path
-    engine_dir: Path | None = None  # default: OUTPUT_DIR/engine
-    medusa_choices: str | None = None  # default: the tree the checkpoint records (else mc_sim_7b_63)
-    override_medusa_choices: bool = False
-    max_batch_size: int | None = None  # default 8
-    max_input_len: int | None = None  # default: half of max_seq_len
-    max_seq_len: int | None = None  # default: the base's max_position_embeddings
-    gpu_memory_gb: float | None = None  # where given, a bundle whose memory plan does not fit is refused
-    overwrite: bool = False
+DeployOptions = _options(
+    "DeployOptions", "``trtllm-medusa deploy``: the serving bundle of a checkpoint (build.sh, run.sh, deploy.json).")
 
 
 @dataclass
@@ -596,14 +482,9 @@ def deploy(opts: DeployOptions) -> DeployResult:
 
 
 # -- build ----------------------------------------------------------------------------------------
-@dataclass
-class BuildOptions:
-    """``trtllm-medusa build``: ``trtllm-build`` with this project's architectures registered (needs tensorrt_llm
-    1.2; not installable on CPU-only machines)."""
-
-    checkpoint_dir: Path
-    args: list[str] = field(default_factory=list)  # trtllm-build's own flags (--output_dir, --max_batch_size, ...)
-    allow_unsupported: bool = False
+BuildOptions = _options(
+    "BuildOptions", "``trtllm-medusa build``: ``trtllm-build`` with this project's architectures registered (needs "
+    "tensorrt_llm 1.2; not installable on CPU-only machines); ``args``: trtllm-build's own flags.")
 
 
 @dataclass

@@ -450,8 +450,9 @@ def owned(owner: str) -> list[Option]:
     ``AddHeadsOptions`` has convert's :data:`ADD_HEADS_FIELDS` with the flags' defaults, its heads dir required."""
     if owner == "AddHeadsOptions":
         by = {o.name: o for o in COMMANDS["convert"][2]}
-        return [dataclasses.replace(by[n], owner=owner, cli_default=SAME, required=n == "base_checkpoint_dir",
-                                    default=REQUIRED if n == "base_checkpoint_dir" else by[n].flag_default
+        required = ("base_checkpoint_dir", "medusa_model_dir")
+        return [dataclasses.replace(by[n], owner=owner, cli_default=SAME, required=n in required,
+                                    default=REQUIRED if n in required else by[n].flag_default
                                     if n != "output_dir" else by[n].default) for n in ADD_HEADS_FIELDS]
     out: dict[str, Option] = {}
     for _, cls, options in COMMANDS.values():
@@ -498,6 +499,9 @@ def options_class(name: str, doc: str, module: str, bases: tuple = (), factories
         else:
             f = field(default=o.default) if o.default is not REQUIRED else field()
         fields.append((o.name, hint, f))
+    told = [f"``{o.name}`` ({o.spellings[0]}): {o.help}" for o in owned(name) if o.help and o.spellings]
+    if told:
+        doc += "\n\nThe fields with a flag, as the flag's help says:\n\n" + "\n".join(f"* {t}" for t in told)
     cls = dataclasses.make_dataclass(name, fields, bases=bases, namespace={"__doc__": doc})
     cls.__module__ = module
     return cls
