@@ -148,7 +148,6 @@ LONG_KEPT = {
                           "executor loads); each phase is a named helper, what remains is their sequence and the report",
     "verify.report.render": "one line per report field, in report order",
     "plan.plan_jobs": "one walk over the weight rules with its two closures (resolve, add) sharing the job list",
-    "cli.run_convert": "the flag-to-options mapping of convert and its add-heads route, one flag a line",
     "convert.convert": "the conversion's steps in order, each a named helper",
     "quant.emulate.apply": "one branch per format, each calling its named helper",
 }

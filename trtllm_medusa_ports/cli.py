@@ -4,9 +4,9 @@ One ``run_<command>`` per command (flags -> the api's options -> its function ->
 ``main``; nothing else: the flags themselves, their types and the values read from them are cli_flags/'s.
 May import: cli_flags, errors, and lazily api (each command's function) and what a command needs beyond it.
 
-Exit codes (docs/user-guide.md, "Exit codes"): 0 success; 1 an input is wrong or does not fit the flags, or a check
-failed; 2 the command line alone is wrong (argparse's own errors, the refusals printed here, and a PortError raised
-with ``usage=True``).
+Exit codes (errors.EXIT_CODES, docs/user-guide.md "Exit codes"): 0 success; 1 an input is wrong or does not fit the
+flags; 2 the command line alone is wrong (argparse's own errors, the refusals printed here, and a PortError raised
+with ``usage=True``); 3 check or verify ran and found a problem; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from trtllm_medusa_ports.cli_flags.refused import (
     NOT_SUPPORTED,
 )
 from trtllm_medusa_ports.cli_flags.values import (
-    as_path,
     calibration_device_ok,
+    changed_flags,
     device_ok,
     moe_ep_size,
+    options_from,
     print_result,
     prompt_inputs,
 )
@@ -108,40 +109,8 @@ def run_convert(args: argparse.Namespace) -> int:
     ep = moe_ep_size(args)
     if ep is None or not calibration_device_ok(args):
         return 2
-    opts = ConvertOptions(
-        model_dir=Path(args.model_dir),
-        medusa_model_dir=Path(args.medusa_model_dir),
-        output_dir=Path(args.output_dir),
-        dtype=args.dtype or _default_dtype(Path(args.model_dir)),
-        tp_size=args.tp_size,
-        pp_size=args.pp_size,
-        moe_ep_size=ep,
-        num_medusa_heads=args.num_medusa_heads,
-        num_medusa_layers=args.num_medusa_layers,
-        max_draft_len=args.max_medusa_token_len,
-        model_type=args.model_type,
-        workers=args.workers,
-        use_parallel_embedding=args.use_parallel_embedding,
-        embedding_sharding_dim=args.embedding_sharding_dim,
-        share_lm_head=args.share_lm_head,
-        overwrite=args.overwrite,
-        fsync=args.fsync,
-        quiet=args.quiet,
-        allow_unsupported=args.allow_unsupported,
-        medusa_choices=args.medusa_choices,
-        qformat=args.qformat,
-        use_weight_only=args.use_weight_only,
-        weight_only_precision=args.weight_only_precision,
-        kv_cache_dtype=args.kv_cache_dtype,
-        int8_kv_cache=args.int8_kv_cache,
-        calib_dataset=Path(args.calib_dataset) if args.calib_dataset else None,
-        calib_size=args.calib_size,
-        calib_max_seq_length=args.calib_max_seq_length,
-        tokenizer_dir=Path(args.tokenizer_dir) if args.tokenizer_dir else None,
-        chat_template=args.chat_template,
-        device=args.device,
-        threads=args.threads,
-    )
+    opts = ConvertOptions(**options_from("ConvertOptions", args, moe_ep_size=ep,
+                                         dtype=args.dtype or _default_dtype(Path(args.model_dir))))
     result = convert(opts)
     _say_findings(result.findings, result.warnings)
     print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.summary())
@@ -151,20 +120,15 @@ def run_convert(args: argparse.Namespace) -> int:
 def _add_heads(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import AddHeadsOptions, add_heads
 
-    asked = [(flag, why) for flag, dest, default, why in ADD_HEADS_REFUSED if getattr(args, dest) != default]
+    asked = changed_flags("convert", ADD_HEADS_REFUSED, args)
     if asked:
-        reasons = dict.fromkeys(ADD_HEADS_WHY[why] for _, why in asked)
-        raise PortError(f"{', '.join(f for f, _ in asked)} with --base_checkpoint_dir: {'; '.join(reasons)}",
+        reasons = dict.fromkeys(ADD_HEADS_WHY[ADD_HEADS_REFUSED[f.lstrip("-")]] for f in asked)
+        raise PortError(f"{', '.join(asked)} with --base_checkpoint_dir: {'; '.join(reasons)}",
                         fix="drop them (quantize and shard the base with NVIDIA's tools)", usage=True)
     if args.workers < 1:
         raise PortError(f"--workers {args.workers} must be at least 1", fix="use --workers 1 or more", usage=True)
     # no --dtype: the base's own (a typed --dtype other than the base's is refused by add_heads, exit 2)
-    dtype = args.dtype
-    result = add_heads(AddHeadsOptions(
-        Path(args.base_checkpoint_dir), Path(args.medusa_model_dir), Path(args.output_dir),
-        max_draft_len=args.max_medusa_token_len, overwrite=args.overwrite, dtype=dtype,
-        num_medusa_heads=args.num_medusa_heads, num_medusa_layers=args.num_medusa_layers,
-        medusa_choices=args.medusa_choices, fsync=args.fsync))
+    result = add_heads(AddHeadsOptions(**options_from("AddHeadsOptions", args)))
     for w in result.warnings:
         LOG.warning(w)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.render())
@@ -187,8 +151,7 @@ def run_tree(args: argparse.Namespace) -> int:
         return 0
     if not args.choices:
         raise PortError("--choices is required (a preset, @file, or a JSON list)", usage=True)
-    result = tree(TreeOptions(args.choices, num_heads=args.num_heads, max_draft_len=args.max_draft_len,
-                              top_k=args.top_k))
+    result = tree(TreeOptions(**options_from("TreeOptions", args)))
     for note in result.notes:
         LOG.info(f"note: {note}")
     print(json.dumps(result.to_dict()) if args.json else result.render(draw=args.draw))
@@ -201,18 +164,8 @@ def run_train_heads(args: argparse.Namespace) -> int:
 
     if args.device is not None and not device_ok(args.device):  # computed on before the base is loaded
         return 2
-    fit = FitOptions(num_heads=args.num_heads, num_layers=args.num_layers, steps=args.steps, lr=args.lr,
-                     batch_size=args.batch_size or None, share_lm_head=args.share_lm_head, seed=args.seed,
-                     full_vocab=args.full_vocab, distill=args.distill, save_every=args.save_every,
-                     negatives=args.negatives, matmul_dtype=args.fit_dtype, heldout_fraction=args.heldout_fraction,
-                     quiet=args.quiet)
-    opts = TrainOptions(model_dir=Path(args.model_dir), output_dir=Path(args.output_dir),
-                        prompts=prompt_inputs(args), tokenizer_dir=as_path(args.tokenizer_dir),
-                        chat_template=args.chat_template,
-                        new_tokens=args.new_tokens, dtype=args.dtype, work_dir=as_path(args.work_dir),
-                        resume=args.resume, overwrite=args.overwrite, device=args.device, fit=fit,
-                        threads=args.threads, device_map=args.device_map, dist_timeout=args.dist_timeout,
-                        streaming=args.streaming, max_memory=args.max_memory, offload_dir=as_path(args.offload_dir))
+    fit = FitOptions(**options_from("FitOptions", args, batch_size=args.batch_size or None))  # 0: every position
+    opts = TrainOptions(**options_from("TrainOptions", args, prompts=prompt_inputs(args), fit=fit))
     main_rank = os.environ.get("RANK", "0") in ("", "0")  # under torchrun rank 0 speaks for the job
     try:
         result = train_heads(opts)
@@ -239,12 +192,8 @@ def run_train_heads(args: argparse.Namespace) -> int:
 def run_tune_tree(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import TuneOptions, tune_tree
 
-    result = tune_tree(TuneOptions(
-        model_dir=Path(args.model_dir), medusa_model_dir=Path(args.medusa_model_dir), output=Path(args.output),
-        prompts=prompt_inputs(args), tokenizer_dir=as_path(args.tokenizer_dir), new_tokens=args.new_tokens,
-        max_nodes=args.max_nodes, max_draft_len=args.max_draft_len, top_k=args.top_k, estimate=args.estimate,
-        baseline=args.baseline or None, overwrite=args.overwrite, threads=args.threads, quiet=args.quiet,
-        chat_template=args.chat_template))
+    result = tune_tree(TuneOptions(**options_from("TuneOptions", args, prompts=prompt_inputs(args),
+                                                  baseline=args.baseline or None)))
     for note in result.notes:
         LOG.info(f"note: {note}")
     print_result(args, result)
@@ -254,15 +203,7 @@ def run_tune_tree(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import CheckOptions, check
 
-    result = check(CheckOptions(
-        model_dir=Path(args.model_dir), medusa_model_dir=as_path(args.medusa_model_dir),
-        medusa_choices=args.medusa_choices, tp_size=args.tp_size, pp_size=args.pp_size,
-        max_draft_len=args.max_draft_len, num_medusa_heads=args.num_medusa_heads, dtype=args.dtype,
-        share_lm_head=args.share_lm_head, qformat=args.qformat, use_weight_only=args.use_weight_only,
-        weight_only_precision=args.weight_only_precision, kv_cache_dtype=args.kv_cache_dtype,
-        int8_kv_cache=args.int8_kv_cache, max_batch_size=args.max_batch_size, max_seq_len=args.max_seq_len,
-        gpu_memory_gb=args.gpu_memory_gb, prompts=prompt_inputs(args), tokenizer_dir=as_path(args.tokenizer_dir),
-        threads=args.threads, quiet=args.quiet))
+    result = check(CheckOptions(**options_from("CheckOptions", args, prompts=prompt_inputs(args))))
     print_result(args, result)
     return EXIT_OK if result.compatible else EXIT_FOUND
 
@@ -279,15 +220,7 @@ def run_verify(args: argparse.Namespace) -> int:
         if given:
             LOG.warning(f"{', '.join(given)}: ignored without --calib_dataset (a checkpoint converted here "
                         "re-derives its scales from its recorded calibration)")
-    report = verify(VerifyOptions(
-        model_dir=Path(args.model_dir), checkpoint_dir=Path(args.checkpoint_dir), medusa_choices=args.medusa_choices,
-        prompts=prompt_inputs(args), tokenizer_dir=as_path(args.tokenizer_dir), max_new_tokens=args.max_new_tokens,
-        medusa_model_dir=as_path(args.medusa_model_dir), max_quant_error=args.max_quant_error, threads=args.threads,
-        quiet=args.quiet, skip_tree_proof=args.skip_tree_proof, gemm_plugin=args.gemm_plugin,
-        calib_dataset=as_path(args.calib_dataset), calib_size=args.calib_size,
-        calib_max_seq_length=args.calib_max_seq_length, accept_unchecked_scales=args.accept_unchecked_scales,
-        min_quant_agreement=args.min_quant_agreement, override_medusa_choices=args.override_medusa_choices,
-        streaming=args.streaming, max_memory=args.max_memory, device=args.device, offload_dir=as_path(args.offload_dir)))
+    report = verify(VerifyOptions(**options_from("VerifyOptions", args, prompts=prompt_inputs(args))))
     print_result(args, report)
     return EXIT_OK if report.ok else EXIT_FOUND
 
@@ -295,17 +228,13 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_build(args: argparse.Namespace, rest: list[str]) -> int:
     from trtllm_medusa_ports.api import BuildOptions, build
 
-    return build(BuildOptions(Path(args.checkpoint_dir), list(rest), allow_unsupported=args.allow_unsupported)).returncode
+    return build(BuildOptions(**options_from("BuildOptions", args, args=list(rest)))).returncode
 
 
 def run_deploy(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import DeployOptions, deploy
 
-    print_result(args, deploy(DeployOptions(
-        Path(args.checkpoint_dir), Path(args.tokenizer_dir), Path(args.output_dir), engine_dir=as_path(args.engine_dir),
-        medusa_choices=args.medusa_choices, override_medusa_choices=args.override_medusa_choices,
-        max_batch_size=args.max_batch_size, max_input_len=args.max_input_len, max_seq_len=args.max_seq_len,
-        gpu_memory_gb=args.gpu_memory_gb, overwrite=args.overwrite)))
+    print_result(args, deploy(DeployOptions(**options_from("DeployOptions", args))))
     return 0
 
 

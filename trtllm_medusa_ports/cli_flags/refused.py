@@ -19,25 +19,19 @@ NOT_SUPPORTED = {
 FROM_CONFIG = ("--vocab_size", "--n_positions", "--n_layer", "--hidden_act", "--rotary_base", "--rotary_scaling")
 
 
-#: convert's flags (and their defaults) a base quantized by NVIDIA's tools cannot honour: it keeps its own
-#: quantization, mapping and layout, and add-heads reads its family from its config.json and calibrates nothing
-ADD_HEADS_REFUSED = (
-    ("--qformat", "qformat", None, "quantization"), ("--use_weight_only", "use_weight_only", False, "quantization"),
-    ("--weight_only_precision", "weight_only_precision", None, "quantization"),
-    ("--kv_cache_dtype", "kv_cache_dtype", None, "quantization"), ("--int8_kv_cache", "int8_kv_cache", False,
-                                                                   "quantization"),
-    ("--calib_dataset", "calib_dataset", None, "calibration"), ("--calib_size", "calib_size", 512, "calibration"),
-    ("--calib_max_seq_length", "calib_max_seq_length", 512, "calibration"),
-    ("--tokenizer_dir", "tokenizer_dir", None, "calibration"), ("--device", "device", "cpu", "calibration"),
-    ("--threads", "threads", None, "calibration"),
-    ("--tp_size", "tp_size", 1, "mapping"), ("--pp_size", "pp_size", 1, "mapping"),
-    ("--moe_ep_size", "moe_ep_size", -1, "mapping"), ("--moe_tp_size", "moe_tp_size", -1, "mapping"),
-    ("--use_parallel_embedding", "use_parallel_embedding", False, "layout"),
-    ("--embedding_sharding_dim", "embedding_sharding_dim", 0, "layout"),
-    ("--share_lm_head", "share_lm_head", False, "layout"),
-    ("--model_type", "model_type", None, "family"),
-    ("--allow_unsupported", "allow_unsupported", False, "override"),
-)
+#: convert's options (by field; their flags and defaults are declared.py's) a base quantized by NVIDIA's tools cannot
+#: honour: it keeps its own quantization, mapping and layout, and add-heads reads its family from its config.json and
+#: calibrates nothing
+ADD_HEADS_REFUSED = {
+    **dict.fromkeys(("qformat", "use_weight_only", "weight_only_precision", "kv_cache_dtype", "int8_kv_cache"),
+                    "quantization"),
+    **dict.fromkeys(("calib_dataset", "calib_size", "calib_max_seq_length", "tokenizer_dir", "device", "threads"),
+                    "calibration"),
+    **dict.fromkeys(("tp_size", "pp_size", "moe_ep_size", "moe_tp_size"), "mapping"),
+    **dict.fromkeys(("use_parallel_embedding", "embedding_sharding_dim", "share_lm_head"), "layout"),
+    "model_type": "family",
+    "allow_unsupported": "override",
+}
 ADD_HEADS_WHY = {
     "quantization": "the base keeps its own quantization (its tensors are copied as they are)",
     "calibration": "nothing is calibrated: the base keeps the scales its tool wrote",

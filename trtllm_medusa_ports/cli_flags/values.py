@@ -1,7 +1,7 @@
 """What the commands read from their flags beyond one value each (paths, the prompts, the MoE split, the device
 they compute on) and how a command's result is printed.
 
-May import: the standard library, errors, and lazily devices, quant and files.prompts; never cli or api.
+May import: the standard library, declared, errors, and lazily devices, quant and files.prompts; never cli or api.
 """
 
 from __future__ import annotations
@@ -10,12 +10,38 @@ import argparse
 import json
 from pathlib import Path
 
+from trtllm_medusa_ports import declared
 from trtllm_medusa_ports.errors import PortError
 
 
 def print_result(args: argparse.Namespace, result) -> None:
     """The command's result: ``to_dict()`` as JSON with --json, else its text."""
     print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.render())
+
+
+def options_from(owner: str, parsed: argparse.Namespace, /, **given) -> dict:
+    """The keyword arguments of the API's ``owner`` options class from the parsed flags: each field declared with a
+    flag (declared.py), read from the flag's dest (a path as a Path, an empty one as None), then ``given``: the
+    fields the command computes from several flags (the prompts, convert's dtype and MoE split, ...)."""
+    out = {}
+    for o in declared.owned(owner):
+        spellings = o.spellings
+        if not spellings or o.name in given:
+            continue
+        dest = o.dest or spellings[0].lstrip("-").replace("-", "_")
+        if not hasattr(parsed, dest):
+            continue
+        v = getattr(parsed, dest)
+        out[o.name] = (Path(v) if v else None) if o.spec.kind == "path" else v
+    return {**out, **given}
+
+
+def changed_flags(command: str, names, parsed: argparse.Namespace) -> list[str]:
+    """The flags among ``names`` (fields of ``command``'s declared options) given a value other than their default,
+    by their first spelling."""
+    by = {o.name: o for o in declared.COMMANDS[command][2]}
+    return [by[n].spellings[0] for n in names
+            if getattr(parsed, by[n].dest or by[n].spellings[0].lstrip("-").replace("-", "_")) != by[n].flag_default]
 
 
 def prompt_inputs(args: argparse.Namespace):
@@ -26,11 +52,6 @@ def prompt_inputs(args: argparse.Namespace):
                         prompts_file=Path(args.prompts_file) if args.prompts_file else None,
                         prompt_ids=parse_prompt_ids(args.prompt_ids) if args.prompt_ids else None,
                         data=Path(args.data) if args.data else None)
-
-
-def as_path(v) -> Path | None:
-    """A flag's path, or None where the flag was not given (or empty)."""
-    return Path(v) if v else None
 
 
 def moe_ep_size(args: argparse.Namespace) -> int | None:
