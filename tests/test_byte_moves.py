@@ -498,17 +498,25 @@ def test_torch_is_imported_for_casts_only_where_its_speed_pays_for_the_import():
         rows = int(gb * 1e9) // 8192
         return MovePlan(kind, [Source(Path("x"), 0, (rows, 4096), src)], dtype=dst)
 
-    assert not torch_casts_pay([plan(MoveKind.BYTE_COPY, "float16", "float16", 1000)])
-    assert not torch_casts_pay([plan(MoveKind.STRIDED, "float16", "float16", 1000)])
+    for loaded in (False, True):
+        assert not torch_casts_pay([plan(MoveKind.BYTE_COPY, "float16", "float16", 1000)], torch_loaded=loaded)
+        assert not torch_casts_pay([plan(MoveKind.STRIDED, "float16", "float16", 1000)], torch_loaded=loaded)
     for (src, dst), (numpy_rate, torch_rate) in CAST_RATES.items():
-        assert not torch_casts_pay([plan(MoveKind.CONVERT, src, dst, 0.001)]), (src, dst)  # too small to pay
+        small, large = plan(MoveKind.CONVERT, src, dst, 0.001), plan(MoveKind.CONVERT, src, dst, 1000)
+        assert not torch_casts_pay([small], torch_loaded=False), (src, dst)  # too small to pay for the import
         # where numpy casts as fast, never; where torch is faster, once enough is cast
-        assert torch_casts_pay([plan(MoveKind.CONVERT, src, dst, 1000)]) == (torch_rate > numpy_rate), (src, dst)
+        assert torch_casts_pay([large], torch_loaded=False) == (torch_rate > numpy_rate), (src, dst)
+        # torch already loaded (issue 65, 8): nothing to pay for, so torch's faster cast whatever the size
+        assert torch_casts_pay([small], torch_loaded=True) == (torch_rate > numpy_rate), (src, dst)
     fast_torch = max(CAST_RATES, key=lambda k: CAST_RATES[k][1] / CAST_RATES[k][0])
     sizes = [0.01 * 2**i for i in range(20)]
-    first = {lanes: next(gb for gb in sizes if torch_casts_pay([plan(MoveKind.CONVERT, *fast_torch, gb)], lanes))
+    first = {lanes: next(gb for gb in sizes if torch_casts_pay([plan(MoveKind.CONVERT, *fast_torch, gb)], lanes,
+                                                               torch_loaded=False))
              for lanes in (1, 2)}
     assert first[2] > first[1]  # two lanes cast side by side: torch has half the time to save
+    import sys
+
+    assert "torch" in sys.modules and torch_casts_pay([plan(MoveKind.CONVERT, *fast_torch, 0.001)])  # the default
 
 
 @pytest.mark.parametrize("block", [1 << 14, 1 << 16])

@@ -33,6 +33,7 @@ import enum
 import errno
 import mmap
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,11 +67,13 @@ CAST_RATES = {
 TORCH_IMPORT_S = 0.87
 
 
-def torch_casts_pay(plans: Sequence[MovePlan], lanes: int = 1) -> bool:
-    """Whether a conversion should import torch for its casts: the time torch's faster casts save,
-    spread over the ``lanes`` that cast side by side, is more than the import costs. A conversion
-    that only moves bytes, or casts little, stays without torch; so does bfloat16 -> float16 up to
-    about 21 GB of casts on two lanes (numpy's route there is 0.7x torch's speed, not 0.1x)."""
+def torch_casts_pay(plans: Sequence[MovePlan], lanes: int = 1, torch_loaded: bool | None = None) -> bool:
+    """Whether a conversion should cast with torch: the time torch's faster casts save, spread over the ``lanes``
+    that cast side by side, is more than importing torch costs. A conversion that only moves bytes, or casts little,
+    stays without torch; so does bfloat16 -> float16 up to about 21 GB of casts on two lanes (numpy's route there
+    is 0.7x torch's speed, not 0.1x). Where torch is already loaded (``torch_loaded``; default: whether this process
+    has imported it - a pipeline that checked or calibrated first) the import costs nothing, and any cast torch does
+    faster takes torch's (1.4x to 17x numpy's per pair: benchmarks/results/casts.json)."""
     saved = 0.0
     for plan in plans:
         if plan.kind is not MoveKind.CONVERT:
@@ -79,7 +82,8 @@ def torch_casts_pay(plans: Sequence[MovePlan], lanes: int = 1) -> bool:
             rates = CAST_RATES.get((s.dtype, plan.dtype))
             if rates is not None:
                 saved += s.nbytes / 1e9 * (1 / rates[0] - 1 / rates[1])
-    return saved / max(1, lanes) > TORCH_IMPORT_S
+    loaded = "torch" in sys.modules if torch_loaded is None else torch_loaded
+    return saved > 0 and saved / max(1, lanes) > (0.0 if loaded else TORCH_IMPORT_S)
 
 
 #: bytes of a source mapped at a time for the NaN/Inf check of a byte copy. Checking through a
