@@ -25,7 +25,7 @@ from trtllm_medusa_ports.archs import adapter_for, registry
 from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.cli import main
-from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig, assign
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 
 ALIBI = {a for a, cls in registry().items() if cls.position_embedding is PositionEmbedding.ALIBI}
@@ -262,8 +262,8 @@ def _set(cfg, **kw):
     for k, v in kw.items():
         if k in ("rope_theta", "partial_rotary_factor") and isinstance(params, dict):
             params[k] = v
-        else:
-            cfg[k] = v
+        else:  # a dotted key is a path into a nested object (files/hf_model.py)
+            assign(cfg, k, v)
     return cfg
 
 

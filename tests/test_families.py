@@ -22,7 +22,7 @@ from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.compat import check
 from trtllm_medusa_ports.errors import ConversionError, ModelError
-from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.hf_model import HFConfig, assign
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS
 from trtllm_medusa_ports.reference import ReferenceModel
 from trtllm_medusa_ports.tree import MedusaTree
@@ -110,7 +110,9 @@ def test_every_family_declares_its_own_hf_defaults_and_they_are_transformers():
         assert {"tie_word_embeddings", cls.norm_epsilon_key} <= set(defaults), cls.__name__
         hf = transformers.AutoConfig.for_model(tiny["model_type"])
         for key, value in defaults.items():
-            theirs = getattr(hf, key, None)
+            theirs = hf
+            for part in key.split("."):  # a path into a nested config (DBRX's attn_config.rope_theta)
+                theirs = theirs.get(part) if isinstance(theirs, dict) else getattr(theirs, part, None)
             if theirs is not None:
                 assert theirs == value, f"{cls.__name__}: hf_defaults[{key!r}] = {value!r}, transformers has {theirs!r}"
                 checked += 1
@@ -419,9 +421,9 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
     shared = tiny_base(store, arch)
     shutil.copytree(shared, base)
     cfg = json.loads((base / "config.json").read_text())
-    for k, v in ROUND_TRIP[arch].items():
-        (cfg["rope_parameters"] if k in ("rope_theta", "partial_rotary_factor") and "rope_parameters" in cfg
-         else cfg)[k] = v
+    for k, v in ROUND_TRIP[arch].items():  # a dotted key is a path into a nested object (files/hf_model.py)
+        assign(cfg["rope_parameters"] if k in ("rope_theta", "partial_rotary_factor") and "rope_parameters" in cfg
+               else cfg, k, v)
     (base / "config.json").write_text(json.dumps(cfg))
     # the shared base's heads: the keys changed leave the hidden size and the vocabulary as they are
     ckpt = convert_to(tmp_path / "c", base, heads_once(shared), allow_unsupported=arch in CASES["unsupported"])
@@ -612,3 +614,32 @@ def test_a_soft_capped_base_loads_with_transformers_eager_attention(store):
     assert transformers_load_kwargs(gemma2)["attn_implementation"] == "eager"
     assert "attn_implementation" not in transformers_load_kwargs(llama)
     assert load_hf_model(gemma2, torch.float32).config._attn_implementation == "eager"
+
+
+def test_config_fields_are_read_through_paths_into_nested_objects(tmp_path):
+    """Issue 66, 1: DBRX and MPT keep attention and MLP settings in objects of their own; a dotted name is a path
+    into them (files/hf_model.py ``lookup`` / ``assign``), for reads, required fields and the family's defaults."""
+    from trtllm_medusa_ports.errors import ModelError
+    from trtllm_medusa_ports.files.hf_model import HFConfig, lookup
+
+    cfg = {"architectures": ["MptForCausalLM"], "attn_config": {"clip_qkv": 0.5, "inner": {"x": 3}}, "d_model": 8}
+    assign(cfg, "ffn_config.moe_top_k", 2)
+    assign(cfg, "attn_config.inner.y", 4)
+    assert cfg["ffn_config"] == {"moe_top_k": 2} and cfg["attn_config"]["inner"] == {"x": 3, "y": 4}
+    assert lookup(cfg, "attn_config.inner.x") == 3 and lookup(cfg, "attn_config.missing", "d") == "d"
+    assert lookup(cfg, "d_model.x", "d") == "d"  # a path through a number ends there
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    hf = HFConfig.read(tmp_path)
+    assert hf.get("attn_config.clip_qkv") == 0.5 and hf.require("ffn_config.moe_top_k") == 2
+    with pytest.raises(ModelError) as err:
+        hf.require("ffn_config.moe_num_experts")
+    assert "'ffn_config.moe_num_experts' is missing" in err.value.what
+    # the family's nested default where config.json leaves the field out (MptAttentionConfig's alibi_bias_max)
+    mpt = adapter_for("MptForCausalLM")
+    assert mpt.hf_value(hf, "attn_config.alibi_bias_max") == 8 and mpt.hf_value(hf, "attn_config.clip_qkv") == 0.5
+    assert mpt.alibi_reason(hf) and mpt.intermediate_size(hf) == 32  # MptConfig's expansion_ratio 4
+    full = dict(cfg, n_layers=1, n_heads=2, vocab_size=16, attn_config={"clip_qkv": 0.5, "alibi": False})
+    (tmp_path / "config.json").write_text(json.dumps(full))
+    written = mpt.trtllm_config(HFConfig.read(tmp_path))
+    assert (written["clip_qkv"], written["alibi_bias_max"], written["position_embedding_type"]) == (
+        0.5, 8, "learned_absolute")

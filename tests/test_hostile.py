@@ -839,12 +839,13 @@ def test_a_switch_of_another_json_type_is_refused_not_read_as_its_truth_value(tm
 
     from conftest import tiny_base
 
+    from trtllm_medusa_ports.files.hf_model import assign
     from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
 
     base = tmp_path / "base"
     shutil.copytree(tiny_base(store, arch), base)
     cfg = json.loads((base / "config.json").read_text())
-    cfg[field] = value
+    assign(cfg, field, value)
     (base / "config.json").write_text(json.dumps(cfg))
     c = tiny_config(arch)
     heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2), tmp_path / "heads")
@@ -920,6 +921,10 @@ def test_convert_without_dtype_keeps_the_base_dtype_where_float16_overflows(tmp_
     ("NemotronForCausalLM", "norm_eps", {}, "expected a finite number"),
     ("MptForCausalLM", "expansion_ratio", "4", "expected a finite number"),
     ("MptForCausalLM", "attn_config", "x", "field attn_config is \"x\"; expected a JSON object (or null)"),
+    # fields inside nested objects, named by their path (issue 66: HFConfig reads paths)
+    ("MptForCausalLM", "attn_config.alibi", "yes", "field attn_config.alibi is \"yes\"; expected true or false"),
+    ("MptForCausalLM", "attn_config.alibi_bias_max", "8", "field attn_config.alibi_bias_max is '8'; expected a number"),
+    ("MptForCausalLM", "attn_config.kv_n_heads", 0, "field attn_config.kv_n_heads is 0; expected a positive integer"),
     ("Gemma3ForCausalLM", "layer_types", True, "expected a list of strings (or null)"),
     ("Qwen2MoeForCausalLM", "mlp_only_layers", 1.5, "expected a list of layer indices (or null)"),
     ("Qwen2MoeForCausalLM", "decoder_sparse_step", "1", "expected a positive integer"),
@@ -933,12 +938,13 @@ def test_a_family_field_of_another_json_type_is_named_not_a_traceback(tmp_path, 
 
     from conftest import tiny_base
 
+    from trtllm_medusa_ports.files.hf_model import assign
     from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
 
     base = tmp_path / "base"
     shutil.copytree(tiny_base(store, arch), base)
     cfg = json.loads((base / "config.json").read_text())
-    cfg[field] = value
+    assign(cfg, field, value)
     (base / "config.json").write_text(json.dumps(cfg))
     c = tiny_config(arch)
     heads = save_heads(random_heads(c.hidden_size, c.vocab_size, num_heads=2), tmp_path / "heads")

@@ -36,7 +36,9 @@ class MPTAdapter(ArchAdapter):
     hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
     engine_limits_summary: ClassVar[str] = '`expansion_ratio != 4`, `attn_config.alibi: false`, `layer_norm_epsilon != 1e-5` for ln_f (`models/mpt/model.py`: a 4 x hidden MLP and ALiBi hard-coded, ln_f without `eps`)'
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu',
-                                   'max_seq_len': 2048}  # MptConfig's default
+                                   'max_seq_len': 2048, 'expansion_ratio': 4,
+                                   # MptAttentionConfig's, read through their paths (files/hf_model.py lookup)
+                                   'attn_config.alibi': True, 'attn_config.alibi_bias_max': 8}  # MptConfig's
     max_positions_key = "max_seq_len"
     norm_epsilon_key = 'layer_norm_epsilon'
     expected_check_errors: ClassVar[frozenset[str]] = frozenset({"alibi-position-embedding"})
@@ -65,20 +67,21 @@ class MPTAdapter(ArchAdapter):
         Role.FINAL_NORM: "transformer.norm_f",
     }
 
-    def attn_config(self, hf: HFConfig) -> dict:
-        return hf.get("attn_config") or {}
+    def alibi(self, hf: HFConfig) -> bool:
+        return bool(self.hf_value(hf, "attn_config.alibi"))
 
     def num_kv_heads(self, hf: HFConfig) -> int:
-        return int(self.attn_config(hf).get("kv_n_heads") or self.num_attention_heads(hf))
+        # upstream's converter reads kv_n_heads (GQA MPT checkpoints); transformers' MptAttentionConfig has none
+        return int(hf.get("attn_config.kv_n_heads") or self.num_attention_heads(hf))
 
     def intermediate_size(self, hf: HFConfig) -> int:
-        return int(hf.get("expansion_ratio", 4) * self.hidden_size(hf))
+        return int(self.hf_value(hf, "expansion_ratio") * self.hidden_size(hf))
 
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return True
 
     def alibi_reason(self, hf: HFConfig) -> str | None:
-        return "MPT with attn_config.alibi = true" if self.attn_config(hf).get("alibi", True) else None
+        return "MPT with attn_config.alibi = true" if self.alibi(hf) else None
 
     def exact_gelu(self, hf: HFConfig) -> bool:
         return True  # MptMLP is nn.GELU(approximate="none"); the config names no activation
@@ -87,11 +90,11 @@ class MPTAdapter(ArchAdapter):
         # tensorrt_llm/models/mpt/model.py: MLP of 4 x hidden (expansion_ratio is never read), ALiBi
         # in every layer whatever the config says, ln_f with the default epsilon
         out = self.default_epsilon_limit(hf, "layer_norm_epsilon", "ln_f")
-        ratio = hf.get("expansion_ratio", 4)
+        ratio = self.hf_value(hf, "expansion_ratio")
         if ratio != 4:
             out.append((f"expansion_ratio {ratio}: TensorRT-LLM's MPTForCausalLM always builds a 4 x hidden MLP",
                         "this base cannot be built by TensorRT-LLM's MPT class"))
-        if not self.attn_config(hf).get("alibi", True):
+        if not self.alibi(hf):
             out.append(("attn_config.alibi is false, but TensorRT-LLM's MPTForCausalLM always applies ALiBi "
                         "(and has no learned position embedding)",
                         "this base cannot be built by TensorRT-LLM's MPT class"))
@@ -99,15 +102,14 @@ class MPTAdapter(ArchAdapter):
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
-        attn = self.attn_config(hf)
         cfg.update(
             {
                 "hidden_act": "gelu",
                 "bias": False,
-                "clip_qkv": attn.get("clip_qkv"),
-                "alibi_bias_max": attn.get("alibi_bias_max", 8),
+                "clip_qkv": hf.get("attn_config.clip_qkv"),  # None: no clipping (MptAttentionConfig's default)
+                "alibi_bias_max": self.hf_value(hf, "attn_config.alibi_bias_max"),
                 "max_position_embeddings": self.max_positions(hf),
-                "position_embedding_type": "alibi" if attn.get("alibi", True) else "learned_absolute",
+                "position_embedding_type": "alibi" if self.alibi(hf) else "learned_absolute",
             }
         )
         return cfg

@@ -48,11 +48,36 @@ def transformers_load_kwargs(model_dir: str | Path) -> dict:
     return out
 
 
-#: config.json fields that must be positive integers when present (the name is the fix's subject)
+def lookup(data: dict, name: str, default: Any = None) -> Any:
+    """``data[name]``, where ``name`` may be a path into nested objects (``"attn_config.rope_theta"``: DBRX and MPT
+    keep their attention and MLP settings in objects of their own); ``default`` where any step is missing or not
+    an object."""
+    node: Any = data
+    for part in name.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def assign(data: dict, name: str, value: Any) -> None:
+    """``data[name] = value``, where ``name`` may be a path into nested objects (made where missing): the writer
+    of :func:`lookup`'s paths, for configs built from a family's declared keys (tests, fixtures)."""
+    *parents, last = name.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+#: config.json fields that must be positive integers when present (the name is the fix's subject); a dotted name is
+#: a path into a nested object (:func:`lookup`)
 _POSITIVE_INTS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size",
                   "intermediate_size", "vocab_size", "head_dim", "max_position_embeddings", "n_layer", "n_head",
                   "n_embd", "d_model", "n_layers", "n_heads", "num_kv_heads", "ffn_hidden_size", "n_inner",
-                  "n_positions", "n_ctx", "rotary_dim", "kv_channels", "decoder_sparse_step")  # the experts' sizes: archs/experts.py
+                  "n_positions", "n_ctx", "rotary_dim", "kv_channels", "decoder_sparse_step",
+                  "attn_config.kv_n_heads", "ffn_config.ffn_hidden_size", "ffn_config.moe_num_experts",
+                  "ffn_config.moe_top_k")  # the experts' sizes: archs/experts.py
 #: scalars a family's adapter multiplies or divides by (Cohere, Granite, Nemotron, MPT): a number, never null, when
 #: present (but ``logit_scale``: MPT's null means none; Cohere's adapter refuses a null); the divisors also above 0
 _FACTORS = ("logit_scale", "logits_scaling", "residual_multiplier", "embedding_multiplier", "attention_multiplier",
@@ -61,38 +86,39 @@ _DIVISORS = ("logits_scaling",)
 #: a list of strings (Gemma 3's per-layer attention kinds) or of layer indices (Qwen MoE's dense layers), or a JSON
 #: object (MPT's attention settings), or null
 _LISTS = {"layer_types": (str, "strings"), "mlp_only_layers": (int, "layer indices")}
-_OBJECTS = ("attn_config",)
+_OBJECTS = ("attn_config", "ffn_config")
 #: config.json sizes that may be 0 (or null) but nothing else when present
 _NON_NEGATIVE_INTS = ("sliding_window", "max_window_layers", "first_k_dense_replace")
 _NUMBERS = ("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon",
-            "partial_rotary_factor", "rotary_pct", "rotary_emb_base", "query_pre_attn_scalar")
+            "partial_rotary_factor", "rotary_pct", "rotary_emb_base", "query_pre_attn_scalar",
+            "attn_config.rope_theta", "attn_config.clip_qkv", "attn_config.alibi_bias_max")
 #: config.json fields the adapters read as switches: JSON true or false when present, as transformers' config classes
 #: type them (a "false" string, a 1 or a null would otherwise be read as its truth value, silently)
 _BOOLEANS = ("norm_topk_prob", "multi_query", "tie_word_embeddings", "attention_bias", "mlp_bias", "bias", "use_bias",
              "new_decoder_architecture", "parallel_attn", "alibi", "use_parallel_residual", "use_qk_norm",
-             "use_sliding_window", "scale_attn_weights", "scale_attn_by_inverse_layer_idx")
+             "use_sliding_window", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "attn_config.alibi")
 
 
 def _validate_fields(data: dict, path: Path) -> None:
     """Type-check the fields every adapter reads, naming the field (a string layer count, a zero
     KV head count taken for multi-head attention, ...)."""
     for key in _POSITIVE_INTS:
-        v = data.get(key)
+        v = lookup(data, key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
             raise ModelError(f"field {key} is {v!r}; expected a positive integer", where=str(path),
                              fix=f"correct {key} in config.json (the original model's value)")
     for key in _NON_NEGATIVE_INTS:
-        v = data.get(key)
+        v = lookup(data, key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ModelError(f"field {key} is {v!r}; expected a non-negative integer (or null)", where=str(path),
                              fix=f"correct {key} in config.json (the original model's value)")
     for key in _NUMBERS:
-        v = data.get(key)
+        v = lookup(data, key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v != v):
             raise ModelError(f"field {key} is {v!r}; expected a number", where=str(path),
                              fix=f"correct {key} in config.json")
     for key in _FACTORS:
-        v = data.get(key, 1)
+        v = lookup(data, key, 1)
         if v is None and key == "logit_scale":
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or abs(v) == float("inf") or (
@@ -102,19 +128,20 @@ def _validate_fields(data: dict, path: Path) -> None:
                              fix=f"correct {key} in config.json (the original model's value), or remove it for the "
                                  "family's default")
     for key, (kind, named) in _LISTS.items():
-        v = data.get(key)
+        v = lookup(data, key)
         if v is not None and not (isinstance(v, list) and all(isinstance(x, kind) and not isinstance(x, bool)
                                                               for x in v)):
             raise ModelError(f"field {key} is {json.dumps(v)}; expected a list of {named} (or null)", where=str(path),
                              fix=f"correct {key} in config.json (the original model's value)")
-    for key in _OBJECTS:
-        v = data.get(key)
+    for key in _OBJECTS:  # before the fields inside them
+        v = lookup(data, key)
         if v is not None and not isinstance(v, dict):
             raise ModelError(f"field {key} is {json.dumps(v)}; expected a JSON object (or null)", where=str(path),
                              fix=f"correct {key} in config.json (the original model's value)")
     for key in _BOOLEANS:
-        if key in data and not isinstance(data[key], bool):
-            raise ModelError(f"field {key} is {json.dumps(data[key])}; expected true or false", where=str(path),
+        v = lookup(data, key, _MISSING)
+        if v is not _MISSING and not isinstance(v, bool):
+            raise ModelError(f"field {key} is {json.dumps(v)}; expected true or false", where=str(path),
                              fix=f"write {key} as a JSON boolean (true or false), as transformers saves it")
     arch = data.get("architectures")
     if arch is not None and not (isinstance(arch, list) and arch and all(isinstance(a, str) for a in arch)):
@@ -157,11 +184,12 @@ class HFConfig:
 
     # -- access --------------------------------------------------------------------------
     def get(self, name: str, default: Any = None) -> Any:
-        return self.data.get(name, default)
+        """A field, or ``default``; ``name`` may be a path into nested objects (``"attn_config.rope_theta"``)."""
+        return lookup(self.data, name, default)
 
     def require(self, name: str, kind: type | tuple = int, *alternatives: str) -> Any:
         for n in (name,) + alternatives:
-            v = self.data.get(n, _MISSING)
+            v = lookup(self.data, n, _MISSING)
             if v is not _MISSING and v is not None:
                 if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
                     break
@@ -171,7 +199,7 @@ class HFConfig:
         names = " or ".join(repr(n) for n in (name,) + alternatives)
         raise ModelError(
             f"field {names} is missing or not {getattr(kind, '__name__', kind)} "
-            f"(found {self.data.get(name)!r})",
+            f"(found {self.get(name)!r})",
             where=str(self.path),
             fix="use the config.json that came with the weights",
         )
