@@ -107,7 +107,7 @@ def test_every_family_declares_its_own_hf_defaults_and_they_are_transformers():
             continue
         defaults = own(cls, "hf_defaults")
         assert defaults, f"{cls.__name__} declares no hf_defaults of its own"
-        assert {"tie_word_embeddings", cls.norm_epsilon_key} <= set(defaults), cls.__name__
+        assert {"tie_word_embeddings", cls.norm_epsilon_key or "tie_word_embeddings"} <= set(defaults), cls.__name__
         hf = transformers.AutoConfig.for_model(tiny["model_type"])
         for key, value in defaults.items():
             theirs = hf
@@ -643,3 +643,24 @@ def test_config_fields_are_read_through_paths_into_nested_objects(tmp_path):
     written = mpt.trtllm_config(HFConfig.read(tmp_path))
     assert (written["clip_qkv"], written["alibi_bias_max"], written["position_embedding_type"]) == (
         0.5, 8, "learned_absolute")
+
+
+def test_a_norm_epsilon_without_a_config_key_is_the_modules_own(tmp_path):
+    """Issue 66, 1: a family whose config has no epsilon key (DBRX: bias-free nn.LayerNorm, 1e-5) declares the one
+    its norms are built with; a config value under another family's key is not read for it, and a class that
+    declares neither fails when it is defined."""
+    from trtllm_medusa_ports.archs.llama import LlamaAdapter
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    class NoKey(LlamaAdapter):  # not registered
+        norm_epsilon_key = None
+        fixed_norm_epsilon = 1e-5
+
+    cfg = dict(adapter_for("LlamaForCausalLM").tiny_config, architectures=["LlamaForCausalLM"], rms_norm_eps=3e-6)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    hf = HFConfig.read(tmp_path)
+    assert NoKey().trtllm_config(hf)["norm_epsilon"] == 1e-5 and NoKey().norm_epsilon(hf) == 1e-5
+    assert adapter_for("LlamaForCausalLM").trtllm_config(hf)["norm_epsilon"] == 3e-6
+    with pytest.raises(TypeError, match="declare fixed_norm_epsilon"):
+        class Neither(LlamaAdapter):
+            norm_epsilon_key = None

@@ -105,8 +105,10 @@ class ArchAdapter:
     #: means True for Cohere and False for Llama. Each family class declares its own (a test compares them
     #: with transformers' config class); a key read without a declared default fails loudly
     hf_defaults: ClassVar[dict] = {}
-    #: the config.json key of the norms' epsilon
-    norm_epsilon_key: ClassVar[str] = "rms_norm_eps"
+    #: the config.json key of the norms' epsilon; None where the config has none and the norms are built with their
+    #: module's own default (``fixed_norm_epsilon``: DBRX's bias-free ``nn.LayerNorm`` keeps 1e-5)
+    norm_epsilon_key: ClassVar[str | None] = "rms_norm_eps"
+    fixed_norm_epsilon: ClassVar[float | None] = None
     #: the config.json keys of the context length (GPT-2: ``n_positions``) and of the activation (GPT-2 and
     #: GPTBigCode: ``activation_function``); a family default comes from ``hf_defaults``, never a silent guess
     max_positions_key: ClassVar[str] = "max_position_embeddings"
@@ -130,6 +132,9 @@ class ArchAdapter:
                             f"{getattr(parent, 'trtllm_base_class', '')}): declare the engine_keys that class reads")
         if "weights" in cls.__dict__:
             raise TypeError(f"{cls.__name__} defines weights: declare names (and layer_prefix) instead")
+        if cls.norm_epsilon_key is None and cls.fixed_norm_epsilon is None:
+            raise TypeError(f"{cls.__name__} reads no norm epsilon key: declare fixed_norm_epsilon, the epsilon its "
+                            "norms are built with (the module's default, e.g. nn.LayerNorm's 1e-5)")
         merged: dict = dict(LLAMA_NAMES)
         for klass in reversed(cls.__mro__):
             merged.update(klass.__dict__.get("names", {}))
@@ -160,6 +165,13 @@ class ArchAdapter:
             raise AssertionError(f"{type(self).__name__} reads {key!r} with no default of its own: add it to its "
                                  "hf_defaults (the Hugging Face config class's default)")
         return self.hf_defaults[key]
+
+    def norm_epsilon(self, hf: HFConfig) -> float:
+        """The norms' epsilon: config.json's ``norm_epsilon_key`` (or the family's default for it), or, for a config
+        with no such key, the epsilon the family's norm modules are built with (``fixed_norm_epsilon``)."""
+        if self.norm_epsilon_key is None:
+            return float(self.fixed_norm_epsilon)
+        return float(self.hf_value(hf, self.norm_epsilon_key))
 
     def rotary_fraction(self, hf: HFConfig) -> float:
         """The share of each head RoPE rotates, with the family's default where config.json leaves it out
@@ -211,7 +223,7 @@ class ArchAdapter:
             "vocab_size": hf.require("vocab_size"),
             "max_position_embeddings": self.max_positions(hf),
             "hidden_act": self.activation(hf),
-            "norm_epsilon": float(self.hf_value(hf, self.norm_epsilon_key)),
+            "norm_epsilon": self.norm_epsilon(hf),
             "position_embedding_type": self.position_embedding.value,
             **({"rotary_base": hf.rope_theta, "rotary_scaling": hf.rope_scaling} if self.position_embedding.is_rope else {}),
             "model_type": self.family,
