@@ -861,3 +861,29 @@ def test_weight_only_experts_load_into_the_quantized_moe_layer(trtllm, store, tm
         (ckpt / "config.json").write_text(json.dumps(cfg))
         assert _build(ckpt, tmp_path / "e3") == 1
         assert "shared_expert_gate" in capsys.readouterr().err
+
+
+def test_the_standin_moe_config_writes_itself_as_upstreams_configs_do(trtllm):
+    """Issue 66: upstream's MoeConfig has to_dict (asdict) and its nested normalization-mode enum, which DBRX's config
+    calls; every config with experts writes ``moe`` as a dict (tensorrt_llm/layers/moe.py,
+    tensorrt_llm/models/{llama,qwen,dbrx}/config.py)."""
+    from tensorrt_llm.layers import MoeConfig
+    from tensorrt_llm.models import MODEL_MAP
+
+    mode = MoeConfig.ExpertScaleNormalizationMode
+    assert (int(mode.NONE), int(mode.RENORMALIZE), int(mode.DEVICE_LIMITED_RENORM)) == (0, 1, 4)
+    assert MoeConfig().normalization_mode == mode.RENORMALIZE
+    d = MoeConfig(num_experts=4, top_k=2).to_dict()
+    assert d["num_experts"] == 4 and len(d) == 9 and MoeConfig.from_dict(d) == MoeConfig(num_experts=4, top_k=2)
+    base = dict(dtype="float16", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=256)
+    dbrx = MODEL_MAP["DbrxForCausalLM"].config_class
+    legacy = dbrx(architecture="DbrxForCausalLM", moe_num_experts=4, moe_top_k=2, **base)  # the legacy keys
+    assert legacy.moe == MoeConfig(num_experts=4, top_k=2) and legacy.rotary_base == 500000.0
+    written = legacy.to_dict()
+    assert written["moe"] == d and written["clip_qkv"] is None and written["bias"] is False
+    assert dbrx(architecture="DbrxForCausalLM", moe=d, **base).moe == legacy.moe
+    with pytest.raises(ValueError, match="Both or neither"):
+        dbrx(architecture="DbrxForCausalLM", moe={"num_experts": 4}, **base)
+    for arch in ("MixtralForCausalLM", "Qwen2MoeForCausalLM"):
+        cfg = MODEL_MAP[arch].config_class(architecture=arch, moe=d, **base)
+        assert cfg.to_dict()["moe"] == d, arch

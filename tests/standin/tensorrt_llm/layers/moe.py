@@ -1,7 +1,8 @@
 """tensorrt_llm/layers/moe.py ``MoeConfig`` and ``MixtureOfExperts`` (``MOE``), unquantized.
 
-``MoeConfig`` is a dataclass of nine fields (``from_dict`` is ``cls(**d)``: another key is a TypeError);
-``has_moe()`` is ``num_experts > 1``. ``MOE`` declares ``router`` = ``RowLinear(hidden, experts,
+``MoeConfig`` is a dataclass of nine fields (``from_dict`` is ``cls(**d)``: another key is a TypeError; ``to_dict``
+is ``asdict``) with the ``ExpertScaleNormalizationMode`` IntEnum nested in it (NONE 0, RENORMALIZE 1, SPARSE_MIXER
+2, DEVICE_LIMITED 3, DEVICE_LIMITED_RENORM 4); ``has_moe()`` is ``num_experts > 1``. ``MOE`` declares ``router`` = ``RowLinear(hidden, experts,
 bias=False, dtype="float32", tp_size=1)`` (float32, never split), ``fc.weight`` ``[experts / ep,
 2 * inter / tp, hidden]`` for a gated activation (first half linear, second half activated) and
 ``proj.weight`` ``[experts / ep, hidden, inter / tp]``; biases only with ``bias=True``. Expert
@@ -10,6 +11,7 @@ symbolic tensor (routing is the reference executor's to compute).
 """
 
 import dataclasses
+import enum
 import inspect
 
 from .. import CALLS
@@ -21,10 +23,17 @@ from ..parameter import Parameter
 
 @dataclasses.dataclass
 class MoeConfig:
+    class ExpertScaleNormalizationMode(enum.IntEnum):
+        NONE = 0
+        RENORMALIZE = 1
+        SPARSE_MIXER = 2
+        DEVICE_LIMITED = 3
+        DEVICE_LIMITED_RENORM = 4
+
     num_experts: int = 0
     shared_expert_intermediate_size: int = 0
     top_k: int = 0
-    normalization_mode: int = 1
+    normalization_mode: int = ExpertScaleNormalizationMode.RENORMALIZE
     sparse_mixer_epsilon: float = 0.01
     tp_mode: int = 0
     device_limited_n_group: int = 0
@@ -34,6 +43,9 @@ class MoeConfig:
     @classmethod
     def from_dict(cls, d):
         return cls(**d)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
 
     def has_moe(self):
         return self.num_experts > 1

@@ -27,6 +27,12 @@ class LLaMAConfig(PretrainedConfig):
         self.residual_multiplier, self.output_multiplier_scale = residual_multiplier, output_multiplier_scale
         super().__init__(**kwargs)
 
+    def to_dict(self):
+        """Upstream's ``to_dict`` writes ``moe`` through ``MoeConfig.to_dict`` (a dict, never the object)."""
+        out = super().to_dict()
+        out["moe"] = self.moe.to_dict()
+        return out
+
 
 class LLaMADecoderLayer(Module):
     def __init__(self, config, layer_idx):

@@ -43,6 +43,12 @@ class QWenConfig(PretrainedConfig):
         self.mlp_only_layers, self.decoder_sparse_step = mlp_only_layers or [], decoder_sparse_step
         super().__init__(**kwargs)
 
+    def to_dict(self):
+        """Upstream's ``to_dict`` writes ``moe`` through ``MoeConfig.to_dict`` (a dict, never the object)."""
+        out = super().to_dict()
+        out["moe"] = self.moe.to_dict()
+        return out
+
 
 class QWenDecoderLayer(Module):
     def __init__(self, config, layer_idx):
