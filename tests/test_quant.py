@@ -948,3 +948,43 @@ def test_the_damage_verdict_is_the_same_at_32_and_256_new_tokens(tmp_path, store
     assert low == [not passes, not passes] and abs(forced[0] - forced[1]) < 0.05, (forced, first)
     if passes:  # what the old measure said of the same checkpoint
         assert first[0] > 0.5 > first[1], first
+
+
+@pytest.mark.parametrize("algo, moe_tp", [("W8A16", 1), ("W4A16", 2)])
+def test_weight_only_emulation_of_transposed_fused_experts_quantizes_each_experts_output_channels(algo, moe_tp):
+    """Issue 66, 1: a family storing its experts 2-D and its down-projection transposed (DBRX's ``w2``
+    ``[experts x inter, hidden]``, used as ``x @ w2``) declares the leaves (``expert_weight_leaves``); the emulation
+    quantizes each expert's ``[hidden, inter]`` as the engine's ``mlp.proj`` per output channel and per rank's
+    slice of its input, and ``w1`` / ``v1`` per row, under the family's own layer prefix."""
+    from types import SimpleNamespace
+
+    from trtllm_medusa_ports.quant import weight_only_dequantized
+    from trtllm_medusa_ports.quant.emulate import _weight_only_experts
+    from trtllm_medusa_ports.sharding import Mapping
+
+    experts, inter, hidden = 3, 8, 6
+    g = torch.Generator().manual_seed(0)
+    model = torch.nn.Module()
+    store = {leaf: torch.nn.Parameter(torch.randn(experts * inter, hidden, generator=g), requires_grad=False)
+             for leaf in ("w1", "v1", "w2")}
+    mlp = torch.nn.Module()
+    for leaf, p in store.items():
+        mlp.register_parameter(leaf, p)
+    model.transformer = torch.nn.Module()
+    model.transformer.blocks = torch.nn.ModuleList([torch.nn.Module()])
+    model.transformer.blocks[0].ffn = torch.nn.Module()
+    model.transformer.blocks[0].ffn.experts = torch.nn.Module()
+    model.transformer.blocks[0].ffn.experts.mlp = mlp
+    before = {k: v.detach().clone() for k, v in store.items()}
+    adapter = SimpleNamespace(hidden_size=lambda hf: hidden, num_experts=lambda hf: experts,
+                              layer_prefix="transformer.blocks.{i}.",
+                              expert_weight_leaves={"w1": ("fc", False), "v1": ("fc", False), "w2": ("proj", True)})
+    _weight_only_experts(model, adapter, None, SimpleNamespace(quant_algo=algo), None, Mapping(2, 1),
+                         {"mapping": {"moe_tp_size": moe_tp}}, 1, torch.float32, "base")
+    for leaf in ("w1", "v1"):  # rows are output channels: per row
+        assert torch.equal(store[leaf], weight_only_dequantized(before[leaf], algo)), leaf
+    want = before["w2"].view(experts, inter, hidden).transpose(1, 2)  # [experts, hidden (out), inter (in)]
+    want = torch.cat([weight_only_dequantized(c, algo) for c in want.chunk(moe_tp, dim=-1)], dim=-1)
+    assert torch.equal(store["w2"], want.transpose(1, 2).reshape(experts * inter, hidden))
+    # quantizing w2 per row (as if it were not transposed) gives other values: the declaration matters
+    assert not torch.equal(store["w2"], weight_only_dequantized(before["w2"], algo))

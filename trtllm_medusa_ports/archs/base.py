@@ -152,6 +152,10 @@ class ArchAdapter:
     #: regexes of transformers' parameter names the checkpoint stores in float32 whatever its dtype (a rule's
     #: ``dtype``): verify and calibration compute with them unrounded, as the engine does
     full_precision_parameters: ClassVar[tuple[str, ...]] = ()
+    #: MoE expert weights whose transformers names alone do not say their role (quant/emulate.py's weight-only
+    #: emulation knows transformers 5's ``gate_up_proj`` / ``down_proj``, Mixtral's, Qwen's and Granite's): leaf
+    #: name -> (``"fc"`` or ``"proj"``, stored transposed: ``[experts x in, out]``, multiplied as ``x @ w``)
+    expert_weight_leaves: ClassVar[dict[str, tuple[str, bool]]] = {}
     #: HF tensor names that are not weights (buffers some checkpoints carry)
     ignored_hf_tensors: ClassVar[tuple[str, ...]] = (r".*rotary_emb\.inv_freq", r"medusa_head\..*")
 

@@ -288,6 +288,23 @@ _EXPERT_PROJ = {"down_proj", "w2", "output_linear"}
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
+def _expert_leaves(adapter: ArchAdapter) -> dict[str, tuple[bool, bool]]:
+    """Each expert weight's leaf name -> (a down-projection, stored transposed): the common names above, then the
+    family's own (``ArchAdapter.expert_weight_leaves``: DBRX's 2-D ``w1`` / ``v1`` / ``w2``, its ``w2`` stored
+    ``[experts x inter, hidden]`` and multiplied as ``x @ w2``)."""
+    out = {leaf: (False, False) for leaf in _EXPERT_FC} | {leaf: (True, False) for leaf in _EXPERT_PROJ}
+    out.update({leaf: (role == "proj", transposed) for leaf, (role, transposed) in adapter.expert_weight_leaves.items()})
+    return out
+
+
+def _layer_index(adapter: ArchAdapter, name: str) -> int | None:
+    """The decoder layer a transformers parameter belongs to, by the family's ``layer_prefix`` (DBRX's
+    ``transformer.blocks.{i}.``), else by a ``layers.{i}.`` part; None outside the layers."""
+    prefix = re.escape(adapter.layer_prefix).replace(re.escape("{i}"), r"(\d+)")
+    m = re.search(r"(?:^|\.)" + prefix, name) or _LAYER.search(name)
+    return int(m.group(1)) if m else None
+
+
 def _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, where,
                          layers: set[int] | None = None) -> None:
     """The routed and shared experts' weights as the engine multiplies by them: weight_only_quantize_dict
@@ -297,30 +314,34 @@ def _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_laye
     shared one)."""
     hidden = adapter.hidden_size(hf)
     moe_tp = int((cfg.get("mapping") or {}).get("moe_tp_size") or mapping.tp_size)
+    leaves, experts = _expert_leaves(adapter), adapter.num_experts(hf)
     for name, p in model.named_parameters():
-        m = _LAYER.search(name)
+        index = _layer_index(adapter, name)
         parts = name.split(".")
         leaf = parts[-2] if parts[-1] == "weight" else parts[-1]
         shared = ".shared_expert." in name
-        if m is None or parts[-1] == "bias" or not (shared or ".experts" in name or leaf in ("input_linear",
-                                                                                              "output_linear")):
+        if index is None or parts[-1] == "bias" or not (shared or ".experts" in name or leaf in ("input_linear",
+                                                                                                 "output_linear")):
             continue
-        if layers is not None and int(m.group(1)) not in layers:
+        if layers is not None and index not in layers:
             continue
-        if leaf not in _EXPERT_FC | _EXPERT_PROJ:
+        if leaf not in leaves:
             raise ModelError(f"the expert weight {name} {tuple(p.shape)} is not one weight-only verify emulates",
                              where=where, fix="verify this base unquantized, or on a GPU")
-        proj = leaf in _EXPERT_PROJ
-        if (p.shape[-2] if proj else p.shape[-1]) != hidden:
+        proj, transposed = leaves[leaf]
+        # [..., out, in] as the engine holds it; a transposed 2-D store [experts x in, out] viewed per expert
+        w = p.data.view(experts, -1, p.shape[-1]).transpose(-1, -2) if transposed and not shared else p.data
+        if (w.shape[-2] if proj else w.shape[-1]) != hidden:
             raise ModelError(f"the expert weight {name} {tuple(p.shape)} is not [..., out, in] with the hidden size "
                              f"{hidden} {'out' if proj else 'in'}", where=where,
                              fix="verify this base unquantized, or on a GPU")
-        rank, local = _where(mapping, n_layers, int(m.group(1)))
+        rank, local = _where(mapping, n_layers, index)
         target = f"transformer.layers.{local}.mlp.{'shared_expert.' if shared else ''}{'proj' if proj else 'fc'}.weight"
         if not weight_only_quantized(target, exclude):
             continue
         pieces = (mapping.tp_size if shared else moe_tp) if proj else 1
-        p.copy_(_weight_only_by_slices(p.data, pieces, dtype, spec.quant_algo))
+        done = _weight_only_by_slices(w, pieces, dtype, spec.quant_algo)
+        p.copy_(done.transpose(-1, -2).reshape(p.shape) if transposed and not shared else done)
 
 
 def _weight_only_by_slices(w: torch.Tensor, pieces: int, dtype: torch.dtype, algo: str) -> torch.Tensor:
