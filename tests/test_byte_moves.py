@@ -587,3 +587,47 @@ def test_experts_move_as_bytes_under_expert_parallelism(tmp_path, store, arch, t
     res = _both(tmp_path, base, _heads(base, tmp_path / "h"), tp_size=tp, moe_ep_size=ep)
     experts = {n: how for n, how in res.moves.items() if ".mlp.fc." in n or ".mlp.proj." in n or "router" in n}
     assert experts and "tensor" not in experts.values(), experts
+
+
+@pytest.mark.parametrize("dtype, tile, chunk", [("float32", 1 << 30, 1 << 30), ("float16", 200, 100),
+                                                ("bfloat16", 64, 40)])
+def test_transposed_expert_blocks_are_written_transposed_through_bounded_tiles(tmp_path, monkeypatch, dtype, tile,
+                                                                               chunk):
+    """Issue 66, 1: a per-expert matrix stored transposed (DBRX's w2 ``[experts x inter, hidden]``) moves as bytes:
+    each expert block of rows is written ``[hidden, rows]`` in its place, through tiles of its columns (several
+    passes when a block exceeds TRANSPOSE_TILE_BYTES) and rows read in chunks, cast and checked as it goes;
+    pieces that are not whole blocks are left to the tensor path."""
+    import numpy as np
+    from safetensors.numpy import save_file as save_numpy
+
+    from trtllm_medusa_ports.files.byte_moves import ByteMover, MoveKind, MovePlan, Piece, Source, as_transposed
+
+    monkeypatch.setattr(byte_moves, "TRANSPOSE_TILE_BYTES", tile)
+    monkeypatch.setattr(byte_moves, "CHUNK_BYTES", chunk)
+    experts, inter, hidden = 3, 10, 7
+    w = np.random.default_rng(0).standard_normal((experts * inter, hidden)).astype(np.float32)
+    save_numpy({"w": w}, str(tmp_path / "src.safetensors"))
+    raw = (tmp_path / "src.safetensors").read_bytes()
+    offset = 8 + int.from_bytes(raw[:8], "little")
+    src = Source(tmp_path / "src.safetensors", offset, (experts * inter, hidden), "float32")
+    # experts 1 and 2 (rows 10..30) to one rank file, in the untransposed layout's place
+    traced = MovePlan(MoveKind.CONVERT if dtype != "float32" else MoveKind.BYTE_COPY, [src],
+                      [Piece(0, inter, 3 * inter, 0, hidden, 0, "proj", 0)], [(0, "proj")], dtype)
+    plan = as_transposed(traced, inter)
+    assert plan.kind is MoveKind.TRANSPOSED and plan.block_rows == inter and plan.casts == (dtype != "float32")
+    out = tmp_path / "rank0.bin"
+    out.write_bytes(b"\0" * (2 * inter * hidden * byte_moves.itemsize(dtype)))
+    fd = os.open(out, os.O_RDWR)
+    try:
+        mover = ByteMover(lambda rank, name: 0, lambda rank: fd)
+        mover.run(plan)
+    finally:
+        os.close(fd)
+    want = torch.from_numpy(w).reshape(experts, inter, hidden)[1:].transpose(1, 2).contiguous()
+    want = want.to(getattr(torch, dtype))
+    got = torch.frombuffer(bytearray(out.read_bytes()), dtype=getattr(torch, dtype)).reshape(2, hidden, inter)
+    assert torch.equal(got, want)
+    # half an expert block, or a block starting mid-expert: not whole blocks, so the tensor path
+    for piece in (Piece(0, 0, inter // 2, 0, hidden, 0, "proj", 0), Piece(0, 5, 5 + inter, 0, hidden, 0, "proj", 0)):
+        odd = as_transposed(MovePlan(MoveKind.BYTE_COPY, [src], [piece], [(0, "proj")], "float32"), inter)
+        assert odd.kind is MoveKind.TENSOR and "whole expert blocks" in odd.why

@@ -62,5 +62,12 @@ def zeros_like_rows(t: Array, rows: int) -> Array:
     return torch.zeros(shape, dtype=t.dtype, device=t.device)
 
 
+def swap_last(t: Array) -> Array:
+    """The last two dimensions swapped (``torch.transpose(-1, -2)`` / ``np.swapaxes``), a view."""
+    if is_numpy(t):
+        return np.swapaxes(t, -1, -2)
+    return t.transpose(-1, -2)
+
+
 def contiguous(t: Array) -> Array:
     return np.ascontiguousarray(t) if is_numpy(t) else t.contiguous()

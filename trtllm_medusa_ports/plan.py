@@ -24,9 +24,16 @@ from trtllm_medusa_ports.archs.weights import (
     layer_sources,
     layout_only,
 )
-from trtllm_medusa_ports.arrays import Array, contiguous
+from trtllm_medusa_ports.arrays import Array, contiguous, swap_last
 from trtllm_medusa_ports.errors import ModelError
-from trtllm_medusa_ports.files.byte_moves import MoveKind, MovePlan, Source, same_bytes, trace
+from trtllm_medusa_ports.files.byte_moves import (
+    MoveKind,
+    MovePlan,
+    Source,
+    as_transposed,
+    same_bytes,
+    trace,
+)
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.files.hf_model import HFModel
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor
@@ -298,7 +305,10 @@ def move_plan(job: Job, cfg: dict, dtype: str,
         return tensor("made in memory (zeros, an expanded vocabulary)")
     if any(t.offset is None for t in job.lazy):
         return tensor("a source is not a byte range of a file (a pickle)")
-    if not is_layout_only(job.combine):
+    # per-expert matrices written transposed (archs/experts.py transposed_experts): traced untransposed, then moved
+    # block by block through a bounded tile (files/byte_moves.py TRANSPOSED)
+    transposed = getattr(job.combine, "transposed_experts", False)
+    if not transposed and not is_layout_only(job.combine):
         return tensor("the combine changes values or is not marked as a pure layout (archs/weights.py layout_only)")
     if any(t.dtype_name not in CHECKPOINT_DTYPES for t in job.lazy):
         return tensor("a source dtype the checkpoint does not use")
@@ -306,10 +316,20 @@ def move_plan(job: Job, cfg: dict, dtype: str,
 
     def shard_standins(standins, rank: int):
         got = traced.pop(rank, None) if traced is not None else None
-        return got if got is not None else shard_for(job, standins, cfg, rank)
+        got = got if got is not None else shard_for(job, standins, cfg, rank)
+        return contiguous(swap_last(got)) if transposed else got
 
-    return trace(sources, job.targets, shard_standins,
-                 lambda rank, name: planned[(rank, name)], dtype, Mapping.from_config(cfg).tp_size)
+    def shape(rank: int, name: str) -> tuple[int, ...]:
+        s = planned[(rank, name)]
+        return s[:-2] + (s[-1], s[-2]) if transposed else s
+
+    traced_plan = trace(sources, job.targets, shard_standins, shape, dtype, Mapping.from_config(cfg).tp_size)
+    if not transposed:
+        return traced_plan
+    blocks = {shape(rank, name)[-2] for rank, name in job.targets}
+    if len(blocks) != 1 or len(shape(*job.targets[0])) != 3:
+        return tensor("a transposed layout whose ranks hold blocks of different sizes")
+    return as_transposed(traced_plan, blocks.pop())
 
 
 def job_inputs(job: Job, dtype: str) -> tuple[Job, list[torch.Tensor]]:

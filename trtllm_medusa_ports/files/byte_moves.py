@@ -76,7 +76,7 @@ def torch_casts_pay(plans: Sequence[MovePlan], lanes: int = 1, torch_loaded: boo
     faster takes torch's (1.4x to 17x numpy's per pair: benchmarks/results/casts.json)."""
     saved = 0.0
     for plan in plans:
-        if plan.kind is not MoveKind.CONVERT:
+        if not plan.casts:
             continue
         for s in plan.sources:
             rates = CAST_RATES.get((s.dtype, plan.dtype))
@@ -108,6 +108,9 @@ class MoveKind(str, enum.Enum):
     STRIDED = "strided"  # same dtype, column slices (dim-1 splits): chunked reads, numpy slicing
     CONVERT = "convert"  # dtype change of a pure layout: chunked reads, cast per chunk (numpy; torch for float64)
     FP8 = "fp8-cast"  # FP8 weight of a pure layout: chunked reads, scaled cast per chunk (torch), see Fp8Cast
+    #: per-expert matrices written transposed (DBRX's down-projection): each expert block's rows read in chunks
+    #: into a bounded tile of its columns, transposed, cast where the dtype changes, checked and written
+    TRANSPOSED = "transposed"
     TENSOR = "tensor"  # value transforms, pickles, generated tensors: the whole-tensor path
 
 
@@ -181,20 +184,31 @@ class MovePlan:
     dtype: str = "float32"  # the stored dtype, by name (the checkpoint dtype, or float8_e4m3fn)
     why: str = ""  # for TENSOR: why the fast path does not apply
     fp8: Fp8Cast | None = None  # for FP8
+    #: for TRANSPOSED: source rows per expert block; each block of the untransposed layout ``[rows, width]`` is
+    #: written as ``[width, rows]`` at the same place
+    block_rows: int = 0
+
+    @property
+    def casts(self) -> bool:
+        """Values change dtype on the way (CONVERT, or a TRANSPOSED plan between dtypes)."""
+        return self.kind is MoveKind.CONVERT or (self.kind is MoveKind.TRANSPOSED
+                                                 and any(s.dtype != self.dtype for s in self.sources))
 
     @property
     def needs_torch(self) -> bool:
         """A cast numpy does not do here (float64 sources, FP8): torch's own."""
         if self.kind is MoveKind.FP8:
             return True
-        return self.kind is MoveKind.CONVERT and not all(can_cast_without_torch(s.dtype, self.dtype)
-                                                         for s in self.sources)
+        return self.casts and not all(can_cast_without_torch(s.dtype, self.dtype) for s in self.sources)
 
     def as_fp8(self, via: str) -> MovePlan:
         """This plan (traced with dtype float8_e4m3fn) as the FP8 cast of values in checkpoint dtype ``via``;
         a TENSOR plan stays one."""
         if self.kind is MoveKind.TENSOR:
             return self
+        if self.kind is MoveKind.TRANSPOSED:
+            return MovePlan(MoveKind.TENSOR, targets=self.targets, dtype=self.dtype,
+                            why="an FP8 cast of a transposed layout is made on the tensor path")
         assert self.dtype == "float8_e4m3fn", self.dtype
         return MovePlan(MoveKind.FP8, self.sources, self.pieces, self.targets, self.dtype, fp8=Fp8Cast(via))
 
@@ -304,7 +318,27 @@ def trace(
     return MovePlan(kind, list(sources), pieces, list(targets), dtype)
 
 
+def as_transposed(plan: MovePlan, block_rows: int) -> MovePlan:
+    """``plan`` (traced on the untransposed layout: each expert's ``block_rows`` rows of the source's width, whole
+    rows) as the TRANSPOSED plan that writes each block as ``[width, block_rows]`` in its place; a TENSOR plan
+    where the pieces do not fall on whole blocks."""
+    if plan.kind is MoveKind.TENSOR:
+        return plan
+    for p in plan.pieces:
+        s = plan.sources[p.source]
+        block_bytes = block_rows * s.width * itemsize(plan.dtype)
+        if block_rows < 1 or not p.whole_rows(s.width) or (p.row_end - p.row_start) % block_rows or \
+                p.row_start % block_rows or p.dest_offset % block_bytes:
+            return MovePlan(MoveKind.TENSOR, list(plan.sources), [], list(plan.targets), plan.dtype,
+                            "a transposed layout whose pieces are not whole expert blocks")
+    return MovePlan(MoveKind.TRANSPOSED, plan.sources, plan.pieces, plan.targets, plan.dtype, block_rows=block_rows)
+
+
 # -- execution ----------------------------------------------------------------------------
+#: bytes of one transposed tile (an expert block's columns, all its rows): a larger block is transposed in several
+#: passes over its rows, each read again in CHUNK_BYTES chunks (from the page cache after the first)
+TRANSPOSE_TILE_BYTES = 32 << 20
+
 #: elements per block of :func:`_non_finite` (whose one temporary is reused, never fresh memory):
 #: large, since two lanes check side by side and each numpy call takes the GIL (two threads on
 #: 2 cores: 7.3 GB/s in all with 2^14-element blocks, 11.1 with 2^16, 24.6 with 2^20;
@@ -398,6 +432,9 @@ class ByteMover:
                 raise AssertionError("an FP8 plan runs before its scale is measured")
             for p in pieces:
                 self._chunked(plan, p)
+        elif plan.kind is MoveKind.TRANSPOSED:
+            for p in pieces:
+                self._transposed(plan, p)
         else:
             raise AssertionError(plan.kind)
 
@@ -457,8 +494,6 @@ class ByteMover:
         out_item = itemsize(plan.dtype)
         convert = s.dtype != plan.dtype and plan.kind is not MoveKind.FP8
         by_numpy = can_cast_without_torch(s.dtype, plan.dtype) and not self.torch_casts
-        if (convert and not by_numpy) or plan.kind is MoveKind.FP8:
-            import torch  # the cast is torch's, element for element the tensor path's
         out_spec = _EXPONENT.get(plan.dtype)
         whole = p.whole_rows(s.width)
         dest = self.slot_offset(p.rank, p.name) + p.dest_offset
@@ -478,19 +513,56 @@ class ByteMover:
             if plan.kind is MoveKind.FP8:
                 bits = _fp8_bits(part, s.dtype, plan.fp8)
             elif convert:  # element by element what the tensor path's t.to(dtype) gives
-                if by_numpy:
-                    n = part.nbytes // s.itemsize
-                    out = scratch("chunk-cast", n, out_spec[0])
-                    bits = cast_bits(part, s.dtype, plan.dtype, out=out)
-                else:
-                    bits = torch.frombuffer(part, dtype=to_torch(s.dtype)).to(to_torch(plan.dtype))
-                    bits = bits.view(torch.uint8).numpy().view(out_spec[0])
+                bits = self._cast(part, s, plan.dtype, by_numpy)
             else:
                 bits = np.frombuffer(part, dtype=out_spec[0]) if out_spec is not None else None
             if out_spec is not None and _non_finite(bits, out_spec[1]):
                 raise NonFinite(s.path)
             _pwrite_all(fd_out, bits if bits is not None else part, dest + (a - p.row_start) * dest_row)
 
+
+    def _cast(self, part, s: Source, dtype: str, by_numpy: bool):
+        """``part`` (a writable buffer of ``s``'s values) cast to ``dtype``, as the bits of its values: numpy's exact
+        cast into this thread's reused buffer, or torch's."""
+        if by_numpy:
+            out = scratch("chunk-cast", part.nbytes // s.itemsize, _EXPONENT[dtype][0])
+            return cast_bits(part, s.dtype, dtype, out=out)
+        import torch
+
+        bits = torch.frombuffer(part, dtype=to_torch(s.dtype)).to(to_torch(dtype))
+        return bits.view(torch.uint8).numpy().view(_EXPONENT[dtype][0])
+
+    def _transposed(self, plan: MovePlan, p: Piece) -> None:
+        """The piece's expert blocks (``plan.block_rows`` source rows each) written transposed, ``[width, rows]``,
+        where the untransposed block would go: per block, tiles of its columns (at most TRANSPOSE_TILE_BYTES), each
+        filled from the block's rows read in CHUNK_BYTES chunks, transposed, cast, checked and written as
+        contiguous destination rows."""
+        s = plan.sources[p.source]
+        fd, fd_out = self._fd(s.path), self.rank_fd(p.rank)
+        block, width, src_bits = plan.block_rows, s.width, _EXPONENT[s.dtype][0]
+        out_item, convert = itemsize(plan.dtype), s.dtype != plan.dtype
+        by_numpy = can_cast_without_torch(s.dtype, plan.dtype) and not self.torch_casts
+        tile_cols = max(1, min(width, TRANSPOSE_TILE_BYTES // (block * max(s.itemsize, out_item))))
+        rows_per = max(1, min(block, CHUNK_BYTES // max(1, s.row_bytes)))
+        buf = scratch("chunk-read", rows_per * s.row_bytes, np.uint8)
+        base = self.slot_offset(p.rank, p.name) + p.dest_offset
+        for b0 in range(p.row_start, p.row_end, block):
+            dest_block = base + (b0 - p.row_start) * width * out_item
+            for c0 in range(0, width, tile_cols):
+                c1 = min(width, c0 + tile_cols)
+                tile = scratch("transpose-tile", block * (c1 - c0), src_bits).reshape(block, c1 - c0)
+                for a in range(b0, b0 + block, rows_per):
+                    e = min(b0 + block, a + rows_per)
+                    view = memoryview(buf)[: (e - a) * s.row_bytes]
+                    _pread_into(fd, view, s.offset + a * s.row_bytes, s.path)
+                    tile[a - b0 : e - b0] = np.frombuffer(view, dtype=src_bits).reshape(e - a, width)[:, c0:c1]
+                flipped = scratch("transpose-out", tile.size, src_bits).reshape(c1 - c0, block)
+                np.copyto(flipped, tile.T)
+                flat = flipped.reshape(-1)
+                bits = self._cast(flat.view(np.uint8), s, plan.dtype, by_numpy) if convert else flat
+                if _non_finite(bits, _EXPONENT[plan.dtype][1]):
+                    raise NonFinite(s.path)
+                _pwrite_all(fd_out, bits, dest_block + c0 * block * out_item)
 
     # -- FP8: the amax pass ---------------------------------------------------------------------
     def amax(self, plan: MovePlan) -> float:
