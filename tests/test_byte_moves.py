@@ -600,7 +600,14 @@ def test_transposed_expert_blocks_are_written_transposed_through_bounded_tiles(t
     import numpy as np
     from safetensors.numpy import save_file as save_numpy
 
-    from trtllm_medusa_ports.files.byte_moves import ByteMover, MoveKind, MovePlan, Piece, Source, as_transposed
+    from trtllm_medusa_ports.files.byte_moves import (
+        ByteMover,
+        MoveKind,
+        MovePlan,
+        Piece,
+        Source,
+        as_transposed,
+    )
 
     monkeypatch.setattr(byte_moves, "TRANSPOSE_TILE_BYTES", tile)
     monkeypatch.setattr(byte_moves, "CHUNK_BYTES", chunk)

@@ -291,9 +291,11 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
     hf = HFConfig.read(base)
     layers = list(model.transformer.layers)
     att = layers[0].attention
-    if "rope_theta" in want:
-        assert all(layer.attention.rotary_embedding_base == want["rope_theta"] for layer in layers)
-        assert model.rotary_tables["base"] == want["rope_theta"]  # the tables the kernels read
+    adapter = adapter_for(arch)
+    if adapter.rope_theta_key in want:  # the family's own RoPE key (DBRX's attn_config.rope_theta)
+        base_theta = want[adapter.rope_theta_key]
+        assert all(layer.attention.rotary_embedding_base == base_theta for layer in layers)
+        assert model.rotary_tables["base"] == base_theta  # the tables the kernels read
     if adapter_for(arch).position_embedding.is_rope:  # GPT-J counts rotated features, the others a head's share
         pct = want.get("partial_rotary_factor", adapter_for(arch).rotary_fraction(hf))
         rotary = want.get("rotary_dim") or hf.get("rotary_dim") or int(written["head_size"] * pct)
@@ -305,13 +307,13 @@ def test_keys_reach_the_engine_class_with_non_default_values(trtllm, store, tmp_
     eps = want.get(adapter_for(arch).norm_epsilon_key)  # the family's own epsilon key
     if eps:
         assert layers[0].input_layernorm.eps == eps
-    if "num_experts_per_tok" in want:  # the experts' router reads the MoE config the checkpoint holds
-        assert all(layer.mlp.top_k == want["num_experts_per_tok"] for layer in layers)
+    if adapter.experts_per_token_key in want:  # the experts' router reads the MoE config the checkpoint holds
+        assert all(layer.mlp.top_k == want[adapter.experts_per_token_key] for layer in layers)
     if "query_pre_attn_scalar" in want:
         assert abs(att.q_scaling - (64 / written["head_size"]) ** 0.5) < 1e-12
     if arch == "Qwen2ForCausalLM":
         assert model.config.seq_length == 777
-    assert att.num_attention_heads == hf.get("num_attention_heads", hf.get("n_head", hf.get("n_heads")))
+    assert att.num_attention_heads == adapter.num_attention_heads(hf)
     assert att.attention_head_size == written["head_size"]
     assert all(p.is_inited() for _, p in model.named_parameters())
 

@@ -429,9 +429,9 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
     ckpt = convert_to(tmp_path / "c", base, heads_once(shared), allow_unsupported=arch in CASES["unsupported"])
     sem = ReferenceModel(ckpt).semantics
     want = ROUND_TRIP[arch]
-    if "rope_theta" in want:
-        assert sem.rotary_base == want["rope_theta"]
     adapter = adapter_for(arch)
+    if adapter.rope_theta_key in want:  # the family's own RoPE key (DBRX's attn_config.rope_theta)
+        assert sem.rotary_base == want[adapter.rope_theta_key]
     if adapter.norm_epsilon_key in want:  # the family's own epsilon key, not a list of the ones met so far
         assert sem.norm_epsilon == want[adapter.norm_epsilon_key]
     assert sem.position_embedding is adapter.position_embedding  # keyed on the family's kind, not "not ALiBi"
@@ -439,8 +439,8 @@ def test_semantics_read_back_every_written_key(store, tmp_path, arch):
         head = json.loads((ckpt / "config.json").read_text())["head_size"]
         pct = want.get("partial_rotary_factor", adapter.hf_defaults.get("partial_rotary_factor", 1.0))
         assert sem.rotary_dim == (want.get("rotary_dim") or int(head * pct))
-    if "num_experts_per_tok" in want:
-        assert sem.moe_top_k == want["num_experts_per_tok"]
+    if adapter.experts_per_token_key in want:
+        assert sem.moe_top_k == want[adapter.experts_per_token_key]
 
 
 def test_granite_multipliers_reach_the_reference_semantics(store, tmp_path):
@@ -491,8 +491,7 @@ def test_expert_parallelism_splits_the_experts_and_verifies(tmp_path, store, arc
                  str(tmp_path / "ep"), "--tp_size", "2", "--moe_ep_size", "2", "--dtype", "float32", "--quiet"]) == 0
     cfg = json.loads((tmp_path / "ep" / "config.json").read_text())
     assert (cfg["mapping"]["moe_tp_size"], cfg["mapping"]["moe_ep_size"]) == (1, 2)
-    hf = json.loads((base / "config.json").read_text())
-    experts = hf.get("num_local_experts") or hf.get("num_experts")
+    experts = adapter_for(arch).num_experts(HFConfig.read(base))  # by the family's own keys
     r0, r1 = (load_file(tmp_path / "ep" / f"rank{r}.safetensors") for r in (0, 1))
     fc0, fc1 = r0["transformer.layers.0.mlp.fc.weight"], r1["transformer.layers.0.mlp.fc.weight"]
     assert fc0.shape[0] == experts // 2 and not torch.equal(fc0, fc1)  # other experts, each whole

@@ -17,7 +17,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.experts import expert_count, experts_per_token, moe_config
+from trtllm_medusa_ports.archs.experts import (
+    EXPERT_COUNT_KEYS,
+    expert_count,
+    experts_per_token,
+    moe_config,
+)
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import (
     BIAS_SPLIT,
@@ -109,6 +114,13 @@ class ArchAdapter:
     #: module's own default (``fixed_norm_epsilon``: DBRX's bias-free ``nn.LayerNorm`` keeps 1e-5)
     norm_epsilon_key: ClassVar[str | None] = "rms_norm_eps"
     fixed_norm_epsilon: ClassVar[float | None] = None
+    #: the config.json key of RoPE's base (``rope_theta``: read from transformers 5's ``rope_parameters`` too) and
+    #: of an MoE's expert count and top-k; a path into a nested object where the family keeps them there (DBRX's
+    #: ``attn_config.rope_theta``, ``ffn_config.moe_num_experts``, ``ffn_config.moe_top_k``). Family-wide tests
+    #: read ``key_cases`` through these names
+    rope_theta_key: ClassVar[str] = "rope_theta"
+    expert_count_keys: ClassVar[tuple[str, ...]] = EXPERT_COUNT_KEYS
+    experts_per_token_key: ClassVar[str] = "num_experts_per_tok"
     #: the config.json keys of the context length (GPT-2: ``n_positions``) and of the activation (GPT-2 and
     #: GPTBigCode: ``activation_function``); a family default comes from ``hf_defaults``, never a silent guess
     max_positions_key: ClassVar[str] = "max_position_embeddings"
@@ -177,6 +189,13 @@ class ArchAdapter:
             return float(self.fixed_norm_epsilon)
         return float(self.hf_value(hf, self.norm_epsilon_key))
 
+    def rotary_base(self, hf: HFConfig) -> float:
+        """RoPE's base: ``rope_theta`` wherever transformers keeps it (``rope_parameters`` or the top level), or the
+        family's own key (``rope_theta_key``: DBRX's ``attn_config.rope_theta``, with its config class's default)."""
+        if self.rope_theta_key == "rope_theta":
+            return hf.rope_theta
+        return float(self.hf_value(hf, self.rope_theta_key))
+
     def rotary_fraction(self, hf: HFConfig) -> float:
         """The share of each head RoPE rotates, with the family's default where config.json leaves it out
         (``hf_defaults["partial_rotary_factor"]`` for a config class whose default is not 1; a test compares it
@@ -229,7 +248,8 @@ class ArchAdapter:
             "hidden_act": self.activation(hf),
             "norm_epsilon": self.norm_epsilon(hf),
             "position_embedding_type": self.position_embedding.value,
-            **({"rotary_base": hf.rope_theta, "rotary_scaling": hf.rope_scaling} if self.position_embedding.is_rope else {}),
+            **({"rotary_base": self.rotary_base(hf), "rotary_scaling": hf.rope_scaling}
+               if self.position_embedding.is_rope else {}),
             "model_type": self.family,
         }
 
@@ -264,12 +284,12 @@ class ArchAdapter:
         transformers 5 also writes for Qwen3-MoE)."""
         if "moe" not in self.engine_keys:
             return 0
-        return expert_count(hf)
+        return expert_count(hf, self.expert_count_keys)
 
     def top_k(self, hf: HFConfig) -> int:
-        """Experts each token is routed to (``num_experts_per_tok``, 1 to the expert count); 0 for a dense family."""
+        """Experts each token is routed to (``experts_per_token_key``, 1 to the expert count); 0 for a dense family."""
         experts = self.num_experts(hf)
-        return experts_per_token(hf, experts) if experts else 0
+        return experts_per_token(hf, experts, self.experts_per_token_key, self.expert_count_keys) if experts else 0
 
     def moe_block(self, hf: HFConfig, normalization_mode: int) -> dict:
         """config.json's ``moe`` for this config's experts (:func:`moe_config`)."""

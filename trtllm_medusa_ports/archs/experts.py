@@ -16,12 +16,13 @@ from trtllm_medusa_ports.sharding import Split
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts")
 
 
-def expert_count(hf: HFConfig) -> int:
+def expert_count(hf: HFConfig, keys: tuple[str, ...] = EXPERT_COUNT_KEYS) -> int:
     """The routed experts per layer, an integer of at least 2: TensorRT-LLM builds its ``MOE`` layer only for
     ``moe.num_experts > 1`` (tensorrt_llm/layers/moe.py ``MoeConfig.has_moe``; a dense MLP otherwise, which the
-    stacked expert tensors would not fit)."""
-    n = int(hf.require(EXPERT_COUNT_KEYS[0], int, *EXPERT_COUNT_KEYS[1:]))
-    key = next(k for k in EXPERT_COUNT_KEYS if hf.get(k) is not None)
+    stacked expert tensors would not fit). ``keys``: the family's names for it (DBRX's
+    ``ffn_config.moe_num_experts``)."""
+    n = int(hf.require(keys[0], int, *keys[1:]))
+    key = next(k for k in keys if hf.get(k) is not None)
     if n < 2:
         raise ModelError(f"field {key} is {n}; a mixture of experts routes among at least 2 experts (TensorRT-LLM "
                          "builds its MOE layer only for moe.num_experts > 1: tensorrt_llm/layers/moe.py "
@@ -30,15 +31,17 @@ def expert_count(hf: HFConfig) -> int:
     return n
 
 
-def experts_per_token(hf: HFConfig, experts: int) -> int:
-    """``num_experts_per_tok``: an integer from 1 to the number of experts (``MoeConfig.validate`` refuses a top-k
-    of 0 beside experts; transformers' ``torch.topk`` fails on more than there are)."""
-    top_k = int(hf.require("num_experts_per_tok", int))
+def experts_per_token(hf: HFConfig, experts: int, key: str = "num_experts_per_tok",
+                      count_keys: tuple[str, ...] = EXPERT_COUNT_KEYS) -> int:
+    """``num_experts_per_tok`` (the family's ``key``: DBRX's ``ffn_config.moe_top_k``): an integer from 1 to the
+    number of experts (``MoeConfig.validate`` refuses a top-k of 0 beside experts; transformers' ``torch.topk`` fails
+    on more than there are)."""
+    top_k = int(hf.require(key, int))
     if not 1 <= top_k <= experts:
-        key = next(k for k in EXPERT_COUNT_KEYS if hf.get(k) is not None)
-        raise ModelError(f"field num_experts_per_tok is {top_k}; expected 1 to {key} ({experts}): the experts each "
+        count = next(k for k in count_keys if hf.get(k) is not None)
+        raise ModelError(f"field {key} is {top_k}; expected 1 to {count} ({experts}): the experts each "
                          "token is routed to", where=str(hf.path),
-                         fix="correct num_experts_per_tok in config.json (the original model's value)")
+                         fix=f"correct {key} in config.json (the original model's value)")
     return top_k
 
 
