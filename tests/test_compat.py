@@ -525,3 +525,72 @@ def test_a_group_only_the_precompiled_kernels_take_says_what_a_jit_only_runner_m
     _, findings = check(write(tmp_path, dict(LLAMA, num_attention_heads=28, num_key_value_heads=4, hidden_size=3584),
                               "seven"))
     assert [f.severity for f in findings if f.rule == "gqa-group-size"] == ["info"]  # group 7: JIT takes it too
+
+
+#: DBRX-132B's config.json as published (transformers 4 wrote it: no rope_parameters), its fields DBRX reads
+DBRX_132B = {"architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "d_model": 6144, "n_heads": 48,
+             "n_layers": 40, "max_seq_len": 32768, "vocab_size": 100352, "tie_word_embeddings": False,
+             "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+             "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4,
+                            "moe_normalize_expert_weights": 1, "ffn_act_fn": {"name": "silu"}}}
+
+
+def test_dbrx_reads_its_nested_config_as_upstreams_converter_does(tmp_path):
+    """Issue 66: DBRX-132B's sizes, RoPE base, clip and experts from attn_config / ffn_config (upstream's
+    convert_hf_dbrx: examples/models/contrib/dbrx/convert_checkpoint.py), LayerNorm epsilon 1e-5 with no key."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    hf = HFConfig.read(write(tmp_path, DBRX_132B))
+    cfg = adapter_for("DbrxForCausalLM").engine_config(hf)
+    assert (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_size"]) == (
+        6144, 48, 8, 128)
+    assert (cfg["intermediate_size"], cfg["max_position_embeddings"], cfg["num_hidden_layers"]) == (10752, 32768, 40)
+    assert (cfg["rotary_base"], cfg["norm_epsilon"], cfg["clip_qkv"], cfg["hidden_act"]) == (500000, 1e-5, 8, "swiglu")
+    assert (cfg["moe"]["num_experts"], cfg["moe"]["top_k"], cfg["moe"]["normalization_mode"]) == (16, 4, 1)
+    assert cfg["bias"] is False and cfg["position_embedding_type"] == "rope_gpt_neox"
+
+
+@pytest.mark.parametrize("p, mode, limit", [(None, 0, False), (1.0, 1, False), (2.0, None, True)])
+def test_dbrx_expert_weight_normalization_is_the_engines_or_refused(tmp_path, p, mode, limit):
+    """moe_normalize_expert_weights 1 is RENORMALIZE, null is NONE (upstream's converter writes RENORMALIZE
+    whatever it says), another p-norm is no routing TensorRT-LLM's MOE computes (rule engine-class-limit)."""
+    cfg = json.loads(json.dumps(DBRX_132B))
+    cfg["ffn_config"]["moe_normalize_expert_weights"] = p
+    _, findings = check(write(tmp_path, cfg))
+    assert ("engine-class-limit" in rules(findings, "error")) == limit
+    if not limit:
+        from trtllm_medusa_ports.archs import adapter_for
+        from trtllm_medusa_ports.files.hf_model import HFConfig
+
+        written = adapter_for("DbrxForCausalLM").engine_config(HFConfig.read(tmp_path / "m"))
+        assert written["moe"]["normalization_mode"] == mode
+    else:
+        msg = next(f.message for f in findings if f.rule == "engine-class-limit")
+        assert "moe_normalize_expert_weights 2.0" in msg and "2.0-norm" in msg
+
+
+def test_transformers_5_dbrx_traps_are_warnings_naming_the_workaround(tmp_path):
+    """transformers 5 (5.25 read) takes DBRX's RoPE base from rope_parameters (its default 10000 where config.json
+    has none) and fails on clip_qkv null: warnings with the workaround (rule transformers-divergence), never an
+    error to override - the engine computes the model; transformers 4 reads attn_config and needs none."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    adapter = adapter_for("DbrxForCausalLM")
+    hf = HFConfig.read(write(tmp_path, DBRX_132B))
+    said = adapter.transformers_divergences(hf, "5.25.0")
+    assert len(said) == 1 and "ignores attn_config.rope_theta (500000)" in said[0][0]
+    assert '"rope_parameters": {"rope_type": "default", "rope_theta": 500000}' in said[0][1]
+    assert adapter.transformers_divergences(hf, "4.57.1") == []
+    fixed = json.loads(json.dumps(DBRX_132B))
+    fixed["rope_parameters"] = {"rope_type": "default", "rope_theta": 500000}
+    fixed["attn_config"]["clip_qkv"] = None
+    said = adapter.transformers_divergences(HFConfig.read(write(tmp_path, fixed, "fixed")), "5.25.0")
+    assert len(said) == 1 and "clip_qkv null" in said[0][0] and "transformers 4.x" in said[0][1]
+    # check says it as a warning under the installed transformers (5.x here, 4.57 in TensorRT-LLM's environment)
+    import transformers
+
+    _, findings = check(tmp_path / "m")
+    assert ("transformers-divergence" in rules(findings, "warning")) == transformers.__version__.startswith("5.")
+    assert "transformers-divergence" not in rules(findings, "error")

@@ -663,3 +663,50 @@ def test_a_norm_epsilon_without_a_config_key_is_the_modules_own(tmp_path):
     with pytest.raises(TypeError, match="declare fixed_norm_epsilon"):
         class Neither(LlamaAdapter):
             norm_epsilon_key = None
+
+
+@pytest.mark.parametrize("tp, ep", [(1, 1), (2, 1), (2, 2)])
+def test_dbrx_rank_files_hold_upstreams_convert_hf_dbrx_tensors(store, tmp_path, tp, ep):
+    """Issue 66: every DBRX tensor as upstream's converter writes it (examples/models/contrib/dbrx/
+    convert_checkpoint.py ``convert_hf_dbrx``, restated here from its reading): Wqkv's q, k and v each cut over tp;
+    out_proj by its input; per expert fc = [v1; w1] and proj = w2 per expert transposed, the experts cut over
+    moe_ep_size and their intermediate dim over moe_tp_size; the router in float32; norms, embedding and lm_head."""
+    from conftest import convert_to, heads_once, tiny_base
+    from safetensors.torch import load_file
+
+    base = tiny_base(store, "DbrxForCausalLM")
+    ckpt = convert_to(tmp_path / "c", base, heads_once(base), tp_size=tp, moe_ep_size=ep, dtype="float32")
+    src = load_file(str(base / "model.safetensors"))
+    cfg = json.loads((base / "config.json").read_text())
+    hidden, heads, kv = cfg["d_model"], cfg["n_heads"], cfg["attn_config"]["kv_n_heads"]
+    experts, ffn, head = cfg["ffn_config"]["moe_num_experts"], cfg["ffn_config"]["ffn_hidden_size"], hidden // heads
+    moe_tp = tp // ep
+
+    def part(t, n, i, dim):
+        return torch.chunk(t, n, dim=dim)[i]
+
+    for rank in range(tp):
+        got = load_file(str(ckpt / f"rank{rank}.safetensors"))
+        ep_rank, tpm_rank = rank % ep, rank // ep
+        for i in range(cfg["n_layers"]):
+            p, t = f"transformer.blocks.{i}.", f"transformer.layers.{i}."
+            q, k, v = torch.split(src[p + "norm_attn_norm.attn.Wqkv.weight"], [hidden, kv * head, kv * head])
+            want = {
+                "attention.qkv.weight": torch.cat([part(x, tp, rank, 0) for x in (q, k, v)]),
+                "attention.dense.weight": part(src[p + "norm_attn_norm.attn.out_proj.weight"], tp, rank, 1),
+                "input_layernorm.weight": src[p + "norm_attn_norm.norm_1.weight"],
+                "post_layernorm.weight": src[p + "norm_attn_norm.norm_2.weight"],
+                "mlp.router.weight": src[p + "ffn.router.layer.weight"].float(),
+            }
+            gate, up, down = (src[p + f"ffn.experts.mlp.{n}"].reshape(experts, ffn, hidden) for n in ("w1", "v1", "w2"))
+            gate, up = (part(part(x, ep, ep_rank, 0), moe_tp, tpm_rank, 1) for x in (gate, up))
+            want["mlp.fc.weight"] = torch.cat([up, gate], dim=-2)
+            want["mlp.proj.weight"] = part(part(down.transpose(1, 2), ep, ep_rank, 0), moe_tp, tpm_rank, 2)
+            for name, w in want.items():
+                assert torch.equal(got[t + name], w.contiguous()), (rank, t + name)
+        assert torch.equal(got["transformer.vocab_embedding.weight"], src["transformer.wte.weight"])
+        assert torch.equal(got["transformer.ln_f.weight"], src["transformer.norm_f.weight"])
+        assert torch.equal(got["lm_head.weight"], part(src["lm_head.weight"], tp, rank, 0))
+    written = json.loads((ckpt / "config.json").read_text())
+    assert written["norm_epsilon"] == 1e-5 and written["clip_qkv"] == cfg["attn_config"]["clip_qkv"]
+    assert written["mapping"]["moe_ep_size"] == ep and written["moe"]["normalization_mode"] == 1

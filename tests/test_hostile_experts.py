@@ -20,13 +20,21 @@ import pytest
 from conftest import convert_to, tiny_base
 from safetensors.torch import load_file, save_file
 
+from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import EXIT_FOUND
-from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
+from trtllm_medusa_ports.files.hf_model import HFConfig, assign, lookup
+from trtllm_medusa_ports.fixtures.synthetic import (
+    TINY_CONFIGS,
+    random_heads,
+    save_heads,
+    tiny_config,
+)
 
 MOE = family_test_cases()["moe"]
-COUNT_KEYS = ("num_experts", "num_local_experts")
+#: each MoE family's tiny config.json fields, as save_pretrained writes them (nested objects kept)
+TINY_CONFIGS_JSON = {a: {**TINY_CONFIGS[a], "architectures": [a]} for a in MOE}
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -35,7 +43,7 @@ def _digest(root: Path) -> dict[str, str]:
 
 
 def _hidden(arch: str) -> int:
-    return TINY_CONFIGS[arch]["hidden_size"]
+    return tiny_config(arch).hidden_size
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +75,9 @@ def _edit_tensors(path: Path, fn: Callable[[dict], None]) -> None:
     save_file(t, str(path), metadata={"format": "pt"})
 
 
-def _count_key(cfg: dict) -> str:
-    return next(k for k in COUNT_KEYS if cfg.get(k) is not None)
+def _keys(arch: str, base: Path) -> tuple[str, str, str]:
+    """The family's expert count, expert intermediate size and hidden size fields (ArchAdapter.expert_field_keys)."""
+    return adapter_for(arch).expert_field_keys(HFConfig.read(base))
 
 
 def _refused(argv: list[str], capsys, inputs: list[Path], out: Path | None = None) -> str:
@@ -87,14 +96,25 @@ def _refused(argv: list[str], capsys, inputs: list[Path], out: Path | None = Non
 
 
 # -- the Hugging Face base's expert tensors against config.json --------------------------------------------------
-def _layer0_expert(t: dict) -> str:
-    """The first stored expert matrix of layer 0 (a per-expert linear of expert 1, or Granite's 3-D input_linear)."""
-    return sorted(n for n in t if n.startswith("model.layers.0.") and (".experts.1." in n or "input_linear" in n))[0]
+def _expert_sources(arch: str, t: dict, layer: int, trtllm_name: str) -> list[str]:
+    """The stored tensors the family's rule for ``trtllm_name`` reads in ``layer`` (its declared sources)."""
+    ad = adapter_for(arch)
+    rule = next(r for r in ad.layer_rules(HFConfig(TINY_CONFIGS_JSON[arch], Path("config.json")))
+                if r.name == trtllm_name)
+    names = [s.replace("{i}", str(layer)) for s in rule.sources]
+    return [n for n in names if n in t] or sorted(n for n in t if n.startswith(ad.layer_prefix.format(i=layer))
+                                                 and ".experts." in n)
 
 
-def _router(t: dict, layer: int) -> str:
-    pattern = re.compile(rf"model\.layers\.{layer}\.(mlp|block_sparse_moe)\.(gate|router\.layer)\.weight")
-    return next(n for n in t if pattern.fullmatch(n))
+def _layer0_expert(arch: str, t: dict) -> str:
+    """A stored expert matrix of layer 0 that feeds ``mlp.fc`` (a per-expert linear of expert 1, Granite's 3-D
+    input_linear, DBRX's 2-D v1)."""
+    names = _expert_sources(arch, t, 0, "mlp.fc.weight")
+    return next((n for n in names if ".experts.1." in n), names[0])
+
+
+def _router(arch: str, t: dict, layer: int) -> str:
+    return _expert_sources(arch, t, layer, "mlp.router.weight")[0]
 
 
 def _narrowed(t: dict, name: str) -> tuple[list[int], list[int]]:
@@ -112,10 +132,10 @@ def _grown(t: dict, name: str) -> tuple[list[int], list[int]]:
 
 
 SOURCE_CHANGES = {
-    "expert-matrix-narrower": lambda t: (_layer0_expert(t), *_narrowed(t, _layer0_expert(t))),
-    "router-with-an-extra-expert": lambda t: (_router(t, 1), *_grown(t, _router(t, 1))),
-    "shared-expert-narrower": lambda t: ("model.layers.1.mlp.shared_expert.up_proj.weight",
-                                         *_narrowed(t, "model.layers.1.mlp.shared_expert.up_proj.weight")),
+    "expert-matrix-narrower": lambda a, t: (_layer0_expert(a, t), *_narrowed(t, _layer0_expert(a, t))),
+    "router-with-an-extra-expert": lambda a, t: (_router(a, t, 1), *_grown(t, _router(a, t, 1))),
+    "shared-expert-narrower": lambda a, t: ("model.layers.1.mlp.shared_expert.up_proj.weight",
+                                            *_narrowed(t, "model.layers.1.mlp.shared_expert.up_proj.weight")),
 }
 SOURCE_CASES = [(a, c) for a in MOE for c in SOURCE_CHANGES
                 if c != "shared-expert-narrower" or "shared_expert_intermediate_size" in TINY_CONFIGS[a]]
@@ -129,14 +149,15 @@ def test_expert_source_shapes_are_checked_before_writing(store, tmp_path, heads,
     cfg = json.loads((base / "config.json").read_text())
     holder: dict = {}
     _edit_tensors(base / "model.safetensors", lambda t: holder.update(zip(("name", "found", "want"),
-                                                                           SOURCE_CHANGES[change](t), strict=True)))
+                                                                           SOURCE_CHANGES[change](arch, t),
+                                                                           strict=True)))
     out, hd = tmp_path / "out" / "ckpt", _heads_of(heads, arch)
     text = _refused(["convert", "--model_dir", str(base), "--medusa_model_dir", str(hd), "--output_dir", str(out),
                      "--quiet"], capsys, [base, hd], out)
-    fields = ("shared_expert_intermediate_size" if "shared" in change else
-              f"{_count_key(cfg)} {cfg[_count_key(cfg)]}")
+    count, _, hidden = _keys(arch, base)
+    fields = ("shared_expert_intermediate_size" if "shared" in change else f"{count} {lookup(cfg, count)}")
     for says in (holder["name"], "model.safetensors", f"has shape {holder['found']}", f"implies {holder['want']}",
-                 fields, f"hidden_size {_hidden(arch)}"):
+                 fields, f"{hidden} {_hidden(arch)}"):
         assert says in text, (says, text)
     text = _refused(["check", "--model_dir", str(base)], capsys, [base])
     assert "weights-config-mismatch" in text and holder["name"] in text and fields in text
@@ -146,9 +167,9 @@ def test_expert_source_shapes_are_checked_before_writing(store, tmp_path, heads,
 def test_expert_count_of_the_base_is_checked_against_its_tensors(store, tmp_path, heads, capsys, arch):
     """config.json says one expert fewer than the shards hold: refused, naming the expert count's field."""
     base = _base(store, tmp_path, arch)
-    key = _count_key(json.loads((base / "config.json").read_text()))
-    experts = TINY_CONFIGS[arch][key] if key in TINY_CONFIGS[arch] else 4
-    _edit_config(base / "config.json", lambda c: c.update({key: experts - 1}))
+    key = _keys(arch, base)[0]
+    experts = lookup(json.loads((base / "config.json").read_text()), key)
+    _edit_config(base / "config.json", lambda c: assign(c, key, experts - 1))
     out, hd = tmp_path / "out" / "ckpt", _heads_of(heads, arch)
     text = _refused(["convert", "--model_dir", str(base), "--medusa_model_dir", str(hd), "--output_dir", str(out),
                      "--quiet"], capsys, [base, hd], out)
@@ -159,11 +180,11 @@ def test_expert_count_of_the_base_is_checked_against_its_tensors(store, tmp_path
 
 
 # -- config.json's MoE fields -----------------------------------------------------------------------------------
-FIELD_CHANGES = {
-    "top_k-0": ("num_experts_per_tok", 0),
-    "top_k-negative": ("num_experts_per_tok", -1),
-    "top_k-bool": ("num_experts_per_tok", True),
-    "top_k-above-the-experts": ("num_experts_per_tok", "experts+1"),
+FIELD_CHANGES = {  # "top_k": the family's experts_per_token_key; "count": its expert count's key
+    "top_k-0": ("top_k", 0),
+    "top_k-negative": ("top_k", -1),
+    "top_k-bool": ("top_k", True),
+    "top_k-above-the-experts": ("top_k", "experts+1"),
     "experts-0": ("count", 0),
     "experts-1": ("count", 1),
     "experts-missing": ("count", None),
@@ -178,15 +199,18 @@ def test_moe_config_fields_are_typed_and_in_range(store, tmp_path, heads, capsys
     base = _base(store, tmp_path, arch)
     key, value = FIELD_CHANGES[change]
     cfg = json.loads((base / "config.json").read_text())
-    field = _count_key(cfg) if key == "count" else key
+    ad, count = adapter_for(arch), _keys(arch, base)[0]
+    field = count if key == "count" else ad.experts_per_token_key
     if value is None:
-        for k in COUNT_KEYS:
-            cfg.pop(k, None)
+        for k in ad.expert_count_keys:
+            *parents, last = k.split(".")
+            (lookup(cfg, ".".join(parents)) if parents else cfg).pop(last, None)
     else:
-        cfg[field] = cfg[_count_key(cfg)] + 1 if value == "experts+1" else value
+        assign(cfg, field, lookup(cfg, count) + 1 if value == "experts+1" else value)
     (base / "config.json").write_text(json.dumps(cfg))
-    says = ("'num_experts' or 'num_local_experts' is missing" if value is None else
-            f"field '{field}' is missing or not int (found True)" if value is True else f"field {field} is {cfg[field]}")
+    says = (" or ".join(repr(k) for k in ad.expert_count_keys) + " is missing" if value is None else
+            f"field '{field}' is missing or not int (found True)" if value is True else
+            f"field {field} is {lookup(cfg, field)}")
     out, hd = tmp_path / "out" / "ckpt", _heads_of(heads, arch)
     text = _refused(["convert", "--model_dir", str(base), "--medusa_model_dir", str(hd), "--output_dir", str(out),
                      "--quiet"], capsys, [base, hd], out)

@@ -414,7 +414,7 @@ def _check_expert_parallelism(opts: ConvertOptions, model: HFModel, adapter: Arc
 def _check_model(model: HFModel, adapter: ArchAdapter) -> None:
     """config.json's sizes, the weights against them, and the tie of lm_head and embedding."""
     adapter.require_sizes(model.config)
-    problems = model.weight_problems(adapter.ignored_hf_tensors)
+    problems = model.weight_problems(adapter.ignored_hf_tensors, adapter.expert_field_keys(model.config))
     if problems:
         raise ModelError(
             f"{len(problems)} base tensor(s) contradict config.json, e.g. " + "; ".join(problems[:3]),

@@ -286,6 +286,15 @@ class ArchAdapter:
             return 0
         return expert_count(hf, self.expert_count_keys)
 
+    def expert_field_keys(self, hf: HFConfig) -> tuple[str, str, str] | None:
+        """The config.json fields an expert tensor's shape comes from - the expert count, the experts' intermediate
+        size, the hidden size - named where the base's weights contradict them; None for a dense family."""
+        if "moe" not in self.engine_keys:
+            return None
+        count = next((k for k in self.expert_count_keys if hf.get(k) is not None), self.expert_count_keys[0])
+        inter = "moe_intermediate_size" if hf.get("moe_intermediate_size") is not None else "intermediate_size"
+        return count, inter, "hidden_size"
+
     def top_k(self, hf: HFConfig) -> int:
         """Experts each token is routed to (``experts_per_token_key``, 1 to the expert count); 0 for a dense family."""
         experts = self.num_experts(hf)
@@ -326,6 +335,12 @@ class ArchAdapter:
         """``(problem, fix)`` pairs for configs the engine class *can* build but computes differently
         from Hugging Face (rule ``engine-divergence``, overridable: the reference executor computes
         what the engine computes, so ``verify`` of such a checkpoint fails against transformers)."""
+        return []
+
+    def transformers_divergences(self, hf: HFConfig, transformers_version: str) -> list[tuple[str, str]]:
+        """``(problem, fix)`` pairs where the installed transformers (``transformers_version``) computes this config
+        otherwise than the model is (rule ``transformers-divergence``, a warning): the engine is right, but
+        ``verify``'s reference side is not the model until the workaround is applied."""
         return []
 
     def alibi_reason(self, hf: HFConfig) -> str | None:

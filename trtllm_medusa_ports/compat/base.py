@@ -17,6 +17,7 @@ from trtllm_medusa_ports.compat.engine_class import (
     gelu_approximation,
     port_limit,
     spec_decoding_plumbing,
+    transformers_divergence,
 )
 from trtllm_medusa_ports.compat.heads import medusa_head_activation
 from trtllm_medusa_ports.compat.positions import (
@@ -50,8 +51,8 @@ KNOWN_REFUSED = {
 
 #: the base-model rules in the order their findings report (every one registered with ``@base_rule``)
 BASE_RULES: tuple[Callable[[BaseFacts], list[Finding]], ...] = (
-    xqa_head_size, engine_class_limit, port_limit, engine_divergence, gqa_group_size, rope_scaling, attention_scale,
-    sliding_window, gelu_approximation, attention_softcapping, spec_decoding_plumbing, medusa_head_activation,
+    xqa_head_size, engine_class_limit, port_limit, engine_divergence, transformers_divergence, gqa_group_size,
+    rope_scaling, attention_scale, sliding_window, gelu_approximation, attention_softcapping, spec_decoding_plumbing, medusa_head_activation,
 )
 if set(BASE_RULES) != set(registered_base_rules()):  # a rule registered with @base_rule and never run, or the reverse
     raise AssertionError(f"compat.base.BASE_RULES misses {set(registered_base_rules()) - set(BASE_RULES)} or has "

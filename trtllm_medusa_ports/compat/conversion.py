@@ -108,7 +108,8 @@ def check(
         if adapter is not None:
             adapter.require_sizes(hf)  # a missing size named, not transformers' default compared with the weights
         if weight_files(Path(model_dir)):  # a config.json alone is checked without weights
-            problems = HFModel(model_dir).weight_problems(adapter.ignored_hf_tensors if adapter else ())
+            problems = HFModel(model_dir).weight_problems(adapter.ignored_hf_tensors if adapter else (),
+                                                          adapter.expert_field_keys(hf) if adapter else None)
     except PortError as exc:
         problems = [exc.what]
     if problems:

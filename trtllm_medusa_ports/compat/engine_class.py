@@ -26,6 +26,18 @@ def engine_divergence(f: BaseFacts) -> list[Finding]:
             for problem, fix in f.adapter.engine_divergences(f.hf)]
 
 
+@base_rule("transformers-divergence")
+def transformers_divergence(f: BaseFacts) -> list[Finding]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("transformers")  # its metadata: check does not import transformers
+    except PackageNotFoundError:
+        return []
+    return [Finding("transformers-divergence", WARNING, problem, fix)
+            for problem, fix in f.adapter.transformers_divergences(f.hf, installed)]
+
+
 @base_rule("gelu-approximation")
 def gelu_approximation(f: BaseFacts) -> list[Finding]:
     out = []

@@ -13,15 +13,26 @@ May import: nothing of the package.
 
 from __future__ import annotations
 
-#: the names of ``MODEL_MAP`` (tensorrt_llm/models/__init__.py, 1.2 line) an engine of this project can carry: the
-#: bases' architectures and upstream's Medusa class
+#: the keys of ``MODEL_MAP`` (tensorrt_llm/models/__init__.py, 1.2 line), all of them - not only the families this
+#: project has - so that a family added later resolves here without an edit (``GEMMA*_ARCHITECTURE`` spelt out)
 MODEL_MAP_NAMES = frozenset({
-    "MedusaForCausalLM", "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "GraniteForCausalLM",
-    "GraniteMoeForCausalLM", "Qwen2ForCausalLM", "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
-    "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "PhiForCausalLM",
-    "GPTNeoXForCausalLM", "GPTJForCausalLM", "CohereForCausalLM", "FalconForCausalLM", "RWForCausalLM",
-    "GPT2LMHeadModel", "GPTBigCodeForCausalLM", "Starcoder2ForCausalLM", "NemotronForCausalLM", "BloomForCausalLM",
-    "MPTForCausalLM", "MptForCausalLM",
+    "GPT2LMHeadModel", "GPT2LMHeadCustomModel", "GPTBigCodeForCausalLM", "Starcoder2ForCausalLM", "FuyuForCausalLM",
+    "Kosmos2ForConditionalGeneration", "JAISLMHeadModel", "GPTForCausalLM", "NemotronForCausalLM", "OPTForCausalLM",
+    "BloomForCausalLM", "RWForCausalLM", "FalconForCausalLM", "PhiForCausalLM", "Phi3ForCausalLM", "Phi3VForCausalLM",
+    "Phi3SmallForCausalLM", "PhiMoEForCausalLM", "Phi4MMForCausalLM", "MambaForCausalLM", "GPTNeoXForCausalLM",
+    "GPTJForCausalLM", "MptForCausalLM", "MPTForCausalLM", "GLMModel", "ChatGLMModel", "ChatGLMForCausalLM",
+    "ChatGLMForConditionalGeneration", "LlamaForCausalLM", "LlavaLlamaModel", "LlavaNextForConditionalGeneration",
+    "ExaoneForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "ArcticForCausalLM", "Grok1ModelForCausalLM",
+    "InternLMForCausalLM", "InternLM2ForCausalLM", "InternLMXComposer2ForCausalLM", "GraniteForCausalLM",
+    "GraniteMoeForCausalLM", "MedusaForCausalLM", "MedusaLlamaForCausalLM", "ReDrafterForLLaMALM",
+    "ReDrafterForQWenLM", "BaichuanForCausalLM", "BaiChuanForCausalLM", "SkyworkForCausalLM", "GemmaForCausalLM",
+    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "QWenLMHeadModel", "QWenForCausalLM", "Qwen2ForCausalLM",
+    "Qwen2MoeForCausalLM", "Qwen2ForSequenceClassification", "Qwen2VLForConditionalGeneration", "Qwen2VLModel",
+    "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "WhisperEncoder", "EncoderModel", "DecoderModel", "DbrxForCausalLM",
+    "RecurrentGemmaForCausalLM", "CogVLMForCausalLM", "DiT", "SD3Transformer2DModel", "STDiT3",
+    "DeepseekForCausalLM", "DeciLMForCausalLM", "DeepseekV2ForCausalLM", "EagleForCausalLM", "CohereForCausalLM",
+    "MLLaMAModel", "MllamaForConditionalGeneration", "BertForQuestionAnswering", "BertForSequenceClassification",
+    "BertModel", "RobertaModel", "RobertaForQuestionAnswering", "RobertaForSequenceClassification", "VoRAForCausalLM",
 })
 #: names one stored copy of that file lists and another does not: to be checked on the installed 1.2
 UNCONFIRMED = {"Qwen3MoeForCausalLM": "one of two stored copies of tensorrt_llm/models/__init__.py lists it"}

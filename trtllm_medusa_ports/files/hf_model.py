@@ -76,8 +76,7 @@ _POSITIVE_INTS = ("num_hidden_layers", "num_attention_heads", "num_key_value_hea
                   "intermediate_size", "vocab_size", "head_dim", "max_position_embeddings", "n_layer", "n_head",
                   "n_embd", "d_model", "n_layers", "n_heads", "num_kv_heads", "ffn_hidden_size", "n_inner",
                   "n_positions", "n_ctx", "rotary_dim", "kv_channels", "decoder_sparse_step",
-                  "attn_config.kv_n_heads", "ffn_config.ffn_hidden_size", "ffn_config.moe_num_experts",
-                  "ffn_config.moe_top_k")  # the experts' sizes: archs/experts.py
+                  "attn_config.kv_n_heads", "ffn_config.ffn_hidden_size")  # expert counts: archs/experts.py  # the experts' sizes: archs/experts.py
 #: scalars a family's adapter multiplies or divides by (Cohere, Granite, Nemotron, MPT): a number, never null, when
 #: present (but ``logit_scale``: MPT's null means none; Cohere's adapter refuses a null); the divisors also above 0
 _FACTORS = ("logit_scale", "logits_scaling", "residual_multiplier", "embedding_multiplier", "attention_multiplier",
@@ -314,12 +313,14 @@ class HFModel:
             )
         return read_tensor_files(files, ModelError)
 
-    def weight_problems(self, ignored: tuple[str, ...] = ()) -> list[str]:
+    def weight_problems(self, ignored: tuple[str, ...] = (),
+                        expert_keys: tuple[str, str, str] | None = None) -> list[str]:
         """Base tensors that contradict config.json: a dtype other than float32/float16/bfloat16,
         or a shape other than the one transformers builds from the config (compared on the
         ``meta`` device: nothing is allocated) - the experts of an MoE layer against the fused parameters
         transformers 5 builds for them (:func:`stored_expert_problems`), each message naming the config.json
-        fields (:func:`expert_fields`). ``ignored`` are regexes of non-weight buffers."""
+        fields (:func:`expert_fields`; ``expert_keys``: the family's, ``ArchAdapter.expert_field_keys``).
+        ``ignored`` are regexes of non-weight buffers."""
         import re
 
         patterns = [re.compile(p) for p in ignored]
@@ -333,8 +334,8 @@ class HFModel:
             t = self.tensors.get(name)
             if t is not None and tuple(t.shape) != shape:
                 out.append(f"{name} has shape {list(t.shape)} in {t.file.name}, but config.json implies {list(shape)}"
-                           + expert_fields(name, self.config.data))
-        return out + stored_expert_problems(self.tensors, expected, self.config.data)
+                           + expert_fields(name, self.config.data, expert_keys))
+        return out + stored_expert_problems(self.tensors, expected, self.config.data, expert_keys)
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """Parameter shapes of the transformers model of this config, built on the meta device;
@@ -407,7 +408,7 @@ def _fused_parameter(name: str, expected: dict[str, tuple[int, ...]]):
 
 
 def stored_expert_problems(tensors: dict[str, LazyTensor], expected: dict[str, tuple[int, ...]],
-                           data: dict) -> list[str]:
+                           data: dict, expert_keys: tuple[str, str, str] | None = None) -> list[str]:
     """The stored expert tensors (:data:`_STORED_EXPERTS`) that contradict the fused parameters transformers builds
     from config.json: a shape other than the part of the parameter they fill, an expert index beyond the expert
     count, or a layer whose per-expert tensors are not the experts ``0 .. count - 1`` (one expert's tensor missing
@@ -429,33 +430,39 @@ def stored_expert_problems(tensors: dict[str, LazyTensor], expected: dict[str, t
             want = (fused[1] // 2,) + fused[2:] if part == "half" else fused[1:]
         if tuple(t.shape) != want:
             out.append(f"{name} has shape {list(t.shape)} in {t.file.name}, but config.json implies {list(want)}"
-                       + expert_fields(name, data))
+                       + expert_fields(name, data, expert_keys))
     for name, (count, experts, files) in sorted(seen.items()):
         if experts != set(range(count)):
             beyond, missing = sorted(experts - set(range(count))), sorted(set(range(count)) - experts)
             held = (f"holds expert(s) {', '.join(map(str, beyond[:4]))} beyond" if beyond else
                     f"lacks expert(s) {', '.join(map(str, missing[:4]))} of")
             out.append(f"{name} (in {', '.join(sorted(files)[:3])}) {held} the {count} experts config.json implies"
-                       + expert_fields(name, data))
+                       + expert_fields(name, data, expert_keys))
     return out
 
 
-def expert_fields(name: str, data: dict) -> str:
+def expert_fields(name: str, data: dict, keys: tuple[str, str, str] | None = None) -> str:
     """The config.json fields an MoE tensor's shape comes from, as `` (field value, ...)``; empty for a tensor of no
-    expert (or a config without experts)."""
-    count = next((k for k in ("num_local_experts", "num_experts") if data.get(k) is not None), None)
-    if count is None or not re.search(r"expert|block_sparse_moe|\.mlp\.gate\.weight$", name):
+    expert (or a config without experts). ``keys``: the family's expert count, expert intermediate size and hidden
+    size fields (``ArchAdapter.expert_field_keys``; paths allowed: DBRX's ``ffn_config.moe_num_experts``); by
+    default the flat names the Mixtral, Qwen and Granite configs use."""
+    if keys is None:
+        count = next((k for k in ("num_local_experts", "num_experts") if data.get(k) is not None), None)
+        keys = (count, "moe_intermediate_size" if data.get("moe_intermediate_size") is not None
+                else "intermediate_size", "hidden_size")
+    count, inter, hidden = keys
+    if count is None or lookup(data, count) is None or not re.search(
+            r"expert|block_sparse_moe|router|\.mlp\.gate\.weight$", name):
         return ""
     if "shared_expert_gate" in name:
-        keys = ["hidden_size"]
+        named = [hidden]
     elif "shared_expert" in name:
-        keys = ["shared_expert_intermediate_size", "hidden_size"]
+        named = ["shared_expert_intermediate_size", hidden]
     elif re.search(r"(\.gate|router(\.layer)?)\.weight$", name):
-        keys = [count, "hidden_size"]
+        named = [count, hidden]
     else:
-        keys = [count, "moe_intermediate_size" if data.get("moe_intermediate_size") is not None
-                else "intermediate_size", "hidden_size"]
-    return " (from config.json's " + ", ".join(f"{k} {data.get(k)!r}" for k in keys) + ")"
+        named = [count, inter, hidden]
+    return " (from config.json's " + ", ".join(f"{k} {lookup(data, k)!r}" for k in named) + ")"
 
 
 def shape_cache_dir() -> Path:

@@ -175,11 +175,12 @@ def arithmetic_effect(hf, arithmetic, prompts: list[list[int]], hf_runs) -> floa
     return effect
 
 
-def check_base_weights(model_dir: str | Path, ignored: tuple[str, ...] = ()) -> None:
+def check_base_weights(model_dir: str | Path, ignored: tuple[str, ...] = (),
+                       expert_keys: tuple[str, str, str] | None = None) -> None:
     """The base's weight headers against its config.json, as convert and check read them
     (``HFModel.weight_problems``: dtypes, shapes, MoE experts against their config fields), before transformers
     loads anything: a wrong tensor is named by file and field, not by transformers' own load error."""
-    problems = HFModel(model_dir).weight_problems(ignored)
+    problems = HFModel(model_dir).weight_problems(ignored, expert_keys)
     if problems:
         raise ModelError(f"{len(problems)} base tensor(s) contradict config.json, e.g. " + "; ".join(problems[:3]),
                          where=str(model_dir),

@@ -23,7 +23,7 @@ from trtllm_medusa_ports.deploy.commands import build_line
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import to_torch
-from trtllm_medusa_ports.files.hf_model import progress_bars_off
+from trtllm_medusa_ports.files.hf_model import HFConfig, progress_bars_off
 from trtllm_medusa_ports.findings import ERROR
 from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import plain_generate
@@ -168,7 +168,8 @@ def _verify(
                          + " or ".join(FP8_GEMM_PATHS), fix="pass the --gemm_plugin the engine is built with")
     ref.fp8_gemm = gemm_plugin
     dtype = to_torch(checkpoint_dtype(ckpt.config))
-    check_base_weights(model_dir, ref.adapter.ignored_hf_tensors)
+    check_base_weights(model_dir, ref.adapter.ignored_hf_tensors,
+                       ref.adapter.expert_field_keys(HFConfig.read(model_dir)))
     load = functools.partial(_load_base, model_dir, dtype, ckpt, ref, memory.streaming, device, offload_dir, status)
     # what the last verify of this very base computed, where nothing it depends on changed (verify/hf_memo.py)
     quantized = QuantSpec.from_config(ckpt.config)
