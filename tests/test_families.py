@@ -710,3 +710,21 @@ def test_dbrx_rank_files_hold_upstreams_convert_hf_dbrx_tensors(store, tmp_path,
     written = json.loads((ckpt / "config.json").read_text())
     assert written["norm_epsilon"] == 1e-5 and written["clip_qkv"] == cfg["attn_config"]["clip_qkv"]
     assert written["mapping"]["moe_ep_size"] == ep and written["moe"]["normalization_mode"] == 1
+
+
+def test_every_family_says_where_upstreams_converter_for_it_lives():
+    """Issue 66, 2: each family class with a tiny model names upstream's converter it restates (a file of
+    NVIDIA/TensorRT-LLM under tensorrt_llm/models/ or examples/models/), declared by the class itself."""
+    import re
+
+    from trtllm_medusa_ports.archs.registry import own
+
+    pattern = re.compile(r"(tensorrt_llm/models/[a-z0-9_]+|examples/models/(core|contrib)/[a-z0-9_]+)/[a-z_]+\.py")
+    checked = 0
+    for cls in dict.fromkeys(registry().values()):
+        if own(cls, "tiny_config") is None:
+            continue
+        path = own(cls, "upstream_converter")
+        assert path and pattern.fullmatch(path), (cls.__name__, path)
+        checked += 1
+    assert checked >= 25

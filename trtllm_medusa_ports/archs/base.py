@@ -88,6 +88,9 @@ class ArchAdapter:
     #: the error rules ``check`` gives the family's tiny model (and so its tests convert it with
     #: ``--allow_unsupported``): ALiBi, attention soft-capping, ...; empty: servable
     expected_check_errors: ClassVar[frozenset[str]] = frozenset()
+    #: where upstream's own converter for the family lives (repository NVIDIA/TensorRT-LLM): the mapping this
+    #: adapter restates and its tests compare with (declared by each class that declares ``tiny_config``)
+    upstream_converter: ClassVar[str] = ""
     #: TensorRT-LLM 1.2.x class the engine derives from (tensorrt_llm/models/__init__.py MODEL_MAP)
     trtllm_base_class: ClassVar[str] = ""
     #: True when upstream MedusaForCausalLM (tensorrt_llm/models/medusa/model.py) builds this base

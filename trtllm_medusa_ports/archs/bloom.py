@@ -44,6 +44,7 @@ class BloomAdapter(ArchAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
     key_cases: ClassVar[dict | None] = {}
     family = "bloom"
+    upstream_converter = "examples/models/contrib/bloom/convert_checkpoint.py"
     model_types = ("bloom",)
     display_note = ""
     position_summary = "ALiBi"

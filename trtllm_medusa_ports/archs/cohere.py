@@ -42,6 +42,7 @@ class CohereAdapter(LlamaAdapter):
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "layer_norm_eps": 3e-6}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "cohere"
+    upstream_converter = "tensorrt_llm/models/commandr/model.py"
     model_types = ("cohere",)
     display_note = "Command-R"
     position_summary = "RoPE (GPT-J, interleaved), logit scale"

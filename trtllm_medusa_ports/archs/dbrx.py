@@ -84,6 +84,7 @@ class DbrxAdapter(ArchAdapter):
                             "moe_normalize_expert_weights": None}})  # DbrxConfig refuses tied embeddings
     pipeline_test = True
     family = "dbrx"
+    upstream_converter = "examples/models/contrib/dbrx/convert_checkpoint.py"
     model_types = ("dbrx",)
     display_note = "mixture of experts, nested configs"
     position_summary = "RoPE (GPT-NeoX)"

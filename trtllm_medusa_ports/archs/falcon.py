@@ -33,6 +33,7 @@ class FalconAdapter(ArchAdapter):
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "falcon"
+    upstream_converter = "tensorrt_llm/models/falcon/convert.py"
     model_types = ("falcon", "RefinedWeb", "RefinedWebModel")
     display_note = "RoPE variants"
     position_summary = "RoPE (GPT-NeoX)"

@@ -35,6 +35,7 @@ class GemmaAdapter(LlamaAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "gemma"
+    upstream_converter = "tensorrt_llm/models/gemma/convert.py"
     model_types = ("gemma",)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX)"
@@ -83,6 +84,7 @@ class Gemma2Adapter(GemmaAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'query_pre_attn_scalar': 64}
     family = "gemma2"
+    upstream_converter = "tensorrt_llm/models/gemma/convert.py"
     model_types = ("gemma2",)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX), soft-capping"
@@ -129,6 +131,7 @@ class Gemma3Adapter(Gemma2Adapter):
     key_cases: ClassVar[dict | None] = {'rms_norm_eps': 3e-06, 'query_pre_attn_scalar': 64}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "gemma3"
+    upstream_converter = "tensorrt_llm/models/gemma/convert.py"
     model_types = ("gemma3_text", "gemma3")
     display_note = ""
     position_summary = "RoPE, local/global bases, q/k norm"

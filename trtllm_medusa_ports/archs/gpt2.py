@@ -115,6 +115,7 @@ class GPT2Adapter(_GPTLearnedPositions):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"n_inner": 96, "tie_word_embeddings": False})
     key_cases: ClassVar[dict | None] = {"layer_norm_epsilon": 3e-06}
     family = "gpt2"
+    upstream_converter = "tensorrt_llm/models/gpt/convert.py"
     model_types = ("gpt2",)
     display_note = ""
     position_summary = "learned absolute"
@@ -145,6 +146,7 @@ class GPTBigCodeAdapter(_GPTLearnedPositions):
                                                  {"tie_word_embeddings": False})
     key_cases: ClassVar[dict | None] = {"layer_norm_epsilon": 3e-06}
     family = "gpt_bigcode"
+    upstream_converter = "tensorrt_llm/models/gpt/convert.py"
     model_types = ("gpt_bigcode",)
     display_note = "StarCoder 1, SantaCoder, WizardCoder"
     position_summary = "learned absolute"

@@ -41,6 +41,7 @@ class GPTJAdapter(ArchAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"rotary_dim": 16, "tie_word_embeddings": True})
     key_cases: ClassVar[dict | None] = {"rotary_dim": 4}
     family = "gptj"
+    upstream_converter = "tensorrt_llm/models/gptj/convert.py"
     model_types = ("gptj",)
     display_note = ""
     position_summary = "partial RoPE (GPT-J, interleaved)"

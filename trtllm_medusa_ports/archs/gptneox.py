@@ -39,6 +39,7 @@ class GPTNeoXAdapter(ArchAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'rotary_pct': 0.5})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
     family = "gpt_neox"
+    upstream_converter = "examples/models/contrib/gptneox/convert_checkpoint.py"
     model_types = ("gpt_neox", "gptneox")
     display_note = "Pythia"
     position_summary = "partial RoPE"

@@ -41,6 +41,7 @@ class GraniteAdapter(LlamaAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': False, 'attention_multiplier': 1.0})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "granite"
+    upstream_converter = "tensorrt_llm/models/llama/convert.py"
     model_types = ("granite",)
     display_note = "Granite 3.x dense"
     position_summary = "RoPE (GPT-NeoX), embedding/residual/attention/logits multipliers"

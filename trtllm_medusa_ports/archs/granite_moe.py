@@ -41,6 +41,7 @@ class GraniteMoeAdapter(GraniteAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "tie_word_embeddings": True})
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
     family = "granitemoe"
+    upstream_converter = "tensorrt_llm/models/llama/convert.py"
     model_types = ("granitemoe",)
     display_note = "Granite 3.x MoE"
     position_summary = "RoPE (GPT-NeoX), Granite's multipliers"

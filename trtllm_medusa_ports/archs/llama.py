@@ -23,6 +23,7 @@ class LlamaAdapter(ArchAdapter):
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "llama"
+    upstream_converter = "tensorrt_llm/models/llama/convert.py"
     model_types = ("llama",)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX)"
@@ -74,6 +75,7 @@ class MistralAdapter(LlamaAdapter):
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "mistral"
+    upstream_converter = "tensorrt_llm/models/llama/convert.py"
     model_types = ("mistral",)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX), sliding window"

@@ -40,6 +40,7 @@ class MixtralAdapter(MistralAdapter):
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "mixtral"
+    upstream_converter = "tensorrt_llm/models/llama/convert.py"
     model_types = ("mixtral",)
     display_note = "mixture of experts"
     position_summary = "RoPE (GPT-NeoX), sliding window"

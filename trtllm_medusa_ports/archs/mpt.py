@@ -45,6 +45,7 @@ class MPTAdapter(ArchAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'n_heads': 2, 'attn_config': {'alibi': True, 'clip_qkv': 0.5}})
     key_cases: ClassVar[dict | None] = {}
     family = "mpt"
+    upstream_converter = "examples/models/contrib/mpt/convert_checkpoint.py"
     model_types = ("mpt",)
     display_note = ""
     position_summary = "ALiBi"

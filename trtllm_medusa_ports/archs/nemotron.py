@@ -58,6 +58,7 @@ class NemotronAdapter(LlamaAdapter):
     engine_limits_summary: ClassVar[str] = ('`attention_bias != mlp_bias` (`models/gpt/model.py`: one `bias` for the '
                                             'attention and MLP linears)')
     family = "nemotron"
+    upstream_converter = "tensorrt_llm/models/gpt/convert.py"
     model_types = ("nemotron",)
     display_note = "Nemotron-4, Minitron"
     position_summary = "partial RoPE (GPT-NeoX)"

@@ -29,6 +29,7 @@ class PhiAdapter(ArchAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'partial_rotary_factor': 0.25})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
     family = "phi"
+    upstream_converter = "tensorrt_llm/models/phi/convert.py"
     model_types = ("phi",)
     display_note = "Phi-2"
     position_summary = "partial RoPE"

@@ -35,6 +35,7 @@ class Phi3Adapter(LlamaAdapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4, 'partial_rotary_factor': 0.5})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'partial_rotary_factor': 0.5}
     family = "phi3"
+    upstream_converter = "tensorrt_llm/models/phi3/convert.py"
     model_types = ("phi3",)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX; longrope for 128k)"

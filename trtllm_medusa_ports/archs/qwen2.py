@@ -19,6 +19,7 @@ class Qwen2Adapter(LlamaAdapter):
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'seq_length': 777}
     family = "qwen2"
+    upstream_converter = "tensorrt_llm/models/qwen/convert.py"
     model_types = ("qwen2",)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX)"

@@ -77,6 +77,7 @@ class Qwen2MoeAdapter(Qwen2Adapter):
                                                  {"norm_topk_prob": True})
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
     family = "qwen2_moe"
+    upstream_converter = "tensorrt_llm/models/qwen/convert.py"
     model_types = ("qwen2_moe",)
     display_note = "mixture of experts, shared expert"
     position_summary = "RoPE (GPT-NeoX)"

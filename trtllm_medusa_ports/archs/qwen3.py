@@ -27,6 +27,7 @@ class Qwen3Adapter(Qwen2Adapter):
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'num_key_value_heads': 1})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "qwen3"
+    upstream_converter = "tensorrt_llm/models/qwen/convert.py"
     model_types = ("qwen3",)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX), q/k norm"

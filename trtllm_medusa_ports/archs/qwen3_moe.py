@@ -36,6 +36,7 @@ class Qwen3MoeAdapter(Qwen3Adapter):
                                                  {"norm_topk_prob": False})
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}
     family = "qwen3_moe"
+    upstream_converter = "tensorrt_llm/models/qwen/convert.py"
     model_types = ("qwen3_moe",)
     display_note = "mixture of experts"
     position_summary = "RoPE (GPT-NeoX), q/k norm"

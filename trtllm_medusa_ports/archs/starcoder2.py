@@ -28,6 +28,7 @@ class Starcoder2Adapter(LlamaAdapter):
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'norm_epsilon': 3e-06, 'partial_rotary_factor': 0.5}
     pipeline_test: ClassVar[bool] = True  # verified at pp 2 (see ArchAdapter.pipeline_test)
     family = "starcoder2"
+    upstream_converter = "tensorrt_llm/models/gpt/convert.py"
     model_types = ("starcoder2",)
     display_note = ""
     position_summary = "RoPE (GPT-NeoX)"
