@@ -444,7 +444,7 @@ def test_train_heads_on_a_full_disk_names_the_file_and_errno_and_leaves_no_tempo
 
 def test_a_failed_state_save_keeps_the_last_whole_state(tmp_path, monkeypatch):
     from trtllm_medusa_ports.errors import HeadsError
-    from trtllm_medusa_ports.heads.train import FitOptions, FitState, load_state, save_state
+    from trtllm_medusa_ports.heads.fit import FitOptions, FitState, load_state, save_state
 
     opts = FitOptions(num_heads=1, steps=4)
     blocks = [[(torch.ones(4, 4), torch.zeros(4))]]

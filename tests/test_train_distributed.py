@@ -211,9 +211,9 @@ def test_a_rank_lost_mid_run_ends_the_job_and_the_state_resumes_at_one_process(s
     out = tmp_path / "heads"
 
     def hook(rank):
-        import trtllm_medusa_ports.heads.train as train_mod
+        import trtllm_medusa_ports.heads.fit as fit_mod
 
-        real = train_mod.lr_at
+        real = fit_mod.lr_at
 
         def lr_at(step, opts):
             if rank == 1 and step == 4:
@@ -222,7 +222,7 @@ def test_a_rank_lost_mid_run_ends_the_job_and_the_state_resumes_at_one_process(s
                 raise RuntimeError("rank 1 broke down")
             return real(step, opts)
 
-        train_mod.lr_at = lr_at
+        fit_mod.lr_at = lr_at
 
     codes, outs, errs = _ranks(2, _argv(setup, out), tmp_path / "logs", hook)
     assert codes[0] == 1 and codes[1] == (-signal.SIGKILL if how == "killed" else 1), (codes, errs)
@@ -324,16 +324,16 @@ def test_a_signal_to_one_rank_stops_every_rank_at_the_same_step(setup, tmp_path)
     out = tmp_path / "heads"
 
     def hook(rank):
-        import trtllm_medusa_ports.heads.train as train_mod
+        import trtllm_medusa_ports.heads.fit as fit_mod
 
-        real = train_mod.lr_at
+        real = fit_mod.lr_at
 
         def lr_at(step, opts):
             if rank == 1 and step == 3:
                 os.kill(os.getpid(), signal.SIGTERM)
             return real(step, opts)
 
-        train_mod.lr_at = lr_at
+        fit_mod.lr_at = lr_at
 
     codes, outs, errs = _ranks(2, _argv(setup, out), tmp_path / "logs", hook)
     assert codes == [128 + signal.SIGTERM] * 2, errs
@@ -349,16 +349,16 @@ def test_a_hung_rank_ends_the_job_at_the_timeout(setup, tmp_path):
     out = tmp_path / "heads"
 
     def hook(rank):
-        import trtllm_medusa_ports.heads.train as train_mod
+        import trtllm_medusa_ports.heads.fit as fit_mod
 
-        real = train_mod.lr_at
+        real = fit_mod.lr_at
 
         def lr_at(step, opts):
             if rank == 1 and step == 2:
                 os.kill(os.getpid(), signal.SIGSTOP)
             return real(step, opts)
 
-        train_mod.lr_at = lr_at
+        fit_mod.lr_at = lr_at
 
     t0 = time.monotonic()
     codes, _, errs = _ranks(2, _argv(setup, out, "--dist_timeout", "1"), tmp_path / "logs", hook, kill_after=0)

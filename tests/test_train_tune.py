@@ -433,8 +433,8 @@ def test_a_signal_at_any_point_of_the_fit_resumes_bit_for_bit(tmp_path, monkeypa
     import os
     import signal
 
-    import trtllm_medusa_ports.heads.train as train_mod
-    from trtllm_medusa_ports.heads.train import TrainingInterrupted
+    import trtllm_medusa_ports.heads.fit as train_mod  # the fit's own module: fit_heads calls these
+    from trtllm_medusa_ports.heads.fit import TrainingInterrupted
 
     hidden, targets, lm = _toy()
     opts = FitOptions(num_heads=2, steps=12, lr=1e-2, batch_size=32, share_lm_head=False, save_every=5)
@@ -468,7 +468,7 @@ def test_a_signal_at_any_point_of_the_fit_resumes_bit_for_bit(tmp_path, monkeypa
 
 def test_a_damaged_training_state_is_refused_by_name(tmp_path):
     from trtllm_medusa_ports.errors import HeadsError
-    from trtllm_medusa_ports.heads.train import load_state
+    from trtllm_medusa_ports.heads.fit import load_state
 
     hidden, targets, lm = _toy()
     opts = FitOptions(num_heads=2, steps=4, lr=1e-2, batch_size=32, share_lm_head=True)

@@ -68,10 +68,11 @@ def __getattr__(name: str):
 
 def _training_types() -> dict:
     """train-heads' options with the command's defaults (declared.py: 4 heads, --distill 0.5, progress shown)."""
+    from trtllm_medusa_ports.heads import fit as fitting
     from trtllm_medusa_ports.heads import train
 
     fit = _options("FitOptions", "How the heads are fitted; the defaults are train-heads' flags (``matmul_dtype`` "
-                   "``auto``: bfloat16 where the device computes it fast, float32 elsewhere).", (train.FitOptions,))
+                   "``auto``: bfloat16 where the device computes it fast, float32 elsewhere).", (fitting.FitOptions,))
     opts = _options("TrainOptions", "train-heads: ``model_dir`` and ``output_dir``, what to train on (``prompts``), "
                     "how to fit (``fit``); the defaults are the command's flags.", (train.TrainOptions,),
                     FitOptions=fit)

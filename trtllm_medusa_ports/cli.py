@@ -160,7 +160,7 @@ def run_tree(args: argparse.Namespace) -> int:
 
 def run_train_heads(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import FitOptions, TrainOptions, train_heads
-    from trtllm_medusa_ports.heads.train import TrainingInterrupted
+    from trtllm_medusa_ports.heads.fit import TrainingInterrupted
 
     if args.device is not None and not device_ok(args.device):  # computed on before the base is loaded
         return 2

@@ -2,7 +2,7 @@
 (``SPECS``, made from declared.py) and the validator every api function calls before any work
 (``validate_options``, ``check_fields``).
 
-May import: the standard library, declared, errors and files.prompts (heads.train and quant.calibrate lazily, for the
+May import: the standard library, declared, errors and files.prompts (heads.fit and quant.calibrate lazily, for the
 types they define); never api or cli.
 """
 
@@ -32,9 +32,9 @@ def _calibration_type():
 
 
 def _fit_type():
-    from trtllm_medusa_ports.heads import train
+    from trtllm_medusa_ports.heads import fit
 
-    return train.FitOptions
+    return fit.FitOptions
 
 
 #: the types a spec names (kind "of" / "nested"), each read when first asked for
