@@ -465,8 +465,8 @@ def test_each_written_row_is_checked_once_by_one_rank():
 
 
 def test_lanes_give_each_rank_file_one_writer_and_balance_one_file():
-    from trtllm_medusa_ports.convert import _lanes
     from trtllm_medusa_ports.files.byte_moves import MoveKind, MovePlan, Source
+    from trtllm_medusa_ports.rank_writer import write_lanes as _lanes
 
     class Job:
         def __init__(self, label, ranks):

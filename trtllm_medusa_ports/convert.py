@@ -16,32 +16,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports import __version__
 from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.registry import adapter_for, adapter_for_model_type
 from trtllm_medusa_ports.arrays import Array
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
-from trtllm_medusa_ports.deploy.commands import build_line
-from trtllm_medusa_ports.errors import ConversionError, HeadsError, ModelError
-from trtllm_medusa_ports.files import byte_moves
+from trtllm_medusa_ports.convert_options import ConvertOptions, ConvertResult
+from trtllm_medusa_ports.errors import ConversionError, ModelError
 from trtllm_medusa_ports.files.byte_moves import (
-    ByteMover,
     MoveKind,
     MovePlan,
-    NonFinite,
 )
 from trtllm_medusa_ports.files.checkpoint import (
-    StreamingSafetensorsFile,
-    atomic_output_dir,
     guard_output_dir,
-    write_config,
 )
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, is_floating, itemsize
 from trtllm_medusa_ports.files.hf_model import HFModel
@@ -57,7 +47,6 @@ from trtllm_medusa_ports.plan import (
     check_tie as _check_tie,
 )
 from trtllm_medusa_ports.plan import (
-    job_inputs,
     move_plan,
     planned_shape,
 )
@@ -67,130 +56,16 @@ from trtllm_medusa_ports.plan import (
 from trtllm_medusa_ports.plan import (
     same_values as _same_values,
 )
-from trtllm_medusa_ports.plan import (
-    shard_for as _shard_for,
-)
-from trtllm_medusa_ports.progress import progress as _progress
 from trtllm_medusa_ports.quant import spec_from_flags
+from trtllm_medusa_ports.rank_writer import non_finite_error, write_checkpoint
 from trtllm_medusa_ports.sharding import Mapping
 from trtllm_medusa_ports.tree import recorded_tree
-
-if TYPE_CHECKING:
-    pass
 
 #: Activation of the Medusa ResBlocks. Medusa heads are trained with SiLU whatever the
 #: base's activation (FasterDecoding medusa_model.py ResBlock); upstream TensorRT-LLM
 #: takes the base's hidden_act instead (tensorrt_llm/models/medusa/model.py), which is
 #: only right for SiLU bases, so we write it explicitly.
 MEDUSA_HIDDEN_ACT = "silu"
-
-
-@dataclass
-class ConvertOptions:
-    model_dir: Path
-    medusa_model_dir: Path
-    output_dir: Path
-    dtype: str = "auto"
-    tp_size: int = 1
-    pp_size: int = 1
-    num_medusa_heads: int | None = None
-    num_medusa_layers: int | None = None
-    max_draft_len: int = 63
-    model_type: str | None = None
-    workers: int = 1
-    use_parallel_embedding: bool = False
-    embedding_sharding_dim: int = 0
-    share_lm_head: bool = False
-    overwrite: bool = False
-    quiet: bool = False
-    allow_unsupported: bool = False
-    medusa_choices: str | None = None
-    #: move bytes where no value changes (files/byte_moves.py); False: every tensor through torch
-    #: (the reference the fast path is tested against)
-    fast_path: bool = True
-    #: the rank files reach the disk (fsync) before the output directory appears. Always done when
-    #: an existing --output_dir is replaced (a power loss must not take the old checkpoint with
-    #: the new one); for a new directory only on request, as ``cp``, ``save_pretrained`` and
-    #: TensorRT-LLM's own convert scripts leave the data to the system's writeback
-    fsync: bool = False
-    #: quantization, upstream's spellings (trtllm_medusa_ports/quant): examples/quantization/quantize.py's
-    #: --qformat / --kv_cache_dtype and examples/medusa/convert_checkpoint.py's --use_weight_only
-    #: --weight_only_precision / --int8_kv_cache
-    qformat: str | None = None
-    use_weight_only: bool = False
-    weight_only_precision: str | None = None
-    kv_cache_dtype: str | None = None
-    int8_kv_cache: bool = False
-    calib_dataset: Path | None = None
-    calib_size: int = 512
-    calib_max_seq_length: int = 512
-    tokenizer_dir: Path | None = None
-    #: "auto": calibration prompts through the tokenizer's chat template where it has one; "none": as they are
-    chat_template: str = "auto"
-    revision: str | None = None  # model_dir's on the Hub, where it is a Hub id (files/hub.py)
-    device: str = "cpu"
-    #: torch threads of the calibration pass (None: the idle cores, threads.default_threads, as verify and
-    #: train-heads: a busy machine's cores make every small operation wait for a descheduled thread)
-    threads: int | None = None
-    #: expert parallelism of MoE bases (upstream's convert_checkpoint.py --moe_ep_size): it divides tp_size, the
-    #: experts split over it and their intermediate dim over tp_size / moe_ep_size
-    moe_ep_size: int = 1
-    #: a calibration already run on this base and dtype (quant/calibrate.py ``calibrate``): a pipeline that
-    #: converts one base at several tp sizes calibrates once
-    calibration: object = None
-
-
-@dataclass
-class ConvertResult:
-    output_dir: Path
-    config: dict
-    findings: list[Finding]
-    num_ranks: int
-    num_tensors: int
-    bytes_written: int
-    seconds: float
-    shared_lm_head_bytes_saved: int
-    warnings: list[str] = field(default_factory=list)
-    #: job label -> how its bytes reached the rank files (a MoveKind value)
-    moves: dict[str, str] = field(default_factory=dict)
-    #: GPU memory of the engine per rank (trtllm_medusa_ports/memory.py)
-    memory: object = None
-
-    def to_dict(self) -> dict:
-        return {"output_dir": str(self.output_dir), "num_ranks": self.num_ranks, "num_tensors": self.num_tensors,
-                "bytes_written": self.bytes_written, "seconds": round(self.seconds, 3),
-                "shared_lm_head_bytes_saved": self.shared_lm_head_bytes_saved, "warnings": self.warnings,
-                "findings": [f.to_dict() for f in self.findings], "config": self.config,
-                "memory": self.memory.to_dict() if self.memory is not None else None, "moves": self.moves,
-                "build_command": self.build_command}
-
-    @property
-    def build_command(self) -> str:
-        """The build command this checkpoint needs (deploy/commands.py), engine directory left to fill."""
-        return build_line(self.config, self.output_dir)
-
-    def summary(self) -> str:
-        s = (
-            f"Wrote {self.output_dir}: {self.num_ranks} rank file(s) "
-            f"(tp={self.config['mapping']['tp_size']}, pp={self.config['mapping']['pp_size']}), "
-            f"{self.num_tensors} tensors, {self.bytes_written / 1e6:.1f} MB, "
-            f"architecture {self.config['architecture']}, dtype {self.config['dtype']}, "
-            f"{self.config['num_medusa_heads']} Medusa heads x {self.config['num_medusa_layers']} layer(s), "
-            f"in {self.seconds:.1f} s."
-        )
-        q = self.config.get("quantization") or {}
-        if q.get("quant_algo") or q.get("kv_cache_quant_algo"):
-            s += f" Quantization: {q.get('quant_algo') or 'none'}, KV cache {q.get('kv_cache_quant_algo') or 'float'}"
-            s += (" (weights stay float: TensorRT-LLM quantizes them at load)."
-                  if q.get("quant_algo") in ("W8A16", "W4A16") else ".")
-        if self.config.get("medusa_shared_lm_head"):
-            s += (
-                f" The heads share the base lm_head: {self.shared_lm_head_bytes_saved / 1e6:.1f} MB "
-                "saved against one copy per head."
-            )
-        if self.memory is not None:
-            s += "\n" + self.memory.render()
-        return s + f"\nBuild it with: {self.build_command}"
 
 
 def resolve_adapter(model: HFModel, model_type: str | None) -> ArchAdapter:
@@ -347,13 +222,14 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         from trtllm_medusa_ports.quant.jobs import measure_weights
 
         measure_weights(jobs, moves, fp8_scales, dtype, threads=max(opts.workers, 2), quiet=opts.quiet,
-                        on_non_finite=lambda job: _non_finite_error(job, dtype))
+                        on_non_finite=lambda job: non_finite_error(job, dtype))
 
     padded_vocab = mapping.padded_vocab(cfg["vocab_size"])
     saved = heads.num_heads * padded_vocab * heads.hidden_size * itemsize(dtype) if share else 0
 
     try:
-        total_bytes = _write(opts, jobs, moves, entries, cfg, dtype, warnings, inputs)
+        total_bytes = write_checkpoint(Path(opts.output_dir), jobs, moves, entries, cfg, dtype, warnings, inputs,
+                                       overwrite=opts.overwrite, fsync=opts.fsync, workers=opts.workers, quiet=opts.quiet)
     except OSError as exc:  # the disk, not the inputs: full, read-only, no permission, busy
         raise ConversionError(f"could not write the checkpoint: {exc.strerror or exc}",
                               where=str(opts.output_dir),
@@ -539,142 +415,3 @@ def plan_layout(opts: ConvertOptions) -> tuple[dict, dict[int, list[tuple[str, s
     entries, _ = _layout(dataclasses.replace(opts, fast_path=False), plan(adapter, model, heads, cfg, dtype, share),
                          cfg, dtype)
     return cfg, entries
-
-
-def _lanes(fast: list[tuple[_Job, MovePlan]], ranks: list[int], threads: int
-           ) -> list[list[tuple[_Job, MovePlan, int | None]]]:
-    """Split the byte-moving jobs into ``threads`` task lists that run side by side.
-
-    With several rank files, rank r's pieces of every job go to lane ``r % threads`` (one writer per
-    file). With one rank file, whole jobs are dealt out to balance the bytes.
-    """
-    if not fast:
-        return []
-    if len(ranks) > 1:
-        n = min(threads, len(ranks))
-        lanes: list[list] = [[] for _ in range(n)]
-        for job, move in fast:
-            for rank in sorted({r for r, _ in job.targets}):
-                lanes[ranks.index(rank) % n].append((job, move, rank))
-        return lanes
-    lanes = [[] for _ in range(threads)]
-    load = [0] * threads
-    for job, move in sorted(fast, key=lambda jm: -sum(s.nbytes for s in jm[1].sources)):
-        i = load.index(min(load))
-        lanes[i].append((job, move, None))
-        load[i] += sum(s.nbytes for s in move.sources)
-    return [lane for lane in lanes if lane]
-
-
-def _non_finite_error(job: _Job, dtype: str) -> Exception:
-    """The error for a job whose values hold NaN/Inf in the checkpoint dtype."""
-    err = HeadsError if job.label.startswith("medusa_heads") else ModelError
-    return err(
-        f"tensor for {job.label} holds NaN/Inf after casting to {dtype}"
-        + (f" (from {', '.join(job.sources)})" if job.sources else ""),
-        fix="the source holds NaN/Inf (damaged weights: save them again)" if dtype == "float32" else
-            f"the source holds NaN/Inf, or its values overflow {dtype}: try --dtype bfloat16 or float32",
-    )
-
-
-class _RankWriter:
-    """The jobs' tensors streamed into open rank files: byte moves in lanes (one thread per rank file), whole
-    tensors beside them, at most ``workers`` of those in memory; the first failure stops every lane."""
-
-    def __init__(self, files: dict, mover: ByteMover, cfg: dict, dtype: str, workers: int, bar):
-        self.files, self.mover, self.cfg, self.dtype, self.bar = files, mover, cfg, dtype, bar
-        self.workers = workers
-        self.whole_tensors = threading.Semaphore(workers)
-        self.failed = threading.Event()
-
-    def run_tensor(self, job: _Job) -> None:
-        from trtllm_medusa_ports.files.finite import all_finite
-
-        with self.whole_tensors:  # at most --workers whole tensors in memory
-            job, inputs = job_inputs(job, self.dtype)
-            for t in inputs:
-                if not all_finite(t):
-                    raise _non_finite_error(job, self.dtype)
-            for rank, name in job.targets:
-                shard = _shard_for(job, inputs, self.cfg, rank)
-                self.files[rank].write(name, job.post(shard) if job.post is not None else shard)
-        self.bar.update(len(job.targets))
-
-    def run_lane(self, tasks: list[tuple[_Job, MovePlan, int | None]]) -> None:
-        for job, move, rank in tasks:
-            if self.failed.is_set():
-                return
-            try:
-                self.mover.run(move, rank)
-            except NonFinite:
-                self.failed.set()
-                raise _non_finite_error(job, self.dtype) from None
-            except BaseException:
-                self.failed.set()  # the other lanes stop at their next tensor
-                raise
-            done = [(r, name) for r, name in job.targets if rank is None or r == rank]
-            for r, name in done:
-                self.files[r].written(name)
-            self.bar.update(len(done))
-
-    def run(self, jobs: list[_Job], moves: list[MovePlan], ranks: list[int]) -> None:
-        # Byte moves spend their time in the kernel and in numpy (the GIL released), so even with
-        # --workers 1 two threads run them. Each rank file is written by one thread (a "lane"):
-        # copies into one file serialise on its lock, copies into two files run side by side.
-        fast = [(j, m) for j, m in zip(jobs, moves, strict=True) if m.kind is not MoveKind.TENSOR]
-        tensor_jobs = [j for j, m in zip(jobs, moves, strict=True) if m.kind is MoveKind.TENSOR]
-        threads = max(self.workers, 2 if fast else 1)
-        lanes = _lanes(fast, ranks, threads)
-        if threads == 1:
-            for lane in lanes:
-                self.run_lane(lane)
-            for j in tensor_jobs:
-                self.run_tensor(j)
-            return
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            futures = [pool.submit(self.run_lane, lane) for lane in lanes]
-            futures += [pool.submit(self.run_tensor, j) for j in tensor_jobs]
-            try:
-                for f in futures:
-                    f.result()
-            except BaseException:
-                self.failed.set()
-                for f in futures:
-                    f.cancel()
-                raise
-
-
-def _write_config(tmp: Path, cfg: dict, warnings: list[str], durable: bool) -> None:
-    """config.json (with the conversion's warnings); with ``durable``, it and the directory's entries are on
-    disk before the directory is swapped in."""
-    cfg["medusa_ports"]["warnings"] = warnings
-    write_config(tmp, cfg, durable)
-
-
-def _write(opts: ConvertOptions, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict,
-           dtype: str, warnings: list[str], inputs: dict[str, Path]) -> int:
-    """Stream every job into the rank files of a new output directory; the bytes written."""
-    replacing = Path(opts.output_dir).exists()
-    with atomic_output_dir(Path(opts.output_dir), overwrite=opts.overwrite, inputs=inputs) as tmp:
-        durable = opts.fsync or replacing
-        files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r], durable=durable)
-                 for r in entries}
-        torch_casts = byte_moves.torch_casts_pay(moves, lanes=min(len(entries), max(opts.workers, 2)))
-        mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd,
-                          torch_casts=torch_casts)
-        try:
-            bar = _progress(sum(len(j.targets) for j in jobs), opts.quiet)
-            if torch_casts or any(m.kind is MoveKind.TENSOR or m.needs_torch for m in moves):
-                import torch  # noqa: F401  (tensors or casts ahead: imported once, before the threads start)
-            _RankWriter(files, mover, cfg, dtype, opts.workers, bar).run(jobs, moves, sorted(entries))
-            bar.close()
-            for f in files.values():
-                f.close()
-        except BaseException:
-            for f in files.values():
-                f.abort()
-            raise
-        finally:
-            mover.close()
-        _write_config(tmp, cfg, warnings, durable)
-    return sum(f.total for f in files.values())
