@@ -879,9 +879,9 @@ def test_a_0d_per_tensor_scale_loads_as_upstream_reshapes_it(tmp_path, store):
 def test_the_build_check_fails_a_test_whose_verify_says_ok_for_what_does_not_build(tmp_path, store, monkeypatch):
     """This module's verifies build what they prove on the stand-in (conftest.py): with verify's own load-path check
     taken out, the [2] scale above is proven OK, and the build of it fails the test."""
-    import trtllm_medusa_ports.reference.executor as executor
+    import trtllm_medusa_ports.reference.load_checks as load_checks
 
-    monkeypatch.setattr(executor, "load_problems", lambda ranks, config: [])
+    monkeypatch.setattr(load_checks, "load_problems", lambda ranks, config: [])
     base = tiny_base(store, "LlamaForCausalLM", **WIDE)
     ckpt = convert_to(tmp_path / "fp8", base, _heads(tmp_path, "LlamaForCausalLM", 128), dtype="float16",
                       qformat="fp8", calib_dataset=_calib(tmp_path, tiny_config("LlamaForCausalLM").vocab_size),

@@ -47,21 +47,15 @@ from trtllm_medusa_ports.quant import (
     EMULATED,
     FP8_GEMM_PATHS,
     FUSED_MLP_ACTIVATIONS,
-    QUANTIZED_LAYER_FIX,
-    STORED_WEIGHT_ONLY_FIX,
     QuantSpec,
     fp8_input_value,
     fp8_quantized,
     fp8_requantized,
     fp8_weight_value,
     kv_quantized,
-    quantized_layer_problems,
-    stored_weight_only_refusal,
     weight_only_dequantized,
     weight_only_quantized,
 )
-from trtllm_medusa_ports.quant.base_checks import tool_layer_problems
-from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.quant.tool_formats import (
     SQ,
     TOOL_ALGOS,
@@ -69,6 +63,7 @@ from trtllm_medusa_ports.quant.tool_formats import (
     smoothed_input,
     sq_activation,
 )
+from trtllm_medusa_ports.reference.load_checks import check_loaded
 from trtllm_medusa_ports.reference.rope import rope_inv_freq
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
 from trtllm_medusa_ports.tree import unpack_mask
@@ -93,22 +88,6 @@ _ACTS = {
     "squared-relu": lambda x: F.relu(x).square(),
     "relu2": lambda x: F.relu(x).square(),
 }
-
-
-#: the biases of row-parallel layers
-_ROW_BIAS = r".*\.(attention\.dense|mlp\.proj)\.bias"
-#: checkpoint tensors that TensorRT-LLM keeps whole on every tensor-parallel rank: norms, and
-#: the biases of row-parallel layers (added once, after the all-reduce)
-_REPLICATED = tuple(
-    re.compile(p)
-    for p in (
-        r".*layernorm\.(weight|bias)",
-        r"transformer\.(ln_f|ln_embed)\.(weight|bias)",
-        _ROW_BIAS,
-        r".*\.mlp\.(router|shared_expert_gate)\.weight",  # the MoE router and shared gate: every rank, every token
-        r".*_scaling_factor",  # FP8 and KV-cache scales: those of the unsplit tensor, on every rank
-    )
-)
 
 
 #: the tensors :class:`ReferenceModel` keeps together when streaming: a decoder layer's, a Medusa head's
@@ -253,47 +232,7 @@ class ReferenceModel:
         self.fused_gate_mlp = (semantics.mlp is MlpKind.GATED and cfg.get("hidden_act") in FUSED_MLP_ACTIVATIONS)
         #: where set (a list), each MoE layer call appends (tokens, distinct experts chosen): verify's count
         self.moe_activity: list[tuple[int, int]] | None = None
-        self._check_stored_weight_only()
-        self._check_quantized_layers()  # the stored form first: its messages speak of the rank files as written
-        self._check_engine_load()
-        self._check_replicas()
-        self._check_finite()
-
-    def _check_quantized_layers(self) -> None:
-        """Every linear ``quant_algo`` quantizes (not excluded) holds the weights and scales its quantized layer
-        declares (quant/__init__.py ``quantized_layer_problems``, which add-heads runs too): a float weight there
-        would not load into the engine, and computing it as float would prove the wrong model."""
-        if self.quant.weight_only:  # stored weight-only bytes: _check_stored_weight_only says why they are refused
-            return
-        problems = quantized_layer_problems(self.ckpt.ranks, self.quant.quant_algo, self.exclude)
-        if problems:
-            p = problems[0]
-            raise CheckpointError(p.message, where=str(self.ckpt.path / f"rank{p.rank}.safetensors"),
-                                  fix=QUANTIZED_LAYER_FIX)
-        # AWQ / SmoothQuant tensors of shapes that disagree cannot be multiplied (quant/base_checks.py)
-        for p in tool_layer_problems(self.ckpt.ranks, self.config.get("quantization") or {},
-                                     int(self.config["hidden_size"])):
-            raise CheckpointError(p.message, where=str(self.ckpt.path / f"rank{p.rank}.safetensors"), fix=p.fix)
-
-    def _check_stored_weight_only(self) -> None:
-        """Weight-only bytes a family's converter stored for one GPU's mixed GEMM are refused before any work."""
-        if not self.quant.weight_only:
-            return
-        for r in range(self.mapping.world_size):
-            for name, t in self.ckpt.ranks[r].items():
-                scale = name[: -len("weight")] + "per_channel_scale"
-                if name.endswith(".weight") and self.has(r, scale) and t.dtype_name == "int8":
-                    raise CheckpointError(stored_weight_only_refusal(name), where=str(self.ckpt.path),
-                                          fix=STORED_WEIGHT_ONLY_FIX)
-
-    def _check_engine_load(self) -> None:
-        """What TensorRT-LLM's build does to the rank files before it builds - ``preprocess_weights``, then every
-        parameter's exact declared shape (quant/engine_load.py) - refuses nothing here: verify proves only what the
-        engine would load."""
-        problems = load_problems(self.ckpt.ranks, self.config)
-        if problems:
-            p = problems[0]
-            raise CheckpointError(p.message, where=str(self.ckpt.path / f"rank{p.rank}.safetensors"), fix=p.fix)
+        check_loaded(self)
 
     # -- tensors ---------------------------------------------------------------------
     def stage_ranks(self, pp_rank: int) -> list[int]:
@@ -428,58 +367,6 @@ class ReferenceModel:
 
     def has(self, rank: int, name: str) -> bool:
         return self.ckpt.has(rank, name)
-
-    def _check_finite(self) -> None:
-        """Every floating tensor of every rank is finite, rows no prompt reaches included (an engine would serve
-        them): refused naming the rank file and tensor."""
-        for r, tensors in enumerate(self.ckpt.ranks):
-            for name, lazy in tensors.items():
-                if lazy.dtype_name not in ("float32", "float16", "bfloat16", "float8_e4m3fn"):
-                    continue
-                t = lazy.load().reshape(-1)
-                if not all(bool(torch.isfinite(c.float() if c.dtype == torch.float8_e4m3fn else c).all())
-                           for c in t.split(1 << 20)):  # a million values at a time: no tensor-sized temporaries
-                    raise CheckpointError(f"tensor {name!r} holds NaN/Inf",
-                                          where=str(self.ckpt.path / f"rank{r}.safetensors"),
-                                          fix="the checkpoint is damaged: convert again")
-                del t
-
-    def _check_replicas(self) -> None:
-        """Every rank of a stage holds the same tensor names and shapes, and the replicated
-        tensors (norms, biases added after an all-reduce, an unsplit embedding) are equal.
-
-        The executor computes those once, with rank 0's copy; the engine computes them on
-        every rank with that rank's own copy, so a replica that differs would make the
-        engine's ranks disagree. It is refused here instead. Copies are compared as stored
-        (bit for bit), one at a time.
-        """
-        replicated = _REPLICATED
-        if self.semantics.row_bias_every_rank:  # whole on rank 0, zeros elsewhere: not replicas
-            replicated = tuple(p for p in replicated if p.pattern != _ROW_BIAS)
-        if not (self.config.get("use_parallel_embedding") and self.tp > 1):
-            replicated = replicated + (re.compile(r"transformer\.vocab_embedding\.weight"),)
-        for stage in range(self.pp):
-            ranks = self.stage_ranks(stage)
-            for name in self.ckpt.ranks[ranks[0]]:
-                shapes = [self.ckpt.ranks[r][name].shape if name in self.ckpt.ranks[r] else None for r in ranks]
-                if len(set(shapes)) != 1:
-                    raise CheckpointError(
-                        f"tensor {name!r} has shapes {shapes} on the ranks of stage {stage}",
-                        where=str(self.ckpt.path),
-                        fix="the checkpoint's tensor-parallel split is inconsistent; convert again",
-                    )
-                if len(ranks) > 1 and any(p.fullmatch(name) for p in replicated):
-                    first = self.ckpt.tensor(ranks[0], name)
-                    for r in ranks[1:]:
-                        other = self.ckpt.tensor(r, name)
-                        if first.dtype != other.dtype or not torch.equal(first.view(-1).view(torch.uint8),
-                                                                        other.view(-1).view(torch.uint8)):
-                            raise CheckpointError(
-                                f"replicated tensor {name!r} differs between rank {ranks[0]} and rank {r}",
-                                where=str(self.ckpt.path),
-                                fix="every tensor-parallel rank must hold the same copy; convert again",
-                            )
-                        del other
 
     def _plus_bias(self, y: torch.Tensor, rank: int, name: str) -> torch.Tensor:
         """``y`` plus rank ``rank``'s bias ``name`` where the checkpoint has one (the one place a
