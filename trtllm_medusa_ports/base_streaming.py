@@ -321,6 +321,29 @@ def bound_the_allocator(threshold: int = 128 * 1024) -> bool:
         return False
 
 
+def _from_pretrained_one_by_one(auto, model_dir: str | Path):
+    """``auto.from_pretrained`` in float32, with its loading info, one weight at a time: transformers 5
+    materializes every weight ahead in a thread pool unless told not to (core_model_loading.py
+    convert_and_load_state_dict_in_model reads HF_DEACTIVATE_ASYNC_LOAD, set for the call and restored); its
+    failures named."""
+    before = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
+    os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
+    try:
+        return auto.from_pretrained(str(model_dir), dtype=torch.float32, output_loading_info=True,
+                                    **transformers_load_kwargs(model_dir))
+    except ModelError:
+        raise
+    except Exception as exc:  # transformers raises many types; keep the message
+        raise ModelError(f"transformers could not load the base model ({type(exc).__name__}: {str(exc)[:300]})",
+                         where=str(model_dir),
+                         fix="pass the Hugging Face model directory the checkpoint was converted from") from None
+    finally:
+        if before is None:
+            os.environ.pop("HF_DEACTIVATE_ASYNC_LOAD", None)
+        else:
+            os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = before
+
+
 def load_streamed(model_dir: str | Path, *, value: Callable[[str, torch.Tensor], torch.Tensor] | None = None,
                   device: str | torch.device = "cpu", offload_dir: str | Path | None = None):
     """The transformers model of ``model_dir`` (float32) with its weights streamed (see the module doc).
@@ -349,26 +372,10 @@ def load_streamed(model_dir: str | Path, *, value: Callable[[str, torch.Tensor],
         return meta
 
     handle = torch.nn.modules.module.register_module_parameter_registration_hook(capture)
-    # transformers 5 materializes every weight ahead in a thread pool unless told not to (core_model_loading.py
-    # convert_and_load_state_dict_in_model reads HF_DEACTIVATE_ASYNC_LOAD): one weight at a time here
-    before = os.environ.get("HF_DEACTIVATE_ASYNC_LOAD")
-    os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = "1"
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
-                                                           output_loading_info=True,
-                                                           **transformers_load_kwargs(model_dir))
-    except ModelError:
-        raise
-    except Exception as exc:  # transformers raises many types; keep the message
-        raise ModelError(f"transformers could not load the base model ({type(exc).__name__}: {str(exc)[:300]})",
-                         where=str(model_dir),
-                         fix="pass the Hugging Face model directory the checkpoint was converted from") from None
+        model, info = _from_pretrained_one_by_one(AutoModelForCausalLM, model_dir)
     finally:
         handle.remove()
-        if before is None:
-            os.environ.pop("HF_DEACTIVATE_ASYNC_LOAD", None)
-        else:
-            os.environ["HF_DEACTIVATE_ASYNC_LOAD"] = before
     missing = sorted(info.get("missing_keys") or [])
     if missing:
         store.close()

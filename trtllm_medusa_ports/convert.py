@@ -189,7 +189,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     The steps: check the options and the inputs (:func:`_check_options`, :func:`_check_model`), apply what the
     family's TensorRT-LLM class imposes (:func:`_imposed_options`), run the compatibility check
     (:func:`_check_compatibility`), plan the jobs, quantize them (:func:`_quantized_jobs`), plan every rank
-    file's layout and byte moves (:func:`_layout`), then write (:func:`_write`).
+    file's layout and byte moves (:func:`_layout`), then write (rank_writer.py ``write_checkpoint``).
     """
     start = time.time()
     inputs = {"--model_dir": Path(opts.model_dir), "--medusa_model_dir": Path(opts.medusa_model_dir)}
@@ -203,11 +203,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     _check_expert_parallelism(opts, model, adapter)
     opts = _imposed_options(opts, adapter, warnings)
     dtype = _target_dtype(opts, model)
-    spec = spec_from_flags(opts)
-    if spec.any and dtype == "float32":
-        raise ConversionError(f"{spec.quant_algo or spec.kv_cache_quant_algo} from a float32 checkpoint: TensorRT-LLM "
-                              "serves quantized Medusa engines in float16 or bfloat16 (and refuses float32 with "
-                              "speculative decoding)", fix="pass --dtype float16 or bfloat16")
+    spec = _quantization(opts, dtype)
     findings = _check_compatibility(opts, model, adapter, heads, dtype, spec, warnings)
     # a float16 checkpoint of a base known to overflow float16 carries the finding, so that `build` refuses it
     warnings += [f"[float16-range] {f.message}" for f in findings
@@ -227,13 +223,7 @@ def convert(opts: ConvertOptions) -> ConvertResult:
     padded_vocab = mapping.padded_vocab(cfg["vocab_size"])
     saved = heads.num_heads * padded_vocab * heads.hidden_size * itemsize(dtype) if share else 0
 
-    try:
-        total_bytes = write_checkpoint(Path(opts.output_dir), jobs, moves, entries, cfg, dtype, warnings, inputs,
-                                       overwrite=opts.overwrite, fsync=opts.fsync, workers=opts.workers, quiet=opts.quiet)
-    except OSError as exc:  # the disk, not the inputs: full, read-only, no permission, busy
-        raise ConversionError(f"could not write the checkpoint: {exc.strerror or exc}",
-                              where=str(opts.output_dir),
-                              fix="free space or choose a writable --output_dir; nothing was left behind") from None
+    total_bytes = _written(opts, jobs, moves, entries, cfg, dtype, warnings, inputs)
     return ConvertResult(
         output_dir=Path(opts.output_dir),
         config=cfg,
@@ -247,6 +237,28 @@ def convert(opts: ConvertOptions) -> ConvertResult:
         moves={job.label: m.kind.value for job, m in zip(jobs, moves, strict=True)},
         memory=memory_plan(cfg, entries),
     )
+
+
+def _quantization(opts: ConvertOptions, dtype: str):
+    """The quantization the flags ask for (quant.spec_from_flags), refused from a float32 checkpoint."""
+    spec = spec_from_flags(opts)
+    if spec.any and dtype == "float32":
+        raise ConversionError(f"{spec.quant_algo or spec.kv_cache_quant_algo} from a float32 checkpoint: TensorRT-LLM "
+                              "serves quantized Medusa engines in float16 or bfloat16 (and refuses float32 with "
+                              "speculative decoding)", fix="pass --dtype float16 or bfloat16")
+    return spec
+
+
+def _written(opts: ConvertOptions, jobs, moves, entries: dict, cfg: dict, dtype: str, warnings: list[str],
+             inputs: dict[str, Path]) -> int:
+    """The checkpoint written (rank_writer.py), its bytes; a disk error named (nothing is left behind)."""
+    try:
+        return write_checkpoint(Path(opts.output_dir), jobs, moves, entries, cfg, dtype, warnings, inputs,
+                                overwrite=opts.overwrite, fsync=opts.fsync, workers=opts.workers, quiet=opts.quiet)
+    except OSError as exc:  # the disk, not the inputs: full, read-only, no permission, busy
+        raise ConversionError(f"could not write the checkpoint: {exc.strerror or exc}",
+                              where=str(opts.output_dir),
+                              fix="free space or choose a writable --output_dir; nothing was left behind") from None
 
 
 def _check_options(opts: ConvertOptions, heads: MedusaHeads) -> None:

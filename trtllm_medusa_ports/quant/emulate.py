@@ -129,14 +129,7 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
 
     with torch.no_grad():
         if spec.weight_only:
-            for lin in linears:
-                rank, local = _where(mapping, n_layers, lin.layer)
-                if not weight_only_quantized(f"transformer.layers.{local}.{lin.short}.weight", exclude):
-                    continue
-                for name in lin.modules:
-                    w = modules[name].weight
-                    pieces = mapping.tp_size if lin.split is Split.ROW else 1
-                    w.copy_(_weight_only_by_slices(w.data, pieces, dtype, spec.quant_algo))
+            _weight_only_linears(modules, linears, mapping, n_layers, exclude, dtype, spec.quant_algo)
         if spec.weight_only and adapter.num_experts(hf) > 1:
             _weight_only_experts(model, adapter, hf, spec, exclude, mapping, cfg, n_layers, dtype, str(model_dir),
                                  layers)
@@ -154,6 +147,20 @@ def apply(model: torch.nn.Module, model_dir: str | Path, ckpt, adapter: ArchAdap
         else:
             pending()
     return em
+
+
+def _weight_only_linears(modules, linears, mapping: Mapping, n_layers: int, exclude, dtype: torch.dtype,
+                         algo: str) -> None:
+    """Each linear the checkpoint stores weight-only (not excluded) as the engine multiplies by it: quantized per
+    output channel, a row-parallel layer per rank's slice of its input."""
+    for lin in linears:
+        rank, local = _where(mapping, n_layers, lin.layer)
+        if not weight_only_quantized(f"transformer.layers.{local}.{lin.short}.weight", exclude):
+            continue
+        for name in lin.modules:
+            w = modules[name].weight
+            pieces = mapping.tp_size if lin.split is Split.ROW else 1
+            w.copy_(_weight_only_by_slices(w.data, pieces, dtype, algo))
 
 
 def _fp8(em, modules, linears, mapping, n_layers, exclude, dtype, written, compare, activations, fused, gemm) -> None:
