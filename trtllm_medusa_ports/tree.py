@@ -87,49 +87,11 @@ def parse_choices(spec: str | list) -> list[list[int]]:
 
 def _parse_choices(spec: str | list) -> list[list[int]]:
     if isinstance(spec, list):
-        raw = spec
-        origin = "medusa_choices"
+        raw, origin = spec, "medusa_choices"
     else:
-        text = spec.strip()
-        origin = "--medusa_choices"
-        presets = load_presets()
-        if text in presets:
-            return [list(p) for p in presets[text]]
-        if text.startswith("@"):
-            if not text[1:].strip():
-                raise TreeError("'@' names no file", where=origin,
-                                fix="pass @PATH to a readable file holding a JSON list of paths, e.g. @tree.json")
-            path = Path(text[1:])
-            origin = str(path)
-            fix = "pass @PATH to a readable file holding a JSON list of paths"
-            require_regular_file(path, TreeError, fix)
-            if path.stat().st_size > MAX_CHOICES_FILE_BYTES:  # never read a huge (or sparse) file whole
-                raise TreeError(f"the tree file is {path.stat().st_size} bytes, more than any tree needs "
-                                f"({MAX_CHOICES_FILE_BYTES})", where=str(path), fix=fix)
-            try:
-                text = path.read_text(encoding="utf-8-sig").strip()  # a UTF-8 byte-order mark is read as one
-            except OSError as exc:
-                raise TreeError(f"cannot read the tree file ({exc.strerror})", where=str(path), fix=fix) from None
-            except UnicodeDecodeError:
-                raise TreeError("the tree file is not UTF-8 text", where=str(path), fix=fix) from None
-            if text in presets:
-                return [list(p) for p in presets[text]]
-        try:
-            raw = loads(text, TreeError, where=origin, fix="a tree is a list of paths of small top-k indices: "
-                        "[[0], [0, 0], [1]]")  # deep nesting, an integer of 5000 digits: one TreeError
-        except json.JSONDecodeError:
-            try:
-                raw = ast.literal_eval(text)
-            except (ValueError, SyntaxError, RecursionError, MemoryError) as exc:
-                if "digits" in str(exc) and "limit" in str(exc):  # Python's int-digit limit, in a Python literal
-                    raise TreeError("the tree holds an integer longer than Python reads (its int-digit limit); a "
-                                    "top-k index is below top_k", where=origin,
-                                    fix="use small top-k indices, e.g. [[0], [0, 0], [1]]") from None
-                raise TreeError(
-                    f"not a preset name, @file, JSON or Python list: {text[:80]!r}",
-                    where=origin,
-                    fix="use e.g. '[[0], [0, 0], [1]]' or a preset: " + ", ".join(sorted(presets)),
-                ) from None
+        raw, origin = _read_choices(spec.strip())
+        if origin is None:  # a preset
+            return raw
     if isinstance(raw, tuple):
         raw = list(raw)
     if not isinstance(raw, list):
@@ -138,29 +100,81 @@ def _parse_choices(spec: str | list) -> list[list[int]]:
             where=origin,
             fix="write the tree as a list of lists of top-k indices, e.g. [[0], [0, 0], [1]]",
         )
-    paths: list[list[int]] = []
-    for i, path in enumerate(raw):
-        if not isinstance(path, (list, tuple)) or not path:
+    return [_checked_path(i, path, origin) for i, path in enumerate(raw)]
+
+
+def _read_choices(text: str) -> tuple[object, str | None]:
+    """The tree a command line spells: a preset's paths (origin None), or what @FILE, JSON or a Python literal
+    holds, with where it came from."""
+    origin = "--medusa_choices"
+    presets = load_presets()
+    if text in presets:
+        return [list(p) for p in presets[text]], None
+    if text.startswith("@"):
+        origin, text = _choices_file(text)
+        if text in presets:
+            return [list(p) for p in presets[text]], None
+    try:
+        return loads(text, TreeError, where=origin, fix="a tree is a list of paths of small top-k indices: "
+                     "[[0], [0, 0], [1]]"), origin  # deep nesting, an integer of 5000 digits: one TreeError
+    except json.JSONDecodeError:
+        try:
+            return ast.literal_eval(text), origin
+        except (ValueError, SyntaxError, RecursionError, MemoryError) as exc:
+            if "digits" in str(exc) and "limit" in str(exc):  # Python's int-digit limit, in a Python literal
+                raise TreeError("the tree holds an integer longer than Python reads (its int-digit limit); a "
+                                "top-k index is below top_k", where=origin,
+                                fix="use small top-k indices, e.g. [[0], [0, 0], [1]]") from None
             raise TreeError(
-                f"path #{i} is {_show([path])[1:-1]}; each path must be a non-empty list of integers",
+                f"not a preset name, @file, JSON or Python list: {text[:80]!r}",
                 where=origin,
-                fix="remove it or write it as a list such as [0, 1]",
+                fix="use e.g. '[[0], [0, 0], [1]]' or a preset: " + ", ".join(sorted(presets)),
+            ) from None
+
+
+def _choices_file(text: str) -> tuple[str, str]:
+    """``@PATH``'s text (a UTF-8 byte-order mark read as one), refused by name where it is not a readable small
+    UTF-8 file; ``(PATH, text)``."""
+    if not text[1:].strip():
+        raise TreeError("'@' names no file", where="--medusa_choices",
+                        fix="pass @PATH to a readable file holding a JSON list of paths, e.g. @tree.json")
+    path = Path(text[1:])
+    fix = "pass @PATH to a readable file holding a JSON list of paths"
+    require_regular_file(path, TreeError, fix)
+    if path.stat().st_size > MAX_CHOICES_FILE_BYTES:  # never read a huge (or sparse) file whole
+        raise TreeError(f"the tree file is {path.stat().st_size} bytes, more than any tree needs "
+                        f"({MAX_CHOICES_FILE_BYTES})", where=str(path), fix=fix)
+    try:
+        return str(path), path.read_text(encoding="utf-8-sig").strip()
+    except OSError as exc:
+        raise TreeError(f"cannot read the tree file ({exc.strerror})", where=str(path), fix=fix) from None
+    except UnicodeDecodeError:
+        raise TreeError("the tree file is not UTF-8 text", where=str(path), fix=fix) from None
+
+
+def _checked_path(i: int, path, origin: str) -> list[int]:
+    """Path ``#i`` as a list of integers, refused by name where it is empty, not a list or holds a non-integer or
+    an integer no top-k reaches."""
+    if not isinstance(path, (list, tuple)) or not path:
+        raise TreeError(
+            f"path #{i} is {_show([path])[1:-1]}; each path must be a non-empty list of integers",
+            where=origin,
+            fix="remove it or write it as a list such as [0, 1]",
+        )
+    for v in path:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TreeError(
+                f"path {_show(path)} holds {_show([v])[1:-1]}; indices must be integers",
+                where=origin,
+                fix="use integer top-k indices",
             )
-        for v in path:
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TreeError(
-                    f"path {_show(path)} holds {_show([v])[1:-1]}; indices must be integers",
-                    where=origin,
-                    fix="use integer top-k indices",
-                )
-            if v.bit_length() > _MAX_INDEX_BITS:
-                raise TreeError(
-                    f"path #{i} holds an integer of {v.bit_length()} bits; a top-k index is below top_k",
-                    where=origin,
-                    fix="use small top-k indices, e.g. [[0], [0, 0], [1]]",
-                )
-        paths.append(list(path))
-    return paths
+        if v.bit_length() > _MAX_INDEX_BITS:
+            raise TreeError(
+                f"path #{i} holds an integer of {v.bit_length()} bits; a top-k index is below top_k",
+                where=origin,
+                fix="use small top-k indices, e.g. [[0], [0, 0], [1]]",
+            )
+    return list(path)
 
 
 def resolve_choices(spec: str | list, num_heads: int | None = None) -> tuple[list[list[int]], str | None]:

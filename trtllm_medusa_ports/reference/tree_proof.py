@@ -176,6 +176,13 @@ def tree_proof(model: ReferenceModel, prompt: list[int], tree: MedusaTree, *, rt
             pos += len(branch) + 1
             proof.steps += 1
         proof.tokens += total
+    return _concluded(proof, rtol, scale, diffs, per_depth, accepted_nodes, depth_of)
+
+
+def _concluded(proof: TreeProof, rtol: float, scale: float, diffs: list[tuple[int, int, float]],
+               per_depth: dict[int, DepthProof], accepted_nodes: set[int], depth_of: list[int]) -> TreeProof:
+    """The proof's tolerance, counts and verdict from what the steps measured: the cache's own rounding noise
+    against one causal pass first, then the first row past the tolerance, named by step and depth."""
     proof.tolerance = max(rtol * scale, NOISE_FACTOR * proof.rounding_noise)
     if proof.rounding_noise > NOISE_RTOL_CAP * scale:
         proof.failure = (f"plain decoding through the KV cache differs from one causal pass over the same tokens by "
