@@ -154,6 +154,36 @@ def _buildable(ckpt, checkpoint_dir: Path) -> None:
                               fix=loads[0].fix)
 
 
+def _fitting_memory(plan_, sizes, draft: int, gpu_memory_gb: float | None, where: str) -> dict:
+    """The memory plan at the serving sizes (memory.py), refused where weights and KV cache do not fit one GPU of
+    ``gpu_memory_gb`` per rank, or where the KV cache needs more of what the weights leave than TensorRT-LLM
+    gives it."""
+    memory = plan_.to_dict(sizes.max_batch_size, sizes.max_seq_len, gpu_memory_gb)
+    if memory.get("fits") is False:
+        worst = max(memory["total_bytes"])
+        raise ModelError(f"weights and KV cache need {worst / 1e9:.3g} GB on a rank at --max_batch_size "
+                         f"{sizes.max_batch_size} x --max_seq_len {sizes.max_seq_len} (+{draft} tree slots each), "
+                         f"more than --gpu_memory_gb {gpu_memory_gb:g}", where=where,
+                         fix="lower --max_batch_size or --max_seq_len, or convert with a larger --tp_size")
+    share = kv_share(memory, gpu_memory_gb)
+    if share is not None and share > KV_FRACTION:
+        raise ModelError(f"the KV cache needs {share:.0%} of the GPU memory left after the weights, more than the "
+                         f"{KV_FRACTION:.0%} TensorRT-LLM gives it (--gpu_memory_gb {gpu_memory_gb:g})",
+                         where=where, fix="lower --max_batch_size or --max_seq_len, or convert with a larger --tp_size")
+    return memory
+
+
+def _engine_apart(engine_dir: Path | None, output_dir: Path, checkpoint_dir: Path, tokenizer: Path) -> None:
+    """The engine directory (default: the bundle's engine/) apart from every input: the build writes a config.json
+    there."""
+    engine = (engine_dir or output_dir.resolve() / "engine").resolve()
+    for what, given in (("--checkpoint_dir", checkpoint_dir.resolve()), ("--tokenizer_dir", tokenizer)):
+        if engine == given or given in engine.parents or engine in given.parents:
+            raise ModelError(f"the engine directory {engine} {'is' if engine == given else 'overlaps'} the "
+                             f"{what} {given}: the build would write its config.json over the input's",
+                             where=str(engine), fix="pass an --engine_dir apart from every input directory")
+
+
 def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_dir: Path | None = None,
          medusa_choices: str | None = None, override_medusa_choices: bool = False, max_batch_size: int | None = None,
          max_input_len: int | None = None, max_seq_len: int | None = None,
@@ -183,29 +213,12 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
     _plain_inputs(checkpoint_dir, tokenizer, output_dir, engine_dir, source, where)
     sizes = serving_sizes(cfg, max_batch_size, max_input_len, max_seq_len, tree.depth, where)
     entries = {r: [(n, t.dtype_name, tuple(t.shape)) for n, t in ckpt.ranks[r].items()] for r in range(len(ckpt.ranks))}
-    memory = memory_plan(cfg, entries).to_dict(sizes.max_batch_size, sizes.max_seq_len, gpu_memory_gb)
-    if memory.get("fits") is False:
-        worst = max(memory["total_bytes"])
-        raise ModelError(f"weights and KV cache need {worst / 1e9:.3g} GB on a rank at --max_batch_size "
-                         f"{sizes.max_batch_size} x --max_seq_len {sizes.max_seq_len} (+{draft} tree slots each), "
-                         f"more than --gpu_memory_gb {gpu_memory_gb:g}", where=where,
-                         fix="lower --max_batch_size or --max_seq_len, or convert with a larger --tp_size")
-    out = output_dir.resolve()
-    engine = (engine_dir or out / "engine").resolve()
-    for what, given in (("--checkpoint_dir", checkpoint_dir.resolve()), ("--tokenizer_dir", tokenizer)):
-        if engine == given or given in engine.parents or engine in given.parents:
-            raise ModelError(f"the engine directory {engine} {'is' if engine == given else 'overlaps'} the "
-                             f"{what} {given}: the build would write its config.json over the input's",
-                             where=str(engine), fix="pass an --engine_dir apart from every input directory")
-    share = kv_share(memory, gpu_memory_gb)
-    if share is not None and share > KV_FRACTION:
-        raise ModelError(f"the KV cache needs {share:.0%} of the GPU memory left after the weights, more than the "
-                         f"{KV_FRACTION:.0%} TensorRT-LLM gives it (--gpu_memory_gb {gpu_memory_gb:g})",
-                         where=str(checkpoint_dir / "config.json"),
-                         fix="lower --max_batch_size or --max_seq_len, or convert with a larger --tp_size")
+    memory = _fitting_memory(memory_plan(cfg, entries), sizes, draft, gpu_memory_gb, where)
+    _engine_apart(engine_dir, output_dir, checkpoint_dir, tokenizer)
     world = world_size(cfg)
     kv = kv_fraction(memory, gpu_memory_gb)
-    engine_path = ENGINE if engine_dir is None else str(engine)  # a given one is the user's, on the building machine
+    # a given one is the user's, on the building machine
+    engine_path = ENGINE if engine_dir is None else str(Path(engine_dir).resolve())
     build = build_argv(cfg, CHECKPOINT, engine_path, max_batch_size=sizes.max_batch_size,
                        max_input_len=sizes.max_input_len, max_seq_len=sizes.max_seq_len,
                        max_num_tokens=sizes.max_num_tokens)

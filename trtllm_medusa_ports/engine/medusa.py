@@ -87,6 +87,33 @@ def _ported_config(base_config_cls: type) -> type:
     return PortedConfig
 
 
+def _tree_positions(args: tuple, kwargs: dict, spec: Any) -> tuple:
+    """``DecoderModelForCausalLM.forward``'s arguments with the position ids of the tree tokens (learned positions:
+    the class reads them on the first stage), whether given positionally (``input_ids, position_ids, ...``) or
+    by keyword (changed in ``kwargs``)."""
+    args = list(args)
+    if len(args) > 1:
+        args[1] = tree_position_ids(args[1], spec.spec_decoding_position_offsets)
+    else:
+        kwargs["position_ids"] = tree_position_ids(kwargs["position_ids"], spec.spec_decoding_position_offsets)
+    return tuple(args)
+
+
+def _refuse_undeclared(model: Any, weights: dict, base_name: str) -> None:
+    """A rank file holding tensors the class does not declare is refused (upstream would only warn and build an
+    engine without them)."""
+    declared = {n for n, _ in model.named_parameters()}
+    extra = sorted(set(weights) - declared)
+    if extra:
+        rank = model.config.mapping.rank
+        raise CheckpointError(
+            f"rank{rank}.safetensors holds {len(extra)} tensor(s) that {base_name} in this "
+            f"TensorRT-LLM does not declare, e.g. {', '.join(extra[:4])}; upstream would only warn "
+            "and build an engine without them",
+            fix="convert with the trtllm-medusa version that matches this TensorRT-LLM "
+                "(trtllm-medusa check lists what each family supports)")
+
+
 def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
     """Build ``name``: ``base_cls`` + Medusa heads + (if needed) spec-decoding plumbing."""
     functional = import_module("tensorrt_llm.functional")
@@ -117,12 +144,7 @@ def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
         def forward(self, *args, **kwargs):
             spec = kwargs.get("spec_decoding_params")
             if self.learned_positions and spec is not None and self.config.mapping.is_first_pp_rank():
-                args = list(args)
-                if len(args) > 1:  # DecoderModelForCausalLM.forward(input_ids, position_ids, ...)
-                    args[1] = tree_position_ids(args[1], spec.spec_decoding_position_offsets)
-                else:
-                    kwargs["position_ids"] = tree_position_ids(kwargs["position_ids"],
-                                                               spec.spec_decoding_position_offsets)
+                args = _tree_positions(args, kwargs, spec)
             out = super().forward(*args, **kwargs)
             if not kwargs.get("use_cache", False) or not self.config.mapping.is_last_pp_rank():
                 return out
@@ -143,16 +165,7 @@ def medusa_class(base_cls: type, *, plumbing_needed: bool, name: str) -> type:
             return super().prepare_inputs(*args, **kwargs)
 
         def load(self, weights, *args, **kwargs):
-            declared = {n for n, _ in self.named_parameters()}
-            extra = sorted(set(weights) - declared)
-            if extra:
-                rank = self.config.mapping.rank
-                raise CheckpointError(
-                    f"rank{rank}.safetensors holds {len(extra)} tensor(s) that {base_cls.__name__} in this "
-                    f"TensorRT-LLM does not declare, e.g. {', '.join(extra[:4])}; upstream would only warn "
-                    "and build an engine without them",
-                    fix="convert with the trtllm-medusa version that matches this TensorRT-LLM "
-                        "(trtllm-medusa check lists what each family supports)")
+            _refuse_undeclared(self, weights, base_cls.__name__)
             return super().load(weights, *args, **kwargs)
 
     PortedConfig = _ported_config(base_config_cls)
