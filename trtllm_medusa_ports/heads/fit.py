@@ -365,12 +365,24 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
         if state_path is not None and group.main:  # the other ranks hold the same weights: rank 0 writes them
             save_state(state_path, opts, FitState(step, blocks, lms, opt.state_dict(), history))
 
-    # As the heads grow confident most softmax probabilities fall into float32's subnormal range,
-    # which x86 CPUs compute many times slower: flush them to zero while training.
-    flushed = torch.set_flush_denormal(True)
     end = opts.steps if stop_after is None else min(opts.steps, start + stop_after)
     bar = tqdm(total=opts.steps, initial=start, desc="train heads", unit="step", disable=opts.quiet or not group.main,
                file=sys.stderr)
+    step = _fit_until(run, start, end, history, bar, save, state_path)
+    bar.close()
+    save(step)
+    heads = HeadWeights([[(w.detach().cpu().clone(), b.detach().cpu().clone()) for w, b in row] for row in blocks],
+                        None if lms is None else [t.detach().cpu().clone() for t in lms])
+    return heads, history
+
+
+def _fit_until(run: _Run, start: int, end: int, history: list[dict], bar, save, state_path: Path | None) -> int:
+    """Steps ``start`` to ``end`` (the last step reached), a signal deferred to the end of its step: then the state
+    holds exactly the steps done (``TrainingInterrupted``); a rank lost mid-step leaves the steps before it
+    (``RankLost``). Subnormal floats are flushed to zero meanwhile: as the heads grow confident most softmax
+    probabilities fall into float32's subnormal range, which x86 CPUs compute many times slower."""
+    group = run.group
+    flushed = torch.set_flush_denormal(True)
     step = start
     stop = _DeferredStop()
     try:
@@ -401,11 +413,7 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
         stop.restore()
         if flushed:
             torch.set_flush_denormal(False)
-    bar.close()
-    save(step)
-    heads = HeadWeights([[(w.detach().cpu().clone(), b.detach().cpu().clone()) for w, b in row] for row in blocks],
-                        None if lms is None else [t.detach().cpu().clone() for t in lms])
-    return heads, history
+    return step
 
 
 class _StepsStopped(Exception):
