@@ -412,40 +412,46 @@ def _shapes(layout: Layout, tensors: dict[str, LazyTensor], g: _Grouped, refs: l
             warnings.append(f"tensor {t.name!r} is {t.dtype_name}, the heads are {dtype}; it will be cast")
             break
     if token_map is not None:
-        if len(token_map.shape) != 1 or is_floating(token_map.dtype_name):
-            raise HeadsError(
-                f"token_map has shape {list(token_map.shape)} and dtype {token_map.dtype_name}, "
-                "expected a 1-D integer tensor",
-                where=where,
-            )
-        if vocab is not None and token_map.shape[0] != vocab:
-            raise HeadsError(
-                f"token_map maps {token_map.shape[0]} rows but the lm_head has {vocab}",
-                where=where,
-                fix="truncated_vocab_size, token_map and lm_head rows must agree",
-            )
-        full = _int(cfg, "vocab_size")
-        if full is None:
-            raise HeadsError(
-                "the heads use a truncated vocabulary (token_map) but config.json gives no vocab_size",
-                where=str(cfg_path or where),
-                fix="add the base model's vocab_size to the heads' config.json",
-            )
-        ids = token_map.load().long()
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= full):
-            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-            raise HeadsError(f"token_map holds token id {bad}, outside the vocabulary 0..{full - 1}",
-                             where=where, fix="the token_map must list token ids of the base vocabulary")
-        if ids.unique().numel() != ids.numel():
-            raise HeadsError("token_map lists a token id twice: two rows would write one token", where=where,
-                             fix="the token_map must list distinct token ids")
-        warnings.append(
-            f"truncated vocabulary: {token_map.shape[0]} of {full} tokens; the other tokens "
-            "get zero rows in the converted lm_head (they can still be verified, never guessed)"
-        )
-        vocab = full
-
+        vocab = _full_vocab(token_map, vocab, cfg, cfg_path, where, warnings)
     return hidden, vocab, dtype
+
+
+def _full_vocab(token_map: LazyTensor, vocab: int | None, cfg: dict, cfg_path: Path | None, where: str,
+                warnings: list[str]) -> int:
+    """The base vocabulary a truncated one (``token_map``: the lm_head's rows' token ids) stands in: a 1-D integer
+    map of as many rows as the lm_head, of distinct ids within config.json's ``vocab_size``."""
+    if len(token_map.shape) != 1 or is_floating(token_map.dtype_name):
+        raise HeadsError(
+            f"token_map has shape {list(token_map.shape)} and dtype {token_map.dtype_name}, "
+            "expected a 1-D integer tensor",
+            where=where,
+        )
+    if vocab is not None and token_map.shape[0] != vocab:
+        raise HeadsError(
+            f"token_map maps {token_map.shape[0]} rows but the lm_head has {vocab}",
+            where=where,
+            fix="truncated_vocab_size, token_map and lm_head rows must agree",
+        )
+    full = _int(cfg, "vocab_size")
+    if full is None:
+        raise HeadsError(
+            "the heads use a truncated vocabulary (token_map) but config.json gives no vocab_size",
+            where=str(cfg_path or where),
+            fix="add the base model's vocab_size to the heads' config.json",
+        )
+    ids = token_map.load().long()
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= full):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise HeadsError(f"token_map holds token id {bad}, outside the vocabulary 0..{full - 1}",
+                         where=where, fix="the token_map must list token ids of the base vocabulary")
+    if ids.unique().numel() != ids.numel():
+        raise HeadsError("token_map lists a token id twice: two rows would write one token", where=where,
+                         fix="the token_map must list distinct token ids")
+    warnings.append(
+        f"truncated vocabulary: {token_map.shape[0]} of {full} tokens; the other tokens "
+        "get zero rows in the converted lm_head (they can still be verified, never guessed)"
+    )
+    return full
 
 
 def _config_quirks(layout: Layout, cfg: dict, num_heads: int, num_layers: int, hidden: int,
