@@ -9,6 +9,7 @@ memory-mapped where the file format allows it).
 
 from __future__ import annotations
 
+import functools
 import os
 import zipfile
 from collections.abc import Callable, Iterable
@@ -60,18 +61,9 @@ class LazyTensor:
         return f"{self.file} [{self.name}]"
 
 
-def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
-    """Index a safetensors file from its header; each ``load()`` reads one tensor with ``pread``.
-
-    Reading with ``pread`` instead of memory-mapping keeps the process's resident
-    memory at one tensor at a time (a mapped file's pages count as resident until
-    unmapped), which is what lets a conversion stream a model larger than RAM.
-    The header is checked against the file size, so a truncated file is reported
-    when it is opened, not halfway through a conversion.
-    """
-    def bad(what: str) -> PortError:
-        return error(what, where=str(path), fix="the file is truncated or corrupt; download or save it again")
-
+def _read_header(path: Path, error: type[PortError], bad) -> tuple[dict, int, int]:
+    """A safetensors file's JSON header, where its data starts and the file's size; the file refused by name where
+    its header length or header cannot be read."""
     require_regular_file(path, error, "point at the weight files the model was saved with")
     try:
         size = path.stat().st_size
@@ -86,7 +78,42 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
     except OSError as exc:
         raise error(f"cannot read ({exc.strerror})", where=str(path), fix="check the path and permissions") from None
     header = parse_json(raw, error, where=str(path), fix="the file is truncated or corrupt; download or save it again")
-    data_start = 8 + n
+    return header, 8 + n, size
+
+
+def _pread_tensor(path: Path, offset: int, nbytes: int, dtype: str, shape: tuple[int, ...], name: str,
+                  bad) -> torch.Tensor:
+    """One tensor read with ``pread`` into its own buffer (no mapping: resident memory stays one tensor)."""
+    import torch
+
+    torch_dtype = to_torch(dtype)
+    if nbytes == 0:
+        return torch.empty(shape, dtype=torch_dtype)
+    buf = bytearray(nbytes)
+    view = memoryview(buf)
+    with open(path, "rb") as f:
+        got = 0
+        while got < nbytes:
+            chunk = os.preadv(f.fileno(), [view[got:]], offset + got)
+            if chunk <= 0:
+                raise bad(f"unexpected end of file while reading tensor {name!r}")
+            got += chunk
+    return torch.frombuffer(buf, dtype=torch_dtype).reshape(shape)
+
+
+def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:
+    """Index a safetensors file from its header; each ``load()`` reads one tensor with ``pread``.
+
+    Reading with ``pread`` instead of memory-mapping keeps the process's resident
+    memory at one tensor at a time (a mapped file's pages count as resident until
+    unmapped), which is what lets a conversion stream a model larger than RAM.
+    The header is checked against the file size, so a truncated file is reported
+    when it is opened, not halfway through a conversion.
+    """
+    def bad(what: str) -> PortError:
+        return error(what, where=str(path), fix="the file is truncated or corrupt; download or save it again")
+
+    header, data_start, size = _read_header(path, error, bad)
     out: dict[str, LazyTensor] = {}
     spans: list[tuple[int, int, str]] = []
     for name, entry in header.items():
@@ -114,24 +141,7 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
             raise bad(f"tensor {name!r} lies outside the file or has the wrong byte size (truncated?)")
         spans.append((begin, end, name))
 
-        def loader(offset=data_start + begin, nbytes=end - begin, dtype=info.name, shape=shape,
-                   name=name) -> torch.Tensor:
-            import torch
-
-            dtype = to_torch(dtype)
-            if nbytes == 0:
-                return torch.empty(shape, dtype=dtype)
-            buf = bytearray(nbytes)
-            view = memoryview(buf)
-            with open(path, "rb") as f:
-                got = 0
-                while got < nbytes:
-                    chunk = os.preadv(f.fileno(), [view[got:]], offset + got)
-                    if chunk <= 0:
-                        raise bad(f"unexpected end of file while reading tensor {name!r}")
-                    got += chunk
-            return torch.frombuffer(buf, dtype=dtype).reshape(shape)
-
+        loader = functools.partial(_pread_tensor, path, data_start + begin, end - begin, info.name, shape, name, bad)
         out[name] = LazyTensor(name, path, shape, info.name, loader, offset=data_start + begin)
     spans.sort()
     for (_b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:], strict=False):
