@@ -139,31 +139,40 @@ def test_the_entries_helpers_serve_their_entry_alone():
         assert not _reaches(g, p + helpers, p + "cli") and not _reaches(g, p + helpers, p + "api"), helpers
 
 
-#: the stages of the pipeline, where a function over 60 lines is a room too big to read
-PIPELINE = ("convert.py", "plan.py", "verify/", "compat/", "quant", "cli.py", "cli_flags/", "api.py", "options/",
-            "findings.py", "xqa.py")
-#: the functions kept longer, each with its reason
+#: the functions kept longer than 60 lines, at most three in the whole package, each with its reason
 LONG_KEPT = {
     "verify.run._verify": "the verify phases in the order their memory use requires (transformers freed before the "
                           "executor loads); each phase is a named helper, what remains is their sequence and the report",
     "verify.report.render": "one line per report field, in report order",
     "plan.plan_jobs": "one walk over the weight rules with its two closures (resolve, add) sharing the job list",
-    "convert.convert": "the conversion's steps in order, each a named helper",
-    "quant.emulate.apply": "one branch per format, each calling its named helper",
 }
+#: the largest module, and convert.py's bound (issue 66: a house easy to change)
+MODULE_LINES, CONVERT_LINES = 800, 500
 
 
-def test_no_long_functions_in_the_pipeline():
+def _long_functions() -> dict[str, int]:
     long = {}
     for f in ROOT.rglob("*.py"):
-        rel = f.relative_to(ROOT)
-        if not str(rel).startswith(PIPELINE):
-            continue
-        mod = ".".join(rel.with_suffix("").parts)
+        mod = ".".join(f.relative_to(ROOT).with_suffix("").parts)
         for node in ast.walk(_parsed(f)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
                 long[f"{mod}.{node.name}"] = node.end_lineno - node.lineno + 1
+    return long
+
+
+def test_no_long_functions_in_the_package():
+    """Issue 66, 4: at most three functions over 60 lines in the whole package, each named with its reason."""
+    assert len(LONG_KEPT) <= 3
+    long = _long_functions()
     assert set(long) <= set(LONG_KEPT), {k: v for k, v in long.items() if k not in LONG_KEPT}
+    assert set(LONG_KEPT) <= set(long), "a kept function is no longer long: drop it from LONG_KEPT"
+
+
+def test_no_module_is_too_long_to_read():
+    """Issue 66, 4: no module over 800 lines, and convert.py (the orchestration) under 500."""
+    sizes = {str(f.relative_to(ROOT)): len(f.read_text().splitlines()) for f in ROOT.rglob("*.py")}
+    assert not {k: v for k, v in sizes.items() if v > MODULE_LINES}
+    assert sizes["convert.py"] < CONVERT_LINES, sizes["convert.py"]
 
 
 def test_tune_and_verify_share_their_measures_from_below():

@@ -226,6 +226,63 @@ def standin(index: int, shape: tuple[int, ...], tp_size: int) -> np.ndarray:
     return (rows[:, None] | np.arange(tp_size, dtype=np.int64)[None, :]).reshape(tuple(shape[:-1]) + (tp_size,))
 
 
+def _target_pieces(v: np.ndarray, shape: tuple[int, ...], sources: Sequence[Source], chunk: int, matrix: bool,
+                   rank: int, name: str, out_itemsize: int) -> list[Piece] | str:
+    """The pieces that make one target from its traced stand-in ``v`` (planned ``shape``): runs of consecutive
+    source rows in consecutive destination rows, one column range; why not (a string) where the layout is no
+    such set."""
+    out: list[Piece] = []
+    if v.ndim == 3 and len(shape) == 3:  # stacked MoE experts: rows of [experts * rows, width], row-major
+        v = v.reshape(-1, v.shape[-1])
+        shape = (shape[0] * shape[1], shape[2])
+    if v.ndim == 1:
+        v = v[:, None]
+        if len(shape) != 1 or v.shape[0] != shape[0]:
+            return "traced shape differs from the plan"
+        dest_width = 1
+    else:
+        if len(shape) != 2 or v.shape[0] != shape[0] or v.shape[1] * chunk != shape[1]:
+            return "traced shape differs from the plan"
+        dest_width = shape[1]
+    pad = (v == 0).all(axis=1)
+    real = v[~pad]
+    if (real == 0).any():
+        return "padding inside a row"
+    src = real >> _SRC_BITS
+    row = ((real >> _COL_BITS) & _ROW_MASK) - 1
+    col = real & _COL_MASK
+    if real.shape[0]:
+        if not ((src == src[:, :1]).all() and (row == row[:, :1]).all()):
+            return "a row mixes sources or rows"
+        pattern = col[0]
+        if not ((col == pattern).all() and (np.diff(pattern) == 1).all()):
+            return "columns are not one contiguous range"
+        if v.shape[1] > 1 and len(sources[0].shape) == 1:
+            return "vector traced as a matrix"
+        col_start = int(pattern[0]) * chunk if matrix else 0
+        col_end = col_start + dest_width
+        s_all, r_all = src[:, 0], row[:, 0]
+        if (s_all >= len(sources)).any() or (r_all < 0).any() or \
+                (r_all >= np.array([s.rows for s in sources])[s_all]).any():
+            return "stand-in values out of range"
+    # runs of consecutive source rows in consecutive destination rows
+    s_full = np.full(v.shape[0], -1, dtype=np.int64)
+    r_full = np.full(v.shape[0], -2, dtype=np.int64)
+    if real.shape[0]:
+        s_full[~pad], r_full[~pad] = s_all, r_all
+    brk = np.ones(v.shape[0], dtype=bool)
+    if v.shape[0] > 1:
+        brk[1:] = (s_full[1:] != s_full[:-1]) | (r_full[1:] != r_full[:-1] + 1) | pad[1:] | pad[:-1]
+    starts = np.flatnonzero(brk).tolist() + [v.shape[0]]
+    for a, b in zip(starts[:-1], starts[1:], strict=True):
+        if pad[a]:
+            continue  # zeros: the rank file is created zero-filled
+        r0 = int(r_full[a])
+        out.append(Piece(int(s_full[a]), r0, r0 + (b - a), col_start, col_end, rank, name,
+                         a * dest_width * out_itemsize))
+    return out
+
+
 def trace(
     sources: Sequence[Source],
     targets: Sequence[tuple[int, str]],
@@ -258,57 +315,11 @@ def trace(
     out_itemsize = itemsize(dtype)
     pieces: list[Piece] = []
     for rank, name in targets:
-        got = shard(standins, rank)
-        shape = tuple(planned_shape(rank, name))
-        v = np.asarray(got)
-        if v.ndim == 3 and len(shape) == 3:  # stacked MoE experts: rows of [experts * rows, width], row-major
-            v = v.reshape(-1, v.shape[-1])
-            shape = (shape[0] * shape[1], shape[2])
-        if v.ndim == 1:
-            v = v[:, None]
-            if len(shape) != 1 or v.shape[0] != shape[0]:
-                return tensor("traced shape differs from the plan")
-            dest_width = 1
-        else:
-            if len(shape) != 2 or v.shape[0] != shape[0] or v.shape[1] * chunk != shape[1]:
-                return tensor("traced shape differs from the plan")
-            dest_width = shape[1]
-        pad = (v == 0).all(axis=1)
-        real = v[~pad]
-        if (real == 0).any():
-            return tensor("padding inside a row")
-        src = real >> _SRC_BITS
-        row = ((real >> _COL_BITS) & _ROW_MASK) - 1
-        col = real & _COL_MASK
-        if real.shape[0]:
-            if not ((src == src[:, :1]).all() and (row == row[:, :1]).all()):
-                return tensor("a row mixes sources or rows")
-            pattern = col[0]
-            if not ((col == pattern).all() and (np.diff(pattern) == 1).all()):
-                return tensor("columns are not one contiguous range")
-            if v.shape[1] > 1 and len(sources[0].shape) == 1:
-                return tensor("vector traced as a matrix")
-            col_start = int(pattern[0]) * chunk if matrix else 0
-            col_end = col_start + dest_width
-            s_all, r_all = src[:, 0], row[:, 0]
-            if (s_all >= len(sources)).any() or (r_all < 0).any() or \
-                    (r_all >= np.array([s.rows for s in sources])[s_all]).any():
-                return tensor("stand-in values out of range")
-        # runs of consecutive source rows in consecutive destination rows
-        s_full = np.full(v.shape[0], -1, dtype=np.int64)
-        r_full = np.full(v.shape[0], -2, dtype=np.int64)
-        if real.shape[0]:
-            s_full[~pad], r_full[~pad] = s_all, r_all
-        brk = np.ones(v.shape[0], dtype=bool)
-        if v.shape[0] > 1:
-            brk[1:] = (s_full[1:] != s_full[:-1]) | (r_full[1:] != r_full[:-1] + 1) | pad[1:] | pad[:-1]
-        starts = np.flatnonzero(brk).tolist() + [v.shape[0]]
-        for a, b in zip(starts[:-1], starts[1:], strict=True):
-            if pad[a]:
-                continue  # zeros: the rank file is created zero-filled
-            r0 = int(r_full[a])
-            pieces.append(Piece(int(s_full[a]), r0, r0 + (b - a), col_start, col_end, rank, name,
-                                a * dest_width * out_itemsize))
+        found = _target_pieces(np.asarray(shard(standins, rank)), tuple(planned_shape(rank, name)), sources, chunk,
+                               matrix, rank, name, out_itemsize)
+        if isinstance(found, str):
+            return tensor(found)
+        pieces += found
     if any(s.dtype != dtype for s in sources):
         kind = MoveKind.CONVERT
     elif all(p.whole_rows(sources[p.source].width) for p in pieces):

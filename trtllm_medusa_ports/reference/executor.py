@@ -141,6 +141,17 @@ class KVCache:
             layer.v = [t[:, idx] for t in layer.v]
 
 
+def _require_emulated(quant_algo: str | None, path: Path) -> None:
+    """A quantization the executor computes as the engine does, or the checkpoint refused by name."""
+    if quant_algo not in EMULATED:
+        raise CheckpointError(
+            f"quant_algo {quant_algo} is not emulated by the reference executor (it computes "
+            f"{', '.join(a for a in EMULATED if a)}; AWQ, GPTQ and SmoothQuant need their kernels)",
+            where=str(path / "config.json"),
+            fix="verify such a port on a GPU (scripts/validate_on_gpu.sh), or verify the same base in FP8 or "
+                "weight-only here")
+
+
 class ReferenceModel:
     """Run a TensorRT-LLM checkpoint with torch. ``forward`` appends to a :class:`KVCache`.
 
@@ -189,21 +200,7 @@ class ReferenceModel:
         #: streaming: how many times a group's tensors were read (a measure of the re-reading it costs)
         self.group_loads = 0
         semantics = self.semantics
-        if semantics.position_embedding not in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ,
-                                                PositionEmbedding.ALIBI, PositionEmbedding.LEARNED_ABSOLUTE):
-            raise CheckpointError(
-                f"position_embedding_type {semantics.position_embedding.value!r} is not implemented by the "
-                "reference executor (it runs rope_gpt_neox, rope_gptj, alibi and learned_absolute)",
-                where=str(ckpt.path / "config.json"),
-                fix="verification of this variant needs a GPU run (scripts/validate_on_gpu.sh)",
-            )
-        self.rotary_dim = semantics.rotary_dim or self.head_size
-        if semantics.position_embedding.is_rope:
-            self.inv_freq = rope_inv_freq(self.rotary_dim, semantics.rotary_base, semantics.rotary_scaling)
-            if semantics.local_rotary_base is not None:
-                self.local_inv_freq = rope_inv_freq(self.rotary_dim, semantics.local_rotary_base,
-                                                    semantics.local_rotary_scaling)
-        self._slopes = self.alibi_slopes() if semantics.position_embedding is PositionEmbedding.ALIBI else None
+        self._positions()
         self.act = activation(semantics.hidden_act)
         self.medusa_act = activation(cfg.get("medusa_hidden_act", "silu"))
         self.num_medusa_heads = int(cfg.get("num_medusa_heads", 0))
@@ -216,13 +213,7 @@ class ReferenceModel:
         #: cache (a 1e-7 difference can flip a rounding); verify turns them off for its exact checks
         self.quantize_activations = True
         self.quantize_kv = True
-        if self.quant.quant_algo not in EMULATED:
-            raise CheckpointError(
-                f"quant_algo {self.quant.quant_algo} is not emulated by the reference executor (it computes "
-                f"{', '.join(a for a in EMULATED if a)}; AWQ, GPTQ and SmoothQuant need their kernels)",
-                where=str(ckpt.path / "config.json"),
-                fix="verify such a port on a GPU (scripts/validate_on_gpu.sh), or verify the same base in FP8 or "
-                    "weight-only here")
+        _require_emulated(self.quant.quant_algo, ckpt.path)
         self.exclude = (cfg.get("quantization") or {}).get("exclude_modules")
         self.dtype = to_torch(cfg["dtype"]) if cfg.get("dtype") in CHECKPOINT_DTYPES else torch.float32
         #: FP8: which GEMM path of FP8Linear to compute (quant.FP8_GEMM_PATHS; the build's --gemm_plugin), and
@@ -233,6 +224,26 @@ class ReferenceModel:
         #: where set (a list), each MoE layer call appends (tokens, distinct experts chosen): verify's count
         self.moe_activity: list[tuple[int, int]] | None = None
         check_loaded(self)
+
+    def _positions(self) -> None:
+        """The position scheme's tables: RoPE's inverse frequencies (global and local bases), or ALiBi's slopes;
+        a scheme the executor does not run is refused."""
+        semantics = self.semantics
+        if semantics.position_embedding not in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ,
+                                                PositionEmbedding.ALIBI, PositionEmbedding.LEARNED_ABSOLUTE):
+            raise CheckpointError(
+                f"position_embedding_type {semantics.position_embedding.value!r} is not implemented by the "
+                "reference executor (it runs rope_gpt_neox, rope_gptj, alibi and learned_absolute)",
+                where=str(self.ckpt.path / "config.json"),
+                fix="verification of this variant needs a GPU run (scripts/validate_on_gpu.sh)",
+            )
+        self.rotary_dim = semantics.rotary_dim or self.head_size
+        if semantics.position_embedding.is_rope:
+            self.inv_freq = rope_inv_freq(self.rotary_dim, semantics.rotary_base, semantics.rotary_scaling)
+            if semantics.local_rotary_base is not None:
+                self.local_inv_freq = rope_inv_freq(self.rotary_dim, semantics.local_rotary_base,
+                                                    semantics.local_rotary_scaling)
+        self._slopes = self.alibi_slopes() if semantics.position_embedding is PositionEmbedding.ALIBI else None
 
     # -- tensors ---------------------------------------------------------------------
     def stage_ranks(self, pp_rank: int) -> list[int]:
