@@ -236,3 +236,45 @@ def test_no_module_outside_archs_names_a_family(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text('"""About MixtralForCausalLM."""\nX = 1\nif X:\n    Y = "MixtralForCausalLM"\n')
     assert _named_families(probe, names) == {"MixtralForCausalLM"}
+
+
+def _layer_picture() -> list[list[str]]:
+    """docs/layers.md's picture: its rows, each a list of module or package names (a row continued on the next
+    line when that line's label is blank)."""
+    import re
+
+    doc = (ROOT.parent / "docs" / "layers.md").read_text()
+    picture = re.search(r"<!-- layers:begin -->\n```\n(.*?)```\n<!-- layers:end -->", doc, re.S).group(1)
+    rows: list[list[str]] = []
+    for line in picture.splitlines():
+        names = line[15:].split()
+        if line[:15].strip() or not rows:
+            rows.append(names)
+        else:
+            rows[-1] += names
+    return rows
+
+
+def test_the_layer_picture_names_every_module_and_holds():
+    """docs/layers.md's picture of the layers (issue 66, 4): every module and package placed once, and no import
+    (anywhere in a module) reaches a row above the importer's."""
+    rows = _layer_picture()
+    named = [n for row in rows for n in row]
+    assert sorted(named) == sorted(set(named)), "a module placed twice"
+    present = {p.stem if p.suffix == ".py" else p.name for p in ROOT.iterdir()
+               if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+    assert {n.split(".")[0] for n in named} == present, {n.split(".")[0] for n in named} ^ present
+    row_of = {n: i for i, row in enumerate(rows) for n in row}
+    p = "trtllm_medusa_ports."
+
+    def row(module: str) -> int:
+        parts = module[len(p):].split(".")
+        for k in range(len(parts), 0, -1):  # the most specific name placed
+            if ".".join(parts[:k]) in row_of:
+                return row_of[".".join(parts[:k])]
+        raise AssertionError(f"{module} is not placed in docs/layers.md's picture")
+
+    graph = {m: {d for d in deps if d != p[:-1]} for m, deps in _graph(function_level=True).items()
+             if m != p[:-1]}  # the package's face (its version) is below everything and reads nothing
+    upward = sorted((m, d) for m, deps in graph.items() for d in deps if row(d) < row(m))
+    assert not upward, upward[:10]
