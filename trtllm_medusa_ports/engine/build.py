@@ -30,7 +30,11 @@ from trtllm_medusa_ports.compat import (
     xqa_serving_routes,
 )
 from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
-from trtllm_medusa_ports.engine import EngineUnavailable, require_tensorrt_llm, version_warning
+from trtllm_medusa_ports.engine.installed import (
+    EngineUnavailable,
+    require_tensorrt_llm,
+    version_warning,
+)
 from trtllm_medusa_ports.errors import CheckpointError, PortError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.jsonfile import read_json

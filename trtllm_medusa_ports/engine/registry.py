@@ -18,7 +18,7 @@ from importlib import import_module
 
 from trtllm_medusa_ports.archs import ArchAdapter
 from trtllm_medusa_ports.archs import registry as arch_registry
-from trtllm_medusa_ports.engine import require_tensorrt_llm
+from trtllm_medusa_ports.engine.installed import require_tensorrt_llm
 
 CLASSES_MODULE = "trtllm_medusa_ports.engine.classes"
 
