@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Conversion time and peak memory of a mixture-of-experts base (synthetic Mixtral), beside `cp -r`.
+"""Conversion time and peak memory of a mixture-of-experts base (synthetic Mixtral or DBRX), beside `cp -r`.
 
-The base: a random ``MixtralForCausalLM`` of about --size_gb in float16 (hidden 1024, 8 experts of 3584,
-as many layers as the size asks), saved by transformers (per-expert ``w1/w2/w3`` tensors), and 3 Medusa
-heads sharing its lm_head. Contenders, each a fresh subprocess, fastest of --repeat, side by side:
+The base: a random ``MixtralForCausalLM`` (``--family mixtral``) or ``DbrxForCausalLM`` (``--family dbrx``) of
+about --size_gb in float16 (hidden 1024, 8 experts of 3584, as many layers as the size asks), saved by
+transformers - Mixtral's per-expert ``w1/w2/w3`` tensors, DBRX's 2-D ``w1/v1/w2`` with the down-projection stored
+transposed - and 3 Medusa heads sharing its lm_head. Contenders, each a fresh subprocess, fastest of --repeat,
+side by side:
 
 * cp: ``cp -r BASE HEADS DST/``;
 * convert: ``convert --dtype float16 --tp_size 2``; the stacked experts (``[experts, 2 x inter, hidden]``) are
-  a pure layout of the per-expert tensors, so they take the byte path like dense linears.
+  a pure layout of the per-expert tensors, so they take the byte path like dense linears; DBRX's transposed
+  down-projection takes the byte path's transposed blocks (files/byte_moves.py TRANSPOSED).
 
-Peak RSS is the child's ``ru_maxrss``. Run: python benchmarks/moe_convert.py [--size_gb 4] [--repeat 2] [--out F]
+Peak RSS is the child's ``ru_maxrss``. Run: python benchmarks/moe_convert.py [--family mixtral] [--size_gb 4]
+[--repeat 2] [--out F]
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ import time
 from pathlib import Path
 
 
-def paths(work: Path, size_gb: float) -> tuple[Path, Path]:
-    return work / f"mixtral-{size_gb:g}gb", work / f"mixtral-{size_gb:g}gb-heads"
+def paths(work: Path, size_gb: float, family: str = "mixtral") -> tuple[Path, Path]:
+    return work / f"{family}-{size_gb:g}gb", work / f"{family}-{size_gb:g}gb-heads"
 
 
-def build(work: Path, size_gb: float) -> tuple[Path, Path]:
+def build(work: Path, size_gb: float, family: str = "mixtral") -> tuple[Path, Path]:
     import torch
 
     from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, save_tiny_base
@@ -36,8 +40,13 @@ def build(work: Path, size_gb: float) -> tuple[Path, Path]:
     hidden, inter, experts, vocab = 1024, 3584, 8, 32000
     per_layer = 4 * hidden * hidden + experts * 3 * hidden * inter
     layers = max(1, round((size_gb * 1e9 / 2 - 2 * vocab * hidden) / per_layer))
-    base, heads = paths(work, size_gb)
-    if not (base / "config.json").exists():
+    base, heads = paths(work, size_gb, family)
+    if not (base / "config.json").exists() and family == "dbrx":
+        save_tiny_base("DbrxForCausalLM", base, seed=0, dtype=torch.float16, d_model=hidden, n_layers=layers,
+                       n_heads=16, vocab_size=vocab, max_seq_len=1024,
+                       attn_config={"kv_n_heads": 8, "clip_qkv": 8.0, "rope_theta": 10000.0},
+                       ffn_config={"ffn_hidden_size": inter, "moe_num_experts": experts, "moe_top_k": 2})
+    elif not (base / "config.json").exists():
         save_tiny_base("MixtralForCausalLM", base, seed=0, dtype=torch.float16, hidden_size=hidden,
                        intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=16, num_key_value_heads=8,
                        head_dim=64, num_local_experts=experts, num_experts_per_tok=2, vocab_size=vocab,
@@ -63,6 +72,7 @@ def run(cmd: list[str]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", choices=["mixtral", "dbrx"], default="mixtral")
     ap.add_argument("--size_gb", type=float, default=4.0)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/medusa-moe-bench"))
@@ -71,12 +81,12 @@ def main() -> int:
     args = ap.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     if args._build:
-        build(args.workdir, args.size_gb)
+        build(args.workdir, args.size_gb, args.family)
         return 0
     # built in a child: a parent holding the model would count in every contender's peak RSS (fork)
     subprocess.run([sys.executable, __file__, "--_build", "--size_gb", str(args.size_gb), "--workdir",
-                    str(args.workdir)], check=True, stderr=subprocess.DEVNULL)
-    base, heads = paths(args.workdir, args.size_gb)  # this process imports no torch: its image is tiny
+                    str(args.workdir), "--family", args.family], check=True, stderr=subprocess.DEVNULL)
+    base, heads = paths(args.workdir, args.size_gb, args.family)  # this process imports no torch: its image is tiny
     size = sum(f.stat().st_size for f in base.rglob("*") if f.is_file())
     dst = args.workdir / "out"
     runs: dict[str, list] = {"cp": [], "convert": []}
@@ -96,7 +106,7 @@ def main() -> int:
     best = {k: min(v, key=lambda r: r["wall_s"]) for k, v in runs.items()}
     result = {"base_bytes": size, "runs": runs, "over_cp": round(best["convert"]["wall_s"] / best["cp"]["wall_s"], 2),
               "convert_peak_rss_mb": best["convert"]["peak_rss_mb"],
-              "setup": "synthetic Mixtral, float16 -> float16, tp 2, 8 experts of 3584, hidden 1024"}
+              "setup": f"synthetic {args.family}, float16 -> float16, tp 2, 8 experts of 3584, hidden 1024"}
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

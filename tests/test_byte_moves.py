@@ -332,7 +332,8 @@ def _same_files(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize("arch, dtype", [("Qwen2ForCausalLM", "float16"), ("Phi3ForCausalLM", "float32"),
-                                         ("GPTNeoXForCausalLM", "float32"), ("FalconForCausalLM", "float32")])
+                                         ("GPTNeoXForCausalLM", "float32"), ("FalconForCausalLM", "float32"),
+                                         ("DbrxForCausalLM", "float32")])  # experts' transposed down-projection
 def test_a_conversion_that_only_moves_bytes_never_imports_torch(tmp_path, store, arch, dtype):
     # separate q/k/v, [q; k; v] fused with Phi-3's [gate; up] -> [up; gate], per-head interleaved, grouped:
     # every layout combine is traced on numpy stand-ins
@@ -349,7 +350,7 @@ def test_a_conversion_that_only_moves_bytes_never_imports_torch(tmp_path, store,
                                  tp_size=2, quiet=True, fast_path=False))
     fast = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "fast", dtype=dtype,
                                   tp_size=2, quiet=True))
-    assert set(fast.moves.values()) <= {"byte-copy", "strided"} and "byte-copy" in fast.moves.values()
+    assert set(fast.moves.values()) <= {"byte-copy", "strided", "transposed"} and "byte-copy" in fast.moves.values()
     assert ref.config["dtype"] == dtype
     rc, imported, err = _cli_convert(base, heads, tmp_path / "cli", "--dtype", dtype)
     assert rc == 0, err

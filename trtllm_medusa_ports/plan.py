@@ -269,13 +269,17 @@ def planned_shape(job: Job, cfg: dict, rank: int, traced: dict[int, Array] | Non
     """
     shapes = job.shapes
     tp = Mapping.from_config(cfg).tp_size
-    traceable = isinstance(job.combine, ValueTransform) or is_layout_only(job.combine)
+    # a transposed per-expert layout is traced untransposed (its last two dimensions swapped back), torch-free
+    transposed = getattr(job.combine, "transposed_experts", False)
+    traceable = isinstance(job.combine, ValueTransform) or is_layout_only(job.combine) or transposed
     if traceable and len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2, 3):
         from trtllm_medusa_ports.files.byte_moves import standin
 
         traced_job = job if not isinstance(job.combine, ValueTransform) else dataclasses.replace(job, combine=first_input)
         out = shard_for(traced_job, [standin(i, s, tp) for i, s in enumerate(shapes)], cfg, rank)
-        if traced is not None and traced_job is job:
+        if transposed:
+            out = swap_last(out)
+        elif traced is not None and traced_job is job:
             traced[rank] = out
         if out.ndim == 1:
             return (out.shape[0],)
@@ -284,9 +288,11 @@ def planned_shape(job: Job, cfg: dict, rank: int, traced: dict[int, Array] | Non
         if out.ndim in (2, 3) and all(len(s) in (2, 3) and s[-1] == width for s in shapes):
             lead = tuple(out.shape[:-1])
             if out.shape[-1] == tp:
-                return lead + (width,)
+                shape = lead + (width,)
+                return shape[:-2] + (shape[-1], shape[-2]) if transposed else shape
             if width % tp == 0:
-                return lead + (out.shape[-1] * (width // tp),)
+                shape = lead + (out.shape[-1] * (width // tp),)
+                return shape[:-2] + (shape[-1], shape[-2]) if transposed else shape
     import torch
 
     meta = [torch.empty(s, device="meta") for s in shapes]
