@@ -506,3 +506,33 @@ def test_the_checkpoint_remembers_its_tree_and_verify_proves_that_one(tmp_path, 
     assert "medusa_choices" not in json.loads((plain / "config.json").read_text())["medusa_ports"]
     rep = verify(qwen2_base, plain, max_new_tokens=2, skip_tree_proof=True)
     assert rep.tree_source.startswith("mc_sim_7b_63: the checkpoint records no tree") and rep.tree_nodes == 61
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.2])
+def test_sparse_mixer_routing_is_transformers_phimoe_sparsemixer(epsilon):
+    """SPARSE_MIXER (reference/routing.py, as moe_kernels.cu sparseMixerMask and the softmax after it route): the
+    same experts and weights as transformers' Phi-3.5-MoE ``sparsemixer`` at top-2 (inference), logits spread
+    from clustered (several experts within the threshold) to far apart (the mask leaves one)."""
+    import dataclasses
+
+    from transformers.models.phimoe.modeling_phimoe import sparsemixer
+
+    from trtllm_medusa_ports.archs.semantics import Semantics
+    from trtllm_medusa_ports.reference.routing import route
+
+    g = torch.Generator().manual_seed(0)
+    for scale in (0.01, 0.3, 3.0):
+        logits = torch.randn(64, 8, generator=g) * scale + 1.0
+        want_w, want_i = sparsemixer(logits, jitter_eps=epsilon, training=False, top_k=2)
+        sem = dataclasses.replace(Semantics(), moe_top_k=2, moe_sparse_mixer_epsilon=epsilon)
+        got_w, got_i = route(logits, sem)
+        assert torch.equal(got_i, want_i.reshape(got_i.shape)), scale
+        assert torch.allclose(got_w, want_w.reshape(got_w.shape), atol=1e-6, rtol=0), scale
+        assert (got_i[:, 0] != got_i[:, 1]).all()
+    # the other routings unchanged: RENORMALIZE (softmax over the top-k) and NONE (their share of all)
+    logits = torch.randn(5, 6, generator=g)
+    top, idx = logits.topk(2, dim=-1)
+    w, i = route(logits, dataclasses.replace(Semantics(), moe_top_k=2))
+    assert torch.equal(i, idx) and torch.allclose(w, torch.softmax(top, -1))
+    w, _ = route(logits, dataclasses.replace(Semantics(), moe_top_k=2, moe_renormalize=False))
+    assert torch.allclose(w, torch.softmax(logits, -1).gather(-1, idx))

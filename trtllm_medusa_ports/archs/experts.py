@@ -83,14 +83,15 @@ def transposed_experts(experts: int):
 
 
 #: ``MoeConfig.normalization_mode`` (tensorrt_llm/layers/moe.py ``ExpertScaleNormalizationMode``)
-MOE_NONE, MOE_RENORMALIZE = 0, 1
+MOE_NONE, MOE_RENORMALIZE, MOE_SPARSE_MIXER = 0, 1, 2
 
 
-def moe_config(num_experts: int, top_k: int, normalization_mode: int) -> dict:
+def moe_config(num_experts: int, top_k: int, normalization_mode: int, sparse_mixer_epsilon: float = 0.01) -> dict:
     """config.json's ``moe``: all nine ``MoeConfig`` fields as its ``to_dict`` writes them (``from_dict`` is
-    ``cls(**d)``, so no other key); no shared expert, no device-limited routing (tensorrt_llm/layers/moe.py)."""
+    ``cls(**d)``, so no other key); no shared expert, no device-limited routing (tensorrt_llm/layers/moe.py).
+    ``sparse_mixer_epsilon``: SPARSE_MIXER's (``MoeConfig``'s default 0.01; Phi-3.5-MoE's router_jitter_noise)."""
     return {"num_experts": num_experts, "shared_expert_intermediate_size": 0, "top_k": top_k,
-            "normalization_mode": normalization_mode, "sparse_mixer_epsilon": 0.01, "tp_mode": 0,
+            "normalization_mode": normalization_mode, "sparse_mixer_epsilon": sparse_mixer_epsilon, "tp_mode": 0,
             "device_limited_n_group": 0, "device_limited_topk_group": 0, "device_limited_routed_scaling_factor": 1.0}
 
 
@@ -107,7 +108,9 @@ def expert_rules(router: str, fc: tuple[str, ...], proj: tuple[str, ...]) -> lis
 def moe_semantics(sem: Semantics, cfg: dict, shared_expert: bool = False) -> Semantics:
     """``sem`` with the routing the checkpoint's ``moe`` block describes (the experts' gated SiLU)."""
     moe = cfg["moe"]
+    mode = int(moe["normalization_mode"])
     return dataclasses.replace(sem, hidden_act="silu", moe_num_experts=int(moe["num_experts"]),
-                               moe_top_k=int(moe["top_k"]),
-                               moe_renormalize=int(moe["normalization_mode"]) == MOE_RENORMALIZE,
+                               moe_top_k=int(moe["top_k"]), moe_renormalize=mode == MOE_RENORMALIZE,
+                               moe_sparse_mixer_epsilon=float(moe["sparse_mixer_epsilon"])
+                               if mode == MOE_SPARSE_MIXER else None,
                                moe_shared_expert=shared_expert)

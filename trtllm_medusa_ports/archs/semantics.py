@@ -85,6 +85,8 @@ class Semantics:
     moe_num_experts: int = 0
     moe_top_k: int = 0
     moe_renormalize: bool = True
+    #: SPARSE_MIXER routing (Phi-3.5-MoE; reference/routing.py) with this epsilon; None: by ``moe_renormalize``
+    moe_sparse_mixer_epsilon: float | None = None
     #: a shared expert beside the routed ones (Qwen2-MoE): ``+ sigmoid(shared_expert_gate(x)) * shared(x)``
     moe_shared_expert: bool = False
     #: the row-parallel layers' biases are added by every rank before one all-reduce (GPT-J): the checkpoint

@@ -65,6 +65,7 @@ from trtllm_medusa_ports.quant.tool_formats import (
 )
 from trtllm_medusa_ports.reference.load_checks import check_loaded
 from trtllm_medusa_ports.reference.rope import rope_inv_freq
+from trtllm_medusa_ports.reference.routing import route
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
 from trtllm_medusa_ports.tree import unpack_mask
 
@@ -571,20 +572,16 @@ class ReferenceModel:
 
     def moe(self, x: torch.Tensor, stage: int, stage_layer: int) -> torch.Tensor:
         """A mixture-of-experts MLP as TensorRT-LLM's ``MOE`` layer computes it (tensorrt_llm/layers/moe.py):
-        router logits in float32 from the float32 router, the ``top_k`` experts per token weighted by a softmax
-        over their logits (RENORMALIZE) or by their share of the softmax over all; each expert
+        router logits in float32 from the float32 router, the experts per token and their weights by the
+        checkpoint's routing (reference/routing.py: RENORMALIZE, NONE, SPARSE_MIXER); each expert
         ``proj(up * silu(gate))`` with ``fc = [up; gate]`` split on the intermediate dim across the ranks, whose
         partial outputs are summed (the all-reduce)."""
         prefix = f"transformer.layers.{stage_layer}.mlp."
         ranks = self.stage_ranks(stage)
         logits = x.float() @ self.weight(ranks[0], prefix + "router.weight").T  # [T, E]
-        top, chosen = logits.topk(self.semantics.moe_top_k, dim=-1)
+        weights, chosen = route(logits, self.semantics)  # reference/routing.py
         if self.moe_activity is not None:  # verify counts the experts each step wakes
             self.moe_activity.append((x.shape[0], int(chosen.unique().numel())))
-        if self.semantics.moe_renormalize:
-            weights = torch.softmax(top, dim=-1)
-        else:
-            weights = torch.softmax(logits, dim=-1).gather(-1, chosen)
         out = torch.zeros_like(x)
         for r in ranks:
             fc, proj = self.weight(r, prefix + "fc.weight"), self.weight(r, prefix + "proj.weight")
