@@ -14,24 +14,14 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports import log
-from trtllm_medusa_ports.base_model import (  # noqa: F401  (also read from here)
+from trtllm_medusa_ports.base_model import (
     continue_greedily,
-    end_token_ids,
     final_hidden,
-    lm_head_of,
-    load_base,
     model_device,
-    release,
 )
 from trtllm_medusa_ports.errors import ModelError
-from trtllm_medusa_ports.files.prompts import (
-    Item,
-)
+from trtllm_medusa_ports.files.prompts import Item
 from trtllm_medusa_ports.heads.saved import save_whole
-
-LOG = log.get("heads.corpus")
-
 
 CORPUS_VERSION = 1
 

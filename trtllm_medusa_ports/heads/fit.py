@@ -14,21 +14,9 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports import log
-from trtllm_medusa_ports.base_model import (  # noqa: F401  (also read from here)
-    continue_greedily,
-    end_token_ids,
-    final_hidden,
-    lm_head_of,
-    load_base,
-    model_device,
-    release,
-)
 from trtllm_medusa_ports.errors import HeadsError, ModelError, PortError
 from trtllm_medusa_ports.heads.distributed import Group, RankLost
 from trtllm_medusa_ports.heads.saved import save_whole
-
-LOG = log.get("heads.fit")
 
 
 # -- heads in memory ------------------------------------------------------------------------

@@ -10,19 +10,7 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports import log
-from trtllm_medusa_ports.base_model import (  # noqa: F401  (also read from here)
-    continue_greedily,
-    end_token_ids,
-    final_hidden,
-    lm_head_of,
-    load_base,
-    model_device,
-    release,
-)
 from trtllm_medusa_ports.errors import HeadsError
-
-LOG = log.get("heads.saved")
 
 
 def os_error_text(exc: OSError) -> str:
