@@ -8,7 +8,8 @@ default, help text and flag group (``COMMANDS``). Made from this one table:
 
 So a default, a range or a spelling changes in one place, and the command line and the API cannot differ.
 
-May import: the standard library and files.tokenizer (the chat-template modes it applies); a nested type is named by
+May import: the standard library, files.dtypes and files.tokenizer (the dtypes and chat-template modes); a nested type
+is named by
 a string that options/validation.py resolves.
 """
 
@@ -18,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.tokenizer import CHAT_TEMPLATE_MODES
 
 #: the default of a field the API requires (the command line may still have a default or an alternative)
@@ -66,6 +68,11 @@ class Option:
         return (f"--{self.name}",) if self.flags == () else tuple(self.flags or ())
 
     @property
+    def parsed_dest(self) -> str:
+        """Where argparse puts the flag's value: ``dest``, or the first spelling's (as argparse derives it)."""
+        return self.dest or self.spellings[0].lstrip("-").replace("-", "_")
+
+    @property
     def flag_default(self):
         v = self.default if self.cli_default is SAME else self.cli_default
         return None if v is REQUIRED else str(v) if isinstance(v, Path) else v
@@ -106,7 +113,7 @@ def _api(option: Option) -> Option:
 
 
 # -- the shared groups ---------------------------------------------------------------------------------------
-FLOAT_DTYPES = ("auto", "float32", "float16", "bfloat16")
+FLOAT_DTYPES = ("auto", *CHECKPOINT_DTYPES)
 _QUANT_GROUP = ("quantization (upstream's spellings; Medusa heads, lm_head, embedding and norms stay in --dtype)")
 
 

@@ -258,6 +258,11 @@ def shard_for(job: Job, inputs: list[Array], cfg: dict, rank: int) -> Array:
     ))
 
 
+def _swapped(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape with its last two dimensions swapped (a transposed per-expert layout's, untransposed)."""
+    return tuple(shape[:-2]) + (shape[-1], shape[-2])
+
+
 def planned_shape(job: Job, cfg: dict, rank: int, traced: dict[int, Array] | None = None) -> tuple[int, ...]:
     """The shape of ``job``'s tensor on ``rank``, from its source shapes alone (nothing is read).
 
@@ -288,11 +293,10 @@ def planned_shape(job: Job, cfg: dict, rank: int, traced: dict[int, Array] | Non
         if out.ndim in (2, 3) and all(len(s) in (2, 3) and s[-1] == width for s in shapes):
             lead = tuple(out.shape[:-1])
             if out.shape[-1] == tp:
-                shape = lead + (width,)
-                return shape[:-2] + (shape[-1], shape[-2]) if transposed else shape
+                return _swapped(lead + (width,)) if transposed else lead + (width,)
             if width % tp == 0:
                 shape = lead + (out.shape[-1] * (width // tp),)
-                return shape[:-2] + (shape[-1], shape[-2]) if transposed else shape
+                return _swapped(shape) if transposed else shape
     import torch
 
     meta = [torch.empty(s, device="meta") for s in shapes]
@@ -326,8 +330,7 @@ def move_plan(job: Job, cfg: dict, dtype: str,
         return contiguous(swap_last(got)) if transposed else got
 
     def shape(rank: int, name: str) -> tuple[int, ...]:
-        s = planned[(rank, name)]
-        return s[:-2] + (s[-1], s[-2]) if transposed else s
+        return _swapped(planned[(rank, name)]) if transposed else planned[(rank, name)]
 
     traced_plan = trace(sources, job.targets, shard_standins, shape, dtype, Mapping.from_config(cfg).tp_size)
     if not transposed:

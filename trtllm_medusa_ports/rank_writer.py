@@ -22,20 +22,12 @@ from trtllm_medusa_ports.files.checkpoint import (
     atomic_output_dir,
     write_config,
 )
-from trtllm_medusa_ports.plan import (
-    Job as _Job,
-)
-from trtllm_medusa_ports.plan import (
-    job_inputs,
-)
-from trtllm_medusa_ports.plan import (
-    shard_for as _shard_for,
-)
-from trtllm_medusa_ports.progress import progress as _progress
+from trtllm_medusa_ports.plan import Job, job_inputs, shard_for
+from trtllm_medusa_ports.progress import progress
 
 
-def write_lanes(fast: list[tuple[_Job, MovePlan]], ranks: list[int], threads: int
-           ) -> list[list[tuple[_Job, MovePlan, int | None]]]:
+def write_lanes(fast: list[tuple[Job, MovePlan]], ranks: list[int], threads: int
+           ) -> list[list[tuple[Job, MovePlan, int | None]]]:
     """Split the byte-moving jobs into ``threads`` task lists that run side by side.
 
     With several rank files, rank r's pieces of every job go to lane ``r % threads`` (one writer per
@@ -59,7 +51,7 @@ def write_lanes(fast: list[tuple[_Job, MovePlan]], ranks: list[int], threads: in
     return [lane for lane in lanes if lane]
 
 
-def non_finite_error(job: _Job, dtype: str) -> Exception:
+def non_finite_error(job: Job, dtype: str) -> Exception:
     """The error for a job whose values hold NaN/Inf in the checkpoint dtype."""
     err = HeadsError if job.label.startswith("medusa_heads") else ModelError
     return err(
@@ -80,7 +72,7 @@ class RankWriter:
         self.whole_tensors = threading.Semaphore(workers)
         self.failed = threading.Event()
 
-    def run_tensor(self, job: _Job) -> None:
+    def run_tensor(self, job: Job) -> None:
         from trtllm_medusa_ports.files.finite import all_finite
 
         with self.whole_tensors:  # at most --workers whole tensors in memory
@@ -89,11 +81,11 @@ class RankWriter:
                 if not all_finite(t):
                     raise non_finite_error(job, self.dtype)
             for rank, name in job.targets:
-                shard = _shard_for(job, inputs, self.cfg, rank)
+                shard = shard_for(job, inputs, self.cfg, rank)
                 self.files[rank].write(name, job.post(shard) if job.post is not None else shard)
         self.bar.update(len(job.targets))
 
-    def run_lane(self, tasks: list[tuple[_Job, MovePlan, int | None]]) -> None:
+    def run_lane(self, tasks: list[tuple[Job, MovePlan, int | None]]) -> None:
         for job, move, rank in tasks:
             if self.failed.is_set():
                 return
@@ -110,7 +102,7 @@ class RankWriter:
                 self.files[r].written(name)
             self.bar.update(len(done))
 
-    def run(self, jobs: list[_Job], moves: list[MovePlan], ranks: list[int]) -> None:
+    def run(self, jobs: list[Job], moves: list[MovePlan], ranks: list[int]) -> None:
         # Byte moves spend their time in the kernel and in numpy (the GIL released), so even with
         # --workers 1 two threads run them. Each rank file is written by one thread (a "lane"):
         # copies into one file serialise on its lock, copies into two files run side by side.
@@ -144,7 +136,7 @@ def _write_config(tmp: Path, cfg: dict, warnings: list[str], durable: bool) -> N
     write_config(tmp, cfg, durable)
 
 
-def write_checkpoint(output_dir: Path, jobs: list[_Job], moves: list[MovePlan], entries: dict, cfg: dict, dtype: str,
+def write_checkpoint(output_dir: Path, jobs: list[Job], moves: list[MovePlan], entries: dict, cfg: dict, dtype: str,
                      warnings: list[str], inputs: dict[str, Path], *, overwrite: bool, fsync: bool, workers: int,
                      quiet: bool) -> int:
     """Stream every job into the rank files of a new output directory (swapped in whole: files/checkpoint.py
@@ -158,7 +150,7 @@ def write_checkpoint(output_dir: Path, jobs: list[_Job], moves: list[MovePlan], 
         mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd,
                           torch_casts=torch_casts)
         try:
-            bar = _progress(sum(len(j.targets) for j in jobs), quiet)
+            bar = progress(sum(len(j.targets) for j in jobs), quiet)
             if torch_casts or any(m.kind is MoveKind.TENSOR or m.needs_torch for m in moves):
                 import torch  # noqa: F401  (tensors or casts ahead: imported once, before the threads start)
             RankWriter(files, mover, cfg, dtype, workers, bar).run(jobs, moves, sorted(entries))

@@ -120,7 +120,7 @@ class DbrxAdapter(ArchAdapter):
         return int(self.hf_value(hf, "ffn_config.ffn_hidden_size"))
 
     def expert_field_keys(self, hf: HFConfig) -> tuple[str, str, str]:
-        return "ffn_config.moe_num_experts", "ffn_config.ffn_hidden_size", "d_model"
+        return self.expert_count_keys[0], "ffn_config.ffn_hidden_size", "d_model"
 
     def normalization(self, hf: HFConfig) -> int | None:
         """TensorRT-LLM's routing for ``moe_normalize_expert_weights``: 1 (DbrxFFNConfig's default where the key is

@@ -28,10 +28,9 @@ def options_from(owner: str, parsed: argparse.Namespace, /, **given) -> dict:
         spellings = o.spellings
         if not spellings or o.name in given:
             continue
-        dest = o.dest or spellings[0].lstrip("-").replace("-", "_")
-        if not hasattr(parsed, dest):
+        if not hasattr(parsed, o.parsed_dest):
             continue
-        v = getattr(parsed, dest)
+        v = getattr(parsed, o.parsed_dest)
         out[o.name] = (Path(v) if v else None) if o.spec.kind == "path" else v
     return {**out, **given}
 
@@ -40,8 +39,7 @@ def changed_flags(command: str, names, parsed: argparse.Namespace) -> list[str]:
     """The flags among ``names`` (fields of ``command``'s declared options) given a value other than their default,
     by their first spelling."""
     by = {o.name: o for o in declared.COMMANDS[command][2]}
-    return [by[n].spellings[0] for n in names
-            if getattr(parsed, by[n].dest or by[n].spellings[0].lstrip("-").replace("-", "_")) != by[n].flag_default]
+    return [by[n].spellings[0] for n in names if getattr(parsed, by[n].parsed_dest) != by[n].flag_default]
 
 
 def prompt_inputs(args: argparse.Namespace):

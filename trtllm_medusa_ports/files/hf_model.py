@@ -443,13 +443,11 @@ def stored_expert_problems(tensors: dict[str, LazyTensor], expected: dict[str, t
 
 def expert_fields(name: str, data: dict, keys: tuple[str, str, str] | None = None) -> str:
     """The config.json fields an MoE tensor's shape comes from, as `` (field value, ...)``; empty for a tensor of no
-    expert (or a config without experts). ``keys``: the family's expert count, expert intermediate size and hidden
-    size fields (``ArchAdapter.expert_field_keys``; paths allowed: DBRX's ``ffn_config.moe_num_experts``); by
-    default the flat names the Mixtral, Qwen and Granite configs use."""
+    expert (or a config without experts, or no ``keys``). ``keys``: the family's expert count, expert intermediate
+    size and hidden size fields (``ArchAdapter.expert_field_keys``, where the family's names live; paths allowed:
+    DBRX's ``ffn_config.moe_num_experts``)."""
     if keys is None:
-        count = next((k for k in ("num_local_experts", "num_experts") if data.get(k) is not None), None)
-        keys = (count, "moe_intermediate_size" if data.get("moe_intermediate_size") is not None
-                else "intermediate_size", "hidden_size")
+        return ""
     count, inter, hidden = keys
     if count is None or lookup(data, count) is None or not re.search(
             r"expert|block_sparse_moe|router|\.mlp\.gate\.weight$", name):
