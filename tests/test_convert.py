@@ -433,6 +433,19 @@ def test_non_silu_llama_class_base_gets_our_architecture(tmp_path, store):
     assert cfg["architecture"] == "MedusaPortsLLaMAForCausalLM" and cfg["medusa_hidden_act"] == "silu"
 
 
+def test_the_engines_name_for_a_base_is_recorded_as_base_architecture(tmp_path, qwen2_base, qwen2_heads, monkeypatch):
+    """``engine_architecture``: a family whose TensorRT-LLM class keys a variant on another name than the HF one
+    records that name (the engine's config hands it to the class); without one, the HF name."""
+    from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
+
+    monkeypatch.setattr(Qwen2Adapter, "engine_architecture", "QWenForCausalLM")
+    cfg = json.loads((convert_to(tmp_path / "c", qwen2_base, qwen2_heads) / "config.json").read_text())
+    assert cfg["base_architecture"] == "QWenForCausalLM"
+    assert Qwen2Adapter().base_architecture("Qwen2ForCausalLM") == "QWenForCausalLM"
+    monkeypatch.setattr(Qwen2Adapter, "engine_architecture", None)
+    assert Qwen2Adapter().base_architecture("Qwen2ForCausalLM") == "Qwen2ForCausalLM"
+
+
 def test_pytorch_bin_base_converts_like_safetensors(tmp_path, store):
     base = tiny_base(store, "Qwen2ForCausalLM")
     binary = tmp_path / "bin-base"

@@ -213,6 +213,12 @@ def test_every_family_engine_name_is_a_model_map_key_as_the_standin_reads_it(trt
 
     names = {a for cls in registry().values() for a in cls.hf_architectures} | {"MedusaForCausalLM"}
     assert {n for n in names if n in MODEL_MAP} == {n for n in names if n in MODEL_MAP_NAMES}
+    # what a checkpoint records as base_architecture (the engine's name, archs/base.py base_architecture) resolves,
+    # and names the same family again (verify and deploy find the adapter by it)
+    for name, cls in registry().items():
+        written = cls().base_architecture(name)
+        assert written in MODEL_MAP and written in MODEL_MAP_NAMES, (name, written)
+        assert registry()[written] is cls, (name, written)
 
 
 def test_one_rank_runs_without_mpirun_and_our_class_builds_with_trtllm_medusa_build(tmp_path, store):

@@ -142,7 +142,7 @@ def build_config(
             "num_medusa_layers": heads.num_layers,
             "medusa_hidden_act": MEDUSA_HIDDEN_ACT,
             "medusa_shared_lm_head": share_lm_head,
-            "base_architecture": model.config.architecture,
+            "base_architecture": adapter.base_architecture(model.config.architecture),
             "trtllm_base_architecture": adapter.trtllm_base_class,
             "medusa_ports": {
                 "version": __version__,

@@ -93,6 +93,10 @@ class ArchAdapter:
     upstream_converter: ClassVar[str] = ""
     #: TensorRT-LLM 1.2.x class the engine derives from (tensorrt_llm/models/__init__.py MODEL_MAP)
     trtllm_base_class: ClassVar[str] = ""
+    #: the architecture name the TensorRT-LLM class keys its variant on (``PretrainedConfig.architecture``), where
+    #: it is not the HF name: written as the checkpoint's ``base_architecture`` (:meth:`base_architecture`), which
+    #: the engine's config hands the class and the runtime looks up in ``MODEL_MAP``
+    engine_architecture: ClassVar[str | None] = None
     #: True when upstream MedusaForCausalLM (tensorrt_llm/models/medusa/model.py) builds this base
     #: correctly as it is (it only knows LLaMAForCausalLM and QWenForCausalLM)
     upstream_medusa_base: ClassVar[bool] = False
@@ -434,6 +438,11 @@ class ArchAdapter:
         )
 
     # -- naming ---------------------------------------------------------------------------
+    def base_architecture(self, hf_architecture: str) -> str:
+        """The ``base_architecture`` a checkpoint of this family records: the engine's name for the base
+        (``engine_architecture``) where the family declares one, else the HF name the base was saved under."""
+        return self.engine_architecture or hf_architecture
+
     def ported_architecture(self) -> str:
         """Our own ``architecture`` name for checkpoints upstream cannot build as they are.
 

@@ -317,7 +317,7 @@ def _output_config(cfg: dict, quant: dict, arch: str, adapter, heads, max_draft_
     out_cfg.update({
         "architecture": adapter.ported_architecture(), "quantization": quant, "max_draft_len": max_draft_len,
         "num_medusa_heads": heads.num_heads, "num_medusa_layers": heads.num_layers, "medusa_hidden_act": "silu",
-        "medusa_shared_lm_head": heads.lm_heads is None, "base_architecture": arch,
+        "medusa_shared_lm_head": heads.lm_heads is None, "base_architecture": adapter.base_architecture(arch),
         "trtllm_base_architecture": adapter.trtllm_base_class,
     })
     out_cfg.setdefault("head_size", int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
