@@ -424,8 +424,8 @@ def test_upstream_class_alone_cannot_take_spec_params(trtllm, store, tmp_path, a
     from tensorrt_llm.models.modeling_utils import PretrainedConfig
 
     cfg = json.loads((_checkpoint(store, tmp_path, arch) / "config.json").read_text())
-    cfg["architecture"] = cfg["base_architecture"]
-    model = MODEL_MAP[arch](PretrainedConfig.from_dict(cfg))
+    cfg["architecture"] = cfg["base_architecture"]  # the engine's name for the base (archs/base.py)
+    model = MODEL_MAP[cfg["architecture"]](PretrainedConfig.from_dict(cfg))
     with pytest.raises(TypeError, match="spec_decoding_params"):
         model.forward(**model.prepare_inputs(max_draft_len=4))
 

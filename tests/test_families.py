@@ -71,7 +71,7 @@ def test_family_converts_and_verifies(arch, overrides, tp_sizes):
     for tp in tp_sizes:  # allow_unsupported where the family's check refuses it (CASES["unsupported"])
         base, ckpt = family_checkpoint(arch, tp, **overrides)
         cfg = json.loads((ckpt / "config.json").read_text())
-        assert cfg["base_architecture"] == arch
+        assert cfg["base_architecture"] == adapter_for(arch).base_architecture(arch)
         assert_proven(verified_once(base, ckpt, **FULL), f"tp={tp}")
 
 
