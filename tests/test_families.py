@@ -273,6 +273,23 @@ def test_checker_verdict_per_family(store, tmp_path, arch, verdict):
     assert ("spec-decoding-plumbing" in infos) == (not ad.upstream_spec_decoding_plumbing)
 
 
+@pytest.mark.parametrize("arch, overrides, rule", CASES["check_cases"],
+                         ids=[f"{a}-{'-'.join(o)}" for a, o, _ in CASES["check_cases"]])
+def test_each_declared_limit_is_an_error_check_gives(store, arch, overrides, rule):
+    """The limits a family declares (``check_cases``): its tiny model with each change gets that error from
+    ``check``, and the tiny model itself does not."""
+    base = tiny_base(store, arch, **overrides)
+    _, findings = check(base, heads_once(base))
+    named = [f for f in findings if f.severity == "error" and f.rule == rule
+             and any(k.split(".")[-1] in f.message for k in overrides)]  # for the key changed, not another
+    assert named, (overrides, [(f.rule, f.message) for f in findings])
+    assert rule not in dict(CASES["verdicts"])[arch]
+
+
+def test_families_declare_their_limits_as_check_cases():
+    assert {a for a, _, _ in CASES["check_cases"]} >= {"PhiForCausalLM", "GPTNeoXForCausalLM", "PhimoeForCausalLM"}
+
+
 @pytest.mark.parametrize("arch", ["GPTNeoXForCausalLM", "FalconForCausalLM", "MptForCausalLM"])
 def test_exact_gelu_bases_are_compared_with_engine_arithmetic(arch):
     base, ckpt = family_checkpoint(arch, 1)  # allow_unsupported for MPT's ALiBi

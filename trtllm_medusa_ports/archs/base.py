@@ -88,6 +88,10 @@ class ArchAdapter:
     #: the error rules ``check`` gives the family's tiny model (and so its tests convert it with
     #: ``--allow_unsupported``): ALiBi, attention soft-capping, ...; empty: servable
     expected_check_errors: ClassVar[frozenset[str]] = frozenset()
+    #: the family's limits, tested: changes to ``tiny_config`` (HF keys, dotted paths allowed) and the error rule
+    #: ``check`` gives each (``engine-class-limit`` for ``engine_limits``, ``engine-divergence``, ``port-limit``,
+    #: ...): a family-wide test builds each base and checks it
+    check_cases: ClassVar[tuple[tuple[dict, str], ...]] = ()
     #: where upstream's own converter for the family lives (repository NVIDIA/TensorRT-LLM): the mapping this
     #: adapter restates and its tests compare with (declared by each class that declares ``tiny_config``)
     upstream_converter: ClassVar[str] = ""

@@ -38,6 +38,9 @@ class GPTNeoXAdapter(ArchAdapter):
     norm_epsilon_key = 'layer_norm_eps'
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'rotary_pct': 0.5})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
+    check_cases: ClassVar[tuple[tuple[dict, str], ...]] = (
+        ({"intermediate_size": 96}, "engine-class-limit"), ({"use_parallel_residual": False}, "engine-class-limit"),
+        ({"layer_norm_eps": 1e-6}, "engine-class-limit"))
     family = "gpt_neox"
     upstream_converter = "examples/models/contrib/gptneox/convert_checkpoint.py"
     model_types = ("gpt_neox", "gptneox")

@@ -28,6 +28,8 @@ class PhiAdapter(ArchAdapter):
     norm_epsilon_key = 'layer_norm_eps'
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'partial_rotary_factor': 0.25})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'partial_rotary_factor': 0.5}
+    check_cases: ClassVar[tuple[tuple[dict, str], ...]] = (
+        ({"num_key_value_heads": 2}, "engine-class-limit"), ({"layer_norm_eps": 1e-6}, "engine-class-limit"))
     family = "phi"
     upstream_converter = "tensorrt_llm/models/phi/convert.py"
     model_types = ("phi",)

@@ -61,6 +61,9 @@ class PhiMoEAdapter(Phi3Adapter):
                                    "attention_bias": False, "lm_head_bias": False, "router_jitter_noise": 0.01}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_key_value_heads": 4, "router_jitter_noise": 0.2})
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-06, "router_jitter_noise": 0.05}
+    check_cases: ClassVar[tuple[tuple[dict, str], ...]] = (
+        ({"num_experts_per_tok": 1}, "engine-class-limit"), ({"attention_bias": False}, "engine-class-limit"),
+        ({"lm_head_bias": False}, "engine-class-limit"), ({"sliding_window": 64}, "engine-divergence"))
     family = "phimoe"
     #: ``Phi3ForCausalLM.from_hugging_face``, which converts this variant through ModelWeightsLoader
     upstream_converter = "tensorrt_llm/models/phi3/model.py"

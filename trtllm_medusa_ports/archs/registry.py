@@ -80,14 +80,16 @@ def family_test_cases() -> dict[str, list]:
       declaring ``key_cases`` (aliases such as ``RWForCausalLM`` use the class's tiny model);
     * ``pipeline``: architectures verified at pp 2; ``no_pipeline``: those whose engine class has none;
     * ``verdicts``: ``(architecture, error rules check gives its tiny model)``; ``unsupported``: those with any;
-    * ``moe``: the mixture-of-experts architectures (an engine class reading ``moe``) with a tiny model.
+    * ``moe``: the mixture-of-experts architectures (an engine class reading ``moe``) with a tiny model;
+    * ``check_cases``: ``(architecture, overrides, error rule)`` of every class's own ``check_cases``.
     """
     classes = list(dict.fromkeys(registry().values()))
     out: dict[str, list] = {"variants": [], "key_cases": [], "pipeline": [], "no_pipeline": [],
-                            "verdicts": [], "unsupported": [], "moe": []}
+                            "verdicts": [], "unsupported": [], "moe": [], "check_cases": []}
     for cls in classes:
         primary = cls.hf_architectures[0]
         out["variants"] += [(primary, dict(v)) for v in own(cls, "test_variants", ())]
+        out["check_cases"] += [(primary, dict(o), rule) for o, rule in own(cls, "check_cases", ())]
         keys = own(cls, "key_cases")
         if keys is not None:
             out["key_cases"] += [(arch, primary, dict(keys)) for arch in cls.hf_architectures]
