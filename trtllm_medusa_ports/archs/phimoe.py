@@ -22,8 +22,9 @@ Upstream facts:
 * no send/recv between pipeline stages and no ``spec_decoding_params`` (Phi-3's class).
 
 transformers' ``sparsemixer`` (modeling_phimoe.py) always picks two experts while the engine's SPARSE_MIXER routes
-``top_k`` rounds: another ``num_experts_per_tok`` is refused. Phi3ForCausalLM has no sliding window: a window shorter
-than the context is an engine divergence.
+``top_k`` rounds: another ``num_experts_per_tok`` is refused. Phi3ForCausalLM attends to the whole context: a
+``sliding_window`` shorter than it gets the sliding-window rule's warning (build with ``max_seq_len`` within the
+window) as every family does; Phi-3.5-MoE's own window is its whole context.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class PhiMoEAdapter(Phi3Adapter):
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-06, "router_jitter_noise": 0.05}
     check_cases: ClassVar[tuple[tuple[dict, str], ...]] = (
         ({"num_experts_per_tok": 1}, "engine-class-limit"), ({"attention_bias": False}, "engine-class-limit"),
-        ({"lm_head_bias": False}, "engine-class-limit"), ({"sliding_window": 64}, "engine-divergence"))
+        ({"lm_head_bias": False}, "engine-class-limit"))
     family = "phimoe"
     #: ``Phi3ForCausalLM.from_hugging_face``, which converts this variant through ModelWeightsLoader
     upstream_converter = "tensorrt_llm/models/phi3/model.py"
@@ -112,14 +113,6 @@ class PhiMoEAdapter(Phi3Adapter):
                             "(tensorrt_llm/models/phi3/model.py) and would find no weights for them",
                             "this base cannot be built by TensorRT-LLM's Phi3ForCausalLM"))
         return out
-
-    def engine_divergences(self, hf: HFConfig) -> list[tuple[str, str]]:
-        window, context = hf.get("sliding_window"), self.max_positions(hf)
-        if isinstance(window, int) and not isinstance(window, bool) and 0 < window < context:
-            return [(f"sliding_window {window} is shorter than max_position_embeddings {context}: transformers "
-                     "attends within the window, TensorRT-LLM's Phi3ForCausalLM to the whole context",
-                     f"build with max_seq_len <= {window}, where the two agree")]
-        return []
 
     def biased_roles(self, hf: HFConfig) -> frozenset[Role]:
         return NORMS | {Role.QKV, Role.DENSE, Role.LM_HEAD}
