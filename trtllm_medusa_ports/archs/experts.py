@@ -105,6 +105,16 @@ def expert_rules(router: str, fc: tuple[str, ...], proj: tuple[str, ...]) -> lis
     ]
 
 
+def per_expert_rules(moe: str, experts: int, up: str, gate: str, down: str, router: str = "gate") -> list[WeightRule]:
+    """:func:`expert_rules` for a layer holding one tensor per expert and projection, ``{moe}experts.{e}.{name}.weight``
+    (``moe``: the layer's prefix, e.g. ``model.layers.{i}.block_sparse_moe.``), its router ``{moe}{router}.weight``:
+    Mixtral's and Phi-3.5-MoE's ``w3`` (up) / ``w1`` (the activated gate) / ``w2``, Qwen's ``up_proj`` / ``gate_proj``
+    / ``down_proj``."""
+    fc = tuple(f"{moe}experts.{e}.{w}.weight" for e in range(experts) for w in (up, gate))
+    proj = tuple(f"{moe}experts.{e}.{down}.weight" for e in range(experts))
+    return expert_rules(f"{moe}{router}.weight", fc, proj)
+
+
 def moe_semantics(sem: Semantics, cfg: dict, shared_expert: bool = False) -> Semantics:
     """``sem`` with the routing the checkpoint's ``moe`` block describes (the experts' gated SiLU)."""
     moe = cfg["moe"]

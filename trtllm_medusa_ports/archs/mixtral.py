@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.experts import MOE_RENORMALIZE, expert_rules, moe_semantics
+from trtllm_medusa_ports.archs.experts import MOE_RENORMALIZE, moe_semantics, per_expert_rules
 from trtllm_medusa_ports.archs.llama import MistralAdapter
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
@@ -65,11 +65,8 @@ class MixtralAdapter(MistralAdapter):
         return cfg
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        moe = self.layer_name("block_sparse_moe.")
-        experts = range(self.num_experts(hf))
-        fc = tuple(f"{moe}experts.{e}.{w}.weight" for e in experts for w in ("w3", "w1"))
-        proj = tuple(f"{moe}experts.{e}.w2.weight" for e in experts)
-        return super().layer_rules(hf) + expert_rules(f"{moe}gate.weight", fc, proj)
+        return super().layer_rules(hf) + per_expert_rules(
+            self.layer_name("block_sparse_moe."), self.num_experts(hf), up="w3", gate="w1", down="w2")
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         # read as written, not through top_k(), which refuses this config where it is read (archs/experts.py

@@ -34,9 +34,9 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.experts import (
     MOE_SPARSE_MIXER,
-    expert_rules,
     moe_config,
     moe_semantics,
+    per_expert_rules,
 )
 from trtllm_medusa_ports.archs.phi3 import Phi3Adapter
 from trtllm_medusa_ports.archs.registry import register
@@ -121,11 +121,8 @@ class PhiMoEAdapter(Phi3Adapter):
         return {}  # separate q/k/v (stacked by the QKV split), no fused MLP: the experts have rules of their own
 
     def layer_rules(self, hf: HFConfig) -> list[WeightRule]:
-        moe = self.layer_name("block_sparse_moe.")
-        experts = range(self.num_experts(hf))
-        fc = tuple(f"{moe}experts.{e}.{w}.weight" for e in experts for w in ("w3", "w1"))  # [up; gate] per expert
-        proj = tuple(f"{moe}experts.{e}.w2.weight" for e in experts)
-        return super().layer_rules(hf) + expert_rules(f"{moe}gate.weight", fc, proj)
+        return super().layer_rules(hf) + per_expert_rules(
+            self.layer_name("block_sparse_moe."), self.num_experts(hf), up="w3", gate="w1", down="w2")
 
     def semantics(self, cfg: dict) -> Semantics:
         return moe_semantics(dataclasses.replace(super().semantics(cfg), norm=NormKind.LAYER), cfg)

@@ -28,7 +28,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from trtllm_medusa_ports.archs.experts import MOE_NONE, MOE_RENORMALIZE, expert_rules, moe_semantics
+from trtllm_medusa_ports.archs.experts import (
+    MOE_NONE,
+    MOE_RENORMALIZE,
+    moe_semantics,
+    per_expert_rules,
+)
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
@@ -62,11 +67,8 @@ def qwen_moe_fields(adapter, hf: HFConfig, cfg: dict, qwen_type: str) -> dict:
 
 def qwen_expert_rules(adapter, hf: HFConfig) -> list[WeightRule]:
     """The routed experts of a Qwen MoE layer: ``mlp.experts.E.{up,gate,down}_proj``, router ``mlp.gate``."""
-    mlp = adapter.layer_name("mlp.")
-    experts = range(adapter.num_experts(hf))
-    fc = tuple(f"{mlp}experts.{e}.{w}.weight" for e in experts for w in ("up_proj", "gate_proj"))
-    proj = tuple(f"{mlp}experts.{e}.down_proj.weight" for e in experts)
-    return expert_rules(f"{mlp}gate.weight", fc, proj)
+    return per_expert_rules(adapter.layer_name("mlp."), adapter.num_experts(hf), up="up_proj", gate="gate_proj",
+                            down="down_proj")
 
 
 @register
