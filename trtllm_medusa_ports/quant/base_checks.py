@@ -109,6 +109,14 @@ def scale_value_problems(ranks: list[dict], quant: dict) -> list[BaseProblem]:
     return out
 
 
+def smoothquant_shapes(rows: int, cols: int) -> dict[str, tuple[int, ...]]:
+    """The scales of an INT8 SmoothQuant (per channel) linear whose int8 weight is ``[rows, cols]`` (``[out, in]``),
+    as ModelOpt's export writes them and ``Int8SmoothQuant{Column,Row}Linear`` declares them
+    (tensorrt_llm/quantization/layers.py): the input's smoothing scale per input feature, a weight scale per output
+    row, one activation scale."""
+    return {"prequant_scaling_factor": (cols,), "weights_scaling_factor": (rows,), "activation_scaling_factor": (1,)}
+
+
 def tool_layer_problems(ranks: list[dict], quant: dict, hidden_size: int) -> list[BaseProblem]:
     """Every AWQ / SmoothQuant layer whose tensors do not have the shapes the module doc gives, in rank order."""
     algo = quant.get("quant_algo")
@@ -131,16 +139,14 @@ def tool_layer_problems(ranks: list[dict], quant: dict, hidden_size: int) -> lis
             rows, cols = (int(s) for s in t.shape)
             out_f = rows * 2 if algo == AWQ else rows
             layout = "[out / 2, in] (two int4 codes a byte along the output rows)" if algo == AWQ else "[out, in]"
-            want = {"prequant_scaling_factor": [cols]}
             if algo == AWQ:
                 if cols % group:
                     out.append(BaseProblem(r, name, (
                         f"rank {r}: {name} has {cols} inputs, not a multiple of config.json's group_size {group}")))
                     continue
-                want["weights_scaling_factor"] = [out_f, cols // group]
+                want = {"prequant_scaling_factor": [cols], "weights_scaling_factor": [out_f, cols // group]}
             else:
-                want["weights_scaling_factor"] = [out_f]
-                want["activation_scaling_factor"] = [1]
+                want = {part: list(shape) for part, shape in smoothquant_shapes(rows, cols).items()}
             for part, shape in want.items():
                 got = shapes.get(part)
                 exact = algo == AWQ and part == "weights_scaling_factor"  # 2-D: a transpose has the same size

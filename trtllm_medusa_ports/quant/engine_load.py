@@ -57,7 +57,7 @@ from trtllm_medusa_ports.quant import (
     linear_of,
     weight_only_quantized,
 )
-from trtllm_medusa_ports.quant.base_checks import DEFAULT_GROUP_SIZE
+from trtllm_medusa_ports.quant.base_checks import DEFAULT_GROUP_SIZE, smoothquant_shapes
 from trtllm_medusa_ports.quant.tool_formats import AWQ, SQ
 
 #: weight_only_quantize_dict's own exclusions when the checkpoint gives none (tensorrt_llm/models/convert_utils.py)
@@ -244,9 +244,10 @@ def _tool_layer(rank: int, linear: str, stored, loaded: dict[str, Header], quant
                f" x tp_size = {max(WEIGHT_ONLY_PAD, group) * tp}; tensorrt_llm/quantization/layers.py)")
         fix = AWQ_PAD_FIX
     else:
-        want = {"weight": Header((rows, cols), "int8"), "weights_scaling_factor": Header((rows,), "float32"),
-                "prequant_scaling_factor": Header((cols,), dtype),
-                "activation_scaling_factor": Header((1,), "float32")}
+        dtypes = {"prequant_scaling_factor": dtype, "weights_scaling_factor": "float32",
+                  "activation_scaling_factor": "float32"}
+        want = {"weight": Header((rows, cols), "int8"),
+                **{part: Header(shape, dtypes[part]) for part, shape in smoothquant_shapes(rows, cols).items()}}
         who = f"Int8SmoothQuant{kind}Linear (tensorrt_llm/quantization/layers.py)"
         fix = TOOL_LAYER_FIX
     out = []
