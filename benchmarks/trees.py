@@ -66,9 +66,9 @@ def replay(prompts: list[list[tuple[int, ...]]], tree: set) -> float:
 def main() -> int:
     from real_model import EVAL, EVAL_MORE
 
-    from trtllm_medusa_ports.files.prompts import heldout_prompts
+    from trtllm_medusa_ports.base_model import continue_greedily, load_base
+    from trtllm_medusa_ports.files.prompts import heldout_prompts, tokenizer_for
     from trtllm_medusa_ports.heads import load_heads
-    from trtllm_medusa_ports.heads.train import _tokenizer, continue_greedily, load_base
     from trtllm_medusa_ports.tree import resolve_choices
     from trtllm_medusa_ports.tune import (
         accuracy_table,
@@ -92,7 +92,7 @@ def main() -> int:
 
         logging.disable_progress_bar()
     t0 = time.time()
-    heads, model, tok = load_heads(hdir), load_base(base), _tokenizer(base)
+    heads, model, tok = load_heads(hdir), load_base(base), tokenizer_for(base)
     ranks = {}
     for name, texts in (("eval", EVAL + EVAL_MORE), ("tune", heldout_prompts())):
         ids = [tok(t)["input_ids"] for t in texts]

@@ -775,7 +775,7 @@ def test_ctrl_c_while_the_corpus_is_built_claims_no_saved_state(ws, capsys, monk
 def test_a_state_write_cut_short_leaves_the_last_whole_state(ws, tmp_path):
     """SIGKILL during a save: the state is written to a temporary file and renamed, so the last whole state
     stands and --resume continues from it (what a killed save leaves is a stray .tmp, ignored)."""
-    from trtllm_medusa_ports.heads.train import FitOptions, fit_heads
+    from trtllm_medusa_ports.heads.fit import FitOptions, fit_heads
 
     g = torch.Generator().manual_seed(0)
     hidden, lm = torch.randn(200, 16, generator=g), torch.randn(30, 16, generator=g)

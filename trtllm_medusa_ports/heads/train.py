@@ -44,13 +44,9 @@ import torch
 
 from trtllm_medusa_ports import log
 from trtllm_medusa_ports.archs.registry import base_context
-from trtllm_medusa_ports.base_model import (  # noqa: F401  (also read from here)
-    continue_greedily,
-    end_token_ids,
-    final_hidden,
+from trtllm_medusa_ports.base_model import (
     lm_head_of,
     load_base,
-    model_device,
     release,
 )
 from trtllm_medusa_ports.base_streaming import to_dtype
@@ -233,12 +229,6 @@ class TrainResult:
         if self.chat_template:
             text += f"; chat template {self.chat_template}"
         return text
-
-
-def _tokenizer(tok_dir: Path):
-    from trtllm_medusa_ports.files.prompts import tokenizer_for
-
-    return tokenizer_for(tok_dir)
 
 
 def _check_train_options(opts: TrainOptions) -> None:
