@@ -108,7 +108,7 @@ def reached_argmax(model: ReferenceModel, hidden: torch.Tensor, tokens: torch.Te
     return predicted
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def medusa_generate(model: ReferenceModel, prompt: list[int], tree: MedusaTree, max_new_tokens: int) -> MedusaRun:
     if tree.depth > model.num_medusa_heads:
         raise ValueError(f"tree depth {tree.depth} > {model.num_medusa_heads} Medusa heads")
@@ -143,7 +143,7 @@ def medusa_generate(model: ReferenceModel, prompt: list[int], tree: MedusaTree, 
     return run
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def plain_decode(model: ReferenceModel, prompt: list[int], max_new_tokens: int) -> tuple[list[int], torch.Tensor]:
     """Token-by-token greedy decoding on the reference executor (no speculation): the tokens, and the logits each
     was the argmax of (``[max_new_tokens, vocab]``; row j predicts token j)."""

@@ -642,7 +642,7 @@ class ReferenceModel:
             cache.layers.append(LayerCache(list(empty), [e.clone() for e in empty]))
         return cache
 
-    @torch.no_grad()
+    @torch.inference_mode()  # nothing here is ever trained on: no autograd bookkeeping (no_grad still keeps some)
     def forward(
         self,
         tokens: torch.Tensor | list[int],
@@ -713,7 +713,7 @@ class ReferenceModel:
             out = torch.tanh(out / cap) * cap
         return out
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def medusa_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``[num_medusa_heads, ..., vocab]`` for final-norm hidden states (the engine's ``medusa_logits``)."""
         stage = self.pp - 1

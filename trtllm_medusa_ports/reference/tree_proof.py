@@ -122,7 +122,7 @@ def step_tokens(tree: MedusaTree, branch: list[int], greedy: list[int], vocab: i
     return torch.tensor(tokens, dtype=torch.long)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def tree_proof(model: ReferenceModel, prompt: list[int], tree: MedusaTree, *, rtol: float,
                max_positions: int | None = None) -> TreeProof:
     """Run the proof (module doc) from ``prompt``; the tolerance is ``rtol`` times ``max(1, max |logit|)`` or

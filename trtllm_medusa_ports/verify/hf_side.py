@@ -85,7 +85,7 @@ def engine_arithmetic(model, sem: Semantics) -> list[EngineArithmetic]:
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     """Greedy continuation by the transformers model with its own KV cache, fixed length.
 
@@ -111,7 +111,7 @@ def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     return tokens
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _hf_hidden_states(model, ids: list[int]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
     return out.logits[0], tuple(h[0] for h in out.hidden_states)
@@ -138,7 +138,7 @@ class ActivationRange:
             h.remove()
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def measure_activation_range(model_dir: str | Path, prompts: list[list[int]]) -> tuple[float, str]:
     """Largest |output| of any module of the transformers model (float32) on the prompts, and where."""
     model = load_hf_model(model_dir, torch.float32)

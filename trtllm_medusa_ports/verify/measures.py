@@ -12,14 +12,14 @@ from trtllm_medusa_ports.tree import MedusaTree
 from trtllm_medusa_ports.verify.limits import HIT_TOP_K
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def final_hidden_states(ref: ReferenceModel, seqs: list[list[int]]) -> list[torch.Tensor]:
     """Each sequence's final hidden states ``[S, H]``, one causal pass from an empty cache: what both measures
     below read (computed once for the two)."""
     return [ref.forward(seq, ref.new_cache(), compute_logits=False)[1] for seq in seqs]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def head_hit_rates(ref: ReferenceModel, seqs: list[list[int]], prompt_lens: list[int],
                    hiddens: list[torch.Tensor] | None = None) -> tuple[list[float], list[float]]:
     """Per head k: how often its top-1 / top-k at position t holds the token at t + k + 2 (``hiddens``:
