@@ -6,6 +6,8 @@ May import: ``compat.registry``, ``findings``.
 
 from __future__ import annotations
 
+import functools
+
 from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
 from trtllm_medusa_ports.findings import ERROR, INFO, WARNING, Finding
 
@@ -26,13 +28,22 @@ def engine_divergence(f: BaseFacts) -> list[Finding]:
             for problem, fix in f.adapter.engine_divergences(f.hf)]
 
 
-@base_rule("transformers-divergence")
-def transformers_divergence(f: BaseFacts) -> list[Finding]:
+@functools.cache
+def installed_transformers() -> str | None:
+    """The installed transformers' version from its metadata (check does not import transformers), read once per
+    process: finding it scans the installed distributions, a few milliseconds every check and conversion paid."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        installed = version("transformers")  # its metadata: check does not import transformers
+        return version("transformers")
     except PackageNotFoundError:
+        return None
+
+
+@base_rule("transformers-divergence")
+def transformers_divergence(f: BaseFacts) -> list[Finding]:
+    installed = installed_transformers()
+    if installed is None:
         return []
     return [Finding("transformers-divergence", WARNING, problem, fix)
             for problem, fix in f.adapter.transformers_divergences(f.hf, installed)]
