@@ -311,9 +311,10 @@ class ArchAdapter:
         experts = self.num_experts(hf)
         return experts_per_token(hf, experts, self.experts_per_token_key, self.expert_count_keys) if experts else 0
 
-    def moe_block(self, hf: HFConfig, normalization_mode: int) -> dict:
-        """config.json's ``moe`` for this config's experts (:func:`moe_config`)."""
-        return moe_config(self.num_experts(hf), self.top_k(hf), normalization_mode)
+    def moe_block(self, hf: HFConfig, normalization_mode: int, sparse_mixer_epsilon: float = 0.01) -> dict:
+        """config.json's ``moe`` for this config's experts (:func:`moe_config`; ``sparse_mixer_epsilon`` for
+        SPARSE_MIXER routing)."""
+        return moe_config(self.num_experts(hf), self.top_k(hf), normalization_mode, sparse_mixer_epsilon)
 
     def tied_embeddings(self, hf: HFConfig) -> bool:
         return bool(self.hf_value(hf, "tie_word_embeddings"))

@@ -34,7 +34,6 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.experts import (
     MOE_SPARSE_MIXER,
-    moe_config,
     moe_semantics,
     per_expert_rules,
 )
@@ -92,8 +91,7 @@ class PhiMoEAdapter(Phi3Adapter):
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
-        cfg["moe"] = moe_config(self.num_experts(hf), self.top_k(hf), MOE_SPARSE_MIXER,
-                                float(self.hf_value(hf, "router_jitter_noise")))
+        cfg["moe"] = self.moe_block(hf, MOE_SPARSE_MIXER, float(self.hf_value(hf, "router_jitter_noise")))
         if cfg["position_embedding_type"] == "long_rope":
             scaling = hf.rope_scaling
             cfg["longrope_short_mscale"] = scaling.get("short_mscale")

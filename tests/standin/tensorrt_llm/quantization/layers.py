@@ -43,8 +43,7 @@ class WeightOnlyQuantLinear(_Quantized):
     def __init__(self, in_features, out_features, bias=True, dtype=None, tp_size=1, bits=8, row=False):
         super().__init__()
         in_features, out_features = _padded(in_features, tp_size), _padded(out_features, tp_size)
-        local_in = in_features // tp_size if row else in_features
-        local_out = out_features if row else out_features // tp_size
+        local_in, local_out = _local(in_features, out_features, tp_size, row)
         self.weight = Parameter(shape=(local_in, local_out * bits // 8), dtype="int8")
         self.per_channel_scale = Parameter(shape=(local_out,), dtype=dtype)
         if bias:
@@ -56,8 +55,7 @@ class WeightOnlyQuantLinear(_Quantized):
 class FP8Linear(_Quantized):
     def __init__(self, in_features, out_features, bias=True, dtype=None, tp_size=1, row=False):
         super().__init__()
-        local_in = in_features // tp_size if row else in_features
-        local_out = out_features if row else out_features // tp_size
+        local_in, local_out = _local(in_features, out_features, tp_size, row)
         self.weight = Parameter(shape=(local_out, local_in), dtype="fp8")
         if bias:
             self.bias = Parameter(shape=(local_out,), dtype=dtype)
