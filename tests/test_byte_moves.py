@@ -215,6 +215,48 @@ def test_non_finite_values_are_refused_on_every_path(tmp_path, store, tensor, at
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
 
 
+def test_small_moves_take_one_thread_and_two_lanes_write_the_same_bytes_and_stop_at_a_failure(tmp_path, store,
+                                                                                                monkeypatch):
+    """A tiny base's byte moves are written on the calling thread (rank_writer.lane_threads); the two lanes a large
+    conversion takes (here: the threshold lowered to nothing) write the same bytes, and a NaN in one lane fails the
+    conversion with its tensor named and nothing left behind."""
+    import concurrent.futures
+
+    from trtllm_medusa_ports import rank_writer
+
+    pools = []
+
+    class Pool(concurrent.futures.ThreadPoolExecutor):
+        def __init__(self, max_workers=None, **kw):
+            pools.append(max_workers)
+            super().__init__(max_workers=max_workers, **kw)
+
+    monkeypatch.setattr(rank_writer, "ThreadPoolExecutor", Pool)
+    base = tiny_base(store, "LlamaForCausalLM")
+    heads = _heads(base, tmp_path / "h")
+
+    def run(out, model=base):
+        return convert(ConvertOptions(model_dir=model, medusa_model_dir=heads, output_dir=tmp_path / out, tp_size=2,
+                                      quiet=True))
+    assert "byte-copy" in run("one").moves.values() and pools == []
+    monkeypatch.setattr(rank_writer, "TWO_LANES_MIN_BYTES", 0)
+    run("two")
+    assert pools == [2]
+    _same_files(tmp_path / "two", tmp_path / "one")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    sd = {}
+    for f in sorted(base.glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    sd["model.layers.1.mlp.down_proj.weight"][3, 5] = float("nan")
+    save_file(sd, str(bad / "model.safetensors"))
+    (bad / "config.json").write_text((base / "config.json").read_text())
+    with pytest.raises(ModelError, match=r"layers\.1\.mlp\.proj.* holds NaN/Inf"):
+        run("out", bad)
+    assert pools == [2, 2] and not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
 def test_non_finite_heads_on_the_byte_path_blame_the_heads(tmp_path, store):
     base = tiny_base(store, "LlamaForCausalLM")
     c = tiny_config("LlamaForCausalLM")

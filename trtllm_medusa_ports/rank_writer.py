@@ -25,6 +25,18 @@ from trtllm_medusa_ports.files.checkpoint import (
 from trtllm_medusa_ports.plan import Job, job_inputs, shard_for
 from trtllm_medusa_ports.progress import progress
 
+#: byte moves of fewer bytes than this in all run on the calling thread alone: a second thread's start and the handoffs
+#: of the interpreter lock between the two cost more than moving the bytes side by side saves (a tiny base's
+#: conversion: ~11 ms on two threads, ~8 ms on one; a 16 MiB move takes a few ms either way)
+TWO_LANES_MIN_BYTES = 16 << 20
+
+
+def lane_threads(moves: list[MovePlan], workers: int) -> int:
+    """How many threads write a conversion's byte moves: ``--workers``, and at least two (one per rank file, copies
+    into two files side by side) once the moves are worth a second thread (:data:`TWO_LANES_MIN_BYTES`)."""
+    moved = sum(s.nbytes for m in moves if m.kind is not MoveKind.TENSOR for s in m.sources)
+    return max(workers, 2 if moved >= TWO_LANES_MIN_BYTES else 1)
+
 
 def write_lanes(fast: list[tuple[Job, MovePlan]], ranks: list[int], threads: int
            ) -> list[list[tuple[Job, MovePlan, int | None]]]:
@@ -104,11 +116,12 @@ class RankWriter:
 
     def run(self, jobs: list[Job], moves: list[MovePlan], ranks: list[int]) -> None:
         # Byte moves spend their time in the kernel and in numpy (the GIL released), so even with
-        # --workers 1 two threads run them. Each rank file is written by one thread (a "lane"):
-        # copies into one file serialise on its lock, copies into two files run side by side.
+        # --workers 1 two threads run them, where they move enough bytes (lane_threads). Each rank file is
+        # written by one thread (a "lane"): copies into one file serialise on its lock, copies into two files
+        # run side by side.
         fast = [(j, m) for j, m in zip(jobs, moves, strict=True) if m.kind is not MoveKind.TENSOR]
         tensor_jobs = [j for j, m in zip(jobs, moves, strict=True) if m.kind is MoveKind.TENSOR]
-        threads = max(self.workers, 2 if fast else 1)
+        threads = lane_threads(moves, self.workers)
         lanes = write_lanes(fast, ranks, threads)
         if threads == 1:
             for lane in lanes:
@@ -146,7 +159,7 @@ def write_checkpoint(output_dir: Path, jobs: list[Job], moves: list[MovePlan], e
         durable = fsync or replacing
         files = {r: StreamingSafetensorsFile(tmp / f"rank{r}.safetensors", entries[r], durable=durable)
                  for r in entries}
-        torch_casts = byte_moves.torch_casts_pay(moves, lanes=min(len(entries), max(workers, 2)))
+        torch_casts = byte_moves.torch_casts_pay(moves, lanes=min(len(entries), lane_threads(moves, workers)))
         mover = ByteMover(lambda rank, name: files[rank].slots[name].offset, lambda rank: files[rank].fd,
                           torch_casts=torch_casts)
         try:
