@@ -29,6 +29,10 @@ import pytest
 # starts, then the run's (_run_store)
 os.environ["TRTLLM_MEDUSA_CACHE"] = tempfile.mkdtemp(prefix="trtllm-medusa-test-cache-")
 atexit.register(shutil.rmtree, os.environ["TRTLLM_MEDUSA_CACHE"], True)  # ours: gone with the session
+# transformers 5 materializes each loaded tensor on a pool of up to four threads (core_model_loading.py
+# ``GLOBAL_WORKERS``), new for each of the suite's ~450 loads of a tiny base: the same tensors on the loading thread
+# (its own switch), ~2.5 ms of ~13 ms a load; the suite's process environment only
+os.environ.setdefault("HF_DEACTIVATE_ASYNC_LOAD", "1")
 
 
 #: what this file keeps for the session, one for both names it is imported under (``conftest``, as pytest and most
