@@ -162,6 +162,7 @@ class _Payload:
         return (exec, ("import pathlib; pathlib.Path('PWNED').write_text('x')",))
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol 4:UserWarning")  # torch's, on this plain pickle.dump
 def test_pickle_with_code_is_refused_not_executed(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with open(tmp_path / "medusa_lm_head.pt", "wb") as f:
