@@ -515,7 +515,7 @@ class ReferenceModel:
             if semantics.clip_qkv:
                 qkv = qkv.clamp(-semantics.clip_qkv, semantics.clip_qkv)
             # the query and key heads side by side [q_heads + kv_heads, T, D]: RoPE rotates both in one pass (the
-            # same element-wise products per head, a third of the small operations that dominate at these sizes)
+            # same element-wise products per head; half RoPE's small operations, which dominate at these sizes)
             qk = qkv[:, : (q_heads + kv_heads) * head_size].reshape(num_tokens, q_heads + kv_heads, head_size)
             qk = qk.transpose(0, 1)
             v = qkv[:, (q_heads + kv_heads) * head_size :].reshape(num_tokens, kv_heads, head_size).transpose(0, 1)
