@@ -34,7 +34,7 @@ TWO_LANES_MIN_BYTES = 16 << 20
 def lane_threads(moves: list[MovePlan], workers: int) -> int:
     """How many threads write a conversion's byte moves: ``--workers``, and at least two (one per rank file, copies
     into two files side by side) once the moves are worth a second thread (:data:`TWO_LANES_MIN_BYTES`)."""
-    moved = sum(s.nbytes for m in moves if m.kind is not MoveKind.TENSOR for s in m.sources)
+    moved = sum(m.source_bytes for m in moves if m.kind is not MoveKind.TENSOR)
     return max(workers, 2 if moved >= TWO_LANES_MIN_BYTES else 1)
 
 
@@ -56,10 +56,10 @@ def write_lanes(fast: list[tuple[Job, MovePlan]], ranks: list[int], threads: int
         return lanes
     lanes = [[] for _ in range(threads)]
     load = [0] * threads
-    for job, move in sorted(fast, key=lambda jm: -sum(s.nbytes for s in jm[1].sources)):
+    for job, move in sorted(fast, key=lambda jm: -jm[1].source_bytes):
         i = load.index(min(load))
         lanes[i].append((job, move, None))
-        load[i] += sum(s.nbytes for s in move.sources)
+        load[i] += move.source_bytes
     return [lane for lane in lanes if lane]
 
 

@@ -189,6 +189,11 @@ class MovePlan:
     block_rows: int = 0
 
     @property
+    def source_bytes(self) -> int:
+        """The bytes its sources hold (what the move reads)."""
+        return sum(s.nbytes for s in self.sources)
+
+    @property
     def casts(self) -> bool:
         """Values change dtype on the way (CONVERT, or a TRANSPOSED plan between dtypes)."""
         return self.kind is MoveKind.CONVERT or (self.kind is MoveKind.TRANSPOSED
