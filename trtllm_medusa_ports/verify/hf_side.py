@@ -167,12 +167,13 @@ def arithmetic_effect(hf, arithmetic, prompts: list[list[int]], hf_runs) -> floa
         return None
     for a in arithmetic:
         a.undo()
-    with torch.no_grad():
-        effect = max(float((hf(input_ids=torch.tensor([p])).logits[0] - hl).abs().max())
-                     for p, (hl, _) in zip(prompts, hf_runs, strict=True))
-    for a in arithmetic:
-        a.redo()
-    return effect
+    try:
+        with torch.inference_mode():  # as the rest of the transformers side
+            return max(float((hf(input_ids=torch.tensor([p])).logits[0] - hl).abs().max())
+                       for p, (hl, _) in zip(prompts, hf_runs, strict=True))
+    finally:
+        for a in arithmetic:  # the engine's arithmetic back, whatever the pass did
+            a.redo()
 
 
 def check_base_weights(model_dir: str | Path, ignored: tuple[str, ...] = (),
