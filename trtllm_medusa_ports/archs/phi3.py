@@ -4,7 +4,8 @@ Llama, except the projections are fused: ``qkv_proj`` holds ``[q; k; v]`` rows,
 and ``gate_up_proj`` holds ``[gate; up]``, which TensorRT-LLM's non-gated ``MLP``
 with ``hidden_act = "swiglu"`` reads as one ``mlp.fc`` whose *second* half is
 activated: the converter stores ``[up; gate]`` (tensorrt_llm/models/phi3/convert.py),
-split per rank half by half. Long contexts use ``longrope`` ("su") scaling.
+split per rank half by half. Long contexts use ``longrope`` ("su") scaling: two RoPE tables, of which the engine
+picks one per request by its prompt's length (archs/semantics.py ``LongRope``); the reference executor computes both.
 Upstream's Phi-3 layers do not pass ``spec_decoding_params`` to attention.
 """
 
@@ -15,7 +16,7 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.archs.registry import register
-from trtllm_medusa_ports.archs.semantics import MlpKind, Semantics
+from trtllm_medusa_ports.archs.semantics import LongRope, MlpKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import Deviation, Role, Source, fused_qkv, layout_only
 from trtllm_medusa_ports.arrays import Array, cat, chunk
 from trtllm_medusa_ports.files.hf_model import HFConfig
@@ -40,7 +41,7 @@ class Phi3Adapter(LlamaAdapter):
     display_note = ""
     position_summary = "RoPE (GPT-NeoX; longrope for 128k)"
     medusa_status = (
-        "`trtllm-medusa build`, pp 1 only; longrope is converted but not verified on CPU"
+        "`trtllm-medusa build`, pp 1 only; longrope verified within original_max_position_embeddings"
     )
     tiny_config: ClassVar[dict | None] = dict(
         model_type="phi3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -67,7 +68,9 @@ class Phi3Adapter(LlamaAdapter):
         scaling = hf.rope_scaling
         if scaling and scaling.get("type") in ("su", "longrope"):
             cfg["position_embedding_type"] = "long_rope"
-            cfg["original_max_position_embeddings"] = hf.get("original_max_position_embeddings")
+            # top level in Phi-3's configs; transformers 5 also keeps it in rope_parameters
+            cfg["original_max_position_embeddings"] = (hf.get("original_max_position_embeddings")
+                                                       or scaling.get("original_max_position_embeddings"))
             cfg["longrope_scaling_short_factors"] = scaling.get("short_factor")
             cfg["longrope_scaling_long_factors"] = scaling.get("long_factor")
         return cfg
@@ -80,4 +83,24 @@ class Phi3Adapter(LlamaAdapter):
         }
 
     def semantics(self, cfg: dict) -> Semantics:
-        return dataclasses.replace(super().semantics(cfg), mlp=MlpKind.SWIGLU, hidden_act="silu")
+        base = super().semantics(cfg)
+        return dataclasses.replace(base, mlp=MlpKind.SWIGLU, hidden_act="silu",
+                                   longrope=_longrope(cfg) if base.position_embedding is PositionEmbedding.LONG_ROPE
+                                   else None)
+
+
+def _numbers(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+
+
+def _longrope(cfg: dict) -> LongRope | None:
+    """The engine's two tables from config.json (None where a key is missing or not numbers: the reference
+    executor then names what it lacks)."""
+    factors = [cfg.get(k) for k in ("longrope_scaling_short_factors", "longrope_scaling_long_factors")]
+    mscales = [cfg.get(k) for k in ("longrope_short_mscale", "longrope_long_mscale")]  # PhiMoE writes its own
+    original = cfg.get("original_max_position_embeddings")
+    if not (all(map(_numbers, factors)) and isinstance(original, int) and not isinstance(original, bool)
+            and all(m is None or _numbers([m]) for m in mscales)):
+        return None
+    return LongRope(*(tuple(map(float, f)) for f in factors), original,
+                    *(None if m is None else float(m) for m in mscales))

@@ -41,6 +41,29 @@ class AlibiStyle(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class LongRope:
+    """``long_rope`` (Phi-3 / Phi-3.5 with 128k context): two RoPE tables, each inverse frequency divided by its
+    factor. The engine builds both (tensorrt_llm/layers/attention.py ``create_attention_const_params``, with
+    ``RopeEmbeddingUtils.create_sinusoidal_positions_long_rope_for_attention_plugin``) and picks one per request
+    by its prompt's length (see :meth:`long_table`). ``short_mscale`` / ``long_mscale`` None: derived from the
+    table's size, as upstream does (PhiMoE writes its own)."""
+
+    short_factors: tuple[float, ...]
+    long_factors: tuple[float, ...]
+    original_max_positions: int
+    short_mscale: float | None = None
+    long_mscale: float | None = None
+
+    def long_table(self, context_length: int) -> bool:
+        """Whether a request whose prompt has ``context_length`` tokens runs on the long factors: the attention
+        plugin takes them when the longest context of the requests it runs exceeds
+        ``original_max_position_embeddings`` (cpp/tensorrt_llm/plugins/gptAttentionPlugin/gptAttentionPlugin.cpp
+        ``useLongRoPECache``), for the context phase and every generation step alike, whatever the positions
+        reached since."""
+        return context_length > self.original_max_positions
+
+
+@dataclass(frozen=True)
 class Semantics:
     """How the network computes, as the reference executor and engine adapters need it.
 
@@ -71,6 +94,7 @@ class Semantics:
     qk_norm_epsilon: float = 1e-5
     post_attention_norm_after: bool = False  # Gemma2/3: norm on the attention output too
     mlp_norm: str = "post_layernorm"  # name of the norm in front of the MLP (GPT-NeoX: post_attention_layernorm)
+    longrope: LongRope | None = None  # position_embedding long_rope: its two tables
     local_rotary_base: float | None = None  # Gemma3: local (sliding) layers use another RoPE base
     #: the RoPE scaling the *engine* applies on local layers (Gemma3: the global one, see archs/gemma.py)
     local_rotary_scaling: dict | None = None

@@ -69,7 +69,11 @@ def _rope_families() -> str:
     return ", ".join(sorted({cls.hf_architectures[0] for cls in registry().values() if cls.position_embedding.is_rope}))
 
 
-@base_rule("rope-scaling-unsupported", "rope-scaling-unverified")
+#: the scaling types the reference executor computes (reference/rope.py), so that verify proves them
+VERIFIED_ROPE_SCALING = ("linear", "llama3", "longrope")
+
+
+@base_rule("rope-scaling-unsupported", "rope-scaling-unverified", "longrope-table-per-request")
 def rope_scaling(f: BaseFacts) -> list[Finding]:
     out: list[Finding] = []
     scaling = f.hf.rope_scaling
@@ -84,17 +88,36 @@ def rope_scaling(f: BaseFacts) -> list[Finding]:
                     "supported types: " + ", ".join(TRTLLM_ROPE_SCALING),
                 )
             )
-        elif kind not in ("linear", "llama3"):
+        elif kind not in VERIFIED_ROPE_SCALING:
             out.append(
                 Finding(
                     "rope-scaling-unverified",
                     WARNING,
                     f"rope scaling type {kind!r} is converted whole, but the CPU reference "
-                    "executor implements only linear and llama3, so `verify` cannot prove it",
+                    f"executor implements only {', '.join(VERIFIED_ROPE_SCALING)}, so `verify` cannot prove it",
                     "validate on GPU (scripts/validate_on_gpu.sh)",
                 )
             )
+        elif kind == "longrope":
+            out.append(_longrope_finding(f.hf))
     return out
+
+
+def _longrope_finding(hf: HFConfig) -> Finding:
+    # transformers 5 keeps it in rope_parameters, older configs at the top level
+    original = hf.get("original_max_position_embeddings") or (hf.rope_scaling or {}).get("original_max_position_embeddings")
+    return Finding(
+        "longrope-table-per-request",
+        WARNING,
+        f"longrope: the engine builds a short and a long RoPE table and its attention plugin picks one per call, the "
+        f"long one when the longest prompt among the requests it runs exceeds original_max_position_embeddings "
+        f"({original}) (gptAttentionPlugin.cpp useLongRoPECache), for their context and every generation step. A "
+        "request whose prompt is within it keeps the short factors past it, where transformers switches to the long "
+        "ones as the sequence grows; and a request batched with a long-prompt one runs on the long table",
+        f"outputs equal transformers' within {original} tokens (verify runs there, every tree node proven); for "
+        f"longer sequences compare the engine with itself, or build with --max_seq_len {original} where equality "
+        "with transformers matters",
+    )
 
 
 @base_rule("sliding-window")

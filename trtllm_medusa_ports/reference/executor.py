@@ -40,7 +40,7 @@ from trtllm_medusa_ports.archs.semantics import (
     PositionEmbedding,
     Semantics,
 )
-from trtllm_medusa_ports.errors import CheckpointError
+from trtllm_medusa_ports.errors import CheckpointError, ModelError
 from trtllm_medusa_ports.files.checkpoint import Checkpoint, read_checkpoint
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.quant import (
@@ -64,7 +64,7 @@ from trtllm_medusa_ports.quant.tool_formats import (
     sq_activation,
 )
 from trtllm_medusa_ports.reference.load_checks import check_loaded
-from trtllm_medusa_ports.reference.rope import rope_inv_freq
+from trtllm_medusa_ports.reference.rope import longrope_inv_freq, longrope_mscale, rope_inv_freq
 from trtllm_medusa_ports.reference.routing import route
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
 from trtllm_medusa_ports.tree import unpack_mask
@@ -124,6 +124,8 @@ class LayerCache:
 class KVCache:
     layers: list[LayerCache] = field(default_factory=list)
     positions: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+    #: the request's prompt length (its context phase's tokens): long_rope picks its table by it
+    context_length: int = 0
 
     @property
     def length(self) -> int:
@@ -232,20 +234,47 @@ class ReferenceModel:
         a scheme the executor does not run is refused."""
         semantics = self.semantics
         if semantics.position_embedding not in (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ,
-                                                PositionEmbedding.ALIBI, PositionEmbedding.LEARNED_ABSOLUTE):
+                                                PositionEmbedding.LONG_ROPE, PositionEmbedding.ALIBI,
+                                                PositionEmbedding.LEARNED_ABSOLUTE):
             raise CheckpointError(
                 f"position_embedding_type {semantics.position_embedding.value!r} is not implemented by the "
-                "reference executor (it runs rope_gpt_neox, rope_gptj, alibi and learned_absolute)",
+                "reference executor (it runs rope_gpt_neox, rope_gptj, long_rope, alibi and learned_absolute)",
                 where=str(self.ckpt.path / "config.json"),
                 fix="verification of this variant needs a GPU run (scripts/validate_on_gpu.sh)",
             )
         self.rotary_dim = semantics.rotary_dim or self.head_size
-        if semantics.position_embedding.is_rope:
+        self._mscale = {False: 1.0}  # long_rope: cos and sin times its table's factor
+        if semantics.position_embedding is PositionEmbedding.LONG_ROPE:
+            self._long_rope()
+        elif semantics.position_embedding.is_rope:
             self.inv_freq = rope_inv_freq(self.rotary_dim, semantics.rotary_base, semantics.rotary_scaling)
             if semantics.local_rotary_base is not None:
                 self.local_inv_freq = rope_inv_freq(self.rotary_dim, semantics.local_rotary_base,
                                                     semantics.local_rotary_scaling)
         self._slopes = self.alibi_slopes() if semantics.position_embedding is PositionEmbedding.ALIBI else None
+
+    def _long_rope(self) -> None:
+        """long_rope's two tables as the engine builds them (archs/semantics.py ``LongRope``); the short one is
+        ``inv_freq``, the one every request within ``original_max_position_embeddings`` runs on."""
+        lr = self.semantics.longrope
+        where = str(self.ckpt.path / "config.json")
+        if lr is None:
+            raise CheckpointError("position_embedding_type is long_rope, but longrope_scaling_short_factors, "
+                                  "longrope_scaling_long_factors (lists of numbers) or original_max_position_embeddings "
+                                  "(an int) is missing", where=where, fix="convert the base again")
+        try:
+            self.inv_freq = longrope_inv_freq(self.rotary_dim, self.semantics.rotary_base, lr.short_factors)
+            self.long_inv_freq = longrope_inv_freq(self.rotary_dim, self.semantics.rotary_base, lr.long_factors)
+        except ModelError as exc:
+            raise CheckpointError(exc.what, where=where, fix=exc.fix) from None
+        derived = longrope_mscale(int(self.config["max_position_embeddings"]), lr.original_max_positions)
+        self._mscale = {False: derived if lr.short_mscale is None else lr.short_mscale,
+                        True: derived if lr.long_mscale is None else lr.long_mscale}
+
+    def long_table(self, cache: KVCache) -> bool:
+        """Whether ``cache``'s request runs on long_rope's long table (by its prompt's length, as the engine picks)."""
+        lr = self.semantics.longrope
+        return lr is not None and lr.long_table(cache.context_length)
 
     # -- tensors ---------------------------------------------------------------------
     def stage_ranks(self, pp_rank: int) -> list[int]:
@@ -446,18 +475,21 @@ class ReferenceModel:
         pattern = self.semantics.sliding_window_pattern
         return bool(pattern) and bool((layer + 1) % pattern)
 
-    def rotary_tables(self, positions: torch.Tensor) -> dict[bool, tuple[torch.Tensor, torch.Tensor]]:
+    def rotary_tables(self, positions: torch.Tensor, long: bool = False) -> dict[bool, tuple[torch.Tensor, torch.Tensor]]:
         """``cos, sin`` ``[T, rotary_dim / 2]`` at ``positions``, for global (False) and local (True)
-        layers: computed once per forward pass, used by every layer."""
+        layers: computed once per forward pass, used by every layer. ``long``: long_rope's long table (the
+        request's prompt is longer than ``original_max_position_embeddings``: :meth:`long_table`)."""
         if not self.semantics.position_embedding.is_rope:
             return {}
         tables = {}
         for local in (False, True):
             if local and self.semantics.local_rotary_base is None:
                 continue
-            inv = self.local_inv_freq if local else self.inv_freq
+            inv = self.local_inv_freq if local else self.long_inv_freq if long else self.inv_freq
             angles = positions.double()[:, None] * inv[None, :]  # [T, rot/2]
-            tables[local] = (angles.cos().float(), angles.sin().float())
+            m = self._mscale[long]
+            tables[local] = ((angles.cos() * m).float(), (angles.sin() * m).float()) if m != 1.0 else \
+                (angles.cos().float(), angles.sin().float())
         return tables
 
     def rope(self, x: torch.Tensor, positions: torch.Tensor, layer: int = 0,
@@ -671,6 +703,8 @@ class ReferenceModel:
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         num_tokens = tokens.shape[0]
         past = cache.length
+        if past == 0:
+            cache.context_length = num_tokens
         if spec_decoding_position_offsets is None:
             positions = past + torch.arange(num_tokens)
             tree_visible = torch.tril(torch.ones(num_tokens, num_tokens, dtype=torch.bool))
@@ -681,16 +715,9 @@ class ReferenceModel:
             positions = past + offsets
             tree_visible = unpack_mask(spec_decoding_packed_mask, num_tokens)
         all_positions = torch.cat([cache.positions, positions])
-        window = self.semantics.sliding_window
-        if window and int(all_positions.max()) + 1 > window:
-            raise CheckpointError(
-                f"the sequence reaches {int(all_positions.max()) + 1} tokens, beyond the sliding window "
-                f"of {window}; the reference executor does not implement windowed attention",
-                where=str(self.ckpt.path),
-                fix=f"verify with prompts + new tokens <= {window}",
-            )
+        self._within_window(all_positions)
         visible = torch.cat([torch.ones(num_tokens, past, dtype=torch.bool), tree_visible], dim=1)
-        rotary = self.rotary_tables(positions)
+        rotary = self.rotary_tables(positions, self.long_table(cache))
         x = self.embed(tokens, positions)
         if record is not None:
             record.append(x.clone())
@@ -708,6 +735,17 @@ class ReferenceModel:
         if record is not None:
             record.append(hidden.clone())
         return (self.logits(hidden) if compute_logits else None), hidden
+
+    def _within_window(self, all_positions: torch.Tensor) -> None:
+        """A sequence longer than the sliding window is refused: the executor has no windowed attention."""
+        window = self.semantics.sliding_window
+        if window and int(all_positions.max()) + 1 > window:
+            raise CheckpointError(
+                f"the sequence reaches {int(all_positions.max()) + 1} tokens, beyond the sliding window "
+                f"of {window}; the reference executor does not implement windowed attention",
+                where=str(self.ckpt.path),
+                fix=f"verify with prompts + new tokens <= {window}",
+            )
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         stage = self.pp - 1

@@ -39,3 +39,25 @@ def rope_inv_freq(rotary_dim: int, base: float, scaling: dict | None) -> torch.T
         f"rope scaling type {kind!r} is not implemented by the reference executor",
         fix="see docs/compatibility-rules.md (rope-scaling-unsupported)",
     )
+
+
+def longrope_inv_freq(rotary_dim: int, base: float, factors: tuple[float, ...]) -> torch.Tensor:
+    """One of long_rope's two tables: each inverse frequency divided by its factor (the factors stored as float32,
+    as the engine reads them: tensorrt_llm/layers/attention.py, ``create_sinusoidal_positions_long_rope_for_attention
+    _plugin`` in tensorrt_llm/functional.py)."""
+    if len(factors) != rotary_dim // 2:
+        raise ModelError(f"long_rope has {len(factors)} factors per table, the rotary dimension {rotary_dim} needs "
+                         f"{rotary_dim // 2} (one per frequency)",
+                         fix="the config's rope_scaling short_factor / long_factor must match the head size")
+    f = torch.tensor(factors, dtype=torch.float32).double()
+    if not (bool(torch.isfinite(f).all()) and bool((f > 0).all())):
+        raise ModelError("long_rope's factors must be finite and positive", fix="check rope_scaling in config.json")
+    return 1.0 / (f * base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
+
+
+def longrope_mscale(max_positions: int, original_max_positions: int) -> float:
+    """The factor long_rope multiplies cos and sin by where config.json gives none: sqrt(1 + ln(s) / ln(original))
+    for s = max_position_embeddings / original_max_position_embeddings above 1, else 1 (upstream's ``_calc_mscale``;
+    transformers' ``attention_factor`` for Phi-3 is the same)."""
+    scale = max_positions / original_max_positions
+    return 1.0 if scale <= 1.0 else math.sqrt(1 + math.log(scale) / math.log(original_max_positions))

@@ -133,6 +133,11 @@ def tree_proof(model: ReferenceModel, prompt: list[int], tree: MedusaTree, *, rt
     window = model.semantics.sliding_window
     if window:
         limit = min(limit, int(window))
+    longrope = model.semantics.longrope
+    if longrope is not None and not longrope.long_table(len(prompt)):
+        # the engine keeps a short prompt's table to its last step: the causal reference pass over the prompt and
+        # the greedy tokens, one context, must not grow past original_max_position_embeddings into the long one
+        limit = min(limit, longrope.original_max_positions)
     depth_of = [0] + [len(p) for p in tree.paths]
     per_depth = {d: DepthProof(d, sum(1 for x in depth_of[1:] if x == d), 0) for d in range(1, tree.depth + 1)}
     accepted_nodes: set[int] = set()

@@ -37,6 +37,7 @@ def checkpoint_dtype(cfg: dict) -> str:
 def check_position_table(prompts: list[list[int]], max_new_tokens: int, ref: ReferenceModel, where: str) -> None:
     """A learned-position base embeds each position from its table: a run past the table's end is refused before
     transformers' embedding lookup fails with an IndexError (check bounds --max_seq_len the same way)."""
+    _check_longrope_range(prompts, max_new_tokens, ref, where)
     table = ref.config.get("max_position_embeddings")
     if ref.semantics.position_embedding is not PositionEmbedding.LEARNED_ABSOLUTE or not isinstance(table, int):
         return
@@ -46,6 +47,27 @@ def check_position_table(prompts: list[list[int]], max_new_tokens: int, ref: Ref
                          f"{longest + max_new_tokens - 1}, past this base's learned position table "
                          f"({table} positions)", where=where,
                          fix=f"pass --max_new_tokens {max(1, table - longest)} or less, or shorter prompts")
+
+
+def _check_longrope_range(prompts: list[list[int]], max_new_tokens: int, ref: ReferenceModel, where: str) -> None:
+    """long_rope (Phi-3 / Phi-3.5 128k): the engine picks a request's table once, by its prompt's length
+    (archs/semantics.py ``LongRope.long_table``); transformers picks it at every forward pass by the sequence's
+    length (Phi-3: long factors once past original_max_position_embeddings, the cached keys keeping the short
+    ones), or keeps the short factors and changes only the scale (PhiMoE). Past that length the two compute
+    different models, so verify runs within it."""
+    longrope = ref.semantics.longrope
+    if longrope is None:
+        return
+    limit = longrope.original_max_positions
+    longest = max(len(p) for p in prompts)
+    if longest + max_new_tokens - 1 > limit:
+        raise ModelError(
+            f"a prompt of {longest} tokens and --max_new_tokens {max_new_tokens}: transformers' last step reads "
+            f"{longest + max_new_tokens - 1} tokens, past original_max_position_embeddings ({limit}); there the engine "
+            "keeps the table the request's prompt chose (short for a prompt within it) while transformers switches "
+            "its RoPE factors as the sequence grows, so the two no longer compute the same model", where=where,
+            fix=f"verify with --max_new_tokens {max(1, limit + 1 - longest)} or less, or shorter prompts (the long "
+                "table is the same code with the long factors)")
 
 
 def prompts_and_tree(prompts: list[list[int]] | None, medusa_choices: str | None, ref: ReferenceModel, ckpt,
