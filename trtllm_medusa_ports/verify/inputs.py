@@ -35,8 +35,9 @@ def checkpoint_dtype(cfg: dict) -> str:
 
 
 def check_position_table(prompts: list[list[int]], max_new_tokens: int, ref: ReferenceModel, where: str) -> None:
-    """A learned-position base embeds each position from its table: a run past the table's end is refused before
-    transformers' embedding lookup fails with an IndexError (check bounds --max_seq_len the same way)."""
+    """Runs verify cannot compare are refused before transformers runs them: a learned-position base's run past its
+    table's end (transformers' embedding lookup would fail with an IndexError; check bounds --max_seq_len the same
+    way), and a long_rope base's run past original_max_position_embeddings (:func:`_check_longrope_range`)."""
     _check_longrope_range(prompts, max_new_tokens, ref, where)
     table = ref.config.get("max_position_embeddings")
     if ref.semantics.position_embedding is not PositionEmbedding.LEARNED_ABSOLUTE or not isinstance(table, int):
