@@ -18,6 +18,8 @@ from trtllm_medusa_ports.reference import ReferenceModel
 from trtllm_medusa_ports.reference.rope import longrope_mscale
 from trtllm_medusa_ports.verify import verify
 
+pytestmark = pytest.mark.numerics  # parity and the tree proof: again on every ATen CPU path (.ci/run)
+
 ORIGINAL = 64  # the tiny bases' original_max_position_embeddings (their table: 256 positions)
 
 
