@@ -40,6 +40,7 @@ from trtllm_medusa_ports.errors import (
     TreeError,
 )
 from trtllm_medusa_ports.files.hub import hub_inputs
+from trtllm_medusa_ports.files.jsonfile import is_int
 from trtllm_medusa_ports.files.prompts import PromptInputs
 from trtllm_medusa_ports.gpu_machine import CHECKOUT_COMMAND
 from trtllm_medusa_ports.options.calibration import check_calibration_flags, tool_calibration
@@ -396,7 +397,7 @@ class HeadsInfo:
         d = dict(self.summary)
         v = d.get("vocab_size")
         note = None
-        if v is not None and not (isinstance(v, int) and not isinstance(v, bool)):
+        if v is not None and not is_int(v):
             note, v = str(v), None
         elif v is None and d.get("shares_base_lm_head"):
             note = "the base's (the heads use its lm_head)"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import ModelError, PortError, TreeError
-from trtllm_medusa_ports.files.jsonfile import loads, require_regular_file
+from trtllm_medusa_ports.files.jsonfile import is_int, loads, require_regular_file
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +51,7 @@ def _show(path) -> str:
     """A path as messages show it: its first indices (a path of 100k indices is not printed whole), and an
     integer too wide to print named by its width."""
     def one(v) -> str:
-        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > _MAX_INDEX_BITS:
+        if is_int(v) and v.bit_length() > _MAX_INDEX_BITS:
             return f"<a {v.bit_length()}-bit integer>"
         r = repr(v)
         return r if len(r) <= 24 else r[:21] + "..."
@@ -162,7 +162,7 @@ def _checked_path(i: int, path, origin: str) -> list[int]:
             fix="remove it or write it as a list such as [0, 1]",
         )
     for v in path:
-        if isinstance(v, bool) or not isinstance(v, int):
+        if not is_int(v):
             raise TreeError(
                 f"path {_show(path)} holds {_show([v])[1:-1]}; indices must be integers",
                 where=origin,
@@ -269,7 +269,7 @@ def validate_choices(
 ) -> list[str]:
     """Every problem of the tree, one message each naming the offending path; of each kind, the first
     :data:`MAX_LISTED_PROBLEMS` and a count of the rest."""
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+    if not is_int(top_k, 1):
         return [f"top_k {_show([top_k])[1:-1]} must be a positive integer"]
     if not paths:
         return ["the tree is empty; give at least one path such as [0]"]

@@ -38,6 +38,7 @@ from trtllm_medusa_ports.archs.weights import (
 )
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.jsonfile import is_int
 
 #: config.json keys every TensorRT-LLM class reads: ``PretrainedConfig``'s fields, and the RoPE fields
 #: ``Attention.create_attention_const_params`` reads from any config (tensorrt_llm/models/modeling_utils.py,
@@ -276,7 +277,7 @@ class ArchAdapter:
         value = hf.get(self.max_positions_key)
         if value is None:
             value = self.hf_defaults.get(self.max_positions_key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not is_int(value, 1):
             raise ModelError(f"config.json's {self.max_positions_key} is {value!r}: the context length TensorRT-LLM's "
                              "config needs (max_position_embeddings)", where=str(hf.path),
                              fix=f"add {self.max_positions_key} (a positive integer) to config.json")

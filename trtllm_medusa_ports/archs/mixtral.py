@@ -29,6 +29,7 @@ from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
 from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule
 from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.jsonfile import is_int
 
 
 @register
@@ -72,7 +73,7 @@ class MixtralAdapter(MistralAdapter):
         # read as written, not through top_k(), which refuses this config where it is read (archs/experts.py
         # experts_per_token): `check` reports that refusal and this limit beside it instead of stopping at the rule
         top_k, experts = hf.get("num_experts_per_tok"), hf.get("num_local_experts")
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in (top_k, experts)) and top_k > experts:
+        if is_int(top_k) and is_int(experts) and top_k > experts:
             return [(f"num_experts_per_tok {top_k} is above num_local_experts {experts}",
                      "this is not a valid Mixtral config")]
         return []

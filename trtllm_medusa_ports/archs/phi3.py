@@ -20,6 +20,7 @@ from trtllm_medusa_ports.archs.semantics import LongRope, MlpKind, PositionEmbed
 from trtllm_medusa_ports.archs.weights import Deviation, Role, Source, fused_qkv, layout_only
 from trtllm_medusa_ports.arrays import Array, cat, chunk
 from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.jsonfile import is_number
 from trtllm_medusa_ports.sharding import Split
 
 
@@ -90,7 +91,7 @@ class Phi3Adapter(LlamaAdapter):
 
 
 def _numbers(v) -> bool:
-    return isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+    return isinstance(v, list) and all(map(is_number, v))
 
 
 def _longrope(cfg: dict) -> LongRope | None:

@@ -49,6 +49,7 @@ from trtllm_medusa_ports.archs.weights import (
     WeightRule,
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.jsonfile import is_int
 
 
 @register
@@ -101,7 +102,7 @@ class PhiMoEAdapter(Phi3Adapter):
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         out = []
         top_k = hf.get(self.experts_per_token_key)
-        if isinstance(top_k, int) and not isinstance(top_k, bool) and top_k != 2:
+        if is_int(top_k) and top_k != 2:
             out.append((f"num_experts_per_tok {top_k}: transformers' sparsemixer always routes a token to two experts, "
                         "TensorRT-LLM's SPARSE_MIXER routes num_experts_per_tok rounds (moe_kernels.cu)",
                         "Phi-3.5-MoE is served with num_experts_per_tok 2"))

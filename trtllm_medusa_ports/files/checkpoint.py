@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError
 from trtllm_medusa_ports.files.checkpoint_schema import check_types
 from trtllm_medusa_ports.files.dtypes import BY_NAME, CHECKPOINT_DTYPES, itemsize, name_of
-from trtllm_medusa_ports.files.jsonfile import read_json
+from trtllm_medusa_ports.files.jsonfile import is_int, read_json
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_safetensors
 
 if TYPE_CHECKING:
@@ -362,7 +362,7 @@ _RANK_FILE = re.compile(r"rank(\d+)\.safetensors")
 
 
 def positive_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    return is_int(v, 1)
 
 
 def check_config(ckpt: Checkpoint) -> None:
@@ -450,7 +450,7 @@ _EXPERT_FIX = ("config.json and the rank files must come from one conversion: co
 
 
 def nonnegative_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    return is_int(v, 0)
 
 
 def moe_counts(cfg: dict, where: str) -> tuple[int, int]:

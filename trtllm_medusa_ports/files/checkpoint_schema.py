@@ -17,14 +17,11 @@ import json
 import math
 
 from trtllm_medusa_ports.errors import CheckpointError
-
-
-def _int(v, least: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= least
+from trtllm_medusa_ports.files.jsonfile import is_int, is_number
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return is_number(v) and math.isfinite(v)
 
 
 def _str_list(v) -> bool:
@@ -33,13 +30,13 @@ def _str_list(v) -> bool:
 
 def _tree(v) -> bool:
     return (isinstance(v, list) and bool(v)
-            and all(isinstance(p, list) and bool(p) and all(_int(i, 0) for i in p) for p in v))
+            and all(isinstance(p, list) and bool(p) and all(is_int(i, 0) for i in p) for p in v))
 
 
 #: rule -> (test, what it expects, in words)
 RULES = {
-    "positive int": (lambda v: _int(v, 1), "a positive integer"),
-    "non-negative int": (lambda v: _int(v, 0), "a non-negative integer"),
+    "positive int": (lambda v: is_int(v, 1), "a positive integer"),
+    "non-negative int": (lambda v: is_int(v, 0), "a non-negative integer"),
     "number": (_number, "a finite number"),
     "str": (lambda v: isinstance(v, str), "a string"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),

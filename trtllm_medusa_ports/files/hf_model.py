@@ -15,7 +15,7 @@ from typing import Any
 
 from trtllm_medusa_ports.errors import ModelError, PortError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
-from trtllm_medusa_ports.files.jsonfile import read_json
+from trtllm_medusa_ports.files.jsonfile import is_int, is_number, read_json
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_tensor_files, weight_files
 
 _MISSING = object()
@@ -103,24 +103,24 @@ def _validate_fields(data: dict, path: Path) -> None:
     KV head count taken for multi-head attention, ...)."""
     for key in _POSITIVE_INTS:
         v = lookup(data, key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+        if v is not None and not is_int(v, 1):
             raise ModelError(f"field {key} is {v!r}; expected a positive integer", where=str(path),
                              fix=f"correct {key} in config.json (the original model's value)")
     for key in _NON_NEGATIVE_INTS:
         v = lookup(data, key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+        if v is not None and not is_int(v, 0):
             raise ModelError(f"field {key} is {v!r}; expected a non-negative integer (or null)", where=str(path),
                              fix=f"correct {key} in config.json (the original model's value)")
     for key in _NUMBERS:
         v = lookup(data, key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v != v):
+        if v is not None and (not is_number(v) or v != v):
             raise ModelError(f"field {key} is {v!r}; expected a number", where=str(path),
                              fix=f"correct {key} in config.json")
     for key in _FACTORS:
         v = lookup(data, key, 1)
         if v is None and key == "logit_scale":
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or abs(v) == float("inf") or (
+        if not is_number(v) or v != v or abs(v) == float("inf") or (
                 key in _DIVISORS and v <= 0):
             expected = "a number above 0" if key in _DIVISORS else "a finite number"
             raise ModelError(f"field {key} is {json.dumps(v)}; expected {expected}", where=str(path),
@@ -190,7 +190,7 @@ class HFConfig:
         for n in (name,) + alternatives:
             v = lookup(self.data, n, _MISSING)
             if v is not _MISSING and v is not None:
-                if kind is int and (isinstance(v, bool) or not isinstance(v, int)):
+                if kind is int and not is_int(v):
                     break
                 if kind is float and not isinstance(v, (int, float)):
                     break

@@ -27,6 +27,17 @@ from trtllm_medusa_ports.errors import PortError
 MAX_JSON_FILE_BYTES = 64 << 20
 
 
+def is_int(v: Any, least: int | None = None) -> bool:
+    """Whether ``v`` is an integer as JSON writes one (Python counts ``true`` as the int 1: a bool is not one), at
+    least ``least`` where given."""
+    return isinstance(v, int) and not isinstance(v, bool) and (least is None or v >= least)
+
+
+def is_number(v: Any) -> bool:
+    """Whether ``v`` is an int or a float as JSON writes one (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def require_regular_file(path: Path, error: type[PortError], fix: str) -> None:
     """Refuse anything that is not a regular file before opening it (a FIFO would block)."""
     try:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.dtypes import BY_SAFETENSORS, itemsize, name_of, to_torch
-from trtllm_medusa_ports.files.jsonfile import parse_json, read_json, require_regular_file
+from trtllm_medusa_ports.files.jsonfile import is_int, parse_json, read_json, require_regular_file
 
 if TYPE_CHECKING:
     import torch
@@ -158,7 +158,7 @@ def read_safetensors(path: Path, error: type[PortError]) -> dict[str, LazyTensor
 
 
 def _ints(values: list, minimum: int) -> bool:
-    return all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in values)
+    return all(is_int(v, minimum) for v in values)
 
 
 def read_pickle(path: Path, error: type[PortError]) -> dict[str, LazyTensor]:

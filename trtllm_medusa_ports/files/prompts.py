@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.files.jsonfile import is_int
 
 DATA_FIX = 'one JSON object per line: {"prompt": "..."}, {"text": "..."}, {"prompt_ids": [..]} or {"input_ids": [..]}'
 PROMPTS_FIX = "pass a UTF-8 text file with one prompt per line"
@@ -264,7 +265,7 @@ def _data_item(line: str, n: int, path: Path, tokenize: Callable[[str], list[int
 
 
 def _int_list(v) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    return isinstance(v, list) and bool(v) and all(map(is_int, v))
 
 
 def looks_like_json_lines(path: str | Path) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import HeadsError
 from trtllm_medusa_ports.files.dtypes import is_floating
-from trtllm_medusa_ports.files.jsonfile import read_json
+from trtllm_medusa_ports.files.jsonfile import is_int, read_json
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor, read_tensor_files, weight_files
 from trtllm_medusa_ports.heads.canonical import MedusaHeads, ResBlockRef
 
@@ -164,7 +164,7 @@ def load_heads(path: str | Path) -> MedusaHeads:
 def _int(cfg: dict, *names: str) -> int | None:
     for n in names:
         v = cfg.get(n)
-        if isinstance(v, int) and not isinstance(v, bool):
+        if is_int(v):
             return v
     return None
 

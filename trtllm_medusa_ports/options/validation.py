@@ -14,6 +14,7 @@ import os
 
 from trtllm_medusa_ports.declared import Spec, specs
 from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.files.jsonfile import is_int
 from trtllm_medusa_ports.files.prompts import PromptInputs
 
 #: every API function checks its options against these specs before any work, so that a wrong type or an
@@ -41,10 +42,6 @@ def _fit_type():
 _TYPES = {"Calibration": _calibration_type, "FitOptions": _fit_type, "PromptInputs": lambda: PromptInputs}
 #: the types of these fields that the API exports under their own name (api.PromptInputs)
 _API_TYPES = (PromptInputs,)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _expected(s: Spec) -> str:
@@ -77,7 +74,7 @@ def _accepts(s: Spec, v) -> bool:
     if s.kind == "path":
         return isinstance(v, (str, os.PathLike)) and str(v) != ""
     if s.kind in ("int", "float"):
-        if not (_is_int(v) if s.kind == "int" else (_is_int(v) or isinstance(v, float))):
+        if not (is_int(v) if s.kind == "int" else (is_int(v) or isinstance(v, float))):
             return False
         return (math.isfinite(v) and (s.lo is None or (v > s.lo if s.lo_excluded else v >= s.lo))  # NaN, inf refused
                 and (s.hi is None or v <= s.hi)
@@ -91,7 +88,7 @@ def _accepts(s: Spec, v) -> bool:
     if s.kind == "list":
         return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
     if s.kind == "ids":
-        return isinstance(v, (list, tuple)) and all(isinstance(p, (list, tuple)) and all(map(_is_int, p)) for p in v)
+        return isinstance(v, (list, tuple)) and all(isinstance(p, (list, tuple)) and all(map(is_int, p)) for p in v)
     t = _TYPES[s.of]()
     return isinstance(t, type) and isinstance(v, t)
 

@@ -32,6 +32,7 @@ from trtllm_medusa_ports.files.checkpoint import (
 )
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, is_floating, to_torch
 from trtllm_medusa_ports.files.finite import all_finite
+from trtllm_medusa_ports.files.jsonfile import is_int
 from trtllm_medusa_ports.heads import load_heads
 from trtllm_medusa_ports.heads.loader import expand_truncated
 from trtllm_medusa_ports.quant import (
@@ -294,7 +295,7 @@ def _check_options(heads, heads_dir: Path, *, dtype: str, base_dtype: str, num_m
     if num_medusa_layers is not None and num_medusa_layers != heads.num_layers:
         raise ConversionError(f"--num_medusa_layers {num_medusa_layers} but the heads have {heads.num_layers} "
                               "layer(s)", where=str(heads_dir), fix="omit --num_medusa_layers (it is read from the heads)")
-    if isinstance(max_draft_len, bool) or not isinstance(max_draft_len, int) or max_draft_len <= 0:
+    if not is_int(max_draft_len, 1):
         raise ConversionError(f"--max_medusa_token_len must be positive, got {max_draft_len}",
                               fix="use the number of nodes of your tree (63 for the presets)", usage=True)
     if not medusa_choices:
