@@ -20,7 +20,7 @@ from trtllm_medusa_ports.archs.semantics import LongRope, MlpKind, PositionEmbed
 from trtllm_medusa_ports.archs.weights import Deviation, Role, Source, fused_qkv, layout_only
 from trtllm_medusa_ports.arrays import Array, cat, chunk
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.files.jsonfile import is_number
+from trtllm_medusa_ports.files.jsonfile import is_int, is_number
 from trtllm_medusa_ports.sharding import Split
 
 
@@ -100,8 +100,7 @@ def _longrope(cfg: dict) -> LongRope | None:
     factors = [cfg.get(k) for k in ("longrope_scaling_short_factors", "longrope_scaling_long_factors")]
     mscales = [cfg.get(k) for k in ("longrope_short_mscale", "longrope_long_mscale")]  # PhiMoE writes its own
     original = cfg.get("original_max_position_embeddings")
-    if not (all(map(_numbers, factors)) and isinstance(original, int) and not isinstance(original, bool)
-            and all(m is None or _numbers([m]) for m in mscales)):
+    if not (all(map(_numbers, factors)) and is_int(original, 1) and all(m is None or is_number(m) for m in mscales)):
         return None
     return LongRope(*(tuple(map(float, f)) for f in factors), original,
                     *(None if m is None else float(m) for m in mscales))
