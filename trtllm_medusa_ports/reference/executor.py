@@ -259,9 +259,11 @@ class ReferenceModel:
         lr = self.semantics.longrope
         where = str(self.ckpt.path / "config.json")
         if lr is None:
-            raise CheckpointError("position_embedding_type is long_rope, but longrope_scaling_short_factors, "
-                                  "longrope_scaling_long_factors (lists of numbers) or original_max_position_embeddings "
-                                  "(an int) is missing", where=where, fix="convert the base again")
+            raise CheckpointError("position_embedding_type is long_rope, but a key of its tables is missing or not of "
+                                  "its type: longrope_scaling_short_factors and longrope_scaling_long_factors (lists of "
+                                  "numbers), original_max_position_embeddings (a positive int), longrope_short_mscale "
+                                  "and longrope_long_mscale (numbers, where given)", where=where,
+                                  fix="convert the base again")
         try:
             self.inv_freq = longrope_inv_freq(self.rotary_dim, self.semantics.rotary_base, lr.short_factors)
             self.long_inv_freq = longrope_inv_freq(self.rotary_dim, self.semantics.rotary_base, lr.long_factors)
