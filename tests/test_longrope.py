@@ -114,6 +114,8 @@ def test_verify_runs_within_the_original_length_and_names_the_largest_run_that_f
     ({"longrope_scaling_long_factors": None}, "longrope_scaling_long_factors"),
     ({"longrope_scaling_short_factors": ["1", 2.0]}, "lists of numbers"),
     ({"original_max_position_embeddings": 64.5}, "original_max_position_embeddings"),
+    ({"original_max_position_embeddings": 0}, "a positive int"),
+    ({"longrope_short_mscale": "1.1"}, "numbers, where given"),
     ({"longrope_scaling_short_factors": [1.0, 2.0]}, "2 factors per table, the rotary dimension 16 needs 8"),
     ({"longrope_scaling_long_factors": [1.0] * 7 + [0.0]}, "finite and positive"),
 ])
