@@ -69,9 +69,7 @@ class Phi3Adapter(LlamaAdapter):
         scaling = hf.rope_scaling
         if scaling and scaling.get("type") in ("su", "longrope"):
             cfg["position_embedding_type"] = "long_rope"
-            # top level in Phi-3's configs; transformers 5 also keeps it in rope_parameters
-            cfg["original_max_position_embeddings"] = (hf.get("original_max_position_embeddings")
-                                                       or scaling.get("original_max_position_embeddings"))
+            cfg["original_max_position_embeddings"] = hf.rope_original_max_positions
             cfg["longrope_scaling_short_factors"] = scaling.get("short_factor")
             cfg["longrope_scaling_long_factors"] = scaling.get("long_factor")
         return cfg

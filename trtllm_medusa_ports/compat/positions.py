@@ -104,8 +104,7 @@ def rope_scaling(f: BaseFacts) -> list[Finding]:
 
 
 def _longrope_finding(hf: HFConfig) -> Finding:
-    # transformers 5 keeps it in rope_parameters, older configs at the top level
-    original = hf.get("original_max_position_embeddings") or (hf.rope_scaling or {}).get("original_max_position_embeddings")
+    original = hf.rope_original_max_positions
     return Finding(
         "longrope-table-per-request",
         WARNING,

@@ -260,6 +260,13 @@ class HFConfig:
         """The whole scaling dict (type and factor and the rest), or None for plain RoPE."""
         return self.rope_scaling_for("full_attention")
 
+    @property
+    def rope_original_max_positions(self):
+        """``original_max_position_embeddings`` (the context a scaled RoPE was pretrained at) as written: at the top
+        level in Phi-3's configs, in ``rope_parameters`` where transformers 5 keeps it; None where neither has it."""
+        return self.get("original_max_position_embeddings") or (self.rope_scaling or {}).get(
+            "original_max_position_embeddings")
+
     def rope_scaling_for(self, layer_type: str) -> dict | None:
         """The scaling of one layer type where transformers 5 nests rope_parameters by layer type
         (Gemma3: ``full_attention`` / ``sliding_attention``); the one scaling otherwise. A
