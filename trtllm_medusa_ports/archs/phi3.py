@@ -23,6 +23,10 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.files.jsonfile import is_int, is_number
 from trtllm_medusa_ports.sharding import Split
 
+#: how Phi-3 configs spell longrope: "su" and "yarn" in those written before transformers renamed them, which
+#: transformers' Phi3Config still reads as "longrope" (configuration_phi3.py; it refuses every other type)
+LONGROPE_SPELLINGS = ("longrope", "su", "yarn")
+
 
 @layout_only
 def _up_then_gate(ts: list[Array]) -> Array:
@@ -67,8 +71,12 @@ class Phi3Adapter(LlamaAdapter):
         cfg["hidden_act"] = "swiglu"
         cfg["rotary_pct"] = self.rotary_fraction(hf)
         scaling = hf.rope_scaling
-        if scaling and scaling.get("type") in ("su", "longrope"):
+        if scaling and scaling.get("type") in LONGROPE_SPELLINGS:
             cfg["position_embedding_type"] = "long_rope"
+            # upstream's Phi-3 route writes no rotary_scaling (tensorrt_llm/models/phi3/config.py passes none, so
+            # Phi3Config keeps None): the tables come from the keys below, and "su" or "yarn" would not parse
+            # (RotaryScalingType.from_string in tensorrt_llm/functional.py raises on them when the model is built)
+            cfg["rotary_scaling"] = None
             cfg["original_max_position_embeddings"] = hf.rope_original_max_positions
             cfg["longrope_scaling_short_factors"] = scaling.get("short_factor")
             cfg["longrope_scaling_long_factors"] = scaling.get("long_factor")

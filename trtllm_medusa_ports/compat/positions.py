@@ -1,7 +1,7 @@
 """Position rules: ALiBi (which no XQA kernel of a Medusa engine computes), RoPE scaling types, sliding
 windows, and the learned position table's range against a tree's depth.
 
-May import: ``compat.registry``, ``findings``, ``archs``, ``files.hf_model``.
+May import: ``compat.registry``, ``findings``, ``errors``, ``archs``, ``files.hf_model``, ``files.checkpoint_schema``.
 """
 
 from __future__ import annotations
@@ -10,16 +10,14 @@ from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.registry import adapter_for, adapter_for_model_type
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
+from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.files.checkpoint_schema import ROTARY_SCALING_TYPES, rotary_scaling_kind
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.findings import ERROR, WARNING, Finding
 
-#: rope scaling types TensorRT-LLM 1.2.x implements (tensorrt_llm/functional.py RotaryScalingType;
-#: any other name raises ValueError). HF's "su" is Phi-3's old name for longrope, which the
-#: Phi-3 converter maps itself.
-TRTLLM_ROPE_SCALING = ("linear", "dynamic", "longrope", "llama3", "yarn", "mrope")
-
-
-_ROPE_ALIASES = {"su": "longrope"}
+#: rope scaling types TensorRT-LLM 1.2.x implements: the names tensorrt_llm/functional.py RotaryScalingType.from_string
+#: takes (a plain lookup: any other name, "su" and "default" included, raises ValueError when the model is built)
+TRTLLM_ROPE_SCALING = tuple(t for t in ROTARY_SCALING_TYPES if t != "none")
 
 
 def alibi_reason(hf: HFConfig) -> str | None:
@@ -75,32 +73,50 @@ VERIFIED_ROPE_SCALING = ("linear", "llama3", "longrope")
 
 @base_rule("rope-scaling-unsupported", "rope-scaling-unverified", "longrope-table-per-request")
 def rope_scaling(f: BaseFacts) -> list[Finding]:
-    out: list[Finding] = []
+    """Judges the scaling as the checkpoint's config.json will carry it (the family's converter may rename it, as
+    Phi-3's writes "su" as long_rope, or drop it), parsed as the engine parses it."""
     scaling = f.hf.rope_scaling
-    if scaling:
-        kind = _ROPE_ALIASES.get(scaling.get("type"), scaling.get("type"))
-        if kind not in TRTLLM_ROPE_SCALING:
-            out.append(
-                Finding(
-                    "rope-scaling-unsupported",
-                    ERROR,
-                    f"rope scaling type {kind!r} is not implemented by TensorRT-LLM 1.2.x",
-                    "supported types: " + ", ".join(TRTLLM_ROPE_SCALING),
-                )
-            )
-        elif kind not in VERIFIED_ROPE_SCALING:
-            out.append(
-                Finding(
-                    "rope-scaling-unverified",
-                    WARNING,
-                    f"rope scaling type {kind!r} is converted whole, but the CPU reference "
-                    f"executor implements only {', '.join(VERIFIED_ROPE_SCALING)}, so `verify` cannot prove it",
-                    "validate on GPU (scripts/validate_on_gpu.sh)",
-                )
-            )
-        elif kind == "longrope":
-            out.append(_longrope_finding(f.hf))
-    return out
+    if not scaling or not f.adapter.position_embedding.is_rope:
+        return []
+    try:
+        cfg = f.adapter.engine_config(f.hf)
+    except PortError:
+        return []  # a config the converter cannot read: its own error is reported by convert and the other rules
+    if cfg.get("position_embedding_type") == "long_rope":
+        return [_longrope_finding(f.hf)]
+    written = cfg.get("rotary_scaling")
+    if written is None:
+        return []  # the family's engine class reads no scaling: its engine limits say so
+    spelled = scaling.get("type")
+    kind = rotary_scaling_kind(written)
+    if kind not in TRTLLM_ROPE_SCALING:
+        return [Finding(
+            "rope-scaling-unsupported",
+            ERROR,
+            f"rope scaling type {spelled!r} (config.json's rope_scaling) is not a type TensorRT-LLM 1.2.x knows: "
+            f"the checkpoint would carry rotary_scaling.type {kind!r}, and trtllm-build fails building the model "
+            f"(tensorrt_llm/functional.py RotaryScalingType.from_string: 'Unsupported rotary scaling type: {kind}')",
+            "supported types: " + ", ".join(TRTLLM_ROPE_SCALING) + " (spelled exactly so)",
+        )]
+    if kind == "longrope":
+        return [Finding(
+            "rope-scaling-unsupported",
+            ERROR,
+            f"rope scaling type 'longrope' on a {cfg.get('position_embedding_type')} base: TensorRT-LLM builds the "
+            "two longrope tables only for a long_rope position embedding, which only its Phi-3 classes write "
+            "(tensorrt_llm/layers/attention.py create_attention_const_params); this engine would rotate with "
+            "unscaled tables where transformers uses the longrope factors",
+            "serve this base without Medusa, or convert it as a Phi-3 family base",
+        )]
+    if kind not in VERIFIED_ROPE_SCALING:
+        return [Finding(
+            "rope-scaling-unverified",
+            WARNING,
+            f"rope scaling type {kind!r} is converted whole, but the CPU reference "
+            f"executor implements only {', '.join(VERIFIED_ROPE_SCALING)}, so `verify` cannot prove it",
+            "validate on GPU (scripts/validate_on_gpu.sh)",
+        )]
+    return []
 
 
 def _longrope_finding(hf: HFConfig) -> Finding:

@@ -19,6 +19,24 @@ import math
 from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.files.jsonfile import is_int, is_number
 
+#: tensorrt_llm/functional.py RotaryScalingType's member names: ``from_string`` looks a ``rotary_scaling``'s type up by
+#: name, exactly as spelled (tensorrt_llm/layers/attention.py ``Attention.__init__`` and
+#: ``create_attention_const_params`` read ``type``, else ``rope_type``)
+ROTARY_SCALING_TYPES = ("none", "linear", "dynamic", "longrope", "llama3", "yarn", "mrope")
+#: tensorrt_llm/functional.py PositionEmbeddingType's member names (``from_string`` in ``PretrainedConfig.__init__``)
+POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope_gptj", "rope_gpt_neox", "long_rope", "alibi",
+                            "alibi_with_scale", "relative", "chatglm", "yarn", "mrope", "deferred")
+
+
+def rotary_scaling_kind(scaling: dict):
+    """The name the engine looks a ``rotary_scaling`` object's type up by: ``type``, else ``rope_type`` (None where
+    neither is given: no member has that name either)."""
+    return scaling.get("type", scaling.get("rope_type"))
+
+
+def _rotary_scaling(v) -> bool:
+    return isinstance(v, dict) and rotary_scaling_kind(v) in ROTARY_SCALING_TYPES
+
 
 def _number(v) -> bool:
     return is_number(v) and math.isfinite(v)
@@ -44,12 +62,19 @@ RULES = {
     "str list": (_str_list, "a list of strings"),
     "patterns": (_str_list, "a list of module patterns (strings)"),
     "tree": (_tree, "a non-empty list of paths, each a non-empty list of non-negative integers"),
+    "position embedding": (lambda v: v in POSITION_EMBEDDING_TYPES,
+                           "one of TensorRT-LLM's PositionEmbeddingType names (" + ", ".join(POSITION_EMBEDDING_TYPES)
+                           + "): tensorrt_llm/functional.py PositionEmbeddingType.from_string raises on any other"),
+    "rotary scaling": (_rotary_scaling,
+                       "an object whose type (or rope_type) is one of TensorRT-LLM's RotaryScalingType names ("
+                       + ", ".join(ROTARY_SCALING_TYPES) + "), spelled exactly so: trtllm-build fails on any other "
+                       "(tensorrt_llm/functional.py RotaryScalingType.from_string)"),
 }
 
 #: top-level fields of config.json
 FIELDS = {
     "architecture": "str", "logits_dtype": "str", "hidden_act": "str",
-    "position_embedding_type": "str", "base_architecture": "str", "medusa_hidden_act": "str",
+    "position_embedding_type": "position embedding", "rotary_scaling": "rotary scaling", "base_architecture": "str", "medusa_hidden_act": "str",
     "num_key_value_heads": "positive int", "head_size": "positive int", "intermediate_size": "positive int",
     "max_position_embeddings": "positive int", "num_medusa_layers": "positive int",
     "num_medusa_heads": "non-negative int", "max_draft_len": "non-negative int",

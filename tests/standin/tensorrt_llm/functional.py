@@ -17,11 +17,43 @@ broadcast a size-1 dimension, an int32 operand beside an int64 one cast to int64
 """
 
 import builtins
+from enum import IntEnum
 from types import SimpleNamespace
 
 import torch
 
 from . import CALLS
+
+
+class RotaryScalingType(IntEnum):
+    """functional.py ``RotaryScalingType``: the members and ``from_string``, a plain name lookup in 1.2 (no alias, no
+    case folding: ``su``, ``default`` or ``Linear`` raise ``ValueError("Unsupported rotary scaling type: ...")``; a
+    missing type is looked up as None and raises the same)."""
+
+    none = 0
+    linear = 1
+    dynamic = 2
+    longrope = 3
+    llama3 = 4
+    yarn = 5
+    mrope = 6
+
+    @staticmethod
+    def from_string(s):
+        try:
+            return RotaryScalingType[s]
+        except KeyError:
+            raise ValueError(f"Unsupported rotary scaling type: {s}") from None
+
+
+def rotary_scaling_type(scaling):
+    """How ``Attention.__init__`` and ``Attention.create_attention_const_params`` (layers/attention.py) read a
+    ``rotary_scaling`` dict: its ``type``, else its ``rope_type``, through ``RotaryScalingType.from_string``, and its
+    ``factor`` (1.0 without); (none, 1.0) for None. Not a dict: the ``.get`` raises AttributeError, as upstream's."""
+    if scaling is None:
+        return RotaryScalingType.none, 1.0
+    kind = RotaryScalingType.from_string(scaling.get("type", scaling.get("rope_type")))
+    return kind, scaling.get("factor", 1.0)
 
 
 class Tensor:

@@ -10,7 +10,7 @@ head size, built with the ``eps`` argument (default 1e-5, not the model's epsilo
 """
 
 from .. import CALLS
-from ..functional import Tensor
+from ..functional import Tensor, rotary_scaling_type
 from ..layers.linear import ColumnLinear, RowLinear
 from ..layers.normalization import LayerNorm, RmsNorm
 from ..module import Module
@@ -33,8 +33,9 @@ class PositionEmbeddingType:
 
     @classmethod
     def from_string(cls, s):
-        if s not in vars(cls) or s.startswith("_") or s == "from_string":
-            raise KeyError(f"unknown position embedding type {s!r}")
+        # upstream: PositionEmbeddingType[s], a KeyError turned into this ValueError
+        if not isinstance(s, str) or s not in vars(cls) or s.startswith("_") or s == "from_string":
+            raise ValueError(f"Unsupported position embedding type: {s}")
         return s
 
 
@@ -100,6 +101,8 @@ class Attention(Module):
         self.rotary_embedding_base = rotary_embedding_base
         self.rotary_embedding_base_local = rotary_embedding_base_local
         self.rotary_embedding_scaling = rotary_embedding_scaling
+        # Attention.__init__ parses the scaling it is given (the plugin's rotary_embedding_scale_type / _scale)
+        self.rotary_embedding_scale_type, self.rotary_embedding_scale = rotary_scaling_type(rotary_embedding_scaling)
         self.rotary_embedding_percentage = rotary_embedding_percentage
         self.q_scaling = q_scaling
         self.max_attn_value = max_attn_value

@@ -25,7 +25,7 @@ import os
 import torch
 
 from .. import CALLS
-from ..functional import Tensor, default_net
+from ..functional import Tensor, default_net, rotary_scaling_type
 from ..layers.attention import KeyValueCacheParams, PositionEmbeddingType
 from ..logger import logger
 from ..mapping import Mapping
@@ -416,10 +416,13 @@ class DecoderModelForCausalLM(PretrainedModel):
         # getattr(config, "rotary_scaling", None), config.rotary_dim or head_size x
         # getattr(config, "rotary_pct", 1.0) (and rope_local_base_freq for local layers);
         # created with values, so never required by load
+        # (its rotary_scaling is parsed as Attention.__init__ parses it: functional.rotary_scaling_type)
         if str(config.position_embedding_type).startswith(("rope", "long_rope")):
             dim = getattr(config, "rotary_dim", None) or int(config.head_size * getattr(config, "rotary_pct", 1.0))
-            self.rotary_tables = {"base": getattr(config, "rotary_base", 10000.0),
-                                  "scaling": getattr(config, "rotary_scaling", None), "dim": dim,
+            scaling = getattr(config, "rotary_scaling", None)
+            scale_type, scale = rotary_scaling_type(scaling)
+            self.rotary_tables = {"base": getattr(config, "rotary_base", 10000.0), "scaling": scaling,
+                                  "scale_type": scale_type, "scale": scale, "dim": dim,
                                   "local_base": getattr(config, "rope_local_base_freq", None)}
             self.rotary_inv_freq = Parameter(value=torch.zeros(dim // 2), is_buffer=True)
 
