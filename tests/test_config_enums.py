@@ -144,3 +144,30 @@ def test_convert_refuses_a_scaling_the_engine_cannot_parse(store, tmp_path, caps
         convert_to(tmp_path / "out", d, heads)
     assert "rope-scaling-unsupported" in str(e.value) or "'su'" in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_every_quantization_the_project_writes_is_a_name_quantmode_takes(trtllm):
+    """Each ``quant_algo`` / ``kv_cache_quant_algo`` the converter writes (its flags' formats and the prequantized
+    checkpoints it keeps) is a name ``QuantMode.from_quant_algo`` accepts, and the checkpoint schema's lists are the
+    stand-in's (both from tensorrt_llm/quantization/mode.py); a misspelled one fails the stand-in's build as
+    upstream's assertion does."""
+    from tensorrt_llm.quantization.mode import (
+        KV_CACHE_QUANT_ALGO_LIST,
+        QUANT_ALGO_LIST,
+        from_quant_algo,
+    )
+    from tensorrt_llm.quantization.quantize import quantize
+
+    from trtllm_medusa_ports.files.checkpoint_schema import KV_CACHE_QUANT_ALGOS, QUANT_ALGOS
+    from trtllm_medusa_ports.quant.prequantized import KEPT_ALGOS, KEPT_KV
+    from trtllm_medusa_ports.quant.spec import KV_CACHE_DTYPES, QFORMATS, WEIGHT_ONLY_PRECISIONS
+
+    assert set(QUANT_ALGOS) == set(QUANT_ALGO_LIST) and set(KV_CACHE_QUANT_ALGOS) == set(KV_CACHE_QUANT_ALGO_LIST)
+    written = {*QFORMATS.values(), *WEIGHT_ONLY_PRECISIONS.values(), *KEPT_ALGOS} - {None}
+    assert written <= set(QUANT_ALGO_LIST), written - set(QUANT_ALGO_LIST)
+    assert {*KV_CACHE_DTYPES.values(), *KEPT_KV} - {None} <= set(KV_CACHE_QUANT_ALGO_LIST)
+    for algo in written:
+        from_quant_algo(algo, "FP8")
+    config = type("Q", (), {"quant_algo": "fp8", "kv_cache_quant_algo": None, "exclude_modules": None})()
+    with pytest.raises(AssertionError):
+        quantize(object(), config)

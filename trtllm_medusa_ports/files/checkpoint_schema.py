@@ -4,7 +4,10 @@ error naming config.json and the field, never a traceback where the value is fir
 
 A checkpoint is downloaded input. The fields follow tensorrt_llm/models/modeling_utils.py ``PretrainedConfig`` and
 ``QuantConfig`` (types of upstream's dataclass fields; ``dtype`` and ``mapping`` have checks of their own), tensorrt_llm/models/medusa/config.py ``MedusaConfig``
-(``num_medusa_heads``, ``num_medusa_layers``, ``max_draft_len``) and this project's ``medusa_ports`` record. A field
+(``num_medusa_heads``, ``num_medusa_layers``, ``max_draft_len``) and this project's ``medusa_ports`` record. A value
+upstream turns into an enum is judged as upstream parses it (exact member names: ``position_embedding_type``,
+``rotary_scaling``'s type, ``quant_algo`` / ``kv_cache_quant_algo``, ``moe.normalization_mode``), so a value the
+engine would refuse, or silently read as another, is refused here for every reader. A field
 that is absent or null is not judged here (readers apply their defaults); the required sizes are
 ``check_config``'s.
 
@@ -26,6 +29,22 @@ ROTARY_SCALING_TYPES = ("none", "linear", "dynamic", "longrope", "llama3", "yarn
 #: tensorrt_llm/functional.py PositionEmbeddingType's member names (``from_string`` in ``PretrainedConfig.__init__``)
 POSITION_EMBEDDING_TYPES = ("learned_absolute", "rope_gptj", "rope_gpt_neox", "long_rope", "alibi",
                             "alibi_with_scale", "relative", "chatglm", "yarn", "mrope", "deferred")
+
+
+#: tensorrt_llm/quantization/mode.py QuantAlgo (a StrEnum: a config's string equals a member only spelled exactly);
+#: ``QuantMode.from_quant_algo`` asserts ``quant_algo`` in QUANT_ALGO_LIST (every member but INT8) and
+#: ``kv_cache_quant_algo`` in KV_CACHE_QUANT_ALGO_LIST when trtllm-build quantizes the model
+QUANT_ALGOS = ("W8A16", "W4A16", "W4A16_AWQ", "W4A8_AWQ", "W8A16_GPTQ", "W4A16_GPTQ", "W8A8_SQ_PER_CHANNEL",
+               "W8A8_SQ_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",
+               "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN",
+               "W4A8_QSERVE_PER_GROUP", "W4A8_QSERVE_PER_CHANNEL", "FP8", "FP8_PER_CHANNEL_PER_TOKEN",
+               "FP8_BLOCK_SCALES", "MIXED_PRECISION", "NVFP4", "W4A8_NVFP4_FP8", "W4A8_MXFP4_FP8",
+               "W4A8_MXFP4_MXFP8", "W4A16_MXFP4", "NO_QUANT")
+KV_CACHE_QUANT_ALGOS = ("FP8", "INT8", "NVFP4")
+#: tensorrt_llm/layers/moe.py MoeConfig.ExpertScaleNormalizationMode's values (NONE, RENORMALIZE, SPARSE_MIXER,
+#: DEVICE_LIMITED, DEVICE_LIMITED_RENORM): ``MoeConfig.from_dict`` keeps config.json's value as it is and the MoE
+#: layer compares it with the members, so another value (a string "1", a 7) matches no routing and is not refused
+MOE_NORMALIZATION_MODES = (0, 1, 2, 3, 4)
 
 
 def rotary_scaling_kind(scaling: dict):
@@ -65,6 +84,16 @@ RULES = {
     "position embedding": (lambda v: v in POSITION_EMBEDDING_TYPES,
                            "one of TensorRT-LLM's PositionEmbeddingType names (" + ", ".join(POSITION_EMBEDDING_TYPES)
                            + "): tensorrt_llm/functional.py PositionEmbeddingType.from_string raises on any other"),
+    "quant algo": (lambda v: v in QUANT_ALGOS,
+                   "one of TensorRT-LLM's QuantAlgo names for weights (" + ", ".join(QUANT_ALGOS) + "), spelled "
+                   "exactly so: tensorrt_llm/quantization/mode.py QuantMode.from_quant_algo asserts it"),
+    "kv cache quant algo": (lambda v: v in KV_CACHE_QUANT_ALGOS,
+                            "one of " + ", ".join(KV_CACHE_QUANT_ALGOS) + " (tensorrt_llm/quantization/mode.py "
+                            "KV_CACHE_QUANT_ALGO_LIST, which QuantMode.from_quant_algo asserts)"),
+    "moe normalization": (lambda v: is_int(v, 0) and v in MOE_NORMALIZATION_MODES,
+                          "an integer of tensorrt_llm/layers/moe.py ExpertScaleNormalizationMode (0 NONE, 1 "
+                          "RENORMALIZE, 2 SPARSE_MIXER, 3 DEVICE_LIMITED, 4 DEVICE_LIMITED_RENORM): the MoE layer "
+                          "compares it with those members, and another value routes as none of them"),
     "rotary scaling": (_rotary_scaling,
                        "an object whose type (or rope_type) is one of TensorRT-LLM's RotaryScalingType names ("
                        + ", ".join(ROTARY_SCALING_TYPES) + "), spelled exactly so: trtllm-build fails on any other "
@@ -84,8 +113,11 @@ FIELDS = {
     "quantization": "object", "mapping": "object", "medusa_ports": "object", "moe": "object",
 }
 #: fields of the ``quantization`` object
-QUANTIZATION_FIELDS = {"quant_algo": "str", "kv_cache_quant_algo": "str", "exclude_modules": "patterns",
+QUANTIZATION_FIELDS = {"quant_algo": "quant algo", "kv_cache_quant_algo": "kv cache quant algo", "exclude_modules": "patterns",
                        "group_size": "positive int", "has_zero_point": "bool", "pre_quant_scale": "bool"}
+#: fields of the ``moe`` object (tensorrt_llm/layers/moe.py ``MoeConfig``)
+MOE_FIELDS = {"num_experts": "non-negative int", "top_k": "non-negative int", "normalization_mode": "moe normalization",
+              "sparse_mixer_epsilon": "number"}
 #: fields of this project's ``medusa_ports`` record
 RECORD_FIELDS = {"medusa_choices": "tree", "medusa_choices_from": "str", "heads_source": "str", "warnings": "str list",
                  "family": "str", "heads_layout": "str", "heads_dtype": "str"}
@@ -96,7 +128,8 @@ def check_types(cfg: dict, where: str) -> None:
     not null has its type; else a CheckpointError naming config.json's field, its value and what it must be."""
     fix = ("config.json must be the one the converter or the quantizing tool wrote; fix or drop the field, or convert "
            "again")
-    for section, fields in ((None, FIELDS), ("quantization", QUANTIZATION_FIELDS), ("medusa_ports", RECORD_FIELDS)):
+    for section, fields in ((None, FIELDS), ("quantization", QUANTIZATION_FIELDS), ("moe", MOE_FIELDS),
+                            ("medusa_ports", RECORD_FIELDS)):
         holder = cfg if section is None else cfg.get(section)
         if not isinstance(holder, dict):
             continue  # absent or null (a wrong type is the top level's error, checked first)

@@ -28,6 +28,7 @@ from .layers import (
     WeightOnlyQuantEmbedding,
     WeightOnlyQuantLinear,
 )
+from .mode import from_quant_algo
 
 DEFAULT_EXCLUDE = ["*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
                    "*shared_expert_gate"]
@@ -56,6 +57,8 @@ def _replacement(module, algo, quant_config):
 
 
 def quantize(model, quant_config):
+    # upstream's quantize() starts from quant_config.quant_mode: QuantMode.from_quant_algo asserts the names
+    from_quant_algo(quant_config.quant_algo, quant_config.kv_cache_quant_algo)
     algo, kv = quant_config.quant_algo, quant_config.kv_cache_quant_algo
     if algo:
         exclude = quant_config.exclude_modules if quant_config.exclude_modules is not None else DEFAULT_EXCLUDE
