@@ -5,7 +5,8 @@ and ``gate_up_proj`` holds ``[gate; up]``, which TensorRT-LLM's non-gated ``MLP`
 with ``hidden_act = "swiglu"`` reads as one ``mlp.fc`` whose *second* half is
 activated: the converter stores ``[up; gate]`` (tensorrt_llm/models/phi3/convert.py),
 split per rank half by half. Long contexts use ``longrope`` ("su") scaling: two RoPE tables, of which the engine
-picks one per request by its prompt's length (archs/semantics.py ``LongRope``); the reference executor computes both.
+picks one per step (a context step by the tokens it computes, a generation step by the prompt plus the max
+draft length: archs/semantics.py ``LongRope``); the reference executor computes both.
 Upstream's Phi-3 layers do not pass ``spec_decoding_params`` to attention.
 """
 

@@ -45,7 +45,7 @@ class LongRope:
     """``long_rope`` (Phi-3 / Phi-3.5 with 128k context): two RoPE tables, each inverse frequency divided by its
     factor. The engine builds both (tensorrt_llm/layers/attention.py ``create_attention_const_params``, with
     ``RopeEmbeddingUtils.create_sinusoidal_positions_long_rope_for_attention_plugin``) and picks one per request
-    by its prompt's length (see :meth:`long_table`). ``short_mscale`` / ``long_mscale`` None: derived from the
+    per phase by the lengths the batch manager gives it (see :meth:`context_long`, :meth:`generation_long`). ``short_mscale`` / ``long_mscale`` None: derived from the
     table's size, as upstream does (PhiMoE writes its own)."""
 
     short_factors: tuple[float, ...]
@@ -54,13 +54,28 @@ class LongRope:
     short_mscale: float | None = None
     long_mscale: float | None = None
 
-    def long_table(self, context_length: int) -> bool:
-        """Whether a request whose prompt has ``context_length`` tokens runs on the long factors: the attention
-        plugin takes them when the longest context of the requests it runs exceeds
-        ``original_max_position_embeddings`` (cpp/tensorrt_llm/plugins/gptAttentionPlugin/gptAttentionPlugin.cpp
-        ``useLongRoPECache``), for the context phase and every generation step alike, whatever the positions
-        reached since."""
-        return context_length > self.original_max_positions
+    # The attention plugin takes the long table when the longest "context length" among the requests of the phase
+    # it runs exceeds original_max_position_embeddings (cpp/tensorrt_llm/plugins/gptAttentionPlugin/
+    # gptAttentionPlugin.cpp: useLongRoPECache = isLongRoPE() && max(host_context_lengths) > original), and the
+    # batch manager fills those lengths per phase (cpp/tensorrt_llm/batch_manager/runtimeBuffers.cpp
+    # setFromInputs): a context request gives the tokens its step computes (the chunk; with chunked context or KV
+    # cache block reuse, on by default, not the whole prompt), a generation request its prompt plus its draft
+    # tokens, for Medusa the engine's max draft length whatever the tree (trtGptModelInflightBatching.cpp
+    # updateRequests). Requests batched in one phase share the longest.
+
+    def context_long(self, computed_tokens: int) -> bool:
+        """Whether a context step computing ``computed_tokens`` (the whole prompt, or one chunk of it) runs on the
+        long factors."""
+        return computed_tokens > self.original_max_positions
+
+    def generation_long(self, prompt_tokens: int, draft_tokens: int) -> bool:
+        """Whether the generation steps of a request with ``prompt_tokens`` run on the long factors, in an engine
+        whose max draft length is ``draft_tokens`` (0 without speculative decoding)."""
+        return prompt_tokens + draft_tokens > self.original_max_positions
+
+    def short_window(self, draft_tokens: int) -> int:
+        """The longest prompt whose context step and every generation step run on the short table (may be < 1)."""
+        return self.original_max_positions - draft_tokens
 
 
 @dataclass(frozen=True)

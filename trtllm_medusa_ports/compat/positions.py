@@ -119,22 +119,31 @@ def rope_scaling(f: BaseFacts) -> list[Finding]:
     return []
 
 
+#: the max draft length a Medusa checkpoint gets unless --max_draft_len says otherwise (convert's default, as
+#: upstream's examples/medusa/convert_checkpoint.py --max_medusa_token_len): the generation steps' compared length
+DEFAULT_MAX_DRAFT_LEN = 63
+
+
 def _longrope_finding(hf: HFConfig) -> Finding:
     original = hf.rope_original_max_positions
+    window = original - DEFAULT_MAX_DRAFT_LEN if isinstance(original, int) else None
     return Finding(
         "longrope-table-per-request",
         WARNING,
-        f"longrope: the engine builds a short and a long RoPE table and its attention plugin picks one per call, the "
-        f"long one when the longest prompt among the requests it runs exceeds original_max_position_embeddings "
-        f"({original}) (gptAttentionPlugin.cpp useLongRoPECache), for their context and every generation step. A "
-        "request whose prompt is within it keeps the short factors past it, where transformers switches to the long "
-        "ones as the sequence grows; and a request batched with a long-prompt one runs on the long table",
-        f"outputs equal transformers' within {original} tokens (verify runs there, every tree node proven); for "
-        f"longer sequences compare the engine with itself, or build with --max_seq_len {original} where equality "
-        "with transformers matters",
+        f"longrope: the engine builds a short and a long RoPE table and its attention plugin picks one per phase of "
+        f"each step, the long one when the longest length the batch manager gives it exceeds "
+        f"original_max_position_embeddings ({original}) (gptAttentionPlugin.cpp useLongRoPECache): for a context "
+        "step the tokens it computes (the whole prompt; with chunked context or KV cache block reuse, on by default, "
+        "only the chunk computed), for a generation step the prompt plus the engine's max draft length (max_draft_len, "
+        "whatever the tree; runtimeBuffers.cpp setFromInputs). So a prompt within original_max_position_embeddings - "
+        "max_draft_len runs short throughout; a longer prompt within the original length writes its keys with the "
+        "short table and generates on the long one (neither transformers' model nor one table); a prompt past it "
+        "computed in chunks writes short keys; requests batched in one phase share the longest length",
+        f"outputs equal transformers' while the prompt stays within original_max_position_embeddings - max_draft_len "
+        f"({window} at the default max_draft_len {DEFAULT_MAX_DRAFT_LEN}) and the sequence within {original}; verify "
+        f"runs there, every tree node proven. Build with --max_seq_len {original} where equality with transformers "
+        "matters, and keep prompts within that window (a smaller --max_draft_len widens it)",
     )
-
-
 @base_rule("sliding-window")
 def sliding_window(f: BaseFacts) -> list[Finding]:
     hf, out = f.hf, []

@@ -124,7 +124,7 @@ class LayerCache:
 class KVCache:
     layers: list[LayerCache] = field(default_factory=list)
     positions: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
-    #: the request's prompt length (its context phase's tokens): long_rope picks its table by it
+    #: the request's prompt length (the tokens of its context steps): long_rope's generation steps compare it
     context_length: int = 0
 
     @property
@@ -184,6 +184,7 @@ class ReferenceModel:
             )
         self.adapter: ArchAdapter = adapter
         self.semantics: Semantics = adapter.semantics(cfg)
+        self.engine_draft_tokens = int(cfg.get("max_draft_len") or 0)  # every Medusa generation step carries them
         self.mapping = Mapping.from_config(cfg)
         self._stage_ranks: dict[int, list[int]] = {}
         self.tp = ckpt.tp_size
@@ -273,10 +274,17 @@ class ReferenceModel:
         self._mscale = {False: derived if lr.short_mscale is None else lr.short_mscale,
                         True: derived if lr.long_mscale is None else lr.long_mscale}
 
-    def long_table(self, cache: KVCache) -> bool:
-        """Whether ``cache``'s request runs on long_rope's long table (by its prompt's length, as the engine picks)."""
+    def long_table(self, cache: KVCache, computed_tokens: int | None = None) -> bool:
+        """Whether a step of ``cache``'s request runs on long_rope's long table, as the engine picks per phase
+        (archs/semantics.py ``LongRope``): a context step by the tokens it computes (``computed_tokens``), a
+        generation step (``computed_tokens`` None) by the prompt plus the engine's max draft length
+        (``engine_draft_tokens``: the checkpoint's max_draft_len, which every generation step carries)."""
         lr = self.semantics.longrope
-        return lr is not None and lr.long_table(cache.context_length)
+        if lr is None:
+            return False
+        if computed_tokens is not None:
+            return lr.context_long(computed_tokens)
+        return lr.generation_long(cache.context_length, self.engine_draft_tokens)
 
     # -- tensors ---------------------------------------------------------------------
     def stage_ranks(self, pp_rank: int) -> list[int]:
@@ -480,7 +488,7 @@ class ReferenceModel:
     def rotary_tables(self, positions: torch.Tensor, long: bool = False) -> dict[bool, tuple[torch.Tensor, torch.Tensor]]:
         """``cos, sin`` ``[T, rotary_dim / 2]`` at ``positions``, for global (False) and local (True)
         layers: computed once per forward pass, used by every layer. ``long``: long_rope's long table (the
-        request's prompt is longer than ``original_max_position_embeddings``: :meth:`long_table`)."""
+        step's compared length is past ``original_max_position_embeddings``: :meth:`long_table`)."""
         if not self.semantics.position_embedding.is_rope:
             return {}
         tables = {}
@@ -691,6 +699,7 @@ class ReferenceModel:
         spec_decoding_packed_mask: torch.Tensor | list[list[int]] | None = None,
         record: list | None = None,
         compute_logits: bool = True,
+        context_chunk: bool = False,
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Run ``tokens`` after the cached ones; returns ``(logits [T, vocab], final hidden [T, H])``.
 
@@ -700,13 +709,16 @@ class ReferenceModel:
         set in its packed-mask row. ``record`` (a list) receives the hidden state
         after the embedding, after each layer, and after the final norm (for locating divergences).
         ``compute_logits=False`` returns ``(None, hidden)``: callers that need the vocabulary
-        projection of a few rows only apply :meth:`logits` to those.
+        projection of a few rows only apply :meth:`logits` to those. The first forward of a cache is the request's
+        context step; later ones are generation steps, unless ``context_chunk`` (a further chunk of the prompt, as
+        chunked context computes it): long_rope picks its table by that (:meth:`long_table`).
         """
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         num_tokens = tokens.shape[0]
         past = cache.length
-        if past == 0:
-            cache.context_length = num_tokens
+        context = past == 0 or context_chunk
+        if context:
+            cache.context_length = (cache.context_length if past else 0) + num_tokens
         if spec_decoding_position_offsets is None:
             positions = past + torch.arange(num_tokens)
             tree_visible = torch.tril(torch.ones(num_tokens, num_tokens, dtype=torch.bool))
@@ -719,7 +731,7 @@ class ReferenceModel:
         all_positions = torch.cat([cache.positions, positions])
         self._within_window(all_positions)
         visible = torch.cat([torch.ones(num_tokens, past, dtype=torch.bool), tree_visible], dim=1)
-        rotary = self.rotary_tables(positions, self.long_table(cache))
+        rotary = self.rotary_tables(positions, self.long_table(cache, num_tokens if context else None))
         x = self.embed(tokens, positions)
         if record is not None:
             record.append(x.clone())

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.reference.decoding import greedy_accept, plain_decode
 from trtllm_medusa_ports.reference.executor import ReferenceModel
 from trtllm_medusa_ports.tree import MedusaTree
@@ -122,6 +123,27 @@ def step_tokens(tree: MedusaTree, branch: list[int], greedy: list[int], vocab: i
     return torch.tensor(tokens, dtype=torch.long)
 
 
+def _longrope_limit(model: ReferenceModel, prompt: list[int], limit: int) -> int:
+    """The proof's sequence limit on a long_rope base. The reference is one causal context pass over the prompt and
+    the greedy tokens; the steps it checks are the engine's generation steps, whose table the prompt plus the max
+    draft length picks (archs/semantics.py LongRope): the two passes must run on one table."""
+    longrope = model.semantics.longrope
+    if longrope is None:
+        return limit
+    if not longrope.generation_long(len(prompt), model.engine_draft_tokens):
+        return min(limit, longrope.original_max_positions)  # short: the reference must not grow into the long one
+    if not longrope.context_long(len(prompt)):
+        raise ModelError(
+            f"a prompt of {len(prompt)} tokens with max_draft_len {model.engine_draft_tokens}: the engine writes "
+            f"its keys with long_rope's short table (context step: {len(prompt)} tokens, within "
+            f"original_max_position_embeddings {longrope.original_max_positions}) and runs every generation step "
+            f"on the long one ({len(prompt)} + {model.engine_draft_tokens} > {longrope.original_max_positions}): "
+            "no single causal pass computes that, so the tree proof cannot check it",
+            fix=f"prove with a prompt of at most {longrope.short_window(model.engine_draft_tokens)} tokens (or "
+                f"more than {longrope.original_max_positions})")
+    return limit
+
+
 @torch.inference_mode()
 def tree_proof(model: ReferenceModel, prompt: list[int], tree: MedusaTree, *, rtol: float,
                max_positions: int | None = None) -> TreeProof:
@@ -133,11 +155,7 @@ def tree_proof(model: ReferenceModel, prompt: list[int], tree: MedusaTree, *, rt
     window = model.semantics.sliding_window
     if window:
         limit = min(limit, int(window))
-    longrope = model.semantics.longrope
-    if longrope is not None and not longrope.long_table(len(prompt)):
-        # the engine keeps a short prompt's table to its last step: the causal reference pass over the prompt and
-        # the greedy tokens, one context, must not grow past original_max_position_embeddings into the long one
-        limit = min(limit, longrope.original_max_positions)
+    limit = _longrope_limit(model, prompt, limit)
     depth_of = [0] + [len(p) for p in tree.paths]
     per_depth = {d: DepthProof(d, sum(1 for x in depth_of[1:] if x == d), 0) for d in range(1, tree.depth + 1)}
     accepted_nodes: set[int] = set()

@@ -51,22 +51,40 @@ def check_position_table(prompts: list[list[int]], max_new_tokens: int, ref: Ref
 
 
 def _check_longrope_range(prompts: list[list[int]], max_new_tokens: int, ref: ReferenceModel, where: str) -> None:
-    """long_rope (Phi-3 / Phi-3.5 128k): the engine picks a request's table once, by its prompt's length
-    (archs/semantics.py ``LongRope.long_table``); transformers picks it at every forward pass by the sequence's
-    length (Phi-3: long factors once past original_max_position_embeddings, the cached keys keeping the short
-    ones), or keeps the short factors and changes only the scale (PhiMoE). Past that length the two compute
-    different models, so verify runs within it."""
+    """long_rope (Phi-3 / Phi-3.5 128k): the engine picks its table per phase (archs/semantics.py ``LongRope``): the
+    context step by the tokens it computes, every generation step by the prompt plus the engine's max draft length;
+    transformers picks it at every forward pass by the sequence's length (Phi-3: long factors once past
+    original_max_position_embeddings, the cached keys keeping the short ones), or keeps the short factors and
+    changes only the scale (PhiMoE). The two compute the same model where every step of both stays short: a prompt
+    of at most original - max_draft_len tokens, a sequence of at most original; verify runs there."""
     longrope = ref.semantics.longrope
     if longrope is None:
         return
     limit = longrope.original_max_positions
+    draft = ref.engine_draft_tokens
     longest = max(len(p) for p in prompts)
+    window = longrope.short_window(draft)
+    if longest > window:
+        if longest <= limit:
+            what = (f"the engine writes its keys with the short table (the context step computes {longest} tokens, "
+                    f"within original_max_position_embeddings {limit}) and runs every generation step on the long one "
+                    f"(the prompt plus the checkpoint's max_draft_len: {longest} + {draft} > {limit}), while "
+                    "transformers stays on the short one: the two no longer compute the same model")
+        else:
+            what = (f"past original_max_position_embeddings ({limit}) the engine runs on the long table, and verify "
+                    "compares the engine with transformers only where both stay on the short one")
+        raise ModelError(
+            f"a prompt of {longest} tokens on a long_rope base: {what}", where=where,
+            fix=(f"verify with prompts of at most {window} tokens (original_max_position_embeddings {limit} - "
+                 f"max_draft_len {draft})" if window >= 1 else
+                 f"convert with a --max_draft_len below original_max_position_embeddings ({limit})")
+                + (", or a checkpoint converted with a smaller --max_draft_len" if window >= 1 else ""))
     if longest + max_new_tokens - 1 > limit:
         raise ModelError(
             f"a prompt of {longest} tokens and --max_new_tokens {max_new_tokens}: transformers' last step reads "
             f"{longest + max_new_tokens - 1} tokens, past original_max_position_embeddings ({limit}); there the engine "
-            "keeps the table the request's prompt chose (short for a prompt within it) while transformers switches "
-            "its RoPE factors as the sequence grows, so the two no longer compute the same model", where=where,
+            "keeps the short table its prompt chose while transformers switches its RoPE factors as the sequence "
+            "grows, so the two no longer compute the same model", where=where,
             fix=f"verify with --max_new_tokens {max(1, limit + 1 - longest)} or less, or shorter prompts (the long "
                 "table is the same code with the long factors)")
 
