@@ -108,7 +108,7 @@ def test_sliding_window(tmp_path):
 def test_rope_scaling_types(tmp_path):
     _, f1 = check(write(tmp_path, dict(LLAMA, rope_scaling={"rope_type": "llama3", "factor": 8.0}), "a"))
     assert not {"rope-scaling-unsupported", "rope-scaling-unverified"} & rules(f1)
-    _, f2 = check(write(tmp_path, dict(LLAMA, rope_scaling={"type": "yarn", "factor": 4.0}), "b"))
+    _, f2 = check(write(tmp_path, dict(LLAMA, rope_scaling={"type": "dynamic", "factor": 4.0}), "b"))
     assert "rope-scaling-unverified" in rules(f2, "warning")
     _, f3 = check(write(tmp_path, dict(LLAMA, rope_scaling={"type": "magic", "factor": 4.0}), "c"))
     assert "rope-scaling-unsupported" in rules(f3, "error")

@@ -260,10 +260,24 @@ class ArchAdapter:
             "hidden_act": self.activation(hf),
             "norm_epsilon": self.norm_epsilon(hf),
             "position_embedding_type": self.position_embedding.value,
-            **({"rotary_base": self.rotary_base(hf), "rotary_scaling": hf.rope_scaling}
+            **({"rotary_base": self.rotary_base(hf), "rotary_scaling": self.rotary_scaling(hf)}
                if self.position_embedding.is_rope else {}),
             "model_type": self.family,
         }
+
+    def rotary_scaling(self, hf: HFConfig) -> dict | None:
+        """The checkpoint's ``rotary_scaling``: config.json's scaling with its null options left out (the engine reads
+        each with a default, ``.get(key, default)``, which a null would defeat); for YaRN with the original length
+        the engine reads from it (tensorrt_llm/layers/attention.py ``create_attention_const_params``: 4096 without),
+        where config.json writes it at the top level, as transformers reads it."""
+        scaling = hf.rope_scaling
+        if not scaling:
+            return scaling
+        out = {k: v for k, v in scaling.items() if v is not None}
+        if out.get("type") == "yarn" and "original_max_position_embeddings" not in out \
+                and hf.rope_original_max_positions is not None:
+            out["original_max_position_embeddings"] = hf.rope_original_max_positions
+        return out
 
     def engine_config(self, hf: HFConfig) -> dict:
         """:meth:`trtllm_config` restricted to the keys the engine class reads (:data:`COMMON_CONFIG_KEYS` and

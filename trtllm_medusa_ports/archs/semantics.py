@@ -4,6 +4,7 @@ position embeddings, and the ``Semantics`` an adapter derives from a TensorRT-LL
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 
@@ -76,6 +77,27 @@ class LongRope:
     def short_window(self, draft_tokens: int) -> int:
         """The longest prompt whose context step and every generation step run on the short table (may be < 1)."""
         return self.original_max_positions - draft_tokens
+
+
+#: the YaRN options TensorRT-LLM 1.2 reads from ``rotary_scaling`` and their defaults there
+#: (tensorrt_llm/layers/attention.py ``create_attention_const_params``): ``factor`` 1.0, ``beta_fast`` 32.0,
+#: ``beta_slow`` 1.0, ``mscale`` 1.0, ``mscale_all_dim`` 0.0, ``original_max_position_embeddings`` 4096
+YARN_DEFAULTS = {"factor": 1.0, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.0,
+                 "original_max_position_embeddings": 4096}
+
+
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's attention scale for a context ``scale`` times the original: 0.1 * mscale * ln(scale) + 1 above 1."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_engine_mscale(scaling: dict) -> float:
+    """The factor the engine multiplies YaRN's cos and sin by: get_mscale(factor, mscale) / get_mscale(factor,
+    mscale_all_dim), with the engine's defaults (1.0 and 0.0: plain 0.1 ln(factor) + 1)."""
+    o = {**YARN_DEFAULTS, **{k: v for k, v in scaling.items() if v is not None}}
+    return yarn_get_mscale(float(o["factor"]), float(o["mscale"])) / yarn_get_mscale(float(o["factor"]),
+                                                                                       float(o["mscale_all_dim"]))
+
 
 
 @dataclass(frozen=True)

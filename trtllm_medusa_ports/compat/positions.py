@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.registry import adapter_for, adapter_for_model_type
-from trtllm_medusa_ports.archs.semantics import PositionEmbedding
+from trtllm_medusa_ports.archs.semantics import (
+    PositionEmbedding,
+    yarn_engine_mscale,
+    yarn_get_mscale,
+)
 from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.checkpoint_schema import ROTARY_SCALING_TYPES, rotary_scaling_kind
@@ -68,10 +72,10 @@ def _rope_families() -> str:
 
 
 #: the scaling types the reference executor computes (reference/rope.py), so that verify proves them
-VERIFIED_ROPE_SCALING = ("linear", "llama3", "longrope")
+VERIFIED_ROPE_SCALING = ("linear", "llama3", "longrope", "yarn")
 
 
-@base_rule("rope-scaling-unsupported", "rope-scaling-unverified", "longrope-table-per-request")
+@base_rule("rope-scaling-unsupported", "rope-scaling-unverified", "longrope-table-per-request", "rope-scaling-yarn-option")
 def rope_scaling(f: BaseFacts) -> list[Finding]:
     """Judges the scaling as the checkpoint's config.json will carry it (the family's converter may rename it, as
     Phi-3's writes "su" as long_rope, or drop it), parsed as the engine parses it."""
@@ -108,15 +112,70 @@ def rope_scaling(f: BaseFacts) -> list[Finding]:
             "unscaled tables where transformers uses the longrope factors",
             "serve this base without Medusa, or convert it as a Phi-3 family base",
         )]
+    if kind == "yarn":
+        return _yarn_findings(scaling, written)
     if kind not in VERIFIED_ROPE_SCALING:
+        why = {"dynamic": " (dynamic NTK: the engine's attention kernels rescale RoPE's base by the sequence length "
+                          "as they run, update_rotary_base_n_scale in cpp/tensorrt_llm/kernels/"
+                          "decoderMaskedMultiheadAttention/decoderMaskedMultiheadAttentionUtils.h, which the "
+                          "executor does not model)"}.get(kind, "")
         return [Finding(
             "rope-scaling-unverified",
             WARNING,
             f"rope scaling type {kind!r} is converted whole, but the CPU reference "
-            f"executor implements only {', '.join(VERIFIED_ROPE_SCALING)}, so `verify` cannot prove it",
+            f"executor implements only {', '.join(VERIFIED_ROPE_SCALING)}{why}, so `verify` refuses it",
             "validate on GPU (scripts/validate_on_gpu.sh)",
         )]
     return []
+
+
+def _yarn_findings(read: dict, written: dict) -> list[Finding]:
+    """YaRN options transformers reads otherwise than the engine (transformers' modeling_rope_utils.py
+    ``_compute_yarn_parameters`` against tensorrt_llm/layers/attention.py ``create_attention_const_params`` and
+    ``RopeEmbeddingUtils.create_sinusoidal_positions_yarn``): ``read`` is config.json's scaling, ``written`` the
+    checkpoint's ``rotary_scaling``."""
+    problems = []
+    factor = read.get("factor")
+    if factor is None:
+        problems.append("factor is not given: transformers derives it as max_position_embeddings / "
+                        "original_max_position_embeddings, the engine reads 1.0")
+    if written.get("original_max_position_embeddings") is None:
+        problems.append("original_max_position_embeddings is not given: the engine reads 4096")
+    if read.get("truncate") is False:
+        problems.append("truncate is false: transformers keeps the correction range unrounded, the engine floors and "
+                        "ceils it")
+    for beta, default in (("beta_fast", 32), ("beta_slow", 1)):
+        if beta in read and read[beta] is not None and not read[beta]:
+            problems.append(f"{beta} is {read[beta]!r}: transformers reads {default} in its place, the engine "
+                            f"{read[beta]!r}")
+    if factor is not None:
+        engine = yarn_engine_mscale(written)
+        if read.get("attention_factor") is not None:
+            hf, source = float(read["attention_factor"]), f"attention_factor {read['attention_factor']}"
+        elif read.get("mscale") and read.get("mscale_all_dim"):
+            hf = yarn_get_mscale(float(factor), float(read["mscale"])) / yarn_get_mscale(
+                float(factor), float(read["mscale_all_dim"]))
+            source = "mscale / mscale_all_dim"
+        else:
+            hf = yarn_get_mscale(float(factor))
+            source = "0.1 ln(factor) + 1" + (", mscale and mscale_all_dim unused unless both are given"
+                                             if read.get("mscale") or read.get("mscale_all_dim") else "")
+        if abs(hf - engine) > 1e-9 * max(1.0, abs(hf)):
+            problems.append(f"the cos / sin scale: transformers {hf:.6g} ({source}), the engine {engine:.6g} "
+                            "(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim), mscale 1 and "
+                            "mscale_all_dim 0 where not given)")
+    if not problems:
+        return []
+    return [Finding(
+        "rope-scaling-yarn-option",
+        ERROR,
+        "yarn: TensorRT-LLM computes this base's YaRN otherwise than transformers: " + "; ".join(problems),
+        "write the options so that both read them alike (e.g. give factor and original_max_position_embeddings "
+        "in rope_scaling, mscale and mscale_all_dim both or neither, no attention_factor the engine does not read), or "
+        "serve this base without Medusa; --allow_unsupported writes the checkpoint anyway (verify, which computes "
+        "the engine's YaRN, then fails where the two differ)",
+        overridable=True,
+    )]
 
 
 #: the max draft length a Medusa checkpoint gets unless --max_draft_len says otherwise (convert's default, as

@@ -64,7 +64,12 @@ from trtllm_medusa_ports.quant.tool_formats import (
     sq_activation,
 )
 from trtllm_medusa_ports.reference.load_checks import check_loaded
-from trtllm_medusa_ports.reference.rope import longrope_inv_freq, longrope_mscale, rope_inv_freq
+from trtllm_medusa_ports.reference.rope import (
+    global_rope,
+    longrope_inv_freq,
+    longrope_mscale,
+    rope_inv_freq,
+)
 from trtllm_medusa_ports.reference.routing import route
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
 from trtllm_medusa_ports.tree import unpack_mask
@@ -248,7 +253,7 @@ class ReferenceModel:
         if semantics.position_embedding is PositionEmbedding.LONG_ROPE:
             self._long_rope()
         elif semantics.position_embedding.is_rope:
-            self.inv_freq = rope_inv_freq(self.rotary_dim, semantics.rotary_base, semantics.rotary_scaling)
+            self.inv_freq, self._mscale[False] = global_rope(self.rotary_dim, semantics)
             if semantics.local_rotary_base is not None:
                 self.local_inv_freq = rope_inv_freq(self.rotary_dim, semantics.local_rotary_base,
                                                     semantics.local_rotary_scaling)

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from trtllm_medusa_ports.archs.semantics import YARN_DEFAULTS, Semantics, yarn_engine_mscale
 from trtllm_medusa_ports.errors import ModelError
 
 
@@ -61,3 +62,39 @@ def longrope_mscale(max_positions: int, original_max_positions: int) -> float:
     transformers' ``attention_factor`` for Phi-3 is the same)."""
     scale = max_positions / original_max_positions
     return 1.0 if scale <= 1.0 else math.sqrt(1 + math.log(scale) / math.log(original_max_positions))
+
+
+def yarn_inv_freq(rotary_dim: int, base: float, scaling: dict) -> tuple[torch.Tensor, float]:
+    """YaRN's inverse frequencies and cos / sin scale as the engine builds its table
+    (tensorrt_llm/functional.py ``RopeEmbeddingUtils.create_sinusoidal_positions_yarn``, from
+    ``create_attention_const_params``): frequencies in float32, interpolated (divided by ``factor``) below the
+    correction range found from ``beta_fast`` / ``beta_slow`` at ``original_max_position_embeddings`` (floored and
+    ceiled, clamped to the dimension), extrapolated above it, a linear ramp between."""
+    o = {**YARN_DEFAULTS, **{k: v for k, v in scaling.items() if v is not None}}
+    factor, original = float(o["factor"]), float(o["original_max_position_embeddings"])
+
+    def correction_dim(rotations: float) -> float:
+        return rotary_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low = max(math.floor(correction_dim(float(o["beta_fast"]))), 0)
+    high = min(math.ceil(correction_dim(float(o["beta_slow"]))), rotary_dim - 1)
+    if low == high:
+        high += 0.001  # as upstream: no zero-width ramp
+    pos_freqs = base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)
+    ramp = torch.clamp((torch.arange(rotary_dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolate = 1 - ramp
+    inv = (1.0 / (factor * pos_freqs)) * (1 - extrapolate) + (1.0 / pos_freqs) * extrapolate
+    return inv.double(), yarn_engine_mscale(scaling)
+
+
+def global_rope(rotary_dim: int, semantics: Semantics) -> tuple[torch.Tensor, float]:
+    """The inverse frequencies of a RoPE base's (global) table and the factor its cos and sin are multiplied by
+    (1 but for YaRN), from the checkpoint's ``rotary_scaling`` (its ``type``, else ``rope_type``, as the engine
+    reads it)."""
+    scaling = semantics.rotary_scaling
+    if scaling and scaling.get("type", scaling.get("rope_type")) == "yarn":
+        if semantics.local_rotary_base is not None:  # the local layers would share the global cos / sin scale
+            raise ModelError("yarn scaling with local RoPE layers is not implemented by the reference executor",
+                             fix="see docs/compatibility-rules.md (rope-scaling-unverified)")
+        return yarn_inv_freq(rotary_dim, semantics.rotary_base, scaling)
+    return rope_inv_freq(rotary_dim, semantics.rotary_base, scaling), 1.0
