@@ -167,3 +167,27 @@ def test_only_the_files_the_step_reads_are_fetched(monkeypatch, tmp_path):
     assert "pytorch_model.bin" in got and "model.onnx" not in got and len(asked) == 3
     got = sorted(p.name for p in local_dir("acme/tok", "tokenizer", flag="--tokenizer_dir").iterdir())
     assert got == ["config.json", "tokenizer.json", "tokenizer_config.json"]
+
+
+def test_the_cache_is_found_as_huggingface_hub_finds_it(hub, tmp_path, monkeypatch, capsys):
+    """HUGGINGFACE_HUB_CACHE (huggingface_hub's older name, still honoured after HF_HUB_CACHE and before HF_HOME): a
+    repository cached there is found offline, and a missing one is named with the cache resolved."""
+    from trtllm_medusa_ports.files.hub import cache_dir
+
+    moved = tmp_path / "elsewhere"
+    shutil.move(str(tmp_path / "hf" / "hub"), str(moved))
+    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", str(moved))
+    assert cache_dir() == moved
+    assert main(["check", "--model_dir", "acme/tiny-qwen2", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["check", "--model_dir", "acme/nowhere"]) == 1
+    err = capsys.readouterr().err
+    assert f"is not in the local Hub cache ({moved})" in err and f"with the same cache: {moved}" in err
+    monkeypatch.setenv("HF_HUB_CACHE", "$HOME_OF_CACHE/hub")  # the newer name first, variables expanded
+    monkeypatch.setenv("HOME_OF_CACHE", str(tmp_path / "x"))
+    assert cache_dir() == tmp_path / "x" / "hub"
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE")
+    monkeypatch.delenv("HF_HOME")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "huggingface" / "hub"

@@ -421,7 +421,7 @@ def test_gemma3_local_rope_scaling_is_refused_and_verify_shows_the_engine_differ
     cfg = json.loads((ckpt / "config.json").read_text())
     assert any("engine-divergence" in w for w in cfg["medusa_ports"]["warnings"])
     ref = ReferenceModel(ckpt)
-    assert torch.allclose(ref.local_inv_freq * 8.0, 1.0 / (10000.0 ** (torch.arange(0, 32, 2).double() / 32)))
+    assert torch.allclose(ref.local_inv_freq.double() * 8.0, 1.0 / (10000.0 ** (torch.arange(0, 32, 2).double() / 32)))
     rep = verify(base, ckpt, medusa_choices=TREE, max_new_tokens=4)
     assert not rep.parity and rep.parity_divergence["where"] == "layer 0 output"  # layer 0 is local
     assert "engine-divergence" in rep.render()
@@ -536,3 +536,26 @@ def test_sparse_mixer_routing_is_transformers_phimoe_sparsemixer(epsilon):
     assert torch.equal(i, idx) and torch.allclose(w, torch.softmax(top, -1))
     w, _ = route(logits, dataclasses.replace(Semantics(), moe_top_k=2, moe_renormalize=False))
     assert torch.allclose(w, torch.softmax(logits, -1).gather(-1, idx))
+
+
+def test_rope_tables_are_the_engines_float32_table(store, tmp_path):
+    """The executor's RoPE table is the engine's float32 one (tensorrt_llm/functional.py RopeEmbeddingUtils:
+    float32 inverse frequencies, float32 angles from np.einsum(dtype=float32)): equal angles at every position, where
+    a float64 angle differs by ~6e-4 rad at position 131,071 on this table (the issue measured up to 8e-3 on long
+    tables): a rounding that grows with the position, which the executor now shares with the engine."""
+    import numpy as np
+    from conftest import heads_once
+
+    base = tiny_base(store, "LlamaForCausalLM")
+    ref = ReferenceModel(convert_to(tmp_path / "c", base, heads_once(base), tp_size=1))
+    dim, theta = ref.rotary_dim, float(ref.semantics.rotary_base)
+    positions = torch.tensor([0, 1, 4095, 4096, 65535, 131071])
+    inv = 1.0 / (theta ** (np.arange(0, dim, 2) / dim)).astype(np.float32)  # upstream's numpy, float32
+    angles = np.einsum("i,j->ij", positions.numpy().astype(np.float32), inv, dtype=np.float32)
+    assert np.array_equal(ref.inv_freq.numpy(), inv) and ref.inv_freq.dtype == torch.float32
+    cos, sin = ref.rotary_tables(positions)[False]
+    assert cos.dtype == torch.float32
+    assert np.allclose(cos.numpy(), np.cos(angles), rtol=0, atol=2e-7)
+    assert np.allclose(sin.numpy(), np.sin(angles), rtol=0, atol=2e-7)
+    exact = positions.double()[:, None] * (1.0 / theta ** (torch.arange(0, dim, 2).double() / dim))[None, :]
+    assert 2e-4 < float((exact[-1] - torch.from_numpy(angles[-1]).double()).abs().max()) < 1e-2  # the bound, stated

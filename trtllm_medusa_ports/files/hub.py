@@ -3,7 +3,7 @@ API's fields of the same names), as transformers, vLLM and TensorRT-LLM's LLM AP
 
 A value that names an existing local path is that path, always (as ``from_pretrained`` reads it). Otherwise a value
 of the Hub's ``owner/name`` form is fetched with ``huggingface_hub.snapshot_download`` into the local cache, which
-honours ``HF_HOME`` / ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` (the cache only) and ``HF_TOKEN``, at ``--revision`` (a
+honours ``HF_HOME`` / ``HF_HUB_CACHE`` / ``HUGGINGFACE_HUB_CACHE`` (:func:`cache_dir`), ``HF_HUB_OFFLINE`` (the cache only) and ``HF_TOKEN``, at ``--revision`` (a
 branch, tag or commit; default ``main``), and only the files the step reads (:data:`FILES`): a base's config,
 weights (safetensors, their index; ``*.bin`` only where the repository has no safetensors) and tokenizer, a heads
 repository's config and weights, a tokenizer's files. What cannot be fetched is one error naming the flag, the id
@@ -53,11 +53,16 @@ def offline() -> bool:
 
 
 def cache_dir() -> Path:
-    """The Hub cache the environment names now (``HF_HUB_CACHE``, else ``HF_HOME``/hub, else ~/.cache/huggingface)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
-    return Path(home).expanduser() / "hub"
+    """The Hub cache the environment names now, resolved in huggingface_hub's own order (huggingface_hub/constants.py,
+    which reads it once, at import): ``HF_HUB_CACHE``, else the older ``HUGGINGFACE_HUB_CACHE``, else ``HF_HOME``/hub,
+    else ``XDG_CACHE_HOME``/huggingface/hub, else ~/.cache/huggingface/hub; ``~`` and ``$VARS`` expanded."""
+    def expand(p: str) -> str:
+        return os.path.expandvars(os.path.expanduser(p))
+
+    home = expand(os.environ.get("HF_HOME")
+                  or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"))
+    return Path(expand(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+                       or os.path.join(home, "hub")))
 
 
 def local_dir(value: str | os.PathLike, kind: str, *, flag: str, revision: str | None = None) -> Path:
@@ -103,7 +108,7 @@ def _why(exc: Exception, repo: str, revision: str | None) -> tuple[str, str]:
     if offline() or "LocalEntryNotFoundError" in names or "OfflineModeIsEnabled" in names:
         return (f"no local directory {repo}, and {repo} is not in the local Hub cache ({cache})"
                 + (" while HF_HUB_OFFLINE is set" if offline() else ", and the Hub could not be reached"),
-                f"download it once where the Hub is reachable (hf download {repo}, with the same HF_HOME), or pass a "
+                f"download it once where the Hub is reachable (hf download {repo}, with the same cache: {cache}), or pass a "
                 "local directory")
     return (f"{repo} could not be fetched from the Hugging Face Hub into {cache}: {type(exc).__name__}: {first}",
             "check the network and the id, or pass a local directory")

@@ -501,10 +501,11 @@ class ReferenceModel:
             if local and self.semantics.local_rotary_base is None:
                 continue
             inv = self.local_inv_freq if local else self.long_inv_freq if long else self.inv_freq
-            angles = positions.double()[:, None] * inv[None, :]  # [T, rot/2]
+            # float32 angles, cos and sin, then the scale: the engine's table (reference/rope.py); the angle's
+            # rounding grows with the position (~6e-4 rad at 131,071 on a tiny test head), which a float64 angle would not show
+            angles = positions.float()[:, None] * inv[None, :]  # [T, rot/2]
             m = self._mscale[long]
-            tables[local] = ((angles.cos() * m).float(), (angles.sin() * m).float()) if m != 1.0 else \
-                (angles.cos().float(), angles.sin().float())
+            tables[local] = (angles.cos() * m, angles.sin() * m) if m != 1.0 else (angles.cos(), angles.sin())
         return tables
 
     def rope(self, x: torch.Tensor, positions: torch.Tensor, layer: int = 0,

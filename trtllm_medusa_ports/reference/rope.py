@@ -1,4 +1,6 @@
-"""RoPE's inverse frequencies as TensorRT-LLM 1.2.x computes them, for the reference executor."""
+"""RoPE's inverse frequencies as TensorRT-LLM 1.2.x computes them, for the reference executor: float32, as the
+engine's tables hold them, whose angles (position x inverse frequency) are float32 products too
+(``np.einsum(..., dtype=np.float32)`` in tensorrt_llm/functional.py ``RopeEmbeddingUtils``)."""
 
 from __future__ import annotations
 
@@ -10,22 +12,30 @@ from trtllm_medusa_ports.archs.semantics import YARN_DEFAULTS, Semantics, yarn_e
 from trtllm_medusa_ports.errors import ModelError
 
 
+def _base_powers(rotary_dim: int, base: float) -> torch.Tensor:
+    """``base ** (2i / rotary_dim)`` as the engine's table builders make it: the power in float64, then float32
+    (numpy's ``(theta ** (np.arange(0, dim, 2) / dim)).astype(np.float32)``)."""
+    return (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)).float()
+
+
 def rope_inv_freq(rotary_dim: int, base: float, scaling: dict | None) -> torch.Tensor:
-    """Inverse frequencies of RoPE, with the scaling types TensorRT-LLM 1.2.x implements.
+    """Inverse frequencies of RoPE (float32, as the engine's table holds them), with the scaling types TensorRT-LLM
+    1.2.x implements.
 
-    ``linear`` divides positions by ``factor`` (same as dividing inv_freq); ``llama3``
-    rescales long wavelengths (tensorrt_llm/functional.py ``RopeEmbeddingUtils``).
+    ``linear`` divides positions by ``factor`` (the engine: ``1 / factor`` over the base's powers); ``llama3``
+    rescales long wavelengths, element by element in double precision and stored as float32
+    (tensorrt_llm/functional.py ``RopeEmbeddingUtils.create_sinusoidal_positions_for_attention_plugin``,
+    ``apply_llama3_scaling``).
     """
-    import torch
-
-    inv = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
+    powers = _base_powers(rotary_dim, base)
     if not scaling:
-        return inv
+        return 1.0 / powers
     kind = scaling.get("type") or scaling.get("rope_type")
     factor = float(scaling.get("factor", 1.0))
     if kind == "linear":
-        return inv / factor
+        return (1.0 / factor) / powers
     if kind == "llama3":
+        inv = (1.0 / powers).double()
         low = float(scaling.get("low_freq_factor", 1.0))
         high = float(scaling.get("high_freq_factor", 4.0))
         orig = float(scaling.get("original_max_position_embeddings", 8192))
@@ -35,7 +45,7 @@ def rope_inv_freq(rotary_dim: int, base: float, scaling: dict | None) -> torch.T
         scaled = torch.where(wavelen > low_wl, inv / factor, inv)
         mid = (1 - smooth) * inv / factor + smooth * inv
         is_mid = (wavelen <= low_wl) & (wavelen >= high_wl)
-        return torch.where(is_mid, mid, scaled)
+        return torch.where(is_mid, mid, scaled).float()
     raise ModelError(
         f"rope scaling type {kind!r} is not implemented by the reference executor",
         fix="see docs/compatibility-rules.md (rope-scaling-unsupported)",
@@ -50,10 +60,10 @@ def longrope_inv_freq(rotary_dim: int, base: float, factors: tuple[float, ...]) 
         raise ModelError(f"long_rope has {len(factors)} factors per table, the rotary dimension {rotary_dim} needs "
                          f"{rotary_dim // 2} (one per frequency)",
                          fix="the config's rope_scaling short_factor / long_factor must match the head size")
-    f = torch.tensor(factors, dtype=torch.float32).double()
+    f = torch.tensor(factors, dtype=torch.float32)
     if not (bool(torch.isfinite(f).all()) and bool((f > 0).all())):
         raise ModelError("long_rope's factors must be finite and positive", fix="check rope_scaling in config.json")
-    return 1.0 / (f * base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim))
+    return 1.0 / (f * _base_powers(rotary_dim, base))  # float32 throughout, as upstream's numpy arrays
 
 
 def longrope_mscale(max_positions: int, original_max_positions: int) -> float:
@@ -65,7 +75,7 @@ def longrope_mscale(max_positions: int, original_max_positions: int) -> float:
 
 
 def yarn_inv_freq(rotary_dim: int, base: float, scaling: dict) -> tuple[torch.Tensor, float]:
-    """YaRN's inverse frequencies and cos / sin scale as the engine builds its table
+    """YaRN's inverse frequencies (float32) and cos / sin scale as the engine builds its table
     (tensorrt_llm/functional.py ``RopeEmbeddingUtils.create_sinusoidal_positions_yarn``, from
     ``create_attention_const_params``): frequencies in float32, interpolated (divided by ``factor``) below the
     correction range found from ``beta_fast`` / ``beta_slow`` at ``original_max_position_embeddings`` (floored and
@@ -84,7 +94,7 @@ def yarn_inv_freq(rotary_dim: int, base: float, scaling: dict) -> tuple[torch.Te
     ramp = torch.clamp((torch.arange(rotary_dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
     extrapolate = 1 - ramp
     inv = (1.0 / (factor * pos_freqs)) * (1 - extrapolate) + (1.0 / pos_freqs) * extrapolate
-    return inv.double(), yarn_engine_mscale(scaling)
+    return inv, yarn_engine_mscale(scaling)
 
 
 def global_rope(rotary_dim: int, semantics: Semantics) -> tuple[torch.Tensor, float]:
