@@ -140,3 +140,23 @@ def test_shape_arithmetic_is_int64_and_a_slice_takes_one_type(trtllm):  # noqa: 
         F.slice(x, starts=F.concat([1]), sizes=F.concat([n - 2]))
     with pytest.raises(TypeError, match="different types"):
         F.concat([F.concat([1]), F.concat([n])])
+
+
+def test_a_parallel_quantized_embedding_keeps_its_class(trtllm, store, tmp_path):  # noqa: F811
+    """parallelize_embedding rebuilds an embedding as ``module.__class__(**get_init_params(module))``
+    (tensorrt_llm/models/modeling_utils.py): a weight-only quantized embedding stays one, sharded, with its per-token
+    scale over the whole vocabulary (a plain Embedding in its place would declare a float weight)."""
+    from tensorrt_llm.models import MODEL_MAP
+
+    from trtllm_medusa_ports.engine.build import model_config_and_class
+
+    cfg = _config(_quantized(store, tmp_path, "LlamaForCausalLM", 2, qformat="int8_wo"))
+    cfg["quantization"]["exclude_modules"] = ["*lm_head", "*medusa_heads*"]  # the embedding quantized
+    cfg["use_parallel_embedding"], cfg["embedding_sharding_dim"] = True, 0
+    model_config, cls = model_config_and_class(cfg)
+    model_config.set_rank(1)
+    emb = (cls or MODEL_MAP[cfg["architecture"]])(model_config).transformer.vocab_embedding
+    vocab, hidden = cfg["vocab_size"], cfg["hidden_size"]
+    assert type(emb).__name__ == "WeightOnlyQuantEmbedding" and emb.tp_size == 2 and emb.tp_rank == 1
+    assert emb.weight.shape == (-(-vocab // 2), hidden) and emb.weight.dtype == "int8"
+    assert emb.per_token_scale.shape == (vocab,)

@@ -25,6 +25,7 @@ import os
 import torch
 
 from .. import CALLS
+from .._utils import get_init_params
 from ..functional import Tensor, default_net, rotary_scaling_type
 from ..layers.attention import KeyValueCacheParams, PositionEmbeddingType
 from ..logger import logger
@@ -243,10 +244,10 @@ class PretrainedModel(Module, metaclass=_PostInitCaller):
         for _, module in list(self.named_modules()):
             for name, child in list(module._modules.items()):
                 if isinstance(child, Embedding) and child.tp_group is None:
-                    module._modules[name] = Embedding(
-                        child.num_embeddings, child.embedding_dim, dtype=child.dtype, tp_size=mapping.tp_size,
-                        tp_group=mapping.tp_group, sharding_dim=self.config.embedding_sharding_dim,
-                        tp_rank=mapping.tp_rank)
+                    # module.__class__(**init_params): the class kept (a WeightOnlyQuantEmbedding stays quantized)
+                    params = {**get_init_params(child), "tp_size": mapping.tp_size, "tp_group": mapping.tp_group,
+                              "sharding_dim": self.config.embedding_sharding_dim, "tp_rank": mapping.tp_rank}
+                    module._modules[name] = type(child)(**params)
 
     @classmethod
     def from_config(cls, config):

@@ -4,8 +4,9 @@
 ``64 * tp_size``; ``weight`` int8 ``[in_local, out_local * bits / 8]`` (the transposed weight; int4 packs two
 values per byte), ``per_channel_scale`` ``[out_local]`` in the model dtype. ``FP8Linear`` /
 ``FP8RowLinear``: ``weight`` fp8 ``[out_local, in_local]``, ``activation_scaling_factor`` and
-``weights_scaling_factor`` float32 ``[1]``. ``WeightOnlyQuantEmbedding``: ``weight`` int8 ``[ceil(vocab / tp),
-hidden]`` (sharding dim 0) or ``[vocab, hidden / tp]``, ``per_token_scale`` ``[vocab]`` in the model dtype.
+``weights_scaling_factor`` float32 ``[1]``. ``WeightOnlyQuantEmbedding`` (an ``Embedding``, with its arguments): ``weight`` int8
+``[ceil(vocab / tp), hidden]`` (sharding dim 0) or ``[vocab, hidden / tp]``, ``per_token_scale`` ``[vocab]`` in the
+model dtype.
 ``WeightOnlyGroupwiseQuantLinear`` / ``RowLinear`` (INT4 AWQ): in and out features padded up to a multiple of
 ``max(64, group_size) * tp_size``; ``weight`` ``[in_local, out_local / 4]`` in the model dtype (int4 codes packed
 four to a 16-bit element), ``weights_scaling_factor`` ``[in_local / group_size, out_local]`` in the model dtype,
@@ -20,6 +21,7 @@ import math
 
 from .. import CALLS
 from ..functional import Tensor
+from ..layers.embedding import Embedding
 from ..module import Module
 from ..parameter import Parameter
 
@@ -65,13 +67,22 @@ class FP8Linear(_Quantized):
         self.weights_scaling_factor = Parameter(shape=(1,), dtype="float32")
 
 
-class WeightOnlyQuantEmbedding(_Quantized):
-    def __init__(self, num_embeddings, embedding_dim, dtype=None, tp_size=1, sharding_dim=0):
-        super().__init__()
+class WeightOnlyQuantEmbedding(Embedding):
+    """An ``Embedding`` (upstream subclasses it, so ``parallelize_embedding`` shards it keeping its class) with the
+    same arguments and a ``quant_mode``."""
+
+    def __init__(self, num_embeddings, embedding_dim, dtype=None, tp_size=1, tp_group=None, sharding_dim=0,
+                 tp_rank=None, quant_mode=None):
+        super().__init__(num_embeddings, embedding_dim, dtype, tp_size, tp_group, sharding_dim, tp_rank)
+        self.quant_mode = quant_mode
+        self.per_token_scale = Parameter(shape=(num_embeddings,), dtype=dtype)
         shape = ((-(-num_embeddings // tp_size), embedding_dim) if sharding_dim == 0 else
                  (num_embeddings, embedding_dim // tp_size))
         self.weight = Parameter(shape=shape, dtype="int8")
-        self.per_token_scale = Parameter(shape=(num_embeddings,), dtype=dtype)
+
+    def forward(self, x, *args, **kwargs):
+        CALLS.append(("quantized_linear", type(self).__name__, id(self)))
+        return Tensor(f"{type(self).__name__}({x.name})")
 
 
 class WeightOnlyGroupwiseQuantLinear(_Quantized):

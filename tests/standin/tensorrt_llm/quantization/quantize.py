@@ -16,6 +16,7 @@ layer not excluded declares its experts quantized (weight-only only: ``MOEWeight
 
 import fnmatch
 
+from .._utils import get_init_params
 from ..layers.attention import Attention
 from ..layers.embedding import Embedding
 from ..layers.linear import ColumnLinear, RowLinear
@@ -75,9 +76,8 @@ def quantize(model, quant_config):
                     module._modules[child_name] = _replacement(child, algo, quant_config)
                 elif isinstance(child, Embedding) and algo in _BITS and not any(
                         fnmatch.fnmatchcase(full, p) for p in exclude):
-                    module._modules[child_name] = WeightOnlyQuantEmbedding(
-                        child.num_embeddings, child.embedding_dim, dtype=child.dtype, tp_size=child.tp_size,
-                        sharding_dim=child.sharding_dim)
+                    # quant_map[type(module)](**get_init_params(module)): the embedding's own arguments
+                    module._modules[child_name] = WeightOnlyQuantEmbedding(**get_init_params(child))
     if kv:
         for _, module in model.named_modules():
             if isinstance(module, Attention):
