@@ -171,3 +171,16 @@ def test_every_quantization_the_project_writes_is_a_name_quantmode_takes(trtllm)
     config = type("Q", (), {"quant_algo": "fp8", "kv_cache_quant_algo": None, "exclude_modules": None})()
     with pytest.raises(AssertionError):
         quantize(object(), config)
+
+
+def test_every_activation_a_family_writes_is_an_act2fn_name(trtllm, store):
+    """hidden_act is looked up in upstream's ACT2FN (tensorrt_llm/functional.py; the MLP refuses another name): the
+    schema's list is the stand-in's table, and every family writes a name from it for its tiny base."""
+    from tensorrt_llm.functional import ACT2FN
+
+    from trtllm_medusa_ports.files.checkpoint_schema import ACTIVATIONS
+
+    assert set(ACTIVATIONS) == set(ACT2FN)
+    for arch in sorted({cls.hf_architectures[0] for cls in registry().values()}):
+        written = adapter_for(arch).engine_config(HFConfig.read(tiny_base(store, arch)))["hidden_act"]
+        assert written in ACT2FN, (arch, written)

@@ -6,7 +6,7 @@ A checkpoint is downloaded input. The fields follow tensorrt_llm/models/modeling
 ``QuantConfig`` (types of upstream's dataclass fields; ``dtype`` and ``mapping`` have checks of their own), tensorrt_llm/models/medusa/config.py ``MedusaConfig``
 (``num_medusa_heads``, ``num_medusa_layers``, ``max_draft_len``) and this project's ``medusa_ports`` record. A value
 upstream turns into an enum is judged as upstream parses it (exact member names: ``position_embedding_type``,
-``rotary_scaling``'s type, ``quant_algo`` / ``kv_cache_quant_algo``, ``moe.normalization_mode``), so a value the
+``rotary_scaling``'s type, ``hidden_act``, ``quant_algo`` / ``kv_cache_quant_algo``, ``moe.normalization_mode``), so a value the
 engine would refuse, or silently read as another, is refused here for every reader. A field
 that is absent or null is not judged here (readers apply their defaults); the required sizes are
 ``check_config``'s.
@@ -41,6 +41,11 @@ QUANT_ALGOS = ("W8A16", "W4A16", "W4A16_AWQ", "W4A8_AWQ", "W8A16_GPTQ", "W4A16_G
                "FP8_BLOCK_SCALES", "MIXED_PRECISION", "NVFP4", "W4A8_NVFP4_FP8", "W4A8_MXFP4_FP8",
                "W4A8_MXFP4_MXFP8", "W4A16_MXFP4", "NO_QUANT")
 KV_CACHE_QUANT_ALGOS = ("FP8", "INT8", "NVFP4")
+#: tensorrt_llm/functional.py ``ACT2FN``'s names: the MLPs and Medusa's ResBlocks look ``hidden_act`` /
+#: ``medusa_hidden_act`` up there (tensorrt_llm/layers/mlp.py refuses any other: "unsupported activation")
+ACTIVATIONS = ("relu", "tanh", "gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "openai-gelu", "geglu", "gegelu",
+               "identity", "silu", "softplus", "relu2", "squared-relu", "swiglu", "fast-swiglu", "sigmoid",
+               "quick_gelu")
 #: tensorrt_llm/layers/moe.py MoeConfig.ExpertScaleNormalizationMode's values (NONE, RENORMALIZE, SPARSE_MIXER,
 #: DEVICE_LIMITED, DEVICE_LIMITED_RENORM): ``MoeConfig.from_dict`` keeps config.json's value as it is and the MoE
 #: layer compares it with the members, so another value (a string "1", a 7) matches no routing and is not refused
@@ -84,6 +89,9 @@ RULES = {
     "position embedding": (lambda v: v in POSITION_EMBEDDING_TYPES,
                            "one of TensorRT-LLM's PositionEmbeddingType names (" + ", ".join(POSITION_EMBEDDING_TYPES)
                            + "): tensorrt_llm/functional.py PositionEmbeddingType.from_string raises on any other"),
+    "activation": (lambda v: v in ACTIVATIONS,
+                   "one of TensorRT-LLM's ACT2FN names (" + ", ".join(ACTIVATIONS) + "), spelled exactly so: "
+                   "tensorrt_llm/functional.py ACT2FN has no other"),
     "quant algo": (lambda v: v in QUANT_ALGOS,
                    "one of TensorRT-LLM's QuantAlgo names for weights (" + ", ".join(QUANT_ALGOS) + "), spelled "
                    "exactly so: tensorrt_llm/quantization/mode.py QuantMode.from_quant_algo asserts it"),
@@ -102,8 +110,8 @@ RULES = {
 
 #: top-level fields of config.json
 FIELDS = {
-    "architecture": "str", "logits_dtype": "str", "hidden_act": "str",
-    "position_embedding_type": "position embedding", "rotary_scaling": "rotary scaling", "base_architecture": "str", "medusa_hidden_act": "str",
+    "architecture": "str", "logits_dtype": "str", "hidden_act": "activation",
+    "position_embedding_type": "position embedding", "rotary_scaling": "rotary scaling", "base_architecture": "str", "medusa_hidden_act": "activation",
     "num_key_value_heads": "positive int", "head_size": "positive int", "intermediate_size": "positive int",
     "max_position_embeddings": "positive int", "num_medusa_layers": "positive int",
     "num_medusa_heads": "non-negative int", "max_draft_len": "non-negative int",

@@ -112,16 +112,50 @@ def swiglu(x):
     return Tensor(f"swiglu({x.name})", torch.nn.functional.silu(gate.value) * a.value)
 
 
+def _geglu(x):  # first half times gelu(second half) (functional.py geglu)
+    a, b = chunk(x, 2, dim=-1)
+    return Tensor(f"geglu({x.name})", None if x.value is None else
+                  a.value * torch.nn.functional.gelu(b.value, approximate="tanh"))
+
+
+def _symbolic_only(name):
+    """An activation the stand-in names but does not compute: symbolic tensors pass, a value raises."""
+    def act(x):
+        if x.value is not None:
+            raise NotImplementedError(f"the stand-in does not compute {name}")
+        CALLS.append(("act", name))
+        return Tensor(f"{name}({x.name})")
+    return act
+
+
+def _softplus(input, beta, threshold):  # functional.py softplus takes beta and threshold: ACT2FN's call lacks them
+    raise TypeError("softplus() missing 2 required positional arguments: 'beta' and 'threshold'")
+
+
+_tanh_gelu = lambda v: torch.nn.functional.gelu(v, approximate="tanh")  # noqa: E731  (functional.py gelu: tanh form)
+
+#: functional.py ``ACT2FN``, every name (read whole from upstream's table; a name outside it is a KeyError, and
+#: layers/mlp.py ``MLP`` refuses it first): gelu, gelu_new, gelu_fast, gelu_pytorch_tanh and openai-gelu are one
+#: tanh-form gelu; relu2 and squared-relu one pow(relu(x), 2.0); swiglu and fast-swiglu one swiglu
 ACT2FN = {
     "relu": _unary("relu", torch.relu),
+    "tanh": _unary("tanh", torch.tanh),
+    "gelu": _unary("gelu", _tanh_gelu),
+    "gelu_new": _unary("gelu_new", _tanh_gelu),
+    "gelu_fast": _unary("gelu_fast", _tanh_gelu),
+    "gelu_pytorch_tanh": _unary("gelu_pytorch_tanh", _tanh_gelu),
+    "openai-gelu": _unary("openai-gelu", _tanh_gelu),
+    "geglu": _geglu,
+    "gegelu": _symbolic_only("gegelu"),  # Phi-3-small's strided split: no family converts to it
+    "identity": _unary("identity", lambda v: v),
     "silu": _unary("silu", torch.nn.functional.silu),
-    "gelu": _unary("gelu", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
-    "gelu_new": _unary("gelu_new", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
-    "gelu_pytorch_tanh": _unary("gelu_pytorch_tanh", lambda v: torch.nn.functional.gelu(v, approximate="tanh")),
-    "swiglu": swiglu,
-    # both names of squared_relu, pow(relu(x), 2.0)
-    "squared-relu": _unary("squared-relu", lambda v: torch.relu(v) ** 2),
+    "softplus": _softplus,
     "relu2": _unary("relu2", lambda v: torch.relu(v) ** 2),
+    "squared-relu": _unary("squared-relu", lambda v: torch.relu(v) ** 2),
+    "swiglu": swiglu,
+    "fast-swiglu": swiglu,
+    "sigmoid": _unary("sigmoid", torch.sigmoid),
+    "quick_gelu": _unary("quick_gelu", lambda v: v * torch.sigmoid(1.702 * v)),
 }
 
 
