@@ -31,6 +31,7 @@ CASES = [
     ("rotary_scaling", "linear", "an object whose type (or rope_type) is one of"),
     ("architecture", 3, "a string"),
     ("hidden_act", "SiLU", "one of TensorRT-LLM's ACT2FN names"),
+    ("logits_dtype", "fp32", "one of float32, float16, bfloat16"),
     ("hidden_act", "gelu_exact", "one of TensorRT-LLM's ACT2FN names"),
     ("medusa_hidden_act", "swish", "one of TensorRT-LLM's ACT2FN names"),
     ("medusa_shared_lm_head", "false", "true or false"),

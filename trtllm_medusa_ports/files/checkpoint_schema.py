@@ -20,6 +20,7 @@ import json
 import math
 
 from trtllm_medusa_ports.errors import CheckpointError
+from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.jsonfile import is_int, is_number
 
 #: tensorrt_llm/functional.py RotaryScalingType's member names: ``from_string`` looks a ``rotary_scaling``'s type up by
@@ -89,6 +90,9 @@ RULES = {
     "position embedding": (lambda v: v in POSITION_EMBEDDING_TYPES,
                            "one of TensorRT-LLM's PositionEmbeddingType names (" + ", ".join(POSITION_EMBEDDING_TYPES)
                            + "): tensorrt_llm/functional.py PositionEmbeddingType.from_string raises on any other"),
+    "float dtype": (lambda v: v in CHECKPOINT_DTYPES,
+                    "one of " + ", ".join(CHECKPOINT_DTYPES) + " (tensorrt_llm/_utils.py str_dtype_to_trt looks it up "
+                    "by that name when the logits are marked)"),
     "activation": (lambda v: v in ACTIVATIONS,
                    "one of TensorRT-LLM's ACT2FN names (" + ", ".join(ACTIVATIONS) + "), spelled exactly so: "
                    "tensorrt_llm/functional.py ACT2FN has no other"),
@@ -110,7 +114,7 @@ RULES = {
 
 #: top-level fields of config.json
 FIELDS = {
-    "architecture": "str", "logits_dtype": "str", "hidden_act": "activation",
+    "architecture": "str", "logits_dtype": "float dtype", "hidden_act": "activation",
     "position_embedding_type": "position embedding", "rotary_scaling": "rotary scaling", "base_architecture": "str", "medusa_hidden_act": "activation",
     "num_key_value_heads": "positive int", "head_size": "positive int", "intermediate_size": "positive int",
     "max_position_embeddings": "positive int", "num_medusa_layers": "positive int",
