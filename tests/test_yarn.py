@@ -115,3 +115,20 @@ def test_the_original_length_written_at_the_top_level_reaches_the_engine(store, 
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     written = adapter_for("Qwen2ForCausalLM").engine_config(HFConfig.read(tmp_path))["rotary_scaling"]
     assert written == {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+def test_dynamic_scaling_is_refused_by_verify_naming_the_reason(store, tmp_path):
+    """dynamic NTK is computed inside the engine's kernels as they run: check warns (rope-scaling-unverified) and
+    the executor refuses the checkpoint naming the type and why, before any comparison."""
+    from trtllm_medusa_ports.errors import ModelError
+    from trtllm_medusa_ports.reference import ReferenceModel
+
+    base = tiny_base(store, "Qwen2ForCausalLM", rope_scaling={"type": "dynamic", "factor": 2.0})
+    _, findings = check(base)
+    f = next(f for f in findings if f.rule == "rope-scaling-unverified")
+    assert "dynamic NTK" in f.message and "update_rotary_base_n_scale" in f.message
+    ckpt = convert_to(tmp_path / "c", base, heads_once(base), tp_size=1)
+    with pytest.raises(ModelError) as err:
+        ReferenceModel(ckpt)
+    assert "'dynamic'" in err.value.what and "rescale RoPE's base by the sequence length" in err.value.what
+    assert "rope-scaling-unverified" in err.value.fix

@@ -46,9 +46,12 @@ def rope_inv_freq(rotary_dim: int, base: float, scaling: dict | None) -> torch.T
         mid = (1 - smooth) * inv / factor + smooth * inv
         is_mid = (wavelen <= low_wl) & (wavelen >= high_wl)
         return torch.where(is_mid, mid, scaled).float()
+    why = (": the engine's attention kernels rescale RoPE's base by the sequence length as they run "
+           "(update_rotary_base_n_scale, cpp/tensorrt_llm/kernels/decoderMaskedMultiheadAttention/"
+           "decoderMaskedMultiheadAttentionUtils.h), which the executor does not model" if kind == "dynamic" else "")
     raise ModelError(
-        f"rope scaling type {kind!r} is not implemented by the reference executor",
-        fix="see docs/compatibility-rules.md (rope-scaling-unsupported)",
+        f"rope scaling type {kind!r} is not implemented by the reference executor{why}",
+        fix="validate on GPU (scripts/validate_on_gpu.sh); see docs/compatibility-rules.md (rope-scaling-unverified)",
     )
 
 
