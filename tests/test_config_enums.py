@@ -100,7 +100,8 @@ def test_phi3_su_is_written_as_upstreams_phi3_route_writes_it(store, tmp_path):
     """A Phi-3 128k config spelling longrope "su": the checkpoint carries long_rope and its tables, and no
     rotary_scaling (upstream's own Phi-3 converter writes none: "su" would not parse)."""
     half = 8
-    base = tiny_base(store, "Phi3ForCausalLM", rope_scaling=_scalings(half)["su"], original_max_position_embeddings=64)
+    su = {k: v for k, v in _scalings(half)["su"].items() if k in ("type", "short_factor", "long_factor")}  # Phi3Config's
+    base = tiny_base(store, "Phi3ForCausalLM", rope_scaling=su, original_max_position_embeddings=64)
     ckpt = _checkpoint(store, tmp_path, "Phi3ForCausalLM", base=base)
     cfg = json.loads((ckpt / "config.json").read_text())
     assert cfg["position_embedding_type"] == "long_rope" and cfg["rotary_scaling"] is None

@@ -47,7 +47,8 @@ class Phi3Adapter(LlamaAdapter):
     display_note = ""
     position_summary = "RoPE (GPT-NeoX; longrope for 128k)"
     medusa_status = (
-        "`trtllm-medusa build`, pp 1 only; longrope verified within original_max_position_embeddings"
+        "`trtllm-medusa build`, pp 1 only; longrope verified for prompts within original_max_position_embeddings - "
+        "max_draft_len"
     )
     tiny_config: ClassVar[dict | None] = dict(
         model_type="phi3", hidden_size=64, intermediate_size=128, num_hidden_layers=2,

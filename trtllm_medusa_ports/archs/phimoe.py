@@ -71,8 +71,8 @@ class PhiMoEAdapter(Phi3Adapter):
     model_types = ("phimoe",)
     display_note = "Phi-3.5-MoE, mixture of experts"
     position_summary = "RoPE (GPT-NeoX; longrope for 128k)"
-    medusa_status = ("`trtllm-medusa build`, pp 1 only; tensor and expert parallel; longrope verified within "
-                     "original_max_position_embeddings")
+    medusa_status = ("`trtllm-medusa build`, pp 1 only; tensor and expert parallel; longrope verified for prompts "
+                     "within original_max_position_embeddings - max_draft_len")
     tiny_config: ClassVar[dict | None] = dict(
         model_type="phimoe", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=256, max_position_embeddings=256,
