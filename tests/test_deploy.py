@@ -126,10 +126,11 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
     assert printed == bundle and written == sorted(bundle["files"] + ["triton/"]) == [
         "build.sh", "checkpoint/", "deploy.json", "llm_api.py", "run.sh", "serve.sh", "serve.yaml", "tokenizer/",
         "triton/", "triton/fill.sh", "triton/launch.sh"]
-    # what the routes read is in the bundle: hard links to the inputs (the same files, no space taken)
+    # what the routes read is in the bundle: copies of the inputs (never the same files: an edit would cross)
     assert sorted(p.name for p in (out / "checkpoint").iterdir()) == sorted(p.name for p in ckpt.iterdir())
     assert sorted(p.name for p in (out / "tokenizer").iterdir()) == sorted(p.name for p in tok.iterdir())
-    assert all((out / "checkpoint" / p.name).samefile(p) for p in ckpt.iterdir())
+    assert not any((out / "checkpoint" / p.name).samefile(p) for p in ckpt.iterdir())
+    assert all((out / "checkpoint" / p.name).read_bytes() == p.read_bytes() for p in ckpt.glob("*.safetensors"))
     compile((out / "llm_api.py").read_text(), "llm_api.py", "exec")  # Python reads it
     for script in ("build.sh", "run.sh", "serve.sh", "triton/fill.sh", "triton/launch.sh"):  # executable, bash reads them
         assert (out / script).stat().st_mode & 0o111
@@ -164,7 +165,9 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
     text = capsys.readouterr().out
     assert f"Wrote {out.resolve()}: build.sh, run.sh, llm_api.py, serve.yaml, serve.sh, triton/fill.sh, " \
            "triton/launch.sh, deploy.json, checkpoint/, tokenizer/ (world size 2; tree 4 nodes" in text
-    assert "checkpoint/ and tokenizer/: hard links to the inputs; the bundle names no path of this machine" in text
+    assert "checkpoint/ and tokenizer/: copies of the inputs (checkpoint 0.00" in text
+    assert "this machine's paths replaced by their names in checkpoint/config.json: medusa_ports.heads_source" in text
+    assert "; the bundle names no path of this machine" in text
     assert json.loads((out / "deploy.json").read_text())["serving"] == {
         "max_batch_size": 2, "max_input_len": 50, "max_seq_len": 200, "max_num_tokens": 50}
 

@@ -171,7 +171,12 @@ def test_the_bundle_travels_and_names_no_path_of_the_machine_that_wrote_it(serve
     there = tmp_path / "gpu-machine" / "bundle"
     shutil.copytree(out, there)  # files, not links
     shutil.rmtree(out)
-    assert (there / "checkpoint" / "config.json").read_bytes() == (ckpt / "config.json").read_bytes()
+    copied, given = (json.loads((d / "config.json").read_text()) for d in (there / "checkpoint", ckpt))
+    assert given["medusa_ports"]["heads_source"].startswith("/")  # the converting machine's path, in the input
+    given["medusa_ports"]["heads_source"] = Path(given["medusa_ports"]["heads_source"]).name
+    assert copied == given  # the same config, with that path's name only
+    for p in there.rglob("*"):  # every byte of the bundle, the copied inputs too
+        assert not p.is_file() or str(tmp_path).encode() not in p.read_bytes(), p
     env, log = _stubs(tmp_path, bundle)
     work = tmp_path / "cwd"
     work.mkdir()
@@ -318,3 +323,88 @@ def test_fill_sh_stops_at_its_first_failing_step(served, tmp_path, capsys):  # n
     assert done.returncode != 0 and "wrote" not in done.stdout, done
     for script in ("build.sh", "run.sh", "serve.sh", "triton/fill.sh", "triton/launch.sh"):
         assert (out / script).read_text().splitlines()[1] == "set -euo pipefail", script
+
+
+def _deploy(ckpt, tok, out) -> int:
+    return main(["deploy", "--checkpoint_dir", str(ckpt), "--tokenizer_dir", str(tok), "--output_dir", str(out)])
+
+
+def test_the_bundle_holds_copies_and_an_edit_never_crosses(served, tmp_path):  # noqa: F811
+    """Issue 76, 1: every file of checkpoint/ and tokenizer/ is a file of its own (a copy, or a reflink where the
+    filesystem shares blocks): editing the bundle leaves the inputs as they were, and editing an input after deploy
+    leaves the bundle as deploy wrote it (deploy.json and the scripts describe what build.sh builds)."""
+    ckpt, tok = served
+    out = tmp_path / "serve"
+    assert _deploy(ckpt, tok, out) == 0
+    for given, copy in [(p, out / "checkpoint" / p.name) for p in ckpt.iterdir()] + \
+                       [(p, out / "tokenizer" / p.name) for p in tok.iterdir()]:
+        assert os.stat(copy).st_ino != os.stat(given).st_ino and os.stat(copy).st_nlink == 1, copy
+    rank = sorted(ckpt.glob("rank*.safetensors"))[0]
+    before = rank.read_bytes()
+    with open(out / "checkpoint" / rank.name, "r+b") as f:  # the bundle edited in place
+        f.seek(100)
+        f.write(b"\xff" * 16)
+    assert rank.read_bytes() == before
+    name = sorted(p.name for p in tok.iterdir())[0]
+    shipped = (out / "tokenizer" / name).read_bytes()
+    with open(tok / name, "ab") as f:  # the input edited after deploy
+        f.write(b" ")
+    assert (out / "tokenizer" / name).read_bytes() == shipped
+
+
+@pytest.mark.parametrize("where, link", [("checkpoint", "../secret.txt"), ("tokenizer", "../secret.txt"),
+                                         ("checkpoint", "/etc/hostname"), ("tokenizer", "sub/../../secret.txt")])
+def test_a_link_out_of_an_input_is_refused_by_name(served, tmp_path, capsys, where, link):  # noqa: F811
+    """A symlink in an input directory whose target lies outside it is never followed into the bundle (which is
+    shipped to another machine): deploy exits 1 naming the link and its target, and writes nothing."""
+    ckpt, tok = served
+    (tmp_path / "secret.txt").write_text("private")
+    root = Path(shutil.copytree(ckpt if where == "checkpoint" else tok, tmp_path / f"own-{where}"))
+    (root / "sub").mkdir()
+    os.symlink(link, root / "notes.txt")
+    out = tmp_path / "serve"
+    assert _deploy(root if where == "checkpoint" else ckpt, tok if where == "checkpoint" else root, out) == 1
+    err = capsys.readouterr().err
+    assert "notes.txt is a link to " in err and f"outside the {where} directory" in err and "Traceback" not in err
+    assert "cp --remove-destination" in err
+    assert not out.exists()
+
+
+def test_a_link_within_an_input_is_copied_as_a_file(served, tmp_path):  # noqa: F811
+    ckpt, tok = served
+    root = Path(shutil.copytree(tok, tmp_path / "tok2"))
+    first = sorted(p.name for p in root.iterdir())[0]
+    os.symlink(first, root / "alias.txt")
+    out = tmp_path / "serve"
+    assert _deploy(ckpt, root, out) == 0
+    copy = out / "tokenizer" / "alias.txt"
+    assert not copy.is_symlink() and copy.read_bytes() == (root / first).read_bytes()
+
+
+def test_a_hub_snapshot_whose_ref_or_file_leads_out_of_the_cache_is_refused(served, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """A Hub cache is untrusted input too: a refs/main naming a folder outside the repository's, or a snapshot file
+    linking out of it, is refused by name (never read, never shipped)."""
+    from test_hub import _cache_repo
+
+    ckpt, tok = served
+    hf_home = tmp_path / "hf"
+    snapshot = _cache_repo(hf_home, "acme/tok", tok)
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secret.txt").write_text("private")
+    os.symlink(os.path.relpath(tmp_path / "secret.txt", snapshot), snapshot / "notes.txt")
+    assert _deploy(ckpt, "acme/tok", tmp_path / "serve") == 1
+    err = capsys.readouterr().err
+    assert "notes.txt is a link to" in err and "outside the tokenizer directory" in err
+    os.unlink(snapshot / "notes.txt")
+    assert _deploy(ckpt, "acme/tok", tmp_path / "serve") == 0  # the cache's own links (into blobs/) are its files
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(snapshot, elsewhere)
+    refs = hf_home / "hub" / "models--acme--tok" / "refs" / "main"
+    refs.write_text(os.path.relpath(elsewhere, snapshot.parent))  # a ref leading out of the repository's folder
+    assert _deploy(ckpt, "acme/tok", tmp_path / "serve2") == 1
+    err = capsys.readouterr().err
+    assert "outside its folder in the Hub cache" in err and "refs/main" in err and not (tmp_path / "serve2").exists()

@@ -149,10 +149,12 @@ def test_only_the_files_the_step_reads_are_fetched(monkeypatch, tmp_path):
                   "tokenizer.json", "tokenizer_config.json", "pytorch_model.bin", "model.onnx", "model-q4.gguf",
                   "README.md", "original/consolidated.00.pth"]
 
-    def fetch(repo, *, allow_patterns, **kw):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    def fetch(repo, *, allow_patterns, **kw):  # a snapshot in the cache, as huggingface_hub lays it out
         asked.append(allow_patterns)
-        out = tmp_path / f"snap{len(asked)}"
-        out.mkdir()
+        out = tmp_path / "hub" / ("models--" + repo.replace("/", "--")) / "snapshots" / f"snap{len(asked)}"
+        out.mkdir(parents=True)
         for f in repo_files:
             if "/" not in f and any(fnmatch.fnmatch(f, p) for p in allow_patterns):
                 (out / f).write_text("x")

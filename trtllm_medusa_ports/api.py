@@ -439,7 +439,8 @@ DeployOptions = _options(
 class DeployResult:
     bundle: dict  # deploy.json
     output_dir: Path
-    copied_bytes: dict = field(default_factory=dict)  # checkpoint / tokenizer -> bytes copied (0: hard links)
+    #: checkpoint / tokenizer -> {"bytes": copied, "scrubbed": ["config.json: medusa_ports.heads_source", ...]}
+    brought: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return self.bundle
@@ -448,12 +449,15 @@ class DeployResult:
         b = self.bundle
         not_python = [r for r, v in b["routes"].items() if not v["resolves"]]
         out = self.output_dir
-        copied = {k: v for k, v in self.copied_bytes.items() if v}
+        copied = {k: v["bytes"] for k, v in self.brought.items()}
+        scrubbed = [f"{k}/{s}" for k, v in self.brought.items() for s in v["scrubbed"]]
         return "\n".join([
             f"Wrote {out}: " + ", ".join(b["files"]) + f" (world size {b['world_size']}; tree "
             f"{b['tree']['nodes']} nodes, {b['tree']['source']})",
-            "checkpoint/ and tokenizer/: " + ("; ".join(f"{k} copied ({v / 1e9:.3g} GB: not on this filesystem)"
-                                                        for k, v in copied.items()) or "hard links to the inputs")
+            "checkpoint/ and tokenizer/: copies of the inputs (" + ", ".join(f"{k} {v / 1e9:.3g} GB" for k, v in
+                                                                             copied.items())
+            + "; reflinks where the filesystem shares blocks)"
+            + (f"; this machine's paths replaced by their names in {', '.join(scrubbed)}" if scrubbed else "")
             + "; the bundle names no path of this machine: copy it whole to the GPU machine (rsync -a) and run there",
             f"1. build: {out}/build.sh",
             f"2. run:   TRTLLM_EXAMPLES=TensorRT-LLM/examples {out}/run.sh \"your prompt\"   (a source checkout of "

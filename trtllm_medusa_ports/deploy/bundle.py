@@ -29,8 +29,11 @@ engine and the C++ executor falls back to mc_sim_7b_63 (4 heads, 63 nodes) witho
 atomically, as convert writes.
 
 The bundle travels (issue 64): it holds what every route reads, ``checkpoint/`` (the rank files and config.json) and
-``tokenizer/`` (the tokenizer directory's files but weights), hard links to the inputs where the filesystem allows
-(no space taken) and copies otherwise, and ``engine/`` once build.sh ran. No generated file names a path of the
+``tokenizer/`` (the tokenizer directory's files but weights), copies of the inputs (reflinks where the filesystem
+shares blocks copy-on-write; never hard links, so an edit of either side stays its own; a link leading out of an
+input, or out of its repository in the Hugging Face cache, is refused by name), and ``engine/`` once build.sh ran.
+The copied JSON configs keep no absolute path of this machine (config.json's ``medusa_ports.heads_source``, a
+tokenizer's recorded base): each is replaced by its last component. No generated file names a path of the
 machine that ran deploy: each script works from its own directory (the shell scripts ``cd`` there, llm_api.py joins
 its own location, triton/fill.sh fills Triton's absolute paths from where it runs), so the directory can be copied
 to the GPU machine whole (``rsync -a``, ``scp -r``) and run there. Only an ``--engine_dir`` the user gives is written as
@@ -46,8 +49,6 @@ May import: ``files``, ``memory``, ``tree``, ``errors``, ``findings``, ``compat.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,7 @@ from trtllm_medusa_ports.deploy.routes import engine_architecture, routes
 from trtllm_medusa_ports.deploy.triton import bundle_name, triton_fill
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelError
 from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpoint
+from trtllm_medusa_ports.files.copies import copy_scrubbed, input_root, own_file
 from trtllm_medusa_ports.files.tokenizer import require_tokenizer
 from trtllm_medusa_ports.findings import ERROR
 from trtllm_medusa_ports.gpu_machine import NEEDS
@@ -434,22 +436,23 @@ def render_triton_launch(d: dict) -> str:
         needs=("TRTLLM_TRITON",), home="..")
 
 
-def _bring(source: Path, into: Path, keep) -> int:
-    """``source``'s top-level files that ``keep`` takes, into the new directory ``into``: hard links where the
-    filesystem allows (a symlink is followed: a Hugging Face cache's snapshot holds links), copies otherwise; the
-    bytes copied."""
+def _bring(source: Path, into: Path, keep, what: str) -> dict:
+    """``source``'s top-level files that ``keep`` takes, copied into the new directory ``into`` (files/copies.py:
+    reflinks where the filesystem has them, never hard links; a link out of the input refused by name; this
+    machine's paths in a JSON config replaced by their last component): the bytes copied and the fields scrubbed."""
+    source = source.resolve()
+    root = input_root(source)
     into.mkdir()
-    copied = 0
+    copied, scrubbed = 0, []
     for f in sorted(source.iterdir()):
-        target = f.resolve()
-        if not keep(f.name) or not target.is_file():
+        if not keep(f.name):
             continue
-        try:
-            os.link(target, into / f.name)
-        except OSError:  # another filesystem, or links not allowed here
-            shutil.copyfile(target, into / f.name)
-            copied += target.stat().st_size
-    return copied
+        target = own_file(f, root, f"{what} directory")
+        if not target.is_file():
+            continue
+        scrubbed += [f"{f.name}: {field}" for field in copy_scrubbed(target, into / f.name)]
+        copied += target.stat().st_size
+    return {"bytes": copied, "scrubbed": scrubbed}
 
 
 def _not_weights(name: str) -> bool:
@@ -459,7 +462,8 @@ def _not_weights(name: str) -> bool:
 def write(d: dict, output_dir: Path, *, overwrite: bool, checkpoint_dir: Path, tokenizer_dir: Path) -> dict:
     """The bundle in ``output_dir``, atomically, with the checkpoint's and the tokenizer's files in it (module doc);
     never over a built engine there (``OUTPUT_DIR/engine``, the default --engine_dir, is the build's, not deploy's:
-    --overwrite would remove it). Returns what was brought in, and how (hard links, or bytes copied)."""
+    --overwrite would remove it). Returns what was brought in: per input the bytes copied and the config fields
+    whose paths of this machine were replaced."""
     held = output_dir / "engine"
     if overwrite and held.is_dir() and any(held.iterdir()):
         raise ConversionError("holds a built engine, which deploy did not write; --overwrite would remove it with the "
@@ -480,7 +484,7 @@ def write(d: dict, output_dir: Path, *, overwrite: bool, checkpoint_dir: Path, t
             (tmp / "deploy.json").write_text(json.dumps(d, indent=2) + "\n")
             for what, source, keep in (("checkpoint", checkpoint_dir, lambda n: True),
                                        ("tokenizer", tokenizer_dir, _not_weights)):
-                brought[what] = _bring(source, tmp / bundle_name(d[f"{what}_dir"]), keep)
+                brought[what] = _bring(source, tmp / bundle_name(d[f"{what}_dir"]), keep, what)
     except OSError as exc:
         raise ConversionError(f"cannot write the bundle ({exc.strerror})", where=str(output_dir),
                               fix="free space or choose another --output_dir") from None

@@ -82,11 +82,20 @@ def _snapshot(repo: str, patterns: list[str], *, flag: str, revision: str | None
 
     where = f"{flag} {repo}" + (f" (revision {revision})" if revision else "")
     try:  # its progress bars are on stderr, as ours
-        return Path(snapshot_download(repo, revision=revision, cache_dir=str(cache_dir()), allow_patterns=patterns,
+        path = Path(snapshot_download(repo, revision=revision, cache_dir=str(cache_dir()), allow_patterns=patterns,
                                       local_files_only=offline()))
     except Exception as exc:  # noqa: BLE001  (huggingface_hub's error classes moved between releases: by name)
         what, fix = _why(exc, repo, revision)
         raise ModelError(what, where=where, fix=fix) from None
+    # the snapshot's folder is named by the commit a ref file holds (refs/main): a ref or a link in the cache that
+    # leads out of the repository's folder there is refused, never read
+    repo_dir = (cache_dir() / ("models--" + repo.replace("/", "--"))).resolve()
+    if not path.resolve().is_relative_to(repo_dir):
+        raise ModelError(f"the snapshot of {repo} resolves to {path.resolve()}, outside its folder in the Hub cache "
+                         f"({repo_dir}): a ref (refs/{revision or 'main'}) or a link there leads out of it",
+                         where=where, fix=f"delete the repository from the cache (hf cache delete, or remove {repo_dir}) "
+                                          "and download it again")
+    return path
 
 
 def _why(exc: Exception, repo: str, revision: str | None) -> tuple[str, str]:
