@@ -914,16 +914,62 @@ def test_a_format_that_costs_most_of_the_greedy_text_fails_by_default(tmp_path, 
     assert out["quant_effect"]["teacher_forced_positions"] > 0
     assert main(args[:-1]) == EXIT_FOUND
     text = capsys.readouterr().out
-    assert (f"greedy agreement: FAIL  {agreed:.3f} of the float base's greedy tokens predicted reading its text "
-            f"(least: {MIN_QUANT_AGREEMENT:g}") in text
+    lo, hi = out["quant_effect"]["teacher_forced_interval"]
+    assert (f"greedy agreement: FAIL  {agreed:.3f} of the float base's greedy tokens predicted reading its text, 95 % "
+            f"interval [{lo:.3f}, {hi:.3f}] over {out['quant_effect']['teacher_forced_positions']} counted positions "
+            f"(32 new tokens a prompt; least: {MIN_QUANT_AGREEMENT:g}") in text
     assert f"changes the base's next token on {1 - agreed:.0%} of its text" in text
     assert out["quantization"] in text and "--min_quant_agreement 0 to accept it" in text
     assert main(args + ["--min_quant_agreement", "0"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] and out["min_quant_agreement"] is None
-    assert main(args + ["--min_quant_agreement", f"{int(agreed * 1e6) / 1e6:.6f}"]) == 0  # at the measured one: passes
+    # decided by the interval: a threshold its lower bound clears passes, one above its upper bound fails
+    assert main(args + ["--min_quant_agreement", f"{int(lo * 1e6) / 1e6:.6f}"]) == 0
     capsys.readouterr()
-    assert main(args + ["--min_quant_agreement", f"{agreed + 0.01:.6f}"]) == EXIT_FOUND  # just above it: fails
+    assert main(args + ["--min_quant_agreement", f"{hi + 0.01:.6f}"]) == EXIT_FOUND
+
+
+def test_the_agreement_interval_is_wilsons():
+    """Issue 76, 2: the verdict reads the agreement's 95 % interval, not its point: 21 of 28 positions (0.75 exactly,
+    a damaged format's sample that passed) and 6 of 8 do not show a rate of 0.75 or more."""
+    from trtllm_medusa_ports.verify.quantization import agreement_interval
+
+    lo, hi = agreement_interval(21, 28)
+    assert lo == pytest.approx(0.5660, abs=1e-3) and hi == pytest.approx(0.8732, abs=1e-3)
+    lo, hi = agreement_interval(6, 8)
+    assert lo == pytest.approx(0.4093, abs=1e-3) and hi == pytest.approx(0.9285, abs=1e-3)
+    assert agreement_interval(0, 10)[0] == 0.0 and agreement_interval(10, 10)[1] == pytest.approx(1.0)
+    assert agreement_interval(0, 0) == (0.0, 1.0)
+
+
+def test_a_verdict_near_the_threshold_is_measured_until_decided_and_is_the_same_from_any_length(tmp_path, store,
+                                                                                                monkeypatch):
+    """Issue 76, 2: where the interval straddles the threshold, verify reads a longer float text (twice the new
+    tokens, up to DAMAGE_MAX_NEW_TOKENS); undecided there, it fails, naming the interval. Started at 8 or at 16 new
+    tokens, the checkpoint gets the same verdict on the same evidence."""
+    import trtllm_medusa_ports.verify.run as run_mod
+    from trtllm_medusa_ports.verify import MIN_QUANT_AGREEMENT
+
+    DAMAGE_MAX_NEW_TOKENS = 64  # the cap, smaller for the test's time (verify/limits.py states verify's own)
+    monkeypatch.setattr(run_mod, "DAMAGE_MAX_NEW_TOKENS", DAMAGE_MAX_NEW_TOKENS)
+    base = tiny_base(store, "Qwen2ForCausalLM", norm_offset=10.0, **WIDE)
+    ckpt = convert_to(tmp_path / "int4wo", base, _heads(tmp_path, "Qwen2ForCausalLM", 128), dtype="float16",
+                      qformat="int4_wo")
+    full = verify(base, ckpt, max_new_tokens=DAMAGE_MAX_NEW_TOKENS, quiet=True, skip_tree_proof=True,
+                  min_quant_agreement=MIN_QUANT_AGREEMENT).quant_effect
+    near = full["teacher_forced_agreement"]  # a threshold at the rate itself: no sample can show it is cleared
+    reports = [verify(base, ckpt, max_new_tokens=n, quiet=True, skip_tree_proof=True, min_quant_agreement=near)
+               for n in (8, 16)]
+    for rep in reports:
+        e = rep.quant_effect
+        assert e["teacher_forced_new_tokens"] == DAMAGE_MAX_NEW_TOKENS, e  # measured more, to the cap
+        assert (e["teacher_forced_hits"], e["teacher_forced_positions"]) == (full["teacher_forced_hits"],
+                                                                          full["teacher_forced_positions"])
+        assert rep.quant_agreement_verdict == "undecided" and not rep.ok
+        assert "undecided, the interval straddles" in rep.render() and "--data or --prompt_ids" in rep.render()
+    lo, _ = full["teacher_forced_interval"]
+    clear = verify(base, ckpt, max_new_tokens=8, quiet=True, skip_tree_proof=True, min_quant_agreement=lo * 0.5)
+    assert clear.quant_agreement_verdict == "pass" and clear.quant_effect["teacher_forced_new_tokens"] < 64
 
 
 @pytest.mark.parametrize("qformat, passes", [("int8_wo", True), ("int4_wo", False)])

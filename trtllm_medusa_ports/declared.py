@@ -279,9 +279,9 @@ _VERIFY = (
     _threads(),
     _F("max_quant_error", "quantized checkpoints: fail when the logits differ from the float base's by more "
        "(default: the difference is reported, not judged)", lo=0),
-    _F("min_quant_agreement", "quantized checkpoints: fail when, reading the float base's greedy text, the model "
-       "predicts less than this fraction of its tokens (default 0.75, verify/limits.py MIN_QUANT_AGREEMENT; 0: not "
-       "judged)", lo=0, hi=1, none=True),
+    _F("min_quant_agreement", "quantized checkpoints: pass only when, reading the float base's greedy text, the "
+       "model is shown (95 percent interval, measured on longer text while undecided) to predict at least this fraction of "
+       "its tokens (default 0.75, verify/limits.py MIN_QUANT_AGREEMENT; 0: not judged)", lo=0, hi=1, none=True),
     _S("gemm_plugin", "FP8 checkpoints: the trtllm-build --gemm_plugin to compute as (auto, also trtllm-build's "
        "default and any float dtype: scales cast to the model dtype; fp8: the FP8 GEMM plugin)",
        choices=("auto", "fp8"), default="auto"),

@@ -25,3 +25,9 @@ FLOAT16_MAX = 65504.0
 #: (per channel, no AWQ) 0.57 / 0.61, which loses the base's text. 0.75 lies between, clear of both at either
 #: length; a stricter deployment passes a higher one (0.9 fails FP8 on this base).
 MIN_QUANT_AGREEMENT = 0.75
+#: the verdict is decided by evidence: the agreement's 95 % interval (Wilson's, over the counted positions) must lie
+#: above the threshold to pass and below it to fail; while it straddles it, verify reads a longer float text (twice
+#: the new tokens, up to this many a prompt) and, still undecided there, fails naming the interval
+DAMAGE_MAX_NEW_TOKENS = 256
+#: the normal quantile of a two-sided 95 % interval
+Z95 = 1.959964

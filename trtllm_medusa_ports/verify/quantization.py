@@ -1,11 +1,12 @@
 """The quantization checks: the float base's logits and greedy text, the transformers model quantized as the
 checkpoint is (``quant/emulate.py``), and the quantization's effect with every engine rounding on.
 
-May import: ``base_streaming``, ``files``, ``quant``, ``reference``, ``tree``, ``verify.hf_side``.
+May import: ``base_streaming``, ``files``, ``quant``, ``reference``, ``tree``, ``verify.hf_side``, ``verify.limits``.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_genera
 from trtllm_medusa_ports.reference.executor import ReferenceModel
 from trtllm_medusa_ports.tree import MedusaTree
 from trtllm_medusa_ports.verify.hf_side import hf_greedy
+from trtllm_medusa_ports.verify.limits import Z95
 
 
 def quantized_reference(hf, ref: ReferenceModel, ckpt, model_dir: str | Path, prompts: list[list[int]],
@@ -104,11 +106,7 @@ def quant_effect_against_float(ref: ReferenceModel, spec: QuantSpec, prompts: li
     logits = [f[:len(p)] for f, p in zip(forced, prompts, strict=True)] if rounding else exact_logits
     diffs = [q - f for q, f in zip(logits, float_logits, strict=True)]
     agree = [(q.argmax(-1) == f.argmax(-1)).float() for q, f in zip(logits, float_logits, strict=True)]
-    hits = teacher_forced_hits(forced, prompts, float_greedy)
-    novel = [novel_positions(p, g) for p, g in zip(prompts, float_greedy, strict=True)]
-    counted = torch.cat([h[m] for h, m in zip(hits, novel, strict=True)])
-    if not len(counted):  # every position a copy: the float text is one loop
-        counted = torch.cat(hits)
+    damage = _damage(forced, prompts, float_greedy, max_new_tokens)
     plain = [plain_generate(ref, p, max_new_tokens) for p in prompts] if rounding else exact_greedy
 
     def agreed(a: list[int], b: list[int]) -> int:
@@ -117,9 +115,7 @@ def quant_effect_against_float(ref: ReferenceModel, spec: QuantSpec, prompts: li
     total = sum(len(q) for q in plain)
     effect = {
         "top1_agreement": float(torch.cat(agree).mean()),
-        "teacher_forced_agreement": float(counted.mean()),
-        "teacher_forced_positions": len(counted),
-        "teacher_forced_agreement_all_positions": float(torch.cat(hits).mean()),
+        **damage,
         "max_abs_diff": max(float(d.abs().max()) for d in diffs),
         "mean_abs_diff": float(torch.cat([d.abs().reshape(-1) for d in diffs]).mean()),
         "greedy_equal_prompts": sum(q == f for q, f in zip(plain, float_greedy, strict=True)),
@@ -129,6 +125,46 @@ def quant_effect_against_float(ref: ReferenceModel, spec: QuantSpec, prompts: li
         medusa = [medusa_generate(ref, p, tree, max_new_tokens).tokens for p in prompts]
         effect["medusa_vs_plain_with_rounding"] = sum(agreed(m, q) for m, q in zip(medusa, plain, strict=True)) / total
     return effect
+
+
+def agreement_interval(hits: int, positions: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson's score interval of an agreement of ``hits`` in ``positions`` (95 % for the default ``z``): unlike the
+    plain one it stays inside [0, 1] and is not a point at 0 or all hits."""
+    if positions <= 0:
+        return 0.0, 1.0
+    p = hits / positions
+    centre = (p + z * z / (2 * positions)) / (1 + z * z / positions)
+    half = z * math.sqrt(p * (1 - p) / positions + z * z / (4 * positions * positions)) / (1 + z * z / positions)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _damage(forced: list[torch.Tensor], prompts: list[list[int]], float_greedy: list[list[int]],
+            new_tokens: int) -> dict:
+    """The damage measure's fields of :func:`quant_effect_against_float` from the quantized model's logits reading
+    the float text: the agreement on the counted positions (copies left out), its hits, positions and interval."""
+    hits = teacher_forced_hits(forced, prompts, float_greedy)
+    novel = [novel_positions(p, g) for p, g in zip(prompts, float_greedy, strict=True)]
+    counted = torch.cat([h[m] for h, m in zip(hits, novel, strict=True)])
+    if not len(counted):  # every position a copy: the float text is one loop
+        counted = torch.cat(hits)
+    k, n = int(counted.sum()), len(counted)
+    return {"teacher_forced_agreement": k / n if n else 0.0, "teacher_forced_hits": k, "teacher_forced_positions": n,
+            "teacher_forced_interval": list(agreement_interval(k, n)), "teacher_forced_new_tokens": new_tokens,
+            "teacher_forced_agreement_all_positions": float(torch.cat(hits).mean())}
+
+
+def damage_undecided(effect: dict, threshold: float) -> bool:
+    """Whether the agreement's interval straddles ``threshold`` (neither wholly at or above it nor below it)."""
+    lo, hi = effect["teacher_forced_interval"]
+    return lo < threshold <= hi
+
+
+def measure_damage_on(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]],
+                      float_greedy: list[list[int]]) -> dict:
+    """The damage measure again, on a longer float text (``float_greedy``: the float base's greedy continuations,
+    each the same text as before, longer)."""
+    forced = read_float_text(ref, spec, prompts, float_greedy)
+    return _damage(forced, prompts, float_greedy, max(len(g) for g in float_greedy))
 
 
 def read_float_text(ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]],

@@ -100,11 +100,21 @@ class VerifyReport:
                 and self.quant_effect["max_abs_diff"] > self.max_quant_error)
 
     @property
+    def quant_agreement_verdict(self) -> str | None:
+        """``pass`` where the 95 % interval of the agreement (the quantized model's top-1 reading the float base's
+        greedy text: ``teacher_forced_agreement``) lies at or above ``min_quant_agreement``, ``fail`` where it lies
+        below, ``undecided`` where it straddles it after verify measured as much as it does (verify/limits.py
+        DAMAGE_MAX_NEW_TOKENS); None without a threshold."""
+        if self.min_quant_agreement is None or self.quant_effect is None:
+            return None
+        lo, hi = self.quant_effect["teacher_forced_interval"]
+        return "pass" if lo >= self.min_quant_agreement else "fail" if hi < self.min_quant_agreement else "undecided"
+
+    @property
     def quant_agreement_too_low(self) -> bool:
-        """The quantized model, reading the float base's greedy text, predicts less than ``min_quant_agreement`` of
-        its tokens (``teacher_forced_agreement``: a measure that does not fall with the generation's length)."""
-        return (self.min_quant_agreement is not None and self.quant_effect is not None
-                and self.quant_effect["teacher_forced_agreement"] < self.min_quant_agreement)
+        """Not shown to clear ``min_quant_agreement``: below it, or undecided at the measure's cap (an agreement
+        read off a few positions says OK only when even its interval's lower bound clears the threshold)."""
+        return self.quant_agreement_verdict in ("fail", "undecided")
 
     @property
     def heads_unaccounted(self) -> bool:
@@ -221,14 +231,22 @@ class VerifyReport:
                                 f"{'FAIL' if self.quant_error_exceeded else 'PASS'})"
                                 if self.max_quant_error is not None else ""))
                 if self.min_quant_agreement is not None:
+                    verdict = self.quant_agreement_verdict
+                    lo, hi = e["teacher_forced_interval"]
                     lines.append(
-                        f"  greedy agreement: {'FAIL' if self.quant_agreement_too_low else 'PASS'}  "
+                        f"  greedy agreement: {'PASS' if verdict == 'pass' else 'FAIL'}  "
                         f"{e['teacher_forced_agreement']:.3f} of the float base's greedy tokens predicted reading "
-                        f"its text (least: {self.min_quant_agreement:g}, --min_quant_agreement)"
+                        f"its text, 95 % interval [{lo:.3f}, {hi:.3f}] over {e['teacher_forced_positions']} counted "
+                        f"positions ({e['teacher_forced_new_tokens']} new tokens a prompt; least: "
+                        f"{self.min_quant_agreement:g}, --min_quant_agreement)"
                         + (f": {self.quantization} changes the base's next token on "
                            f"{1 - e['teacher_forced_agreement']:.0%} of its text; serve a gentler format (an FP8 or "
                            "float KV cache before an INT8 one), or pass --min_quant_agreement 0 to accept it"
-                           if self.quant_agreement_too_low else ""))
+                           if verdict == "fail" else "")
+                        + (f": undecided, the interval straddles {self.min_quant_agreement:g} after the longest "
+                           "measure verify makes; measure on more text (more prompts: --data or --prompt_ids), or "
+                           "pass a --min_quant_agreement you accept, or 0 to accept it"
+                           if verdict == "undecided" else ""))
         if self.memory_mode:
             m = self.memory_mode
             lines.append(f"memory            : {m['mode']} on {m['device']} ({m['reason']})")

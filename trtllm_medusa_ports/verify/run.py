@@ -57,7 +57,11 @@ from trtllm_medusa_ports.verify.inputs import (
     checkpoint_dtype,
     prompts_and_tree,
 )
-from trtllm_medusa_ports.verify.limits import MIN_QUANT_AGREEMENT, PARITY_RTOL
+from trtllm_medusa_ports.verify.limits import (
+    DAMAGE_MAX_NEW_TOKENS,
+    MIN_QUANT_AGREEMENT,
+    PARITY_RTOL,
+)
 from trtllm_medusa_ports.verify.measures import (
     final_hidden_states,
     head_hit_rates,
@@ -65,7 +69,12 @@ from trtllm_medusa_ports.verify.measures import (
 )
 from trtllm_medusa_ports.verify.mode import check_device, cpu_scope, default_device
 from trtllm_medusa_ports.verify.mode import choose as choose_mode
-from trtllm_medusa_ports.verify.quantization import quant_effect_against_float, quantized_reference
+from trtllm_medusa_ports.verify.quantization import (
+    damage_undecided,
+    measure_damage_on,
+    quant_effect_against_float,
+    quantized_reference,
+)
 from trtllm_medusa_ports.verify.report import VerifyReport
 
 LOG = log.get("verify")
@@ -231,6 +240,8 @@ def _verify(
                            max_positions=ckpt.config.get("max_position_embeddings")).to_dict()
     quant_effect = quant_effect_against_float(ref, spec, prompts, float_logits, float_greedy, tree, max_new_tokens,
                                  exact_logits, expected_tokens) if spec.any else None
+    if quant_effect is not None and min_quant_agreement:
+        _settle_damage(quant_effect, min_quant_agreement, ref, spec, prompts, load, status, checkpoint_dir)
     status("the heads' hit rates and the tree's predicted tokens per step")
     hiddens = final_hidden_states(ref, g.seqs)  # both measures read them
     top1, topk = head_hit_rates(ref, g.seqs, [len(p) for p in prompts], hiddens)
@@ -286,6 +297,28 @@ def _verify(
                         if f.severity == ERROR],
         build_command=build_line(ckpt.config, Path(checkpoint_dir)),
     )
+
+
+def _settle_damage(effect: dict, threshold: float, ref: ReferenceModel, spec: QuantSpec, prompts: list[list[int]],
+                   load, status, checkpoint_dir) -> None:
+    """While the agreement's interval straddles ``threshold``, the damage measure again on a float text twice as
+    long (the float base loaded once more: its greedy text, each the same text longer), up to
+    :data:`DAMAGE_MAX_NEW_TOKENS` a prompt or the positions the base allows; ``effect`` takes the last measure."""
+    where = str(Path(checkpoint_dir) / "config.json")
+    while damage_undecided(effect, threshold) and effect["teacher_forced_new_tokens"] < DAMAGE_MAX_NEW_TOKENS:
+        more = min(DAMAGE_MAX_NEW_TOKENS, 2 * effect["teacher_forced_new_tokens"])
+        try:
+            check_position_table(prompts, more, ref, where)
+        except ModelError:
+            break  # no longer text within the positions verify compares
+        lo, hi = effect["teacher_forced_interval"]
+        status(f"the agreement {effect['teacher_forced_agreement']:.3f} [{lo:.3f}, {hi:.3f}] straddles "
+               f"{threshold:g}: measuring it on {more} new tokens a prompt")
+        hf = load()
+        engine_arithmetic(hf, ref.semantics)  # the float text as phase 1 read it (verify/quantization.py)
+        float_greedy = [hf_greedy(hf, p, more) for p in prompts]
+        release(hf)
+        effect.update(measure_damage_on(ref, spec, prompts, float_greedy))
 
 
 def _ignored_options(spec: QuantSpec, gemm_plugin: str, max_quant_error: float | None, streaming: bool | None,
