@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -189,3 +190,33 @@ def test_check_says_how_the_engine_picks_the_table(tmp_path):
     assert f.severity == "warning" and "(4096)" in f.message and "useLongRoPECache" in f.message
     assert "the prompt plus the engine's max draft length" in f.message and "chunk computed" in f.message
     assert "--max_seq_len 4096" in f.fix and "(4033 at the default max_draft_len 63)" in f.fix
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"short_factor": [1.0] * 3}, "short_factor has 3 factors per table, the rotary dimension 16 needs 8"),
+    ({"long_factor": [float("nan")] * 8}, "long_factor: long_rope's factors must be finite and positive"),
+    ({"original_max_position_embeddings": 0}, "original_max_position_embeddings is 0, not a positive int"),
+])
+def test_junk_longrope_is_refused_where_it_is_read(store, tmp_path, capsys, change, named):
+    """Issue 76, 3: one judge of the long_rope tables (files/checkpoint_schema.py longrope_problems) for convert,
+    check and every reader of a checkpoint: a factor list of the wrong length, a NaN, an original length of 0 are
+    named by convert (exit 1, nothing written) and by check (invalid-config), not first by verify."""
+    from trtllm_medusa_ports.cli import main
+
+    base = Path(shutil.copytree(_base(store, "Phi3ForCausalLM"), tmp_path / "base"))
+    cfg = json.loads((base / "config.json").read_text())
+    scaling = cfg.get("rope_scaling") or cfg["rope_parameters"]  # as transformers 4 / 5 save it
+    for k, v in change.items():
+        scaling[k] = v
+        if k in cfg:
+            cfg[k] = v
+    (base / "config.json").write_text(json.dumps(cfg))
+    heads = heads_once(_base(store, "Phi3ForCausalLM"))
+    out = tmp_path / "ckpt"
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir", str(out),
+                 "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err and not out.exists()
+    _, findings = check(base)
+    f = next(f for f in findings if f.rule == "invalid-config")
+    assert f.severity == "error" and named in f.message

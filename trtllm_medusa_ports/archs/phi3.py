@@ -20,6 +20,8 @@ from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import LongRope, MlpKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import Deviation, Role, Source, fused_qkv, layout_only
 from trtllm_medusa_ports.arrays import Array, cat, chunk
+from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.files.checkpoint_schema import longrope_problems
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.files.jsonfile import is_int, is_number
 from trtllm_medusa_ports.sharding import Split
@@ -82,7 +84,25 @@ class Phi3Adapter(LlamaAdapter):
             cfg["original_max_position_embeddings"] = hf.rope_original_max_positions
             cfg["longrope_scaling_short_factors"] = scaling.get("short_factor")
             cfg["longrope_scaling_long_factors"] = scaling.get("long_factor")
+            self.refuse_unusable_longrope(hf, cfg)
         return cfg
+
+    def refuse_unusable_longrope(self, hf: HFConfig, cfg: dict) -> None:
+        """The long_rope tables this config would give the engine, judged as every reader of the checkpoint judges
+        them (files/checkpoint_schema.py ``longrope_problems``): junk is config.json's error here, not verify's."""
+        problems = longrope_problems({**cfg, "rotary_pct": cfg.get("rotary_pct", 1.0)})
+        if problems:
+            spelled = (hf.rope_scaling or {}).get("type")
+            raise ModelError(f"rope_scaling (type {spelled!r}, Phi-3's longrope) cannot give the engine its two RoPE "
+                             "tables: "
+                             + "; ".join(p.replace("longrope_scaling_short_factors", "short_factor")
+                                         .replace("longrope_scaling_long_factors", "long_factor")
+                                         .replace("longrope_short_mscale", "short_mscale")
+                                         .replace("longrope_long_mscale", "long_mscale") for p in problems),
+                             where=str(hf.path),
+                             fix="config.json's rope_scaling needs short_factor and long_factor (one positive number per "
+                                 "rotated frequency) and original_max_position_embeddings (a positive int), as "
+                                 "the model's published config has them")
 
     def deviations(self, hf: HFConfig) -> dict[Role, Deviation]:
         return {

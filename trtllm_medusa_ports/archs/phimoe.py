@@ -97,6 +97,7 @@ class PhiMoEAdapter(Phi3Adapter):
             scaling = hf.rope_scaling
             cfg["longrope_short_mscale"] = scaling.get("short_mscale")
             cfg["longrope_long_mscale"] = scaling.get("long_mscale")
+            self.refuse_unusable_longrope(hf, cfg)
         return cfg
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:

@@ -75,7 +75,8 @@ def _rope_families() -> str:
 VERIFIED_ROPE_SCALING = ("linear", "llama3", "longrope", "yarn")
 
 
-@base_rule("rope-scaling-unsupported", "rope-scaling-unverified", "longrope-table-per-request", "rope-scaling-yarn-option")
+@base_rule("rope-scaling-unsupported", "rope-scaling-unverified", "longrope-table-per-request", "rope-scaling-yarn-option",
+           "invalid-config")
 def rope_scaling(f: BaseFacts) -> list[Finding]:
     """Judges the scaling as the checkpoint's config.json will carry it (the family's converter may rename it, as
     Phi-3's writes "su" as long_rope, or drop it), parsed as the engine parses it."""
@@ -84,8 +85,8 @@ def rope_scaling(f: BaseFacts) -> list[Finding]:
         return []
     try:
         cfg = f.adapter.engine_config(f.hf)
-    except PortError:
-        return []  # a config the converter cannot read: its own error is reported by convert and the other rules
+    except PortError as exc:  # what the converter refuses: check says the same
+        return [Finding("invalid-config", ERROR, exc.what, exc.fix or "fix config.json")]
     if cfg.get("position_embedding_type") == "long_rope":
         return [_longrope_finding(f.hf)]
     written = cfg.get("rotary_scaling")

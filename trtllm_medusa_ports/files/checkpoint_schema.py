@@ -153,3 +153,52 @@ def check_types(cfg: dict, where: str) -> None:
                 shown = json.dumps(value)
                 raise CheckpointError(f"{name} is {shown if len(shown) <= 80 else shown[:77] + '...'}, not "
                                       f"{expected}", where=where, fix=fix)
+    problems = longrope_problems(cfg) if cfg.get("position_embedding_type") == "long_rope" else []
+    if problems:
+        raise CheckpointError("position_embedding_type is long_rope, but its tables cannot be built: "
+                              + "; ".join(problems), where=where, fix="convert the base again")
+
+
+#: long_rope's keys in a checkpoint's config.json (tensorrt_llm/models/phi3/config.py writes them; PhiMoE adds its
+#: own scales)
+LONGROPE_FACTOR_KEYS = ("longrope_scaling_short_factors", "longrope_scaling_long_factors")
+LONGROPE_MSCALE_KEYS = ("longrope_short_mscale", "longrope_long_mscale")
+
+
+def _rotary_dim(cfg: dict) -> int | None:
+    """The rotated features of a head, as the engine reads them (``rotary_dim``, else the head size times
+    ``rotary_pct``); None where the sizes are not there to tell."""
+    if is_int(cfg.get("rotary_dim"), 1):
+        return cfg["rotary_dim"]
+    heads, hidden = cfg.get("num_attention_heads"), cfg.get("hidden_size")
+    head = cfg.get("head_size") if is_int(cfg.get("head_size"), 1) else (
+        hidden // heads if is_int(heads, 1) and is_int(hidden, 1) else None)
+    pct = cfg.get("rotary_pct", 1.0)
+    return int(head * pct) if head is not None and _number(pct) else None
+
+
+def longrope_problems(cfg: dict) -> list[str]:
+    """What keeps a long_rope config's two tables from being built as the engine builds them (one entry a key, each
+    naming it; empty: usable): both factor lists of finite positive numbers, one per rotated frequency; the original
+    length a positive int; PhiMoE's scales numbers, where given. The one judge of these facts, for convert (on what it
+    would write), check, and every reader of a checkpoint."""
+    out = []
+    half = (_rotary_dim(cfg) or 0) // 2
+    for key in LONGROPE_FACTOR_KEYS:
+        v = cfg.get(key)
+        if not (isinstance(v, list) and all(is_number(x) for x in v)):
+            out.append(f"{key} is {json.dumps(v)[:60]}: long_rope's tables need lists of numbers")
+        elif half and len(v) != half:
+            out.append(f"{key} has {len(v)} factors per table, the rotary dimension {2 * half} needs {half} (one per "
+                       "frequency)")
+        elif not all(math.isfinite(x) and x > 0 for x in v):
+            out.append(f"{key}: long_rope's factors must be finite and positive")
+    original = cfg.get("original_max_position_embeddings")
+    if not is_int(original, 1):
+        out.append(f"original_max_position_embeddings is {json.dumps(original)}, not a positive int (the length the "
+                   "engine compares to pick the table)")
+    for key in LONGROPE_MSCALE_KEYS:
+        v = cfg.get(key)
+        if v is not None and not (_number(v) and v > 0):
+            out.append(f"{key} is {json.dumps(v)}: long_rope's scales must be positive numbers, where given")
+    return out

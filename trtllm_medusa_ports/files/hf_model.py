@@ -264,8 +264,8 @@ class HFConfig:
     def rope_original_max_positions(self):
         """``original_max_position_embeddings`` (the context a scaled RoPE was pretrained at) as written: at the top
         level in Phi-3's configs, in ``rope_parameters`` where transformers 5 keeps it; None where neither has it."""
-        return self.get("original_max_position_embeddings") or (self.rope_scaling or {}).get(
-            "original_max_position_embeddings")
+        top = self.get("original_max_position_embeddings")
+        return top if top is not None else (self.rope_scaling or {}).get("original_max_position_embeddings")
 
     def rope_scaling_for(self, layer_type: str) -> dict | None:
         """The scaling of one layer type where transformers 5 nests rope_parameters by layer type
