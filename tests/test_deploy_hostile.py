@@ -408,3 +408,22 @@ def test_a_hub_snapshot_whose_ref_or_file_leads_out_of_the_cache_is_refused(serv
     assert _deploy(ckpt, "acme/tok", tmp_path / "serve2") == 1
     err = capsys.readouterr().err
     assert "outside its folder in the Hub cache" in err and "refs/main" in err and not (tmp_path / "serve2").exists()
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("num_medusa_heads", 10**12, "num_medusa_heads is 1000000000000, but the rank files hold heads: 2 (0, 1)"),
+    ("num_medusa_heads", 1, "num_medusa_heads is 1, but the rank files hold heads: 2 (0, 1)"),
+    ("num_medusa_layers", 3, "num_medusa_layers is 3, but the rank files hold ResBlock layers a head: 1 (0)"),
+])
+def test_a_head_count_the_rank_files_do_not_hold_is_refused_by_every_reader(served, tmp_path, capsys, key, value,  # noqa: F811
+                                                                          says):
+    """Issue 76, 3: config.json's head counts against the heads the rank files hold, judged once
+    (files/checkpoint.py check_medusa_heads) for deploy, verify and build: exit 1 naming both, nothing written."""
+    ckpt, tok = served
+    own = Path(shutil.copytree(ckpt, tmp_path / "ck"))
+    cfg = json.loads((own / "config.json").read_text())
+    cfg[key] = value
+    (own / "config.json").write_text(json.dumps(cfg))
+    assert _deploy(own, tok, tmp_path / "serve") == 1
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and not (tmp_path / "serve").exists()

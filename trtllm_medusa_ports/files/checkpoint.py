@@ -398,6 +398,35 @@ def check_config(ckpt: Checkpoint) -> None:
                 "number of rank files)")
     check_experts(ckpt)
     check_medusa_excluded(ckpt)
+    check_medusa_heads(ckpt)
+
+
+_MEDUSA_PART = re.compile(r"medusa_heads\.(\d+)\.(?:medusa_layers\.(\d+)\.)?")
+
+
+def check_medusa_heads(ckpt: Checkpoint) -> None:
+    """config.json's ``num_medusa_heads`` / ``num_medusa_layers`` against the heads the rank files hold
+    (``medusa_heads.H.``, ``medusa_heads.H.medusa_layers.L.``): the one judge of that fact for every reader (deploy
+    writes the tree and the LLM API's options from the config; the build declares that many heads, which the load
+    then finds missing or too many)."""
+    cfg, where = ckpt.config, str(ckpt.path / "config.json")
+    declared = {k: cfg.get(k) for k in ("num_medusa_heads", "num_medusa_layers")}
+    heads, layers = set(), set()
+    for tensors in ckpt.ranks:
+        for name in tensors:
+            if m := _MEDUSA_PART.match(name):
+                heads.add(int(m.group(1)))
+                if m.group(2) is not None:
+                    layers.add(int(m.group(2)))
+    for key, held, what in (("num_medusa_heads", heads, "heads"), ("num_medusa_layers", layers, "ResBlock layers a head")):
+        value = declared[key]
+        if not value or (key == "num_medusa_layers" and not heads):
+            continue  # none declared: not a Medusa checkpoint (compat's not-medusa rule says so where one is needed)
+        if len(held) != value or held != set(range(value)):  # the length first: a count of 10**12 builds no set
+            found = f"{len(held)} ({', '.join(map(str, sorted(held)[:8]))})" if held else "none"
+            raise CheckpointError(f"{key} is {value}, but the rank files hold {what}: {found}", where=where,
+                                  fix="config.json must be the one written beside these rank files; convert again, or "
+                                      f"set {key} to what the rank files hold")
 
 
 #: tensorrt_llm/quantization/quantize.py ``quantize_layers``: the exclusions it uses where config.json's
