@@ -24,6 +24,8 @@ RoPE from ``rope_parameters`` - its own default 10000 where config.json has none
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
@@ -44,7 +46,9 @@ from trtllm_medusa_ports.archs.weights import (
     layout_only,
 )
 from trtllm_medusa_ports.arrays import cat
+from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.hf_model import HFConfig
+from trtllm_medusa_ports.files.jsonfile import is_number
 from trtllm_medusa_ports.sharding import Split
 
 
@@ -127,6 +131,10 @@ class DbrxAdapter(ArchAdapter):
         left out) is RENORMALIZE, null NONE; another p-norm has none (engine limit)."""
         key = "ffn_config.moe_normalize_expert_weights"
         p = hf.get(key, self.hf_defaults[key])  # present and null: no normalization
+        if p is not None and not (is_number(p) and math.isfinite(p)):
+            raise ModelError(f"{key} is {json.dumps(p)}: the p of the p-norm the chosen experts' weights are divided "
+                             "by (a number; 1 for their sum), or null for none", where=str(hf.path),
+                             fix=f"write {key} as the model's published config has it (1 for DBRX)")
         return MOE_NONE if p is None else MOE_RENORMALIZE if float(p) == 1.0 else None
 
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:

@@ -86,5 +86,8 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
         out.append(Finding("invalid-config", ERROR, exc.what, exc.fix or "fix config.json"))
         return out
     for rule_fn in BASE_RULES:
-        out += rule_fn(facts)
-    return out
+        try:
+            out += rule_fn(facts)
+        except PortError as exc:  # a value the rule cannot read: named, as convert names it, never a traceback
+            out.append(Finding("invalid-config", ERROR, exc.what, exc.fix or "fix config.json"))
+    return list(dict.fromkeys(out))  # one value several rules read is named once
