@@ -132,3 +132,13 @@ def test_the_user_guides_flag_tables_are_the_parsers():
         known = {o for a in parser._actions for o in a.option_strings}
         for note in re.findall(r"^- `(--[\w-]+)", section, re.M):
             assert note in known, f"{command}: a note on {note}, which the command does not have"
+
+
+@pytest.mark.parametrize("argv", [["check", "--model_dir", "x", "--jso"], ["check", "--model_dir", "x", "--js"],
+                                  ["verify", "--model_dir", "x", "--checkpoint_dir", "y", "--max_new", "4"]])
+def test_a_prefix_of_a_flag_is_not_taken_for_it(argv, capsys):
+    """Issue 76, 4: allow_abbrev=False on every parser: --jso is no --json (it ran without printing JSON)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert f"unrecognized arguments: {argv[-1] if argv[-1] != '4' else '--max_new'}" in capsys.readouterr().err

@@ -97,6 +97,12 @@ class Parser(argparse.ArgumentParser):
 
     last_error: str | None = None
 
+    def __init__(self, *args, **kwargs):
+        # a prefix is never taken for a flag (--jso is not --json; argparse's default would run --json without
+        # printing it, or another command's meaning): every parser of the CLI, subparsers included
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):
         Parser.last_error = f"{self.prog}: {message}"
         super().error(message)
