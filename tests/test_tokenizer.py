@@ -50,3 +50,18 @@ def test_every_command_says_the_same_of_a_missing_tokenizer(bare, tmp_path, caps
         assert f"error: {bare}: {SAID}" in err, (name, err)
         assert "outside the vocabulary" not in err and "Traceback" not in err, (name, err)
         assert ("--tokenizer_dir" in err.split("fix:")[1]), (name, err)
+
+
+def test_an_empty_prompt_is_named_empty_not_outside_the_vocabulary():
+    """Issue 76, D: an empty tokenization (an empty text, a chat template rendering nothing) is named as such."""
+    import pytest
+
+    from trtllm_medusa_ports.errors import PortError
+    from trtllm_medusa_ports.files.prompts import check_ids
+
+    with pytest.raises(PortError) as e:
+        check_ids([[1, 2], []], 100)
+    assert "prompt 1 is empty: no token ids" in e.value.what and "outside" not in e.value.what
+    with pytest.raises(PortError) as e:
+        check_ids([[1, 200]], 100)
+    assert "prompt 0: token ids [200] are outside the vocabulary 0..99" in e.value.what

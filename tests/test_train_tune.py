@@ -500,5 +500,5 @@ def test_one_vocabulary_check_names_the_item_its_ids_and_the_file():
         check_ids([[1, 2], [3, 99, -1, 50, 51]], 50, "calibration sample", where="c.jsonl", fix="retokenize")
     assert e.value.what == "calibration sample 1: token ids [99, -1, 50] are outside the vocabulary 0..49"
     assert (e.value.where, e.value.fix) == ("c.jsonl", "retokenize")
-    with pytest.raises(ModelError, match=r"prompt 0: token ids \(empty\)"):
+    with pytest.raises(ModelError, match=r"prompt 0 is empty: no token ids"):
         check_ids([[]], 50, error=ModelError)

@@ -380,7 +380,11 @@ def check_ids(seqs: list[list[int]], vocab: int, what: str = "prompt", *, error:
     """Every id sequence non-empty and inside the vocabulary ``0..vocab-1``, or ``error`` naming the first bad one
     (``what`` and its index) and its first bad ids. Every command that takes token ids checks them here."""
     for n, ids in enumerate(seqs):
+        if not ids:  # an empty text, or a chat template that rendered nothing: no token to start from
+            raise error(f"{what} {n} is empty: no token ids (an empty text, or one its tokenizer or chat template "
+                        "turned into nothing)", where=where,
+                        fix="give a non-empty prompt (check the chat template's output), or token ids")
         bad = [t for t in ids if not 0 <= t < vocab]
-        if bad or not ids:
-            raise error(f"{what} {n}: token ids {bad[:3] or '(empty)'} are outside the vocabulary 0..{vocab - 1}",
+        if bad:
+            raise error(f"{what} {n}: token ids {bad[:3]} are outside the vocabulary 0..{vocab - 1}",
                         where=where, fix=fix)
