@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import convert_to
+from conftest import built_once, convert_to, run_store
 from safetensors.torch import load_file, save_file
 
 from trtllm_medusa_ports.verify import verify
@@ -17,7 +17,10 @@ pytestmark = pytest.mark.numerics
 
 @pytest.fixture(scope="module")
 def written(store, qwen2_base, qwen2_heads):
-    return convert_to(store / "verify-checks-ckpt", qwen2_base, qwen2_heads, dtype="float32")
+    # once per test run (pytest-xdist may set a module's fixture up twice on one worker when its tests are handed
+    # out apart: a fixed directory of the worker's store was then "not empty" the second time)
+    return built_once(run_store() / "verify-checks-ckpt",
+                      lambda d: convert_to(d, qwen2_base, qwen2_heads, dtype="float32"))
 
 
 def _changed(tmp_path, ckpt, name, change):
