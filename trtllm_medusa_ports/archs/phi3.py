@@ -21,9 +21,12 @@ from trtllm_medusa_ports.archs.semantics import LongRope, MlpKind, PositionEmbed
 from trtllm_medusa_ports.archs.weights import Deviation, Role, Source, fused_qkv, layout_only
 from trtllm_medusa_ports.arrays import Array, cat, chunk
 from trtllm_medusa_ports.errors import ModelError
-from trtllm_medusa_ports.files.checkpoint_schema import longrope_problems
+from trtllm_medusa_ports.files.checkpoint_schema import (
+    LONGROPE_FACTOR_KEYS,
+    LONGROPE_MSCALE_KEYS,
+    longrope_problems,
+)
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.files.jsonfile import is_int, is_number
 from trtllm_medusa_ports.sharding import Split
 
 #: how Phi-3 configs spell longrope: "su" and "yarn" in those written before transformers renamed them, which
@@ -118,17 +121,13 @@ class Phi3Adapter(LlamaAdapter):
                                    else None)
 
 
-def _numbers(v) -> bool:
-    return isinstance(v, list) and all(map(is_number, v))
-
-
 def _longrope(cfg: dict) -> LongRope | None:
-    """The engine's two tables from config.json (None where a key is missing or not numbers: the reference
-    executor then names what it lacks)."""
-    factors = [cfg.get(k) for k in ("longrope_scaling_short_factors", "longrope_scaling_long_factors")]
-    mscales = [cfg.get(k) for k in ("longrope_short_mscale", "longrope_long_mscale")]  # PhiMoE writes its own
-    original = cfg.get("original_max_position_embeddings")
-    if not (all(map(_numbers, factors)) and is_int(original, 1) and all(m is None or is_number(m) for m in mscales)):
+    """The engine's two tables from config.json; None where they cannot be built (files/checkpoint_schema.py
+    ``longrope_problems``, the one judge, which every reader of the checkpoint runs first and names)."""
+    if longrope_problems(cfg):
         return None
+    factors = [cfg[k] for k in LONGROPE_FACTOR_KEYS]
+    mscales = [cfg.get(k) for k in LONGROPE_MSCALE_KEYS]  # PhiMoE writes its own
+    original = cfg["original_max_position_embeddings"]
     return LongRope(*(tuple(map(float, f)) for f in factors), original,
                     *(None if m is None else float(m) for m in mscales))

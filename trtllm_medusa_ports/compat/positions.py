@@ -1,7 +1,7 @@
 """Position rules: ALiBi (which no XQA kernel of a Medusa engine computes), RoPE scaling types, sliding
 windows, and the learned position table's range against a tree's depth.
 
-May import: ``compat.registry``, ``findings``, ``errors``, ``archs``, ``files.hf_model``, ``files.checkpoint_schema``.
+May import: ``compat.registry``, ``findings``, ``archs``, ``files.hf_model``, ``files.checkpoint_schema``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from trtllm_medusa_ports.archs.semantics import (
     yarn_get_mscale,
 )
 from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
-from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.checkpoint_schema import ROTARY_SCALING_TYPES, rotary_scaling_kind
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.findings import ERROR, WARNING, Finding
@@ -75,18 +74,14 @@ def _rope_families() -> str:
 VERIFIED_ROPE_SCALING = ("linear", "llama3", "longrope", "yarn")
 
 
-@base_rule("rope-scaling-unsupported", "rope-scaling-unverified", "longrope-table-per-request", "rope-scaling-yarn-option",
-           "invalid-config")
+@base_rule("rope-scaling-unsupported", "rope-scaling-unverified", "longrope-table-per-request", "rope-scaling-yarn-option")
 def rope_scaling(f: BaseFacts) -> list[Finding]:
     """Judges the scaling as the checkpoint's config.json will carry it (the family's converter may rename it, as
     Phi-3's writes "su" as long_rope, or drop it), parsed as the engine parses it."""
     scaling = f.hf.rope_scaling
     if not scaling or not f.adapter.position_embedding.is_rope:
         return []
-    try:
-        cfg = f.adapter.engine_config(f.hf)
-    except PortError as exc:  # what the converter refuses: check says the same
-        return [Finding("invalid-config", ERROR, exc.what, exc.fix or "fix config.json")]
+    cfg = f.adapter.engine_config(f.hf)  # what the converter refuses is check_base's invalid-config
     if cfg.get("position_embedding_type") == "long_rope":
         return [_longrope_finding(f.hf)]
     written = cfg.get("rotary_scaling")

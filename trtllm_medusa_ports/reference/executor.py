@@ -40,8 +40,9 @@ from trtllm_medusa_ports.archs.semantics import (
     PositionEmbedding,
     Semantics,
 )
-from trtllm_medusa_ports.errors import CheckpointError, ModelError
+from trtllm_medusa_ports.errors import CheckpointError
 from trtllm_medusa_ports.files.checkpoint import Checkpoint, read_checkpoint
+from trtllm_medusa_ports.files.checkpoint_schema import longrope_problems
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, to_torch
 from trtllm_medusa_ports.quant import (
     EMULATED,
@@ -264,17 +265,11 @@ class ReferenceModel:
         ``inv_freq``, the one every request within ``original_max_position_embeddings`` runs on."""
         lr = self.semantics.longrope
         where = str(self.ckpt.path / "config.json")
-        if lr is None:
-            raise CheckpointError("position_embedding_type is long_rope, but a key of its tables is missing or not of "
-                                  "its type: longrope_scaling_short_factors and longrope_scaling_long_factors (lists of "
-                                  "numbers), original_max_position_embeddings (a positive int), longrope_short_mscale "
-                                  "and longrope_long_mscale (numbers, where given)", where=where,
-                                  fix="convert the base again")
-        try:
-            self.inv_freq = longrope_inv_freq(self.rotary_dim, self.semantics.rotary_base, lr.short_factors)
-            self.long_inv_freq = longrope_inv_freq(self.rotary_dim, self.semantics.rotary_base, lr.long_factors)
-        except ModelError as exc:
-            raise CheckpointError(exc.what, where=where, fix=exc.fix) from None
+        if lr is None:  # read_checkpoint names these first (files/checkpoint_schema.py longrope_problems)
+            raise CheckpointError("position_embedding_type is long_rope, but its tables cannot be built: "
+                                  + "; ".join(longrope_problems(self.config)), where=where, fix="convert the base again")
+        self.inv_freq = longrope_inv_freq(self.rotary_dim, self.semantics.rotary_base, lr.short_factors)
+        self.long_inv_freq = longrope_inv_freq(self.rotary_dim, self.semantics.rotary_base, lr.long_factors)
         derived = longrope_mscale(int(self.config["max_position_embeddings"]), lr.original_max_positions)
         self._mscale = {False: derived if lr.short_mscale is None else lr.short_mscale,
                         True: derived if lr.long_mscale is None else lr.long_mscale}
