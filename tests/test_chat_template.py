@@ -111,3 +111,55 @@ def test_calibration_prompts_go_through_the_template_and_verify_reads_them_again
     (ckpt / "config.json").write_text(json.dumps(cfg))
     rep = api.verify(api.VerifyOptions(base, ckpt, max_new_tokens=3, quiet=True, min_quant_agreement=0.0))
     assert not rep.ok and "changed since the conversion" in rep.quant_scales_not_rederived, rep.render()
+
+
+#: templates that do not render a user turn (issue 76, C), with the line and the message the error must name
+BROKEN = {
+    "raise_exception": ("{% if messages[0]['role'] == 'user' %}\n{{ raise_exception('Only system roles') }}{% endif %}",
+                        "line 2", "Only system roles"),
+    "syntax": ("{% for m in messages %}{{ m['content'] }", "line 1", "TemplateSyntaxError"),
+    "undefined": ("t1\nt2\n{{ messages[5]['content'] }}", "line 3", "UndefinedError"),
+    "zero_division": ("t1\n{{ 1 // 0 }}", "line 2", "ZeroDivisionError"),
+    "type": ("{{ messages + 1 }}", "line 1", "TypeError"),
+    "recursion": ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "line 1", "RecursionError"),
+    "not_text": (5, "no line known", "TypeError"),
+    "named_without_default": ({"tool_use": "t1"}, "no line known", "multiple chat templates"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_template_that_does_not_render_is_named_with_its_line(case, store, tmp_path, capsys):
+    """No traceback from a chat template (issue 76, C): the error names the template's source, its line and
+    jinja2's message, exit 1, and says how to go on without it."""
+    from trtllm_medusa_ports.cli import main
+    from trtllm_medusa_ports.errors import PortError
+
+    template, line, message = BROKEN[case]
+    tok = save_tiny_tokenizer(tmp_path / "tok", tiny_config(ARCH).vocab_size)
+    cfg = json.loads((tok / "tokenizer_config.json").read_text())
+    (tok / "tokenizer_config.json").write_text(json.dumps({**cfg, "chat_template": template}))
+    with pytest.raises(PortError) as err:
+        lazy_tokenizer(tok, "auto").prompt("t5 t6")
+    e = err.value
+    assert e.where == f"{tok / 'tokenizer_config.json'}, chat_template"
+    assert f"({line}" in e.what and message in e.what and "--chat_template none" in e.fix
+    assert lazy_tokenizer(tok, "none").prompt("t5 t6") == [5, 6]
+    heads = save_heads(random_heads(tiny_config(ARCH).hidden_size, tiny_config(ARCH).vocab_size, num_heads=2),
+                       tmp_path / "h")
+    capsys.readouterr()
+    rc = main(["tune-tree", "--model_dir", str(tiny_base(store, ARCH)), "--medusa_model_dir", str(heads),
+               "--tokenizer_dir", str(tok), "--prompt", "t5 t6", "--output", str(tmp_path / "tree.json")])
+    err_text = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err_text and message in err_text, err_text
+    assert not (tmp_path / "tree.json").exists()
+
+
+def test_a_template_read_from_its_own_file_is_named_by_that_file(tmp_path):
+    from trtllm_medusa_ports.errors import PortError
+
+    tok = save_tiny_tokenizer(tmp_path / "tok", tiny_config(ARCH).vocab_size)
+    (tok / "chat_template.jinja").write_text("t1\n\n{{ messages.role.x }}\n")
+    with pytest.raises(PortError) as err:
+        lazy_tokenizer(tok, "auto").prompt("t5")
+    assert err.value.where == str(tok / "chat_template.jinja")
+    assert "(line 3: '{{ messages.role.x }}')" in err.value.what

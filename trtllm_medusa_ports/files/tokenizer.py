@@ -65,6 +65,48 @@ def prompt_ids(tok, text: str, chat: bool) -> list[int]:
     them), else the text as it is."""
     if not chat:
         return list(tok(text)["input_ids"])
-    rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                       add_generation_prompt=True)
+    try:
+        rendered = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                           add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001  (a template may raise anything jinja2 or Python can; none is a crash)
+        raise _template_error(tok, exc) from None
+    if not isinstance(rendered, str):
+        raise _template_error(tok, TypeError(f"rendered a {type(rendered).__name__}, not text"))
     return list(tok(rendered, add_special_tokens=False)["input_ids"])
+
+
+def _template_source(tok) -> str:
+    """Where the tokenizer's chat template was read from, in words: transformers reads ``chat_template.jinja`` of the
+    tokenizer's directory first, else ``tokenizer_config.json``'s ``chat_template``."""
+    d = Path(str(getattr(tok, "name_or_path", "") or "."))
+    if (d / "chat_template.jinja").is_file():
+        return str(d / "chat_template.jinja")
+    return f"{d / 'tokenizer_config.json'}, chat_template"
+
+
+def template_line(exc: BaseException) -> int | None:
+    """The template's line that raised ``exc``: a syntax error's own line, else the innermost frame jinja2 runs as
+    ``<template>`` (its traceback carries the template's line numbers)."""
+    import traceback
+
+    line = getattr(exc, "lineno", None)
+    if isinstance(line, int) and type(exc).__name__ == "TemplateSyntaxError":
+        return line
+    frames = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == "<template>"]
+    return frames[-1] if frames else None
+
+
+def _template_error(tok, exc: BaseException) -> PortError:
+    """The one error for a chat template that does not render a user turn: its source, line and jinja2's (or the
+    template's own ``raise_exception``) message; the template never ran outside transformers' sandbox."""
+    line = template_line(exc)
+    source = getattr(tok, "chat_template", None)
+    text = ""
+    if line and isinstance(source, str) and 0 < line <= len(source.splitlines()):
+        text = f": {source.splitlines()[line - 1].strip()[:120]!r}"
+    at = f"line {line}{text}" if line else "no line known"
+    message = " ".join(str(exc).split())[:300] or "(no message)"
+    return PortError(f"the tokenizer's chat template does not render a user turn with the generation prompt "
+                     f"({at}): {type(exc).__name__}: {message}", where=_template_source(tok),
+                     fix="fix the template, or pass --chat_template none to feed the prompts as they are (or give "
+                         "token ids: --prompt_ids, or --data with prompt_ids / input_ids)")
