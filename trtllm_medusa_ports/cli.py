@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 
 from trtllm_medusa_ports import log
@@ -44,6 +43,7 @@ from trtllm_medusa_ports.errors import (
     PortError,
     failure,
 )
+from trtllm_medusa_ports.files import interrupts
 
 LOG = log.get("cli")
 
@@ -264,10 +264,6 @@ def _typed_trees(args: argparse.Namespace) -> None:
             parse_choices(text)
 
 
-def _terminate(signum, frame):  # noqa: ARG001
-    raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: partial output is removed
-
-
 def _hub_inputs(args: argparse.Namespace) -> None:
     """Each directory flag given as a Hub id (files/hub.py) replaced by its local snapshot before the command reads
     it: --model_dir at --revision, the others at main."""
@@ -278,17 +274,11 @@ def _hub_inputs(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; SIGTERM cleans up as Ctrl-C does while it runs, and its handler is put back after (a caller
-    running main in-process keeps its own)."""
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
+    """The command line; SIGINT and SIGTERM interrupt it at any moment, the partial output removed (files/interrupts.py:
+    also one Python swallowed is honoured), and the handlers before are put back after (a caller running main
+    in-process keeps its own)."""
+    with interrupts.handled():
         return _main(argv)
-    before = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        return _main(argv)
-    finally:
-        signal.signal(signal.SIGTERM, before)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -314,7 +304,10 @@ def _main(argv: list[str] | None) -> int:
         with log.shown(level or log.DEFAULT_LEVEL):
             _typed_trees(args)
             _hub_inputs(args)
-            return args.func(args, rest) if args.command == "build" else args.func(args)
+            code = args.func(args, rest) if args.command == "build" else args.func(args)
+            if code == 0:
+                interrupts.honour()  # a Ctrl-C Python swallowed (raised in a finalizer) still interrupts
+            return code
     except PortError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if as_json:

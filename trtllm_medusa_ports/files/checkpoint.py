@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError
+from trtllm_medusa_ports.files import interrupts
 from trtllm_medusa_ports.files.checkpoint_schema import check_types
 from trtllm_medusa_ports.files.dtypes import BY_NAME, CHECKPOINT_DTYPES, itemsize, name_of
 from trtllm_medusa_ports.files.jsonfile import is_int, read_json
@@ -257,17 +258,7 @@ def atomic_output_dir(output_dir: Path, *, overwrite: bool,
         try:
             yield tmp
             os.chmod(tmp, 0o777 & ~_umask())
-            _check_target(output_dir, overwrite)
-            if output_dir.exists():
-                if _exchange(tmp, output_dir):  # tmp now holds the old output
-                    shutil.rmtree(tmp, ignore_errors=True)
-                else:
-                    old = Path(tempfile.mkdtemp(prefix=f".{stem}.old-", dir=parent))
-                    os.rename(output_dir, old / "x")
-                    os.rename(tmp, output_dir)
-                    shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp, output_dir)
+            _swap_in(tmp, output_dir, overwrite=overwrite, stem=stem)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -275,6 +266,36 @@ def atomic_output_dir(output_dir: Path, *, overwrite: bool,
         with contextlib.suppress(OSError):
             lock_path.unlink()
         os.close(lock)
+
+
+def _swap_in(tmp: Path, output_dir: Path, *, overwrite: bool, stem: str) -> None:
+    """``tmp`` becomes ``output_dir`` (the old one, if any, removed), with SIGINT / SIGTERM held back meanwhile
+    (files/interrupts.py): a signal received before, even one whose ``KeyboardInterrupt`` Python swallowed, or during
+    the swap leaves the old output exactly as it was (the swap undone) and raises ``KeyboardInterrupt``; ``tmp``
+    then holds the new one, for the caller to remove."""
+    with interrupts.deferred() as mark:
+        interrupts.honour()
+        _check_target(output_dir, overwrite)
+        if not output_dir.exists():
+            os.rename(tmp, output_dir)
+            if interrupts.arrived_since(mark):
+                os.rename(output_dir, tmp)
+                raise KeyboardInterrupt
+        elif _exchange(tmp, output_dir):  # tmp now holds the old output
+            if interrupts.arrived_since(mark):
+                _exchange(tmp, output_dir)
+                raise KeyboardInterrupt
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            old = Path(tempfile.mkdtemp(prefix=f".{stem}.old-", dir=output_dir.parent))
+            os.rename(output_dir, old / "x")
+            os.rename(tmp, output_dir)
+            if interrupts.arrived_since(mark):
+                os.rename(output_dir, tmp)
+                os.rename(old / "x", output_dir)
+                old.rmdir()
+                raise KeyboardInterrupt
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def _check_target(output_dir: Path, overwrite: bool) -> None:
