@@ -193,3 +193,69 @@ def test_the_cache_is_found_as_huggingface_hub_finds_it(hub, tmp_path, monkeypat
     monkeypatch.delenv("HF_HOME")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_dir() == tmp_path / "xdg" / "huggingface" / "hub"
+
+
+def test_an_endpoint_that_never_answers_is_a_network_error_not_a_hang(tmp_path):
+    """A timeout on every Hub request (issue 76, C): huggingface_hub's repository listing passes none and waited
+    forever on an endpoint that accepts the connection and never answers; now it is one error naming the network.
+    The command runs in a process of its own (huggingface_hub reads HF_ENDPOINT at import); the test's limit is
+    far above the request timeout set here (1 s), so the machine's load does not decide it."""
+    import socket
+    import subprocess
+    import sys
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # the kernel completes the connections; nothing ever reads or answers
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}", "HF_HUB_ETAG_TIMEOUT": "1",
+           "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_OFFLINE", None)
+    env.pop("HF_HUB_CACHE", None)
+    try:
+        run = subprocess.run([sys.executable, "-m", "trtllm_medusa_ports", "check", "--model_dir", "acme/silent"],
+                             env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    finally:
+        silent.close()
+    assert run.returncode == 1, run.stderr
+    assert "--model_dir acme/silent: no local directory acme/silent" in run.stderr
+    assert "the Hub could not be reached" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_the_timeout_is_set_only_where_a_request_has_none_and_put_back_after():
+    import huggingface_hub
+
+    from trtllm_medusa_ports.files.hub import request_timeout, timed_requests
+
+    class Req:
+        extensions = {"timeout": {"connect": None, "read": 3.0, "write": None, "pool": None}}
+
+    session = huggingface_hub.get_session()
+    before = list(session.event_hooks["request"])
+    with timed_requests():
+        hook = session.event_hooks["request"][-1]
+        hook(Req)
+    assert Req.extensions["timeout"] == {"connect": request_timeout(), "read": 3.0, "write": request_timeout(),
+                                         "pool": request_timeout()}
+    assert list(session.event_hooks["request"]) == before
+
+
+@pytest.mark.parametrize("spelling", ["./acme/tiny-qwen2", "acme/tiny-qwen2/"])
+def test_a_path_spelled_as_a_path_is_never_read_from_the_hub_cache(hub, spelling, capsys):
+    """``./acme/tiny-qwen2`` and ``acme/tiny-qwen2/`` are paths (issue 76, D): with no such directory, the error
+    says so; the cached repository of that id is not read (in the CLI, nor in the API given a Path)."""
+    from trtllm_medusa_ports import api
+    from trtllm_medusa_ports.errors import PortError
+
+    assert main(["check", "--model_dir", spelling]) == 1
+    err = capsys.readouterr().err
+    assert "acme/tiny-qwen2" in err and "Hub" not in err and "Traceback" not in err, err
+    with pytest.raises(PortError) as exc:
+        api.check(api.CheckOptions(model_dir=Path(spelling)))
+    assert "Hub" not in str(exc.value)
+
+
+def test_a_revision_for_a_local_directory_is_said_unused(hub, store, capsys):
+    base = tiny_base(store, ARCH)
+    assert main(["check", "--model_dir", str(base), "--revision", "v2"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--revision v2 is not used") == 1 and f"--model_dir {base} is a local path" in err

@@ -271,6 +271,8 @@ def _hub_inputs(args: argparse.Namespace) -> None:
 
     for field, path in resolved_inputs(args, "--").items():
         setattr(args, field, str(path))
+    if getattr(args, "revision", None):
+        args.revision = None  # used (or said unused) here: the API reads local paths only now
 
 
 def main(argv: list[str] | None = None) -> int:

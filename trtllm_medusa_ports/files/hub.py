@@ -8,7 +8,8 @@ branch, tag or commit; default ``main``), and only the files the step reads (:da
 weights (safetensors, their index; ``*.bin`` only where the repository has no safetensors) and tokenizer, a heads
 repository's config and weights, a tokenizer's files. What cannot be fetched is one error naming the flag, the id
 and why: not in the cache while offline, a gated repository (accept its license, log in), no such repository or
-revision, the network.
+revision, the network; no request waits more than :func:`request_timeout` to connect or for its next byte. A value
+spelled as a path (``./owner/name``, ``owner/name/``; in the API, a ``Path``) is a path, never an id.
 
 Imports huggingface_hub lazily (transformers depends on it); reads the environment at each call, so a variable
 set after import is honoured.
@@ -16,10 +17,13 @@ set after import is honoured.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
+from trtllm_medusa_ports import log
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.tokenizer import TOKENIZER_FILES
 
@@ -42,8 +46,12 @@ _TRUE = ("1", "ON", "YES", "TRUE")
 
 
 def is_hub_id(value: str | os.PathLike) -> bool:
-    """Whether ``value`` is read as a Hub id: no local path of that name, and the Hub's ``owner/name`` form."""
-    text = os.fspath(value)
+    """Whether ``value`` is read as a Hub id: a string (a ``Path`` is a local path, always: ``Path("./acme/x")``
+    and ``Path("acme/x/")`` both print as ``acme/x``), no local path of that name, and the Hub's ``owner/name`` form
+    (so ``./acme/x``, ``acme/x/`` and ``/acme/x`` are paths)."""
+    if not isinstance(value, str):
+        return False
+    text = value
     return (not Path(text).expanduser().exists() and HUB_ID.fullmatch(text) is not None
             and "--" not in text and ".." not in text and not text.endswith((".", "-")))
 
@@ -82,8 +90,9 @@ def _snapshot(repo: str, patterns: list[str], *, flag: str, revision: str | None
 
     where = f"{flag} {repo}" + (f" (revision {revision})" if revision else "")
     try:  # its progress bars are on stderr, as ours
-        path = Path(snapshot_download(repo, revision=revision, cache_dir=str(cache_dir()), allow_patterns=patterns,
-                                      local_files_only=offline()))
+        with timed_requests():
+            path = Path(snapshot_download(repo, revision=revision, cache_dir=str(cache_dir()),
+                                          allow_patterns=patterns, local_files_only=offline()))
     except Exception as exc:  # noqa: BLE001  (huggingface_hub's error classes moved between releases: by name)
         what, fix = _why(exc, repo, revision)
         raise ModelError(what, where=where, fix=fix) from None
@@ -96,6 +105,75 @@ def _snapshot(repo: str, patterns: list[str], *, flag: str, revision: str | None
                          where=where, fix=f"delete the repository from the cache (hf cache delete, or remove {repo_dir}) "
                                           "and download it again")
     return path
+
+
+def request_timeout() -> float:
+    """Seconds a Hub request may wait to connect or for its next byte: ``HF_HUB_ETAG_TIMEOUT`` where set (the
+    variable huggingface_hub's file requests honour), else their default, 10."""
+    try:
+        value = float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or DEFAULT_TIMEOUT)
+    except ValueError:
+        value = DEFAULT_TIMEOUT
+    return value if value > 0 else DEFAULT_TIMEOUT
+
+
+#: huggingface_hub's own default for its file requests (constants.py DEFAULT_ETAG_TIMEOUT)
+DEFAULT_TIMEOUT = 10.0
+
+
+def _with_timeouts(request) -> None:
+    """An httpx request hook: each of the request's timeouts that is unset (wait forever) becomes
+    :func:`request_timeout`; one the caller set stays."""
+    limits = dict(request.extensions.get("timeout") or {})
+    given = request_timeout()
+    request.extensions["timeout"] = {k: (given if limits.get(k) is None else limits[k])
+                                     for k in ("connect", "read", "write", "pool")}
+
+
+@contextlib.contextmanager
+def timed_requests() -> Iterator[None]:
+    """Inside, every request of huggingface_hub's shared HTTP session has a timeout: its repository listing (the
+    first request ``snapshot_download`` makes) passes none and waited forever on an endpoint that never answers.
+    huggingface_hub 1.x (httpx: a request hook on its public ``get_session()``) and 0.x (requests, TensorRT-LLM
+    1.2's pins: an adapter mounted on its session), each put back after."""
+    import huggingface_hub
+
+    session = huggingface_hub.get_session()
+    hooks = getattr(session, "event_hooks", None)
+    if isinstance(hooks, dict):  # httpx
+        session.event_hooks = {**hooks, "request": [*hooks.get("request", []), _with_timeouts]}
+        try:
+            yield
+        finally:
+            now = session.event_hooks
+            session.event_hooks = {**now, "request": [h for h in now.get("request", []) if h is not _with_timeouts]}
+        return
+    adapters = getattr(session, "adapters", None)
+    if not hasattr(session, "mount") or not isinstance(adapters, dict):
+        yield  # a session of another kind (a caller's own factory): its own timeouts
+        return
+    before = dict(adapters)
+    for prefix in ("https://", "http://"):
+        session.mount(prefix, _timed_adapter(session.get_adapter(prefix)))
+    try:
+        yield
+    finally:
+        adapters.clear()
+        adapters.update(before)
+
+
+def _timed_adapter(inner):
+    """A requests adapter sending through ``inner`` with :func:`request_timeout` where a request has no timeout."""
+    from requests.adapters import BaseAdapter
+
+    class Timed(BaseAdapter):
+        def send(self, request, timeout=None, **kw):
+            return inner.send(request, timeout=request_timeout() if timeout is None else timeout, **kw)
+
+        def close(self):
+            inner.close()
+
+    return Timed()
 
 
 def _why(exc: Exception, repo: str, revision: str | None) -> tuple[str, str]:
@@ -128,11 +206,15 @@ def resolved_inputs(holder, label: str) -> dict[str, Path]:
     """Each field of :data:`HUB_INPUTS` that ``holder`` (options or parsed flags) gives as a Hub id, and its local
     snapshot: ``model_dir`` at ``holder.revision``, the others at main; errors name ``label`` + the field."""
     out = {}
+    revision = getattr(holder, "revision", None)
     for field, kind in HUB_INPUTS.items():
         value = getattr(holder, field, None)
         if value and is_hub_id(value):
             out[field] = local_dir(value, kind, flag=f"{label}{field}",
-                                   revision=getattr(holder, "revision", None) if field == "model_dir" else None)
+                                   revision=revision if field == "model_dir" else None)
+        elif value and field == "model_dir" and revision:
+            log.get(__name__).warning(f"{label}revision {revision} is not used: {label}model_dir {os.fspath(value)} is "
+                                      "a local path, read as it is (a revision picks a Hub id's snapshot)")
     return out
 
 
