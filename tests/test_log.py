@@ -53,3 +53,13 @@ def test_the_cli_leaves_the_logger_as_it_found_it_and_an_api_call_prints_nothing
         res = api.tree(api.TreeOptions("mc_sim_7b_63", num_heads=2))
     assert res.notes and capsys.readouterr().err == ""  # the records are the caller's to show
     assert (package.level, package.propagate, list(package.handlers)) == before
+
+
+@pytest.mark.parametrize("lead", [["--log_level", "warning"], ["--log_level=warning"]])
+def test_the_level_may_come_before_the_command(capsys, lead):
+    """``trtllm-medusa --log_level warning tree ...`` (issue 76, D): the level before the command is the command's
+    level, not an invalid command named 'warning'."""
+    assert main([*lead, *_TREE]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() and "note: " not in err and "invalid choice" not in err
+    assert main([*_TREE]) == 0 and "note: " in capsys.readouterr().err

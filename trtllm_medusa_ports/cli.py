@@ -283,8 +283,18 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
 
 
+def _log_level_after_command(argv: list[str]) -> list[str]:
+    """``--log_level L`` written before the command (``trtllm-medusa --log_level debug check ...``) moved after it:
+    every command takes it, and argparse read the level as the command's name."""
+    lead = []
+    while argv and (argv[0].startswith("--log_level=") or (argv[0] == "--log_level" and len(argv) > 1)):
+        n = 1 if "=" in argv[0] else 2
+        lead, argv = lead + argv[:n], argv[n:]
+    return [argv[0], *lead, *argv[1:]] if lead and argv and argv[0] in parsers.COMMAND_PARSERS else lead + argv
+
+
 def _main(argv: list[str] | None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _log_level_after_command(list(sys.argv[1:] if argv is None else argv))
     # a command line naming its command first reaches that command's parser only; anything else (--help,
     # --version, an unknown command, none) gets the whole parser and its messages
     parser = build_parser(argv[0] if argv and argv[0] in parsers.COMMAND_PARSERS else None)
