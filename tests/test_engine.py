@@ -234,6 +234,24 @@ def test_build_refuses_a_model_class_override(trtllm, store, tmp_path, capsys):
     assert "--model_cls_file/--model_cls_name" in capsys.readouterr().err
 
 
+def test_build_json_prints_one_object_built_or_not(trtllm, store, tmp_path, capsys):
+    """build --json (issue 76, D): the result as JSON where it built, one failure object where anything stopped it
+    (a rule, a flag, TensorRT-LLM); --json is build's own flag, never passed on to trtllm-build."""
+    ckpt = _checkpoint(store, tmp_path, "GemmaForCausalLM")
+    assert _build(ckpt, tmp_path / "eng", "--json") == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"checkpoint_dir": str(ckpt), "returncode": 0, "ok": True}
+    assert _build(ckpt, tmp_path / "eng2", "--model_cls_name", "X", "--json") == 1
+    failure = json.loads(capsys.readouterr().out)
+    assert failure["exit_code"] == 1 and failure["where"] == "--model_cls_file/--model_cls_name"
+    bad = _own_checkpoint(store, tmp_path, "GemmaForCausalLM")
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "dtype": "float32"}))
+    assert _build(bad, tmp_path / "eng3", "--json") == 1
+    failure = json.loads(capsys.readouterr().out)
+    assert failure["rules"] == ["dtype-float32"] and failure["exit_code"] == 1
+
+
 # -- keys the adapters write reach the engine class under upstream's names --------------------------
 #: keys written for people and tools, not for the engine class: provenance, and upstream's own
 #: convention (model_type, which only upstream MedusaConfig reads)

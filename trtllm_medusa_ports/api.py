@@ -523,7 +523,8 @@ def _flag_int(args: list[str], flag: str) -> int | None:
 
 def build(opts: BuildOptions) -> BuildResult:
     """Raises :class:`~trtllm_medusa_ports.errors.CheckpointError` for a missing or unreadable checkpoint and for
-    one the build rules refuse (``rules`` names them); a failed ``trtllm-build`` is ``BuildResult.ok`` False."""
+    one the build rules refuse (``rules`` names them), and a :class:`~trtllm_medusa_ports.errors.PortError` for
+    whatever else stops trtllm-build (its flags, TensorRT-LLM missing or failing: engine/build.py)."""
     from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
     from trtllm_medusa_ports.compat.positions import checkpoint_position_range, checkpoint_seq_limit
     from trtllm_medusa_ports.engine.build import main as build_main

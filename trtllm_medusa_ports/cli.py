@@ -228,7 +228,10 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_build(args: argparse.Namespace, rest: list[str]) -> int:
     from trtllm_medusa_ports.api import BuildOptions, build
 
-    return build(BuildOptions(**options_from("BuildOptions", args, args=list(rest)))).returncode
+    result = build(BuildOptions(**options_from("BuildOptions", args, args=list(rest))))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    return result.returncode
 
 
 def run_deploy(args: argparse.Namespace) -> int:

@@ -396,6 +396,7 @@ _BUILD = (
     _api(Option("args", Spec("list"), factory="list")),  # trtllm-build's own flags, passed through
     _B("allow_unsupported", "build a float16 checkpoint whose base is known to overflow float16 (rule "
        "float16-range)"),
+    _json("print the result (the checkpoint, trtllm-build's exit status) as JSON; a failure as one JSON object"),
 )
 
 _DEPLOY = (

@@ -14,7 +14,6 @@ class builds them correctly) go the same way with ``model_cls=None``.
 from __future__ import annotations
 
 import os
-import sys
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,6 @@ from trtllm_medusa_ports.compat import (
 )
 from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
 from trtllm_medusa_ports.engine.installed import (
-    EngineUnavailable,
     require_tensorrt_llm,
     version_warning,
 )
@@ -321,23 +319,22 @@ def model_config_and_class(cfg: dict) -> tuple[Any, type | None]:
     return cls.config_class(**cfg), cls
 
 
+def _refused(findings: list, where: str | None) -> CheckpointError:
+    """One error for the ERROR findings that stop a build: each ``[rule] message``, their fixes, their rules."""
+    return CheckpointError("; ".join(f"[{f.rule}] {f.message}" for f in findings), where=where,
+                           fix="; ".join(dict.fromkeys(f.fix for f in findings)), rules=[f.rule for f in findings])
+
+
 def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) -> int:
+    """trtllm-build of ``checkpoint_dir`` with ``rest`` (its own flags) and our classes registered; 0 where it
+    built. Whatever stops it - the checkpoint, a rule, the flags, TensorRT-LLM missing or failing - is a
+    :class:`~trtllm_medusa_ports.errors.PortError` naming it (the CLI prints it, and its JSON under --json)."""
     ckpt = Path(checkpoint_dir)
-    try:
-        cfg = read_checkpoint_config(ckpt)
-    except CheckpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    cfg = read_checkpoint_config(ckpt)
     errors = [f for f in checkpoint_findings(cfg, allow_unsupported) if f.severity == ERROR]
-    for f in errors:
-        print(f"error: [{f.rule}] {f.message}\n  fix: {f.fix}", file=sys.stderr)
     if errors:
-        return 1
-    try:
-        trtllm = require_tensorrt_llm()
-    except EngineUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise _refused(errors, str(ckpt / "config.json"))
+    trtllm = require_tensorrt_llm()
     warning = version_warning(trtllm)
     if warning:
         LOG.warning(warning)
@@ -348,19 +345,15 @@ def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) 
     args = build_mod.parse_arguments().parse_args(argv)
     flag_found = flag_findings(cfg, args)
     for f in flag_found:
-        text = f"[{f.rule}] {f.message}\n  fix: {f.fix}"
-        if f.severity == ERROR:
-            print(f"error: {text}", file=sys.stderr)
-        elif f.severity == "warning":
-            LOG.warning(text)
-        else:
-            LOG.info(f"{f.severity}: {text}")
+        if f.severity == "warning":
+            LOG.warning(f"[{f.rule}] {f.message}\n  fix: {f.fix}")
+        elif f.severity != ERROR:
+            LOG.info(f"{f.severity}: [{f.rule}] {f.message}\n  fix: {f.fix}")
     if any(f.severity == ERROR for f in flag_found):
-        return 1
+        raise _refused([f for f in flag_found if f.severity == ERROR], None)  # each message names its flag
     if getattr(args, "model_cls_file", None) or getattr(args, "model_cls_name", None):
-        print("error: --model_cls_file/--model_cls_name: trtllm-medusa build chooses the class from the "
-              "checkpoint's architecture\n  fix: drop these flags", file=sys.stderr)
-        return 1
+        raise PortError("trtllm-medusa build chooses the class from the checkpoint's architecture",
+                        where="--model_cls_file/--model_cls_name", fix="drop these flags")
     try:
         model_config, model_cls = model_config_and_class(cfg)
         build_config = build_config_from_args(args, model_config)
@@ -370,14 +363,12 @@ def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) 
                   if hasattr(args, k)}
         build_mod.parallel_build(model_config, str(ckpt), build_config, args.output_dir,
                                  _workers(args), getattr(args, "log_level", "info"), model_cls, **kwargs)
-    except PortError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # TensorRT-LLM's own failure: one line, not its traceback
-        print(f"error: TensorRT-LLM could not build {ckpt}: {type(exc).__name__}: {exc}\n"
-              "  fix: run `trtllm-medusa check` on the base, and convert and build with matching versions "
-              "(docs/engine.md)", file=sys.stderr)
-        return 1
+    except PortError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (TensorRT-LLM's own failure: one line, not its traceback)
+        raise PortError(f"TensorRT-LLM could not build {ckpt}: {type(exc).__name__}: {exc}", where=str(ckpt),
+                        fix="run `trtllm-medusa check` on the base, and convert and build with matching versions "
+                            "(docs/engine.md)") from None
     return 0
 
 
