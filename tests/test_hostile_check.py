@@ -59,3 +59,26 @@ def test_the_weight_only_width_fix_names_tp_sizes_that_exist(store, overrides, t
     f = _rules(r)["quant-weight-only-shape"]
     assert fix in f.fix, f.fix
     assert "use a tp_size for which" not in f.fix
+
+
+@pytest.mark.parametrize("damage", ["header", "dangling-link"])
+def test_an_unreadable_weight_file_is_an_input_error_not_a_finding(store, tmp_path, capsys, damage):
+    """One exit rule for unreadable inputs (issue 76, D): a weight file check cannot read - a damaged header, a link
+    into a Hub cache whose blob is missing - exits 1 naming the file, as convert and verify do, where it was a
+    'contradict config.json' finding (exit 3)."""
+    import os
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_base(store, "Qwen2ForCausalLM"), base)
+    weights = next(base.glob("*.safetensors"))
+    if damage == "header":
+        data = weights.read_bytes()
+        weights.write_bytes(data[:8] + b"{not json" + data[17:])
+    else:
+        weights.unlink()
+        os.symlink(tmp_path / "blobs" / "gone", weights)
+    assert main(["check", "--model_dir", str(base), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["where"] == str(weights) and "contradict" not in captured.err
+    assert "Traceback" not in captured.err

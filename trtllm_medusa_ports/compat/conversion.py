@@ -104,13 +104,18 @@ def check(
     heads = None
     findings: list[Finding] = []
     problems: list[str] = []
+    model = HFModel(model_dir) if weight_files(Path(model_dir)) else None  # a config.json alone: no weights
+    if model is not None:
+        # a weight file that cannot be read (missing, a link to nothing, a damaged header) is an input error
+        # (exit 1) as in every other command, not a finding of the base: read before the judging
+        model.tensors  # noqa: B018
     try:
         if adapter is not None:
             adapter.require_sizes(hf)  # a missing size named, not transformers' default compared with the weights
-        if weight_files(Path(model_dir)):  # a config.json alone is checked without weights
-            problems = HFModel(model_dir).weight_problems(adapter.ignored_hf_tensors if adapter else (),
-                                                          adapter.expert_field_keys(hf) if adapter else None)
-    except PortError as exc:
+        if model is not None:
+            problems = model.weight_problems(adapter.ignored_hf_tensors if adapter else (),
+                                             adapter.expert_field_keys(hf) if adapter else None)
+    except PortError as exc:  # config.json's own values against the weights: the finding below
         problems = [exc.what]
     if problems:
         findings.append(Finding("weights-config-mismatch", ERROR,
