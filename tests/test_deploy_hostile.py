@@ -411,9 +411,9 @@ def test_a_hub_snapshot_whose_ref_or_file_leads_out_of_the_cache_is_refused(serv
 
 
 @pytest.mark.parametrize("key, value, says", [
-    ("num_medusa_heads", 10**12, "num_medusa_heads is 1000000000000, but the rank files hold heads: 2 (0, 1)"),
-    ("num_medusa_heads", 1, "num_medusa_heads is 1, but the rank files hold heads: 2 (0, 1)"),
-    ("num_medusa_layers", 3, "num_medusa_layers is 3, but the rank files hold ResBlock layers a head: 1 (0)"),
+    ("num_medusa_heads", 10**12, "num_medusa_heads is 1000000000000, but the rank files hold 2 head(s) numbered 0, 1"),
+    ("num_medusa_heads", 1, "num_medusa_heads is 1, but the rank files hold 2 head(s) numbered 0, 1"),
+    ("num_medusa_layers", 3, "num_medusa_layers is 3, but the rank files hold 1 ResBlock layer(s) per head numbered 0"),
 ])
 def test_a_head_count_the_rank_files_do_not_hold_is_refused_by_every_reader(served, tmp_path, capsys, key, value,  # noqa: F811
                                                                           says):
@@ -427,3 +427,35 @@ def test_a_head_count_the_rank_files_do_not_hold_is_refused_by_every_reader(serv
     assert _deploy(own, tok, tmp_path / "serve") == 1
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err and not (tmp_path / "serve").exists()
+
+
+@pytest.mark.parametrize("relabel", ["stages-swapped", "pp-read-as-tp", "stage-emptied"])
+def test_rank_files_out_of_their_stage_are_refused_by_every_reader(qwen2_base, qwen2_heads, tmp_path, capsys,
+                                                                  relabel):
+    """Rank files renamed between pipeline stages, or a pp_size 2 mapping read as tp_size 2 (issue 76, D:
+    dp_ckpt_pp_world_inconsistent, vt_pp_relabel): deploy and verify refuse them naming the rank file and what its
+    stage lacks (files/checkpoint.py check_stages), where deploy wrote a bundle of them."""
+    from conftest import convert_to
+    from safetensors.torch import save_file
+
+    ckpt = convert_to(tmp_path / "ck", qwen2_base, qwen2_heads, pp_size=2, dtype="float16")
+    r0, r1 = ckpt / "rank0.safetensors", ckpt / "rank1.safetensors"
+    if relabel == "stages-swapped":
+        r0.rename(ckpt / "x")
+        r1.rename(r0)
+        (ckpt / "x").rename(r1)
+    elif relabel == "pp-read-as-tp":
+        cfg = json.loads((ckpt / "config.json").read_text())
+        cfg["mapping"].update(tp_size=2, pp_size=1)
+        (ckpt / "config.json").write_text(json.dumps(cfg))
+    else:
+        save_file({}, r1)
+    says = {"stages-swapped": "rank0.safetensors: rank0.safetensors is of the first pipeline stage",
+            "pp-read-as-tp": "rank1.safetensors: rank1.safetensors is of the first pipeline stage (tp_size 2, pp_size 1)",
+            "stage-emptied": "rank1.safetensors: the rank file holds no tensors"}[relabel]
+    assert _deploy(ckpt, qwen2_base, tmp_path / "serve") == 1
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and not (tmp_path / "serve").exists(), err
+    assert main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(ckpt), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err

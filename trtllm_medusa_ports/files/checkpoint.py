@@ -417,9 +417,45 @@ def check_config(ckpt: Checkpoint) -> None:
             "mapping", where=where,
             fix="config.json's mapping must be the one the rank files were written for (tp_size x pp_size = the "
                 "number of rank files)")
+    check_stages(ckpt)
     check_experts(ckpt)
     check_medusa_excluded(ckpt)
     check_medusa_heads(ckpt)
+
+
+_LAYER = re.compile(r"transformer\.layers\.(\d+)\.")
+
+
+def check_stages(ckpt: Checkpoint) -> None:
+    """Each rank file where the mapping puts it (rank r is tp rank r mod tp_size of pipeline stage r // tp_size, as
+    tensorrt_llm/mapping.py numbers them): the first stage's files hold the embedding
+    (``transformer.vocab_embedding.weight``), the last stage's and only theirs ``lm_head.weight``, and the stages'
+    decoder layers add up to ``num_hidden_layers``. Rank files renamed or swapped between stages are refused here,
+    by every reader, before a bundle or an engine is made of them."""
+    cfg, where = ckpt.config, str(ckpt.path / "config.json")
+    tp, pp = ckpt.tp_size, ckpt.pp_size
+    fix = ("the rank files must keep the names the conversion gave them (rank<r>.safetensors, r = stage x tp_size + "
+           "tp rank) beside the config.json written with them; convert again")
+    layers = 0
+    for r, tensors in enumerate(ckpt.ranks):
+        stage, name = r // tp, f"rank{r}.safetensors"
+        if not tensors:
+            raise CheckpointError("the rank file holds no tensors", where=str(ckpt.path / name),
+                                  fix="the checkpoint is damaged: write it again (convert, or the quantizing tool)")
+        if stage == 0 and "transformer.vocab_embedding.weight" not in tensors:
+            raise CheckpointError(f"{name} is of the first pipeline stage (tp_size {tp}, pp_size {pp}) but holds no "
+                                  "transformer.vocab_embedding.weight", where=str(ckpt.path / name), fix=fix)
+        last = stage == pp - 1
+        if last != ("lm_head.weight" in tensors) and (pp > 1 or not last):
+            held = "holds lm_head.weight" if not last else "holds no lm_head.weight"
+            raise CheckpointError(f"{name} is of pipeline stage {stage} of {pp} (tp_size {tp}) but {held}, which "
+                                  "the last stage alone holds", where=str(ckpt.path / name), fix=fix)
+        if r % tp == 0:
+            layers += len({m.group(1) for t in tensors if (m := _LAYER.match(t))})
+    declared = cfg.get("num_hidden_layers")
+    if pp > 1 and layers != declared:
+        raise CheckpointError(f"num_hidden_layers is {declared}, but the {pp} pipeline stages' rank files hold "
+                              f"{layers} decoder layers together", where=where, fix=fix)
 
 
 _MEDUSA_PART = re.compile(r"medusa_heads\.(\d+)\.(?:medusa_layers\.(\d+)\.)?")
@@ -439,13 +475,17 @@ def check_medusa_heads(ckpt: Checkpoint) -> None:
                 heads.add(int(m.group(1)))
                 if m.group(2) is not None:
                     layers.add(int(m.group(2)))
-    for key, held, what in (("num_medusa_heads", heads, "heads"), ("num_medusa_layers", layers, "ResBlock layers a head")):
+    for key, held, what, names in (("num_medusa_heads", heads, "head(s)", "medusa_heads.H"),
+                                   ("num_medusa_layers", layers, "ResBlock layer(s) per head",
+                                    "medusa_heads.H.medusa_layers.L")):
         value = declared[key]
         if not value or (key == "num_medusa_layers" and not heads):
             continue  # none declared: not a Medusa checkpoint (compat's not-medusa rule says so where one is needed)
         if len(held) != value or held != set(range(value)):  # the length first: a count of 10**12 builds no set
-            found = f"{len(held)} ({', '.join(map(str, sorted(held)[:8]))})" if held else "none"
-            raise CheckpointError(f"{key} is {value}, but the rank files hold {what}: {found}", where=where,
+            numbers = ", ".join(map(str, sorted(held)[:8])) + (", ..." if len(held) > 8 else "")
+            found = f"{len(held)} {what} numbered {numbers}" if held else f"no {what}"
+            raise CheckpointError(f"{key} is {value}, but the rank files hold {found} ({names}, numbered from 0)",
+                                  where=where,
                                   fix="config.json must be the one written beside these rank files; convert again, or "
                                       f"set {key} to what the rank files hold")
 

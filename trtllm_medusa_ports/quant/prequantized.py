@@ -149,10 +149,6 @@ def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> None:
     quant = cfg.get("quantization") or {}
     files = [ckpt.path / f"rank{r}.safetensors" for r in range(len(ckpt.ranks))]
     for r, tensors in enumerate(ckpt.ranks):
-        if not tensors:
-            raise CheckpointError("the rank file holds no tensors", where=str(files[r]),
-                                  fix="the base checkpoint is damaged: write it again with the quantizing tool")
-    for r, tensors in enumerate(ckpt.ranks):
         for name, t in tensors.items():
             if _MODEL_DTYPE_TENSORS.fullmatch(name) and is_floating(t.dtype_name) and t.dtype_name != dtype:
                 raise CheckpointError(
