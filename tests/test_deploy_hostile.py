@@ -459,3 +459,30 @@ def test_rank_files_out_of_their_stage_are_refused_by_every_reader(qwen2_base, q
     assert main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(ckpt), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"", "JSONDecodeError"), (b"{}", "no usable tokenizer"), (b"null", "no usable tokenizer"),
+    (b'{"version": "1.0", "mod', "JSONDecodeError"),
+], ids=["empty", "braces", "null", "truncated"])
+def test_a_tokenizer_that_does_not_load_is_refused_before_the_bundle(served, tmp_path, capsys, content, says):  # noqa: F811
+    """dp_tok_empty_json (issue 76, D): deploy loads the tokenizer as every route will, so an empty or damaged
+    tokenizer.json is refused naming the directory, not found on the GPU machine; nothing is written."""
+    ckpt, tok = served
+    own = Path(shutil.copytree(tok, tmp_path / "tok-own"))
+    (own / "tokenizer.json").write_bytes(content)
+    assert _deploy(ckpt, own, tmp_path / "serve") == 1
+    err = capsys.readouterr().err
+    assert f"{own}: no usable tokenizer" in err and says in err and "Traceback" not in err
+    assert not (tmp_path / "serve").exists()
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_is_refused(served, tmp_path, capsys):  # noqa: F811
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer
+
+    ckpt, _ = served
+    vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+    big = save_tiny_tokenizer(tmp_path / "big", vocab + 10)
+    assert _deploy(ckpt, big, tmp_path / "serve") == 1
+    err = capsys.readouterr().err
+    assert f"the tokenizer has {vocab + 10} tokens, but the checkpoint's vocab_size is {vocab}" in err

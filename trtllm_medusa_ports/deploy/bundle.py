@@ -61,7 +61,7 @@ from trtllm_medusa_ports.deploy.triton import bundle_name, triton_fill
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelError
 from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpoint
 from trtllm_medusa_ports.files.copies import copy_scrubbed, input_root, own_file
-from trtllm_medusa_ports.files.tokenizer import require_tokenizer
+from trtllm_medusa_ports.files.tokenizer import load_tokenizer, require_tokenizer
 from trtllm_medusa_ports.findings import ERROR
 from trtllm_medusa_ports.gpu_machine import NEEDS
 from trtllm_medusa_ports.memory import memory_plan
@@ -117,9 +117,19 @@ def serving_sizes(cfg: dict, max_batch_size: int | None, max_input_len: int | No
 INT32_MAX = 2**31 - 1
 
 
-def _tokenizer(tokenizer_dir: Path) -> Path:
-    return require_tokenizer(tokenizer_dir, fix="pass the Hugging Face base directory (or its tokenizer's) as "
-                                                "--tokenizer_dir: engine directories carry no tokenizer").resolve()
+def _tokenizer(tokenizer_dir: Path, vocab_size: int) -> Path:
+    """The tokenizer directory, proven by loading it as every route will (transformers' AutoTokenizer: the LLM API,
+    run.py and Triton's preprocessing model load it so): an empty or damaged tokenizer.json is refused here, not on
+    the GPU machine; and its tokens must be ids of the checkpoint's vocabulary."""
+    fix = "pass the Hugging Face base directory (or its tokenizer's) as --tokenizer_dir: engine directories carry no " \
+          "tokenizer"
+    found = require_tokenizer(tokenizer_dir, fix=fix)
+    size = len(load_tokenizer(found, fix=fix))
+    if size > vocab_size:
+        raise ModelError(f"the tokenizer has {size} tokens, but the checkpoint's vocab_size is {vocab_size}: ids from "
+                         f"{vocab_size} on have no embedding", where=str(found),
+                         fix="pass the tokenizer of the base the checkpoint was converted from")
+    return found.resolve()
 
 
 def _plain_inputs(checkpoint_dir: Path, tokenizer: Path, output_dir: Path, engine_dir: Path | None, source: str,
@@ -211,7 +221,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                               "the engine could not run it", where=where,
                               fix=f"pass a tree of at most {draft} nodes, or convert with --max_draft_len "
                                   f"{tree.num_nodes}")
-    tokenizer = _tokenizer(tokenizer_dir)
+    tokenizer = _tokenizer(tokenizer_dir, int(cfg["vocab_size"]))
     _plain_inputs(checkpoint_dir, tokenizer, output_dir, engine_dir, source, where)
     sizes = serving_sizes(cfg, max_batch_size, max_input_len, max_seq_len, tree.depth, where)
     entries = {r: [(n, t.dtype_name, tuple(t.shape)) for n, t in ckpt.ranks[r].items()] for r in range(len(ckpt.ranks))}
