@@ -516,3 +516,15 @@ def test_a_typed_dtype_is_told_from_the_default_on_a_bfloat16_base(tmp_path, cap
         assert json.loads((tmp_path / "outs" / "ckpt" / "config.json").read_text())["dtype"] == "bfloat16"
     else:
         assert needle in err and not (tmp_path / "outs" / "ckpt").exists(), err
+
+
+def test_a_float_base_is_said_unquantized_and_a_quantized_one_is_not(store, tmp_path, capsys, heads):
+    """mq_float_ckpt (issue 76, D): --base_checkpoint_dir given a float checkpoint adds the heads, saying the base
+    is not quantized and what the float route is; a base NVIDIA's tools quantized gets no such word."""
+    h = save_heads(random_heads(QWEN2.hidden_size, QWEN2.vocab_size, num_heads=2, seed=3), tmp_path / "h")
+    rc, err = _add(tmp_path, capsys, _tool_base(store, tmp_path, "float16"), h)
+    assert rc == 0 and "warning: the base checkpoint is not quantized" in err and "convert --model_dir" in err, err
+    cfg = json.loads((tmp_path / "outs" / "ckpt" / "config.json").read_text())
+    assert any("not quantized" in w for w in cfg["medusa_ports"]["warnings"])
+    rc, err = _add(tmp_path, capsys, _fixture(tmp_path, "fp8"), heads, out=tmp_path / "outs" / "fp8")
+    assert rc == 0 and "not quantized" not in err, err

@@ -371,6 +371,11 @@ def add_heads(base_checkpoint_dir: Path, medusa_model_dir: Path, output_dir: Pat
                                num_medusa_heads=num_medusa_heads, num_medusa_layers=num_medusa_layers,
                                max_draft_len=max_draft_len, medusa_choices=medusa_choices)
     warnings += _check_heads(heads, cfg, heads_dir, ckpt)
+    if not quant.get("quant_algo") and not quant.get("kv_cache_quant_algo"):
+        warnings.append("the base checkpoint is not quantized (quantization.quant_algo and kv_cache_quant_algo are "
+                        "null): --base_checkpoint_dir is meant for a base NVIDIA's tools quantized; the heads are "
+                        "added all the same. For a float base, convert --model_dir with its Hugging Face directory "
+                        "writes the checkpoint from the source")
     mapping = Mapping(ckpt.tp_size, ckpt.pp_size)
     last = mapping.stage_ranks(mapping.pp_size - 1)
     if heads.lm_heads is None and not ckpt.has(last[0], "lm_head.weight"):
