@@ -204,3 +204,23 @@ def test_a_linear_weight_of_the_wrong_shape_is_named_not_a_traceback(written, qw
     save_file(t, str(out / "rank0.safetensors"), metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match=f"rank0.safetensors: {name} multiplies as .* but the layer's input has"):
         verify(qwen2_base, out, prompts=PROMPTS, max_new_tokens=2, quiet=True)
+
+
+def test_a_missing_kv_cache_scale_is_named_missing(tmp_path, qwen2_base, qwen2_heads):
+    """el_kv_scale_missing (issue 76, D): an FP8 KV cache checkpoint without one attention layer's scale - verify
+    names that scale missing (quant/stored.py's message, as deploy and add-heads give it), where it named the k / v
+    split scale it looked for next."""
+    from trtllm_medusa_ports.errors import CheckpointError
+
+    calib = tmp_path / "calib.jsonl"
+    calib.write_text("\n".join(json.dumps({"input_ids": [5 + i, 6, 7, 8, 9]}) for i in range(4)) + "\n")
+    ckpt = convert_to(tmp_path / "kv", qwen2_base, qwen2_heads, dtype="float16", kv_cache_dtype="fp8",
+                      calib_dataset=calib, calib_size=4)
+    name = "transformer.layers.1.attention.kv_cache_scaling_factor"
+    t = load_file(str(ckpt / "rank0.safetensors"))
+    del t[name]
+    save_file(t, str(ckpt / "rank0.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(CheckpointError) as err:
+        verify(qwen2_base, ckpt, prompts=PROMPTS, max_new_tokens=2, quiet=True)
+    assert err.value.what.startswith("transformer.layers.1.attention has no KV cache scale")
+    assert err.value.where == str(ckpt / "rank0.safetensors")

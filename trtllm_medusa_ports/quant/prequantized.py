@@ -43,6 +43,7 @@ from trtllm_medusa_ports.quant import (
 )
 from trtllm_medusa_ports.quant.base_checks import scale_value_problems, tool_layer_problems
 from trtllm_medusa_ports.quant.engine_load import load_problems
+from trtllm_medusa_ports.quant.stored import KV_SCALE_FIX, kv_scale_message
 from trtllm_medusa_ports.sharding import Mapping, Split, shard
 from trtllm_medusa_ports.tree import recorded_tree
 
@@ -173,10 +174,8 @@ def check_base_tensors(ckpt: Checkpoint, exclude: list[str] | None) -> None:
     for p in tool_layer_problems(ckpt.ranks, quant, hidden):
         raise CheckpointError(p.message, where=str(files[p.rank]), fix=p.fix)
     for r, att in kv_scale_problems(ckpt.ranks, quant.get("kv_cache_quant_algo")):
-        raise CheckpointError(
-            f"{att} has no KV cache scale (kv_cache_scaling_factor, or k_cache_ and v_cache_scaling_factor), but "
-            f"kv_cache_quant_algo is {quant['kv_cache_quant_algo']}: the engine would quantize its cache with a "
-            "scale nobody measured", where=str(files[r]), fix="pass the checkpoint as the quantizing tool wrote it")
+        raise CheckpointError(kv_scale_message(att, quant["kv_cache_quant_algo"]), where=str(files[r]),
+                              fix=KV_SCALE_FIX)
     # what TensorRT-LLM's build does to these rank files before it loads them, under the list the output carries
     for p in load_problems(ckpt.ranks, {**cfg, "quantization": {**quant, "exclude_modules": exclude}}):
         raise CheckpointError(p.message, where=str(files[p.rank]), fix=p.fix)

@@ -105,3 +105,15 @@ def kv_scale_problems(ranks: list[dict], kv_cache_quant_algo: str | None) -> lis
                 continue
             out.append((r, att))
     return out
+
+
+#: what a missing KV cache scale needs
+KV_SCALE_FIX = "pass the checkpoint as it was written (by convert, or the quantizing tool)"
+
+
+def kv_scale_message(att: str, kv_cache_quant_algo: str) -> str:
+    """The one message for an attention layer without a KV cache scale (:func:`kv_scale_problems`), whoever reads it
+    (add-heads and deploy: quant/prequantized.py; verify: reference/load_checks.py)."""
+    return (f"{att} has no KV cache scale (kv_cache_scaling_factor, or k_cache_ and v_cache_scaling_factor), but "
+            f"kv_cache_quant_algo is {kv_cache_quant_algo}: the engine would quantize its cache with a scale nobody "
+            "measured")

@@ -19,6 +19,7 @@ from trtllm_medusa_ports.quant import (
 )
 from trtllm_medusa_ports.quant.base_checks import tool_layer_problems
 from trtllm_medusa_ports.quant.engine_load import load_problems
+from trtllm_medusa_ports.quant.stored import KV_SCALE_FIX, kv_scale_message, kv_scale_problems
 
 #: the biases of row-parallel layers
 ROW_BIAS = r".*\.(attention\.dense|mlp\.proj)\.bias"
@@ -40,6 +41,7 @@ def check_loaded(model) -> None:
     """Every check, the stored form first (its messages speak of the rank files as written)."""
     check_stored_weight_only(model)
     check_quantized_layers(model)
+    check_kv_scales(model)
     check_engine_load(model)
     check_replicas(model)
     check_finite(model)
@@ -60,6 +62,15 @@ def check_quantized_layers(model) -> None:
     for p in tool_layer_problems(model.ckpt.ranks, model.config.get("quantization") or {},
                                  int(model.config["hidden_size"])):
         raise CheckpointError(p.message, where=str(model.ckpt.path / f"rank{p.rank}.safetensors"), fix=p.fix)
+
+def check_kv_scales(model) -> None:
+    """Under a quantized KV cache, every attention layer holds its scale (quant/stored.py, as deploy and add-heads
+    judge it): named as missing, not as the k / v split scale the executor would look for next."""
+    algo = (model.config.get("quantization") or {}).get("kv_cache_quant_algo")
+    for r, att in kv_scale_problems(model.ckpt.ranks, algo):
+        raise CheckpointError(kv_scale_message(att, algo), where=str(model.ckpt.path / f"rank{r}.safetensors"),
+                              fix=KV_SCALE_FIX)
+
 
 def check_stored_weight_only(model) -> None:
     """Weight-only bytes a family's converter stored for one GPU's mixed GEMM are refused before any work."""
