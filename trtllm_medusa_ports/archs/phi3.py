@@ -40,6 +40,19 @@ def _up_then_gate(ts: list[Array]) -> Array:
     return cat([up, gate], dim=0)
 
 
+#: the checkpoint's long_rope keys (files/checkpoint_schema.py names problems by them) -> rope_scaling's, which
+#: the user's config.json holds
+HF_LONGROPE_NAMES = {"longrope_scaling_short_factors": "short_factor", "longrope_scaling_long_factors": "long_factor",
+                     "longrope_short_mscale": "short_mscale", "longrope_long_mscale": "long_mscale"}
+
+
+def _in_hf_names(problem: str) -> str:
+    """A long_rope problem as config.json's rope_scaling names the keys."""
+    for ours, theirs in HF_LONGROPE_NAMES.items():
+        problem = problem.replace(ours, theirs)
+    return problem
+
+
 @register
 class Phi3Adapter(LlamaAdapter):
     hf_architectures = ("Phi3ForCausalLM",)
@@ -98,10 +111,7 @@ class Phi3Adapter(LlamaAdapter):
             spelled = (hf.rope_scaling or {}).get("type")
             raise ModelError(f"rope_scaling (type {spelled!r}, Phi-3's longrope) cannot give the engine its two RoPE "
                              "tables: "
-                             + "; ".join(p.replace("longrope_scaling_short_factors", "short_factor")
-                                         .replace("longrope_scaling_long_factors", "long_factor")
-                                         .replace("longrope_short_mscale", "short_mscale")
-                                         .replace("longrope_long_mscale", "long_mscale") for p in problems),
+                             + "; ".join(map(_in_hf_names, problems)),
                              where=str(hf.path),
                              fix="config.json's rope_scaling needs short_factor and long_factor (one positive number per "
                                  "rotated frequency) and original_max_position_embeddings (a positive int), as "
