@@ -167,8 +167,8 @@ def main() -> int:
                             "tokens_compared": r.tokens_generated, "max_activation": r.max_activation,
                             "max_activation_at": r.max_activation_at, "float16_overflow": r.float16_overflow,
                             "tokens_per_step_measured": r.mean_accepted_tokens_per_step,
-                            "tokens_per_step_predicted": r.predicted_tokens_per_step,
-                            "tokens_per_step_predicted_joint": r.predicted_tokens_per_step_joint, "notes": r.notes}
+                            "tokens_per_step_predicted": r.predicted_mean_accepted_tokens_per_step,
+                            "tokens_per_step_predicted_joint": r.predicted_mean_accepted_tokens_per_step_joint, "notes": r.notes}
     first = args.dtypes.split(",")[0]
     rep, ckpt = reports[first], work / f"ckpt-{first}"
 
@@ -215,7 +215,7 @@ def main() -> int:
         "tune": {"seconds": round(tune_s, 1), "positions": tuned.positions, "max_nodes": len(mc),
                  "mc_sim_7b_63_note": pruned, "head_topk_accuracy": [[round(a, 3) for a in row[:5]]
                                                                       for row in tuned.accuracy],
-                 "predicted_tokens_per_step": round(tuned.predicted_tokens_per_step, 3),
+                 "predicted_mean_accepted_tokens_per_step": round(tuned.predicted_mean_accepted_tokens_per_step, 3),
                  "baseline": tuned.baseline, "paths": tuned.paths},
         "eval_prompts": len(held), "verify_prompts": len(to_verify), "new_tokens": args.new_tokens,
         "measured": measured, "convert": summaries[first], "per_dtype": per_dtype,

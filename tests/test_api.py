@@ -206,7 +206,7 @@ def test_the_documented_pipeline_runs_as_written(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
-    assert "tokens per step:" in out and "'rule': 'tree-deeper-than-heads'" in out
+    assert "tokens per step until the end token:" in out and "'rule': 'tree-deeper-than-heads'" in out
     assert (tmp_path / "api-example" / "ckpt" / "rank1.safetensors").is_file()
 
 

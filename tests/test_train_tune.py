@@ -364,12 +364,12 @@ def test_verify_reports_predicted_against_measured(tmp_path, llama_trained, caps
     rep = verify(base, ckpt, medusa_choices="[[0], [1], [0, 0], [0, 0, 0]]", prompts=[[5, 6, 7], [9, 3], [4, 4]],
                  max_new_tokens=24, quiet=True)
     assert rep.proof_ok and rep.tree_nodes == 4  # float32: exact (and not servable: rule dtype-float32)
-    assert 1.0 <= rep.predicted_tokens_per_step <= 5.0 and 1.0 <= rep.predicted_tokens_per_step_joint <= 5.0
+    assert 1.0 <= rep.predicted_mean_accepted_tokens_per_step <= 5.0 and 1.0 <= rep.predicted_mean_accepted_tokens_per_step_joint <= 5.0
     assert rep.mean_accepted_tokens_per_step > 1.2  # trained heads: multi-token acceptance
     # the joint estimate counts the same events the run accepts: it lands close to the measurement
-    assert abs(rep.predicted_tokens_per_step_joint - rep.mean_accepted_tokens_per_step) < 0.5
+    assert abs(rep.predicted_mean_accepted_tokens_per_step_joint - rep.mean_accepted_tokens_per_step) < 0.5
     d = rep.to_dict()
-    assert d["predicted_tokens_per_step"] == rep.predicted_tokens_per_step
+    assert d["predicted_mean_accepted_tokens_per_step"] == rep.predicted_mean_accepted_tokens_per_step
 
 
 def test_draw_marks_every_node():
@@ -414,10 +414,49 @@ def test_verify_reports_tokens_per_step_until_the_end_token(tmp_path, llama_trai
     assert 0 < steps < run.steps and rep.prompts_ending_early == 1
     assert rep.tokens_per_step_until_end == tokens / steps
     assert rep.greedy_equal and rep.tokens_generated == 24  # the run itself went on past the end token
-    assert f"until end token : {tokens / steps:.2f} tokens/step (1 of 1 prompt(s)" in rep.render()
+    assert f"speculation       : {tokens / steps:.2f} tokens per step until the end token (what a server sees; 1 of 1 prompt(s)" in rep.render()
     rep = verify(base_ending_with(None), ckpt, medusa_choices=choices, prompts=[prompt], max_new_tokens=24, quiet=True)
-    assert rep.prompts_ending_early == 0 and rep.tokens_per_step_until_end == rep.mean_accepted_tokens_per_step
-    assert "until end token" not in rep.render()
+    # no end token: the 23 tokens after the context step's, over every step (the last step's drafts past the limit
+    # are not returned by a runtime either), where the mean accepted counts them
+    assert rep.prompts_ending_early == 0 and rep.tokens_per_step_until_end == 23 / rep.steps
+    assert rep.tokens_per_step_until_end <= rep.mean_accepted_tokens_per_step
+    assert "no prompt emits the end token" in rep.render()
+
+
+def test_tune_trees_serving_figure_is_the_loop_verify_runs(tmp_path, llama_trained):
+    """One measure, one name (issue 77, 3): tune-tree's predicted tokens per step until the end token replays the
+    Medusa loop on the answers it measured (joint along the tree, cut after the end token), so on the same prompts it
+    is what verify's reference loop measures until the end token, step for step."""
+    import shutil
+
+    from conftest import convert_to
+
+    from trtllm_medusa_ports.tune import tune
+    from trtllm_medusa_ports.verify import verify
+
+    base, heads = llama_trained
+    ckpt = convert_to(tmp_path / "ckpt", base, heads, dtype="float32")
+    ended = tmp_path / "base-ended"
+    shutil.copytree(base, ended)
+    for name in ("config.json", "generation_config.json"):  # an end token the base emits in some answers
+        cfg = json.loads((ended / name).read_text())
+        (ended / name).write_text(json.dumps({**cfg, "eos_token_id": 9}))
+    prompts = [[5, 6, 7], [8, 9, 10, 11], [12, 3], [20, 21, 22]]
+    res = tune(ended, heads, prompt_ids=prompts, new_tokens=24, max_nodes=8, baseline=None)
+    rep = verify(ended, ckpt, medusa_choices=json.dumps(res.paths), prompts=prompts, max_new_tokens=24, quiet=True)
+    assert rep.tokens_per_step_until_end is not None and rep.tokens_per_step_until_end > 1.0
+    assert res.predicted_tokens_per_step_until_end == pytest.approx(rep.tokens_per_step_until_end, abs=1e-9)
+    assert res.to_dict()["predicted_tokens_per_step_until_end"] == round(res.predicted_tokens_per_step_until_end, 4)
+
+
+def test_the_loop_replay_counts_generation_steps_until_the_end():
+    from trtllm_medusa_ports.acceptance import loop_until_end
+
+    tree = [[0], [0, 0]]
+    answers = [torch.tensor([[0, 0], [5, 0], [0, 5], [-1, -1]]),  # one step accepts both drafts: 3 tokens, 1 step
+               torch.tensor([[1, 0], [0, -1], [-1, -1]]),  # rank 1 is in no path, then one draft: 2 tokens, 2 steps
+               torch.tensor([[0, 0]])]  # the end token came first: the context step alone, no generation step
+    assert loop_until_end(tree, answers) == (5, 3)
 
 
 @pytest.mark.parametrize("signame, when", [("SIGINT", "step"), ("SIGTERM", "step"), ("SIGINT", "save"),
@@ -482,7 +521,7 @@ def test_tune_tree_says_when_the_tree_leaves_heads_unused(tmp_path, monkeypatch,
     from trtllm_medusa_ports.cli import main as cli_main
 
     shallow = tune_mod.TuneResult(paths=[[0], [1]], accuracy=[[0.5, 0.2], [0.1, 0.1], [0.05, 0.05]],
-                                  predicted_tokens_per_step=1.7, measured_on_text=1.6, positions=10, estimate="product")
+                                  predicted_mean_accepted_tokens_per_step=1.7, measured_on_text=1.6, positions=10, estimate="product")
     monkeypatch.setattr(tune_mod, "tune", lambda *a, **k: shallow)
     out = tmp_path / "t.json"
     assert cli_main(["tune-tree", "--model_dir", str(tmp_path / "m"), "--medusa_model_dir", str(tmp_path / "h"),

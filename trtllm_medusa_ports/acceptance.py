@@ -4,7 +4,9 @@ Below both ``tune-tree`` (tune.py, which builds a tree from these measures) and 
 them for a checkpoint): the Medusa paper's estimate (Cai et al. 2024, section 3.3.1) of a tree's expected
 acceptance length from each head's top-k accuracy - a node whose path picks candidates ``(k_0, ..., k_d)``
 is accepted with probability ``prod acc[i][k_i]``, a step emits ``1 + sum over nodes`` tokens - and the
-same from joint counts (no independence assumption), and the acceptance replayed on measured text.
+same from joint counts (no independence assumption) - both **mean accepted tokens per step**, over every position
+alike - and the loop replayed on measured answers until the end token (:func:`loop_until_end`): **tokens per step
+until the end token**, the figure a server sees.
 """
 
 from __future__ import annotations
@@ -83,6 +85,28 @@ def measured_acceptance(paths, ranks: torch.Tensor) -> float:
     # ranks at or past top-k are in no tree, so the path need not be cut there
     total = sum(accepted_length(rank_path(row, 1 << 62), tree) + 1 for row in ranks.tolist())
     return total / max(1, ranks.shape[0])
+
+
+def loop_until_end(paths, answers: list[torch.Tensor]) -> tuple[int, int]:
+    """``(tokens, steps)`` of the Medusa loop replayed on measured answers: **tokens per step until the end token** is
+    their ratio, the figure a server sees. ``answers``: per answer of the base (its greedy continuation, cut after
+    its end token, as TensorRT-LLM's runtime ends a sequence at its ``end_id``) the ranks ``[L, heads]`` at its L
+    positions, row j scoring the heads on the state before the answer's token j (head d against token j + d + 1; -1
+    past the answer). The context step emits token 0 (not a step's, as reference/decoding.py ``until_end`` counts);
+    the generation step at row j emits the drafts the tree accepts along the row's rank path (the same positions'
+    heads together: joint acceptance along the tree, not independent heads) and the base's own token after them, and
+    the next step is at the row after those. Exact for the loop on that text: greedy decoding emits the same
+    answer whatever the tree accepts."""
+    tree = {tuple(p) for p in paths}
+    tokens = steps = 0
+    for ranks in answers:
+        rows = ranks.tolist()
+        j = 0
+        while j + 1 < len(rows):
+            j += accepted_length(rank_path(rows[j], 1 << 62), tree) + 1
+            steps += 1
+        tokens += max(0, len(rows) - 1)
+    return tokens, steps
 
 
 def accepted_length(path: Path_, tree: set) -> int:

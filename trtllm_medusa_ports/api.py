@@ -313,13 +313,17 @@ class TuneTreeResult:
         depth = max(map(len, res.paths))
         where = f" -> {self.output} (use it as --medusa_choices @{self.output})" if self.output else ""
         print(f"tree: {len(res.paths)} nodes, depth {depth}{where}", file=buf)
-        print(f"predicted tokens per step: {res.predicted_tokens_per_step:.2f} ({res.estimate} estimate); "
-              f"on the measured text: {res.measured_on_text:.2f}", file=buf)
+        print(f"predicted tokens per step until the end token (what a server sees; the loop replayed on the measured "
+              f"answers): {res.predicted_tokens_per_step_until_end:.2f}", file=buf)
+        print(f"predicted mean accepted tokens per step (every position alike): "
+              f"{res.predicted_mean_accepted_tokens_per_step:.2f} ({res.estimate} estimate); on the measured text: "
+              f"{res.measured_on_text:.2f}", file=buf)
         if res.baseline:
             b = res.baseline
-            print(f"{b['name']} ({b['num_nodes']} nodes at the heads' depth): predicted "
-                  f"{b['predicted_tokens_per_step']:.2f}, on the measured text: {b['acceptance_on_measured_text']:.2f}",
-                  file=buf)
+            print(f"{b['name']} ({b['num_nodes']} nodes at the heads' depth): until the end token "
+                  f"{b['predicted_tokens_per_step_until_end']:.2f}; mean accepted "
+                  f"{b['predicted_mean_accepted_tokens_per_step']:.2f}, on the measured text "
+                  f"{b['acceptance_on_measured_text']:.2f}", file=buf)
         return buf.getvalue().rstrip("\n")
 
 

@@ -40,6 +40,7 @@ from trtllm_medusa_ports.acceptance import (  # noqa: F401  (tune's measures, al
     accuracy_table,
     expected_tokens_per_step,
     joint_values,
+    loop_until_end,
     measured_acceptance,
     path_value,
     rank_of_targets,
@@ -126,17 +127,22 @@ def measure_ranks(model, heads, seqs: list[list[int]], starts: list[int], top_k:
 class TuneResult:
     paths: list[list[int]]
     accuracy: list[list[float]]
-    predicted_tokens_per_step: float
+    #: mean accepted tokens per step (every position alike) from the heads' accuracy, by ``estimate``
+    predicted_mean_accepted_tokens_per_step: float
     measured_on_text: float  # the tree's mean acceptance at the measured positions (no independence assumption)
     positions: int
     estimate: str
     baseline: dict | None = None
     #: what was done with the tokenizer's chat template (files/tokenizer.py CHAT_*)
     chat_template: str = ""
+    #: tokens per step until the end token - the figure a server sees - of the Medusa loop replayed on the measured
+    #: answers (acceptance.loop_until_end: joint along the tree, each answer cut after the base's end token)
+    predicted_tokens_per_step_until_end: float = 0.0
 
     def to_dict(self) -> dict:
         return {"paths": self.paths, "num_nodes": len(self.paths), "depth": max(map(len, self.paths), default=0),
-                "predicted_tokens_per_step": round(self.predicted_tokens_per_step, 4),
+                "predicted_tokens_per_step_until_end": round(self.predicted_tokens_per_step_until_end, 4),
+                "predicted_mean_accepted_tokens_per_step": round(self.predicted_mean_accepted_tokens_per_step, 4),
                 "acceptance_on_measured_text": round(self.measured_on_text, 4), "estimate": self.estimate,
                 "positions": self.positions, "head_topk_accuracy": [[round(a, 4) for a in row] for row in self.accuracy],
                 "baseline": self.baseline, "chat_template": self.chat_template}
@@ -148,7 +154,7 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
          estimate: str = "product", baseline: str | None = "mc_sim_7b_63", quiet: bool = True,
          chat_template: str = "none", chat_status: str | None = None) -> TuneResult:
     """Measure the heads on held-out text (the base's greedy continuations of ``prompts``) and build the tree."""
-    from trtllm_medusa_ports.base_model import continue_greedily, load_base
+    from trtllm_medusa_ports.base_model import load_base
     from trtllm_medusa_ports.heads import load_heads
     if estimate not in ("product", "joint"):
         raise PortError(f"--estimate {estimate!r} is not one of product, joint", fix="pass --estimate product", usage=True)
@@ -179,9 +185,7 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
         texts = prompts if prompts is not None else heldout_prompts()
         prompt_ids = [tokenize.prompt(t) for t in texts]
         chat_status = tokenize.chat
-    conts = continue_greedily(model, prompt_ids, new_tokens, quiet=quiet)
-    seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
-    ranks = measure_ranks(model, heads, seqs, [len(p) - 1 for p in prompt_ids], top_k, quiet=quiet)
+    ranks, answers = _measured_answers(model, heads, prompt_ids, new_tokens, top_k, quiet)
     acc = accuracy_table(ranks, top_k)
     joint = joint_values(ranks, top_k) if estimate == "joint" else None
     paths = build_tree(acc, max_nodes, max_depth=heads.num_heads, top_k=top_k, joint=joint)
@@ -196,10 +200,33 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
     if baseline_paths is not None:
         bpaths = baseline_paths
         base = {"name": baseline, "num_nodes": len(bpaths),
-                "predicted_tokens_per_step": round(expected_tokens_per_step(bpaths, acc, joint), 4),
+                "predicted_tokens_per_step_until_end": round(until_end(bpaths, answers), 4),
+                "predicted_mean_accepted_tokens_per_step": round(expected_tokens_per_step(bpaths, acc, joint), 4),
                 "acceptance_on_measured_text": round(measured_acceptance(bpaths, ranks), 4)}
     return TuneResult(paths, acc, expected_tokens_per_step(paths, acc, joint), measured_acceptance(paths, ranks),
-                      ranks.shape[0], estimate, base, chat_template=chat_status or "")
+                      ranks.shape[0], estimate, base, chat_template=chat_status or "",
+                      predicted_tokens_per_step_until_end=until_end(paths, answers))
+
+
+def _measured_answers(model, heads, prompt_ids: list[list[int]], new_tokens: int, top_k: int,
+                      quiet: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The heads' ranks at every measured position (the base's greedy answers to the prompts, cut after its end
+    token), and the same rows per answer for :func:`until_end` (measure_ranks leaves out an answer with no token;
+    each answer's last row guesses past it)."""
+    from trtllm_medusa_ports.base_model import continue_greedily
+
+    conts = continue_greedily(model, prompt_ids, new_tokens, quiet=quiet)
+    seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]
+    ranks = measure_ranks(model, heads, seqs, [len(p) - 1 for p in prompt_ids], top_k, quiet=quiet)
+    lengths = [len(c) + 1 for c in conts if len(c) + 1 >= 2]
+    return ranks, [r[:-1] for r in ranks.split(lengths)]
+
+
+def until_end(paths, answers: list[torch.Tensor]) -> float:
+    """Tokens per step until the end token of the loop replayed on ``answers`` (acceptance.loop_until_end); 1.0
+    where no answer has a second token (every step then emits one)."""
+    tokens, steps = loop_until_end(paths, answers)
+    return tokens / steps if steps else 1.0
 
 
 def baseline_tree(baseline: str, num_heads: int) -> list[list[int]]:

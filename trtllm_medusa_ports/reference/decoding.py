@@ -59,11 +59,12 @@ class MedusaRun:
         runtime stops a sequence at its ``end_id``: the steps up to the one that emitted it, and the
         tokens those steps emitted up to it (the context step's token, ``tokens[0]``, is not a step's,
         as in :attr:`mean_accepted_tokens_per_step`). The loop is deterministic, so this is the prefix
-        of this run. Without an end token: every step and token.
+        of this run. Without an end token: every step, and the tokens up to ``max_new_tokens`` (those a runtime
+        returns: the last step's drafts past the limit are dropped, ``tokens`` holds the limit's).
         """
         end = next((i for i, t in enumerate(self.tokens) if t in end_ids), None)
         if end is None:
-            return sum(self.accepted_per_step), len(self.accepted_per_step)
+            return min(sum(self.accepted_per_step), len(self.tokens) - 1), len(self.accepted_per_step)
         if end == 0:  # the context step's token ends it: no generation step runs
             return 0, 0
         emitted = 1  # tokens[0] came from the context step

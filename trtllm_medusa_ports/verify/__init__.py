@@ -46,7 +46,10 @@ from trtllm_medusa_ports.verify.limits import (
     MIN_QUANT_AGREEMENT,
     PARITY_RTOL,
 )
-from trtllm_medusa_ports.verify.measures import head_hit_rates, predicted_tokens_per_step
+from trtllm_medusa_ports.verify.measures import (
+    head_hit_rates,
+    predicted_mean_accepted_tokens_per_step,
+)
 from trtllm_medusa_ports.verify.report import VerifyReport, report_json
 from trtllm_medusa_ports.verify.run import verify
 
@@ -54,6 +57,6 @@ __all__ = [
     "FLOAT16_MAX", "HIT_TOP_K", "MIN_QUANT_AGREEMENT", "PARITY_RTOL", "ActivationRange", "EngineArithmetic", "SourceHeads", "VerifyReport",
     "default_prompts", "end_token_ids", "engine_arithmetic", "first_differing_tensor", "head_hit_rates",
     "heads_parity", "heads_parity_of", "hf_greedy", "load_hf_model", "measure_activation_range",
-    "predicted_tokens_per_step", "report_json", "restore_modules", "source_heads_for", "tree_for",
+    "predicted_mean_accepted_tokens_per_step", "report_json", "restore_modules", "source_heads_for", "tree_for",
     "use_engine_gelu", "value_transforms", "verify",
 ]

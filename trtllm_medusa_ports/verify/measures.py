@@ -45,7 +45,7 @@ def head_hit_rates(ref: ReferenceModel, seqs: list[list[int]], prompt_lens: list
             [h / c if c else 0.0 for h, c in zip(hitsk, counts, strict=True)])
 
 
-def predicted_tokens_per_step(ref: ReferenceModel, tree: MedusaTree, seqs: list[list[int]],
+def predicted_mean_accepted_tokens_per_step(ref: ReferenceModel, tree: MedusaTree, seqs: list[list[int]],
                               prompt_lens: list[int], hiddens: list[torch.Tensor] | None = None,
                               ) -> tuple[float | None, float | None]:
     """What the tree should give on these sequences, from the checkpoint heads' ranks (tune.py; ``hiddens``:

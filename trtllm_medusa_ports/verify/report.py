@@ -41,10 +41,10 @@ class VerifyReport:
     heads_tolerance: float | None = None
     heads_source: str | None = None
     heads_detail: str | None = None
-    #: tokens per step the tree should give, from the heads' top-k accuracy on these prompts'
+    #: mean accepted tokens per step the tree should give, from the heads' top-k accuracy on these prompts'
     #: greedy text (Medusa paper's product estimate, tune.py) and from joint counts (no independence)
-    predicted_tokens_per_step: float | None = None
-    predicted_tokens_per_step_joint: float | None = None
+    predicted_mean_accepted_tokens_per_step: float | None = None
+    predicted_mean_accepted_tokens_per_step_joint: float | None = None
     tree_nodes: int = 0
     #: where the tree came from: recorded at conversion, given, or mc_sim_7b_63 for want of either
     tree_source: str | None = None
@@ -191,14 +191,18 @@ class VerifyReport:
         if self.tree_source:
             lines.append(f"tree              : {self.tree_nodes} nodes, {self.tree_source}")
         lines.append(self._tree_proof_line())
-        lines.append(f"speculation       : {self.mean_accepted_tokens_per_step:.2f} tokens/step over {self.steps} steps")
-        if self.prompts_ending_early and self.tokens_per_step_until_end is not None:
-            lines.append(f"  until end token : {self.tokens_per_step_until_end:.2f} tokens/step ({self.prompts_ending_early} "
-                         f"of {len(self.prompts)} prompt(s) emit the end token, where a runtime stops)")
-        if self.predicted_tokens_per_step is not None:
-            lines.append(f"  predicted       : {self.predicted_tokens_per_step:.2f} tokens/step for this {self.tree_nodes}-node "
-                         f"tree from the heads' top-k accuracy (joint counts: "
-                         f"{self.predicted_tokens_per_step_joint:.2f}); measured {self.mean_accepted_tokens_per_step:.2f}")
+        if self.tokens_per_step_until_end is not None:
+            ending = (f"{self.prompts_ending_early} of {len(self.prompts)} prompt(s) emit the end token, where a runtime "
+                      "stops" if self.prompts_ending_early else "no prompt emits the end token")
+            lines.append(f"speculation       : {self.tokens_per_step_until_end:.2f} tokens per step until the end token "
+                         f"(what a server sees; {ending})")
+        lines.append(f"  mean accepted   : {self.mean_accepted_tokens_per_step:.2f} tokens per step over all {self.steps} "
+                     "steps (each run goes on past the end token, to compare every token)")
+        if self.predicted_mean_accepted_tokens_per_step is not None:
+            lines.append(f"  predicted       : {self.predicted_mean_accepted_tokens_per_step:.2f} mean accepted tokens per "
+                         f"step for this {self.tree_nodes}-node tree from the heads' top-k accuracy (joint counts: "
+                         f"{self.predicted_mean_accepted_tokens_per_step_joint:.2f}); measured "
+                         f"{self.mean_accepted_tokens_per_step:.2f}")
         if self.moe_experts_per_tree_step is not None:
             lines.append(f"experts           : a tree step of {self.tree_nodes + 1} tokens wakes "
                          f"{self.moe_experts_per_tree_step:.2f} of {self.moe_num_experts} experts per layer on average; "

@@ -65,7 +65,7 @@ from trtllm_medusa_ports.verify.limits import (
 from trtllm_medusa_ports.verify.measures import (
     final_hidden_states,
     head_hit_rates,
-    predicted_tokens_per_step,
+    predicted_mean_accepted_tokens_per_step,
 )
 from trtllm_medusa_ports.verify.mode import check_device, cpu_scope, default_device
 from trtllm_medusa_ports.verify.mode import choose as choose_mode
@@ -245,7 +245,7 @@ def _verify(
     status("the heads' hit rates and the tree's predicted tokens per step")
     hiddens = final_hidden_states(ref, g.seqs)  # both measures read them
     top1, topk = head_hit_rates(ref, g.seqs, [len(p) for p in prompts], hiddens)
-    predicted = predicted_tokens_per_step(ref, tree, g.seqs, [len(p) for p in prompts], hiddens)
+    predicted = predicted_mean_accepted_tokens_per_step(ref, tree, g.seqs, [len(p) for p in prompts], hiddens)
     del hiddens
     return VerifyReport(
         parity=parity,
@@ -272,8 +272,8 @@ def _verify(
         heads_tolerance=heads["tolerance"],
         heads_source=str(source) if heads["ok"] is not None else None,
         heads_detail=heads["why"],
-        predicted_tokens_per_step=predicted[0],
-        predicted_tokens_per_step_joint=predicted[1],
+        predicted_mean_accepted_tokens_per_step=predicted[0],
+        predicted_mean_accepted_tokens_per_step_joint=predicted[1],
         tree_nodes=tree.num_nodes,
         tree_source=tree_source,
         tokens_per_step_until_end=g.until_end[0] / g.until_end[1] if g.until_end[1] else None,
