@@ -52,7 +52,6 @@ RECIPES: dict[str, dict] = {
     "readme": README,
     "own_lm_heads": {"share_lm_head": False},
     "distill_1": {**README, "distill": 1.0},
-    "depth_decay_0.8": {**README, "depth_decay": 0.8},
     "fd_medusa1": {"share_lm_head": False, "full_vocab": True, "distill": 0.0, "lr": 1e-3, "warmup": 0.1,
                    "negatives": 0},
 }
@@ -132,6 +131,18 @@ def standard_error(xs: list[float]) -> float:
     return round((sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) / len(xs)) ** 0.5, 3)
 
 
+def machine() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.machine()) if Path("/proc/cpuinfo").is_file() else ""
+    return {"cpu": model, "cores": torch.get_num_threads()}
+
+
+def versions() -> dict:
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version()}
+
+
 def fit(base: Path, work: Path, name: str, steps: int, dtype: str, quiet: bool):
     """``train-heads`` with recipe ``name`` for ``steps`` steps on the cached corpus: the heads and the fit's seconds."""
     from trtllm_medusa_ports.heads.fit import FitOptions
@@ -156,10 +167,12 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/medusa-heads"))
     ap.add_argument("--recipes", default="readme,fd_medusa1")
     ap.add_argument("--steps", default="1200", help="comma-separated step counts for every recipe but fd_medusa1")
-    ap.add_argument("--dtype", default="float32", help="the corpus' dtype and the fit's (as train-heads --dtype auto "
-                                                       "chose on the machine: float32 without bfloat16 units)")
-    ap.add_argument("--fd_time_of", default="readme", help="fd_medusa1 runs for this recipe's fit time at the "
-                                                           "largest --steps")
+    ap.add_argument("--dtype", default="auto", help="train-heads --dtype and --fit_dtype (auto, as the README's "
+                                                    "command: bfloat16 where the machine computes it fast)")
+    ap.add_argument("--fd_time_of", default="readme:1200", help="RECIPE:STEPS: fd_medusa1 runs for that run's fit "
+                                                                "time (one of this invocation's)")
+    ap.add_argument("--fd_seconds", type=float, help="fd_medusa1's fit time instead (the time of a run measured "
+                                                       "before)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
@@ -188,7 +201,8 @@ def main() -> int:
                          "head_top1": top1(ranks, 4), "heldout_top1_corpus": res.heldout_top1})
             print(json.dumps(rows[-1]), flush=True)
     if "fd_medusa1" in args.recipes.split(","):
-        budget = times.get((args.fd_time_of, max(steps)))
+        of, _, of_steps = args.fd_time_of.partition(":")
+        budget = args.fd_seconds or times.get((of, int(of_steps or max(steps))))
         probe_steps = 20
         _, probe_s, _ = fit(base, work, "fd_medusa1", probe_steps, args.dtype, True)
         n = max(1, int(probe_steps * budget / probe_s)) if budget else max(steps)
@@ -196,14 +210,13 @@ def main() -> int:
         ranks = heads_ranks(heads, lm_head, ev)
         tps, per = tokens_per_step(ranks, tree)
         rows.append({"recipe": "fd_medusa1", "options": RECIPES["fd_medusa1"], "steps": n, "fit_seconds": seconds,
-                     "time_of": f"{args.fd_time_of} at {max(steps)} steps", "tokens_per_step_until_end": round(tps, 3),
+                     "time_of": args.fd_time_of, "tokens_per_step_until_end": round(tps, 3),
                      "standard_error": standard_error(per), "head_top1": top1(ranks, 4),
                      "heldout_top1_corpus": res.heldout_top1})
         print(json.dumps(rows[-1]), flush=True)
     result = {"model": "SmolLM2-135M-Instruct (GGUF Q4_1, dequantised)", "eval_prompts": len(ev["answers"]),
               "answer_tokens": sum(len(a) for a in ev["answers"]), "tree": "mc_sim_7b_63 (4 heads)",
-              "machine": {"cpu": platform.processor() or platform.machine(), "cores": torch.get_num_threads()},
-              "versions": {"torch": torch.__version__, "python": platform.python_version()}, "runs": rows}
+              "machine": machine(), "versions": versions(), "runs": rows}
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0

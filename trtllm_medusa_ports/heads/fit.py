@@ -85,8 +85,6 @@ class FitOptions:
     # at t + k + 1 (the one whose argmax is the hard target on greedy data); 0: hard targets only
     # (`train-heads --distill` defaults to 0.5; fit_heads then needs the corpus index)
     distill: float = 0.0
-    #: head k's loss weighs depth_decay ** k (1: every head alike; FasterDecoding's Medusa-2 training uses 0.8)
-    depth_decay: float = 1.0
     #: dtype of the products with the vocabulary (the heads' logits, the soft targets, their gradient):
     #: "bfloat16" is about twice as fast on CPUs with AVX512-BF16/AMX and on GPUs; the softmax and the
     #: loss stay float32, the heads' weights and the optimiser too
@@ -275,7 +273,7 @@ def _fit_step(run: _Run, step: int, report: bool) -> tuple[float, list[float]]:
                                      run.low, opts)
         if group.world > 1:
             loss = loss * (r.numel() / n)
-        total = total + (loss if opts.depth_decay == 1.0 else loss * opts.depth_decay ** k)
+        total = total + loss
         if report:
             hit = (logits.detach().argmax(-1) == y).float()
             top1.append(float(hit.mean()) if group.world == 1 else float(hit.sum()) / n)
