@@ -102,22 +102,12 @@ def heads_ranks(heads, lm_head: torch.Tensor, ev: dict) -> list[torch.Tensor]:
 
 
 def tokens_per_step(ranks: list[torch.Tensor], tree: set) -> tuple[float, list[float]]:
-    """Tokens per step until the end token over all answers, and per answer (module docstring)."""
-    from trtllm_medusa_ports.acceptance import accepted_length, rank_path
+    """Tokens per step until the end token over all answers, and per answer (acceptance.loop_until_end: the loop
+    tune-tree replays, which verify's reference loop matches)."""
+    from trtllm_medusa_ports.acceptance import loop_until_end
 
-    tokens = steps = 0
-    per = []
-    for r in ranks:
-        rows = [rank_path(row, TOP_K) for row in r.tolist()]
-        # the context step emits the answer's first token (not a step's, as reference/decoding.py until_end counts);
-        # the step at row j emits the drafts it accepts and the base's own token after them
-        j = s = 0
-        while j + 1 < len(rows):
-            j += accepted_length(rows[j], tree) + 1
-            s += 1
-        if s:
-            tokens, steps = tokens + len(rows) - 1, steps + s
-            per.append((len(rows) - 1) / s)
+    tokens, steps = loop_until_end(tree, ranks)
+    per = [t / s for t, s in (loop_until_end(tree, [r]) for r in ranks) if s]
     return tokens / max(1, steps), per
 
 

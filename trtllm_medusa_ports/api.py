@@ -532,7 +532,7 @@ def build(opts: BuildOptions) -> BuildResult:
     from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
     from trtllm_medusa_ports.compat.positions import checkpoint_position_range, checkpoint_seq_limit
     from trtllm_medusa_ports.engine.build import main as build_main
-    from trtllm_medusa_ports.engine.build import read_checkpoint_config
+    from trtllm_medusa_ports.engine.build import read_checkpoint_config, refusal
 
     validate_options(opts, "BuildOptions", CheckpointError)
     ckpt = Path(opts.checkpoint_dir)
@@ -553,7 +553,6 @@ def build(opts: BuildOptions) -> BuildResult:
     errors = [f for f in checkpoint_findings(cfg, opts.allow_unsupported) + checkpoint_position_range(cfg, max_seq_len)
               if f.severity == ERROR]
     if errors:
-        raise CheckpointError("; ".join(f"[{f.rule}] {f.message}" for f in errors), where=str(ckpt / "config.json"),
-                              fix="; ".join(dict.fromkeys(f.fix for f in errors)), rules=[f.rule for f in errors])
+        raise refusal(errors, str(ckpt / "config.json"))
     rc = build_main(str(ckpt), args, allow_unsupported=opts.allow_unsupported)
     return BuildResult(ckpt, rc)

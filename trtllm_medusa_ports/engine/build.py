@@ -319,8 +319,9 @@ def model_config_and_class(cfg: dict) -> tuple[Any, type | None]:
     return cls.config_class(**cfg), cls
 
 
-def _refused(findings: list, where: str | None) -> CheckpointError:
-    """One error for the ERROR findings that stop a build: each ``[rule] message``, their fixes, their rules."""
+def refusal(findings: list, where: str | None) -> CheckpointError:
+    """One error for the ERROR findings that stop a build: each ``[rule] message``, their fixes, their rules (api.build
+    raises it for the rules it judges first, main for the checkpoint's and the flags')."""
     return CheckpointError("; ".join(f"[{f.rule}] {f.message}" for f in findings), where=where,
                            fix="; ".join(dict.fromkeys(f.fix for f in findings)), rules=[f.rule for f in findings])
 
@@ -333,7 +334,7 @@ def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) 
     cfg = read_checkpoint_config(ckpt)
     errors = [f for f in checkpoint_findings(cfg, allow_unsupported) if f.severity == ERROR]
     if errors:
-        raise _refused(errors, str(ckpt / "config.json"))
+        raise refusal(errors, str(ckpt / "config.json"))
     trtllm = require_tensorrt_llm()
     warning = version_warning(trtllm)
     if warning:
@@ -350,7 +351,7 @@ def main(checkpoint_dir: str, rest: list[str], allow_unsupported: bool = False) 
         elif f.severity != ERROR:
             LOG.info(f"{f.severity}: [{f.rule}] {f.message}\n  fix: {f.fix}")
     if any(f.severity == ERROR for f in flag_found):
-        raise _refused([f for f in flag_found if f.severity == ERROR], None)  # each message names its flag
+        raise refusal([f for f in flag_found if f.severity == ERROR], None)  # each message names its flag
     if getattr(args, "model_cls_file", None) or getattr(args, "model_cls_name", None):
         raise PortError("trtllm-medusa build chooses the class from the checkpoint's architecture",
                         where="--model_cls_file/--model_cls_name", fix="drop these flags")

@@ -446,7 +446,7 @@ def check_stages(ckpt: Checkpoint) -> None:
             raise CheckpointError(f"{name} is of the first pipeline stage (tp_size {tp}, pp_size {pp}) but holds no "
                                   "transformer.vocab_embedding.weight", where=str(ckpt.path / name), fix=fix)
         last = stage == pp - 1
-        if last != ("lm_head.weight" in tensors) and (pp > 1 or not last):
+        if pp > 1 and last != ("lm_head.weight" in tensors):
             held = "holds lm_head.weight" if not last else "holds no lm_head.weight"
             raise CheckpointError(f"{name} is of pipeline stage {stage} of {pp} (tp_size {tp}) but {held}, which "
                                   "the last stage alone holds", where=str(ckpt.path / name), fix=fix)
