@@ -222,21 +222,50 @@ def test_an_endpoint_that_never_answers_is_a_network_error_not_a_hang(tmp_path):
 
 
 def test_the_timeout_is_set_only_where_a_request_has_none_and_put_back_after():
+    """huggingface_hub 1.x (httpx: a request hook) here; 0.x (requests: a mounted adapter) in TensorRT-LLM 1.2's
+    environment (ci/trtllm-1.2.sh): each sets the timeout a request lacks, keeps the one it has, and is put back."""
     import huggingface_hub
 
     from trtllm_medusa_ports.files.hub import request_timeout, timed_requests
 
-    class Req:
-        extensions = {"timeout": {"connect": None, "read": 3.0, "write": None, "pool": None}}
-
     session = huggingface_hub.get_session()
-    before = list(session.event_hooks["request"])
-    with timed_requests():
-        hook = session.event_hooks["request"][-1]
-        hook(Req)
-    assert Req.extensions["timeout"] == {"connect": request_timeout(), "read": 3.0, "write": request_timeout(),
-                                         "pool": request_timeout()}
-    assert list(session.event_hooks["request"]) == before
+    if isinstance(getattr(session, "event_hooks", None), dict):  # httpx
+        class Req:
+            extensions = {"timeout": {"connect": None, "read": 3.0, "write": None, "pool": None}}
+
+        before = list(session.event_hooks["request"])
+        with timed_requests():
+            hook = session.event_hooks["request"][-1]
+            hook(Req)
+        assert Req.extensions["timeout"] == {"connect": request_timeout(), "read": 3.0, "write": request_timeout(),
+                                             "pool": request_timeout()}
+        assert list(session.event_hooks["request"]) == before
+        return
+    from requests.adapters import BaseAdapter  # requests (huggingface_hub 0.x)
+
+    sent = []
+
+    class Inner(BaseAdapter):
+        def send(self, request, timeout=None, **kw):
+            sent.append(timeout)
+
+        def close(self):
+            pass
+
+    before = dict(session.adapters)
+    session.mount("https://", Inner())
+    try:
+        mounted = dict(session.adapters)
+        with timed_requests():
+            adapter = session.get_adapter("https://example.org")
+            assert not isinstance(adapter, Inner)
+            adapter.send(object())
+            adapter.send(object(), timeout=3.0)
+        assert sent == [request_timeout(), 3.0]
+        assert dict(session.adapters) == mounted
+    finally:
+        session.adapters.clear()
+        session.adapters.update(before)
 
 
 @pytest.mark.parametrize("spelling", ["./acme/tiny-qwen2", "acme/tiny-qwen2/"])

@@ -10,6 +10,7 @@ and train-heads then said its token ids were outside the vocabulary).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from trtllm_medusa_ports.errors import ModelError, PortError
@@ -40,11 +41,24 @@ def load_tokenizer(tok_dir: str | Path, *, fix: str = IDS_INSTEAD):
     from transformers import AutoTokenizer
 
     d = require_tokenizer(tok_dir, fix=fix)
+    _json_first(d / "tokenizer.json", fix)
     try:
         return AutoTokenizer.from_pretrained(str(d))
     except Exception as exc:  # noqa: BLE001  (transformers raises many kinds for a broken tokenizer)
         raise PortError(f"no usable tokenizer in {d} ({type(exc).__name__}: {str(exc).strip()[:200]})",
                         where=str(d), fix=fix) from None
+
+
+def _json_first(path: Path, fix: str) -> None:
+    """A tokenizer.json that is not JSON, refused in one wording on every transformers line (the Rust tokenizers
+    library says "EOF while parsing" under transformers 4.x, transformers 5 a JSONDecodeError)."""
+    if not path.is_file():
+        return
+    try:
+        json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PortError(f"no usable tokenizer in {path.parent} ({path.name} is not JSON: {type(exc).__name__}: "
+                        f"{str(exc).strip()[:200]})", where=str(path.parent), fix=fix) from None
 
 
 #: --chat_template: "auto" applies the tokenizer's chat template to prompts where it has one, "none" never
