@@ -52,8 +52,9 @@ RECIPES: dict[str, dict] = {
     "readme": README,
     "own_lm_heads": {"share_lm_head": False},
     "distill_1": {**README, "distill": 1.0},
+    "own_dense": {"share_lm_head": False, "dense_updates": True},
     "fd_medusa1": {"share_lm_head": False, "full_vocab": True, "distill": 0.0, "lr": 1e-3, "warmup": 0.1,
-                   "negatives": 0},
+                   "negatives": 0, "dense_updates": True},
 }
 
 
@@ -147,6 +148,29 @@ def fit(base: Path, work: Path, name: str, steps: int, dtype: str, quiet: bool):
     return res.heads, res.fit_seconds, res
 
 
+def saved_heads(d: Path):
+    """HeadWeights of a `train-heads` output directory (medusa_lm_head.safetensors: ``h.l.linear.{weight,bias}`` per
+    ResBlock, ``h.L.weight`` for an own lm_head)."""
+    from safetensors.torch import load_file
+
+    from trtllm_medusa_ports.heads.fit import HeadWeights
+
+    cfg = json.loads((d / "config.json").read_text())
+    t = load_file(str(d / "medusa_lm_head.safetensors"))
+    n, layers = cfg["medusa_num_heads"], cfg["medusa_num_layers"]
+    blocks = [[(t[f"{h}.{i}.linear.weight"].float(), t[f"{h}.{i}.linear.bias"].float()) for i in range(layers)]
+              for h in range(n)]
+    own = f"0.{layers}.weight" in t
+    return HeadWeights(blocks, [t[f"{h}.{layers}.weight"].float() for h in range(n)] if own else None)
+
+
+def measure(heads, lm_head: torch.Tensor, ev: dict, tree: set) -> dict:
+    ranks = heads_ranks(heads, lm_head, ev)
+    tps, per = tokens_per_step(ranks, tree)
+    return {"tokens_per_step_until_end": round(tps, 3), "standard_error": standard_error(per),
+            "head_top1": top1(ranks, heads.num_heads)}
+
+
 def main() -> int:
     from real_model import hf_dir
 
@@ -163,6 +187,8 @@ def main() -> int:
                                                                 "time (one of this invocation's)")
     ap.add_argument("--fd_seconds", type=float, help="fd_medusa1's fit time instead (the time of a run measured "
                                                        "before)")
+    ap.add_argument("--heads", type=Path, action="append", default=[],
+                    help="measure the heads a `train-heads` run wrote in this directory instead of fitting (repeat it)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
@@ -177,6 +203,10 @@ def main() -> int:
     del model
     mc, _ = resolve_choices("mc_sim_7b_63", 4)
     tree = {tuple(p) for p in mc}
+    if args.heads:
+        for d in args.heads:
+            print(json.dumps({"heads": str(d), **measure(saved_heads(d), lm_head, ev, tree)}), flush=True)
+        return 0
     steps = [int(s) for s in args.steps.split(",")]
     rows, times = [], {}
     names = [n for n in args.recipes.split(",") if n != "fd_medusa1"]

@@ -13,6 +13,7 @@ from conftest import tiny_base
 from trtllm_medusa_ports.base_model import final_hidden, lm_head_of, load_base
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.files.prompts import PromptInputs, heldout_prompts, packaged_prompts
+from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS
 from trtllm_medusa_ports.heads import load_heads
 from trtllm_medusa_ports.heads.fit import FitOptions, fit_heads
 from trtllm_medusa_ports.tree import MedusaTree, validate_choices
@@ -45,6 +46,41 @@ def test_final_hidden_is_what_the_lm_head_sees(store, arch):
         logits = torch.tanh(logits / cap) * cap
     assert torch.allclose(logits, model(input_ids=ids).logits, atol=1e-5)
     assert (b is not None) == (arch == "PhiForCausalLM")
+
+
+@pytest.mark.parametrize("arch", sorted(TINY_CONFIGS))
+def test_the_corpus_states_taken_from_the_generation_are_those_of_a_pass_over_the_whole_sequence(store, arch,
+                                                                                                monkeypatch):
+    """build_shard keeps the final-norm states the greedy generation computed (left-padded, step by step, with the
+    KV cache) instead of a second pass: for prompts of several lengths in one batch they are the states one pass
+    over each whole sequence gives, position for position; a text item's come from that pass."""
+    from trtllm_medusa_ports.files.prompts import Item
+    from trtllm_medusa_ports.heads.corpus import build_shard
+
+    model = load_base(tiny_base(store, arch))
+    items = [Item([5, 9, 2], True), Item([7, 1, 8, 2, 8, 1, 8], True), Item([3, 4], True),
+             Item([11, 12, 13, 14, 15, 16], False)]
+    from trtllm_medusa_ports.heads import corpus as corpus_module
+
+    passed = []
+    monkeypatch.setattr(corpus_module, "final_hidden", lambda m, ids, mask: passed.append(ids.shape[0]) or
+                        final_hidden(m, ids, mask))
+    corpus = build_shard(model, items, 6, batch=3)
+    # the text item alone: every continuation's states came from its generation; but transformers' MPT generates
+    # without a KV cache (each call runs the whole sequence), and transformers 4.x's Gemma 3 calls its base other
+    # ways too, so their states are computed by the pass, as before
+    import transformers
+
+    passes = {"MptForCausalLM"} | ({"Gemma3ForCausalLM"} if transformers.__version__.startswith("4.") else set())
+    assert passed == ([3, 1] if arch in passes else [1])
+    assert corpus.index.shape[0] == corpus.hidden.shape[0] > 0
+    for i, seq in enumerate(corpus.seqs):
+        whole = final_hidden(model, torch.tensor([seq]))[0]
+        at = corpus.index[:, 0] == i
+        positions = corpus.index[at, 1]
+        kept = len(seq) - corpus.starts[i] >= 3  # else nothing for a head to predict: no rows
+        assert positions.tolist() == (list(range(corpus.starts[i], len(seq) - 1)) if kept else [])
+        assert torch.allclose(corpus.hidden[at], whole[positions], atol=1e-4, rtol=1e-4), (arch, i)
 
 
 def test_packaged_prompts_are_many_varied_and_disjoint_from_the_heldout_ones():
@@ -100,6 +136,57 @@ def test_resume_ends_with_the_weights_of_an_uninterrupted_run(tmp_path, share):
     with pytest.raises(Exception, match="other settings \\(lr\\)"):
         fit_heads(hidden, targets, lm, None, FitOptions(**{**opts.__dict__, "lr": 1e-3}), state_path=state,
                   resume=True)
+
+
+def test_row_adam_over_every_row_is_torchs_adamw_and_leaves_untouched_rows_as_they_were():
+    from trtllm_medusa_ports.heads.rowadam import RowAdam
+
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(12, 5, generator=g), torch.randn(12, 5, generator=g)
+    ref = [a.clone().requires_grad_(True), b.clone().requires_grad_(True)]
+    adamw = torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.1)
+    mine = [a.clone(), b.clone()]
+    rows = RowAdam(mine, 1e-2, weight_decay=0.1)
+    every = torch.arange(12)
+    for _ in range(4):
+        grads = [torch.randn(12, 5, generator=g) for _ in ref]
+        for t, gr in zip(ref, grads, strict=True):
+            t.grad = gr.clone()
+        adamw.step()
+        rows.step(every, grads)
+    assert all(torch.allclose(x, y.detach(), rtol=1e-6, atol=1e-7) for x, y in zip(mine, ref, strict=True))
+    some = torch.tensor([1, 7])
+    before = [t.clone() for t in mine]
+    rows.step(some, [torch.ones(2, 5), torch.ones(2, 5)])
+    for t, old in zip(mine, before, strict=True):
+        moved = (t != old).any(1)
+        assert moved[some].all() and int(moved.sum()) == 2  # the step's rows alone
+
+
+def test_row_updates_train_own_lm_heads_and_resume_to_the_uninterrupted_weights(tmp_path):
+    """Own lm_heads' row-wise updates (the default; FitOptions.dense_updates off): they learn (the loss falls), rows outside every step's columns are the
+    base's, and a resumed run ends with the weights of an uninterrupted one (the row moments are saved)."""
+    g = torch.Generator().manual_seed(2)
+    hidden = torch.randn(400, 16, generator=g)
+    lm = torch.randn(60, 16, generator=g)
+    targets = torch.stack([(hidden[:, 0] > 0).long() * 3, (hidden[:, 1] > 0).long() + 7], 1)
+    opts = FitOptions(num_heads=2, steps=40, lr=3e-2, batch_size=64, negatives=4, save_every=10)
+    straight, hist = fit_heads(hidden, targets, lm, None, opts)
+    assert hist[-1]["loss"] < hist[0]["loss"] / 2
+    moved = (straight.lm_heads[0] != lm).any(1)
+    assert moved[[0, 3, 7, 8]].all() and not moved.all()  # the targets' rows moved; not every row was drawn
+    state = tmp_path / "state.pt"
+    fit_heads(hidden, targets, lm, None, opts, state_path=state, stop_after=17)
+    resumed, _ = fit_heads(hidden, targets, lm, None, opts, state_path=state, resume=True)
+    assert all(torch.equal(x, y) for x, y in zip(resumed.lm_heads, straight.lm_heads, strict=True))
+    assert torch.equal(resumed.blocks[1][0][0], straight.blocks[1][0][0])
+    with pytest.raises(Exception, match="other settings \\(dense_updates\\)"):
+        fit_heads(hidden, targets, lm, None, FitOptions(**{**opts.__dict__, "dense_updates": True}), state_path=state,
+                  resume=True)
+    dense, _ = fit_heads(hidden, targets, lm, None, FitOptions(**{**opts.__dict__, "dense_updates": True}))
+    # torch's AdamW moves the rows once drawn on every later step too (momentum): the same rows, other values
+    assert torch.equal((dense.lm_heads[0] != lm).any(1), moved)
+    assert not torch.allclose(dense.lm_heads[0][moved], straight.lm_heads[0][moved])
 
 
 @pytest.mark.parametrize("matmul_dtype", ["float32", "bfloat16"])

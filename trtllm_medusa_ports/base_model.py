@@ -124,12 +124,23 @@ def end_token_ids(model) -> set[int]:
 def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch: int = 64,
                       quiet: bool = True) -> list[list[int]]:
     """The base's greedy continuation of each prompt (cut after an end token), prompts left-padded."""
+    return [c for c, _ in continuations(model, prompts, new_tokens, batch=batch, quiet=quiet)]
+
+
+@torch.no_grad()
+def continuations(model, prompts: list[list[int]], new_tokens: int, *, batch: int = 64, quiet: bool = True,
+                  hidden: bool = False) -> list[tuple[list[int], torch.Tensor | None]]:
+    """Each prompt's greedy continuation (cut after an end token) and, with ``hidden``, the final-norm hidden states
+    the generation computed on the way (``[n, H]`` for a continuation of n tokens: those of the prompt's last token
+    and of each continuation token but the last, the inputs of the n steps that chose them), taken from the base
+    model's output at each step rather than computed again; None where the generation's calls were not the
+    expected ones (one prefill, then one token a call), which the caller then computes itself."""
     from tqdm import tqdm
 
     device = model_device(model)
     eos = end_token_ids(model)
     pad = min(eos) if eos else 0
-    out: list[list[int]] = [[] for _ in prompts]
+    out: list[tuple[list[int], torch.Tensor | None]] = [([], None) for _ in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
     bar = tqdm(total=len(prompts), desc="greedy continuations", unit="prompt", disable=quiet, file=sys.stderr)
     for s in range(0, len(order), batch):
@@ -140,18 +151,43 @@ def continue_greedily(model, prompts: list[list[int]], new_tokens: int, *, batch
         for r, i in enumerate(idx):
             ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i])
             mask[r, width - len(prompts[i]):] = 1
-        gen = model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
-                             do_sample=False, pad_token_id=pad, top_p=None, top_k=None, temperature=None)
+        calls: list[torch.Tensor] = []
+        hook = model.base_model.register_forward_hook(_recorder(calls)) if hidden else None
+        try:
+            gen = model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
+                                 do_sample=False, pad_token_id=pad, top_p=None, top_k=None, temperature=None)
+        finally:
+            if hook is not None:
+                hook.remove()
+        steps = _step_states(calls, len(idx), width) if hidden else None
         for r, i in enumerate(idx):
             cont = gen[r, width:].tolist()
             for j, t in enumerate(cont):
                 if t in eos:
                     cont = cont[: j + 1]
                     break
-            out[i] = cont
+            states = None
+            if steps is not None and len(cont) <= steps.shape[1]:
+                states = steps[r, :len(cont)].float()
+            out[i] = (cont, states)
         bar.update(len(idx))
     bar.close()
     return out
+
+
+def _recorder(calls: list[torch.Tensor]):
+    def record(module, args, output) -> None:  # noqa: ARG001
+        calls.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+    return record
+
+
+def _step_states(calls: list[torch.Tensor], rows: int, width: int) -> torch.Tensor | None:
+    """``[rows, steps, H]``: each generation step's input state (the prefill's last position, then each call's
+    one token), or None where the calls are not one prefill of ``width`` then one token each."""
+    if not calls or tuple(calls[0].shape[:2]) != (rows, width) or any(
+            tuple(c.shape[:2]) != (rows, 1) for c in calls[1:]):
+        return None
+    return torch.cat([calls[0][:, -1:], *calls[1:]], dim=1)
 
 
 def value_transforms(model_dir: str | Path, architecture: str | None) -> dict[str, ValueTransform]:

@@ -328,6 +328,8 @@ _TRAIN = (
        cli_spec=Spec("int", lo=0)),
     _B("share_lm_head", "heads use the base lm_head (FasterDecoding version 2): smaller, faster to train", owner=_FIT),
     _B("full_vocab", "softmax over the whole vocabulary (default: over the tokens the corpus holds)", owner=_FIT),
+    _B("dense_updates", "own lm_heads: AdamW updates every row of every lm_head each step (default: only the rows of "
+       "the step's softmax, about 1.4x faster a step, as accurate)", owner=_FIT),
     _F("distill", "weight (0..1) of the soft target: each head also matches the base's own next-token distribution "
        "at its position; 0: the greedy token only", default=0.5, owner=_FIT),
     _I("negatives", "without --full_vocab: tokens outside the corpus drawn afresh each step into the softmax, so "

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.base_model import (
-    continue_greedily,
+    continuations,
     final_hidden,
     model_device,
 )
@@ -23,7 +23,7 @@ from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.prompts import Item
 from trtllm_medusa_ports.heads.saved import save_whole
 
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2  # 2: no row for a sequence's last position; states from the generation
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Corpus:
 
     seqs: list[list[int]]
     starts: list[int]  # first position whose hidden state is used (prompt length - 1; 0 for text)
-    hidden: torch.Tensor  # [N, H] float32, positions of every sequence from its start to its end
+    hidden: torch.Tensor  # [N, H] float32, positions of every sequence from its start to the one before its last
     index: torch.Tensor  # [N, 2] (sequence, position) of each row of hidden
     key: str
 
@@ -80,29 +80,65 @@ def build_corpus(model, items: list[Item], new_tokens: int, key: str = "", *, qu
 def build_shard(model, items: list[Item], new_tokens: int, key: str = "", *, quiet: bool = True,
                 batch: int = CORPUS_BATCH) -> Corpus:
     """The corpus of ``items`` alone (one rank's share of them under torchrun; it may hold no rows): the sequences
-    in ``items``' order, the rows of each kept sequence together."""
+    in ``items``' order, the rows of each kept sequence together. A continuation's hidden states are those its
+    generation computed (one pass of the base, not two); a text item's (and any the generation did not give) come
+    from one more pass over the whole sequence."""
     to_continue = [i for i, it in enumerate(items) if it.continue_it]
-    conts = continue_greedily(model, [items[i].ids for i in to_continue], new_tokens, quiet=quiet, batch=batch)
+    got = continuations(model, [items[i].ids for i in to_continue], new_tokens, quiet=quiet, batch=batch,
+                        hidden=True)
     seqs = [list(it.ids) for it in items]
     starts = [0] * len(items)
-    for i, c in zip(to_continue, conts, strict=True):
+    states: dict[int, torch.Tensor] = {}
+    for i, (cont, hs) in zip(to_continue, got, strict=True):
         starts[i] = len(seqs[i]) - 1
-        seqs[i] = seqs[i] + c
-    device = model_device(model)
+        seqs[i] = seqs[i] + cont
+        if hs is not None:
+            states[i] = hs
+    del got
     keep = [i for i, s in enumerate(seqs) if len(s) - starts[i] >= 3]  # else nothing for a head to predict
     keep.sort(key=lambda i: len(seqs[i]))
     if not keep:
         return Corpus(seqs, starts, torch.zeros((0, 0)), torch.zeros((0, 2), dtype=torch.long), key)
-    # the rows are written into one tensor as each batch comes (a batch's padded states are freed after it)
-    n_rows = sum(len(seqs[i]) - starts[i] for i in keep)
-    hidden: torch.Tensor | None = None  # [n_rows, H] float32, made when the first batch gives H
+    # rows: each position from the start to the one before the last token (the last has no token after it to learn
+    # from, nor does a soft target read it), written into one tensor as they come
+    n_rows = sum(len(seqs[i]) - 1 - starts[i] for i in keep)
     index = torch.empty((n_rows, 2), dtype=torch.long)
-    at = 0
+    hidden: torch.Tensor | None = None  # [n_rows, H] float32, made when the first states give H
+    at = {}
+    offset = 0
+    for i in keep:
+        at[i] = offset
+        n = len(seqs[i]) - 1 - starts[i]
+        index[offset:offset + n, 0] = i
+        index[offset:offset + n, 1] = torch.arange(starts[i], len(seqs[i]) - 1)
+        offset += n
+
+    def put(i: int, rows: torch.Tensor) -> None:
+        nonlocal hidden
+        if hidden is None:
+            hidden = torch.empty((n_rows, rows.shape[-1]), dtype=torch.float32)
+        hidden[at[i]:at[i] + rows.shape[0]] = rows  # to float32 on the CPU (exact)
+
+    pending = [i for i in keep if i not in states]
+    for i in keep:
+        if i in states:
+            put(i, states.pop(i))
+    _pass_rows(model, seqs, starts, pending, put, batch=batch, quiet=quiet)
+    return Corpus(seqs, starts, hidden, index, key)
+
+
+def _pass_rows(model, seqs: list[list[int]], starts: list[int], todo: list[int], put, *, batch: int,
+               quiet: bool) -> None:
+    """The rows of sequences ``todo`` from one pass of the base over each whole sequence (right-padded batches:
+    causal attention never sees the padding), each handed to ``put(sequence, rows)``."""
+    if not todo:
+        return
     from tqdm import tqdm
 
-    bar = tqdm(total=len(keep), desc="hidden states", unit="sequence", disable=quiet, file=sys.stderr)
-    for b in range(0, len(keep), batch):  # right-padded batches: causal attention never sees the padding
-        idx = keep[b:b + batch]
+    device = model_device(model)
+    bar = tqdm(total=len(todo), desc="hidden states", unit="sequence", disable=quiet, file=sys.stderr)
+    for b in range(0, len(todo), batch):
+        idx = todo[b:b + batch]
         width = max(len(seqs[i]) for i in idx)
         ids = torch.zeros((len(idx), width), dtype=torch.long)
         mask = torch.zeros((len(idx), width), dtype=torch.long)
@@ -110,18 +146,11 @@ def build_shard(model, items: list[Item], new_tokens: int, key: str = "", *, qui
             ids[r, :len(seqs[i])] = torch.tensor(seqs[i])
             mask[r, :len(seqs[i])] = 1
         hs = final_hidden(model, ids.to(device), mask.to(device))
-        if hidden is None:
-            hidden = torch.empty((n_rows, hs.shape[-1]), dtype=torch.float32)
         for r, i in enumerate(idx):
-            n = len(seqs[i]) - starts[i]
-            hidden[at:at + n] = hs[r, starts[i]:len(seqs[i])]  # to float32 on the CPU (exact)
-            index[at:at + n, 0] = i
-            index[at:at + n, 1] = torch.arange(starts[i], len(seqs[i]))
-            at += n
+            put(i, hs[r, starts[i]:len(seqs[i]) - 1])
         del hs
         bar.update(len(idx))
     bar.close()
-    return Corpus(seqs, starts, hidden, index, key)
 
 
 def merge_shards(shards: list[Corpus], key: str) -> Corpus:

@@ -16,6 +16,7 @@ import torch
 
 from trtllm_medusa_ports.errors import HeadsError, ModelError, PortError
 from trtllm_medusa_ports.heads.distributed import Group, RankLost
+from trtllm_medusa_ports.heads.rowadam import RowAdam
 from trtllm_medusa_ports.heads.saved import save_whole
 
 
@@ -81,6 +82,10 @@ class FitOptions:
     weight_decay: float = 0.0
     full_vocab: bool = False  # False: the softmax runs over the tokens the corpus holds (much faster)
     negatives: int = 8192  # without full_vocab: other tokens drawn afresh each step, pushed down too
+    #: own lm_heads: torch's AdamW over every row of every lm_head each step; default (False): each step's Adam
+    #: update touches the rows of its softmax columns alone (heads/rowadam.py): on SmolLM2-135M a step is 1.38x
+    #: faster and 300 steps reach the same tokens per step (benchmarks/results/heads_levers.json)
+    dense_updates: bool = False
     # weight of the soft target: head k at position t also matches the base's own distribution
     # at t + k + 1 (the one whose argmax is the hard target on greedy data); 0: hard targets only
     # (`train-heads --distill` defaults to 0.5; fit_heads then needs the corpus index)
@@ -198,9 +203,10 @@ def _step_columns(vocab, others, n_neg: int, g: torch.Generator, V: int, opts: F
     return _Columns(cols, whole, teacher, bias)
 
 
-def _head_loss(k: int, r: torch.Tensor, hidden_d, targets_d, blocks, lms, c: _Columns, low, opts: FitOptions):
+def _head_loss(k: int, r: torch.Tensor, hidden_d, targets_d, blocks, lms, c: _Columns, low, opts: FitOptions,
+               gathered: bool = False):
     """Head ``k``'s loss on rows ``r`` (cross-entropy, blended with the base's distribution ``distill`` times)
-    and its logits."""
+    and its logits; ``gathered``: ``lms`` hold the step's columns already (row-wise updates)."""
     x = hidden_d[r]
     y = targets_d[r, k]
     for w, b in blocks[k]:
@@ -210,7 +216,7 @@ def _head_loss(k: int, r: torch.Tensor, hidden_d, targets_d, blocks, lms, c: _Co
         if c.bias is not None:
             logits = logits + c.bias
     else:
-        logits = _product(x, lms[k] if c.whole else lms[k][c.cols], low)
+        logits = _product(x, lms[k] if c.whole or gathered else lms[k][c.cols], low)
     loss = torch.nn.functional.cross_entropy(logits, y)
     if opts.distill:
         with torch.no_grad():  # the base's distribution over the same columns
@@ -242,6 +248,11 @@ class _Run:
     lm_bias: torch.Tensor | None
     low: torch.dtype | None
     device: str
+    row_opt: RowAdam | None = None  # the own lm_heads' optimiser (without dense_updates) (``opt`` has the blocks)
+
+    def optimizer_state(self) -> dict:
+        return self.opt.state_dict() if self.row_opt is None else {"adamw": self.opt.state_dict(),
+                                                                   "rows": self.row_opt.state_dict()}
 
 
 def _fit_step(run: _Run, step: int, report: bool) -> tuple[float, list[float]]:
@@ -257,6 +268,10 @@ def _fit_step(run: _Run, step: int, report: bool) -> tuple[float, list[float]]:
     run.opt.zero_grad(set_to_none=True)
     columns = _step_columns(run.vocab, run.others, run.n_neg, g, run.lm_head.shape[0], opts, run.lm_head,
                             run.lm_bias, run.low, run.device)
+    lms = run.lms
+    if run.row_opt is not None:  # the step's rows of each lm_head, a leaf of their own: the gradient has only them
+        run.row_opt.lr = lr_at(step, opts)
+        lms = [t.index_select(0, columns.cols).requires_grad_(True) for t in run.lms]
     total, top1 = 0.0, []
     for k in range(opts.num_heads):
         r = run.rows[k]
@@ -269,8 +284,8 @@ def _fit_step(run: _Run, step: int, report: bool) -> tuple[float, list[float]]:
         if not r.numel():  # more ranks than rows: this rank's slice is empty
             top1.append(0.0)
             continue
-        loss, logits, y = _head_loss(k, r.to(run.device), run.hidden, run.targets, run.blocks, run.lms, columns,
-                                     run.low, opts)
+        loss, logits, y = _head_loss(k, r.to(run.device), run.hidden, run.targets, run.blocks, lms, columns,
+                                     run.low, opts, gathered=run.row_opt is not None)
         if group.world > 1:
             loss = loss * (r.numel() / n)
         total = total + loss
@@ -281,31 +296,55 @@ def _fit_step(run: _Run, step: int, report: bool) -> tuple[float, list[float]]:
         total.backward()  # one backward for all heads
         total = float(total.detach())
     if group.world > 1:  # every collective of a step comes before its update: a failed one leaves the step undone
-        _sum_gradients(run, columns)
+        _sum_gradients(run, columns, lms if run.row_opt is not None else None)
         if report:
             sums = group.sum_(torch.tensor([total, *top1], dtype=torch.float64), f"the loss all-reduce of step {step + 1}")
             total, top1 = float(sums[0]), sums[1:].tolist()
     run.opt.step()
+    if run.row_opt is not None:
+        run.row_opt.step(columns.cols, [t.grad if t.grad is not None else torch.zeros_like(t) for t in lms])
     return total / opts.num_heads, top1
 
 
-def _sum_gradients(run: _Run, columns: _Columns) -> None:
+def _sum_gradients(run: _Run, columns: _Columns, gathered: list[torch.Tensor] | None = None) -> None:
     """Each parameter's gradient summed over the ranks (zero where a rank's slice gave it none); the heads' own
-    projections on this step's columns only, the rows outside them having no gradient on any rank."""
+    projections on this step's columns only, the rows outside them having no gradient on any rank (``gathered``:
+    the step's rows of each, under row updates)."""
     what = "the gradient all-reduce"
     blocks = [t for row in run.blocks for wb in row for t in wb]
-    for t in blocks + (run.lms or []):
+    lms = gathered if gathered is not None else run.lms or []
+    for t in blocks + lms:
         if t.grad is None:
             t.grad = torch.zeros_like(t)
     flat = run.group.sum_(torch.cat([t.grad.reshape(-1) for t in blocks]), what)
     for t, part in zip(blocks, flat.split([t.numel() for t in blocks]), strict=True):
         t.grad.copy_(part.view_as(t))
-    for t in run.lms or []:
-        if columns.whole:
+    for t in lms:
+        if columns.whole or gathered is not None:
             run.group.sum_(t.grad, what)
         else:
             part = run.group.sum_(t.grad.index_select(0, columns.cols), what)
             t.grad.index_copy_(0, columns.cols, part)
+
+
+def _optimizers(blocks, lms, opts: FitOptions, state: FitState | None) -> tuple[torch.optim.AdamW, RowAdam | None]:
+    """AdamW over the blocks and (``dense_updates``) the own lm_heads; else row-wise Adam over those;
+    each with the saved state's moments where resuming."""
+    params = [t.requires_grad_(True) for row in blocks for wb in row for t in wb]
+    rowwise = not opts.dense_updates and lms is not None
+    if lms is not None and not rowwise:
+        params += [t.requires_grad_(True) for t in lms]
+    opt = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay)
+    row_opt = RowAdam(lms, opts.lr, weight_decay=opts.weight_decay) if rowwise else None
+    if state is not None:
+        try:
+            opt.load_state_dict(state.optimizer["adamw"] if rowwise else state.optimizer)
+            if row_opt is not None:
+                row_opt.load_state_dict(state.optimizer["rows"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HeadsError(f"the saved training state's optimiser does not fit these heads ({exc})",
+                             fix="remove the file and train without --resume") from None
+    return opt, row_opt
 
 
 def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor, lm_bias: torch.Tensor | None,
@@ -340,18 +379,14 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     group.same(state.step if state is not None else 0, "the step the saved training state resumes from")
     torch.manual_seed(opts.seed)
     blocks, lms, start, history = _start_params(state, opts, H, lm_head, device)
-    params = [t.requires_grad_(True) for row in blocks for wb in row for t in wb]
-    if lms is not None:
-        params += [t.requires_grad_(True) for t in lms]
-    opt = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay)
-    if state is not None:
-        opt.load_state_dict(state.optimizer)
+    opt, row_opt = _optimizers(blocks, lms, opts, state)
     run = _Run(opts, group, rows, hidden.to(device), remap[targets.clamp(min=0)].to(device), blocks, lms, opt, vocab,
-               others, n_neg, lm_head.to(device), lm_bias.to(device) if lm_bias is not None else None, low, device)
+               others, n_neg, lm_head.to(device), lm_bias.to(device) if lm_bias is not None else None, low, device,
+               row_opt)
 
     def save(step: int) -> None:
         if state_path is not None and group.main:  # the other ranks hold the same weights: rank 0 writes them
-            save_state(state_path, opts, FitState(step, blocks, lms, opt.state_dict(), history))
+            save_state(state_path, opts, FitState(step, blocks, lms, run.optimizer_state(), history))
 
     end = opts.steps if stop_after is None else min(opts.steps, start + stop_after)
     bar = tqdm(total=opts.steps, initial=start, desc="train heads", unit="step", disable=opts.quiet or not group.main,
