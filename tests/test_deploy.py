@@ -143,6 +143,8 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
                      "--speculative_decoding_mode", "medusa", "--max_batch_size", "8", "--max_input_len", "128",
                      "--max_seq_len", "256", "--max_num_tokens", "128"]
     assert bundle["serving"] == {"max_batch_size": 8, "max_input_len": 128, "max_seq_len": 256, "max_num_tokens": 128}
+    assert bundle["serving_from"] == {"max_batch_size": "the default 8", "max_seq_len": "the base's context: "
+                                      "max_position_embeddings 256 of the checkpoint's config.json"}
     run_script = (out / "run.sh").read_text()
     run = _exec_line(run_script)
     assert run[:5] == ["mpirun", "-n", "2", "--allow-run-as-root", "python3"]  # world size 2: one MPI rank each
@@ -168,6 +170,8 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
     assert "checkpoint/ and tokenizer/: copies of the inputs (checkpoint 0.00" in text
     assert "this machine's paths replaced by their names in checkpoint/config.json: medusa_ports.heads_source" in text
     assert "; the bundle names no path of this machine" in text
+    assert "serving sizes: batch 2 (--max_batch_size), max_seq_len 200 (--max_seq_len), max_input_len 50" in text
+    assert "triton/fill.sh, then" in text
     assert json.loads((out / "deploy.json").read_text())["serving"] == {
         "max_batch_size": 2, "max_input_len": 50, "max_seq_len": 200, "max_num_tokens": 50}
 

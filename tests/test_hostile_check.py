@@ -32,6 +32,47 @@ def test_serving_sizes_are_part_of_the_verdict(qwen2_base, qwen2_heads, sizes, r
     assert r.to_dict()["memory"]["fits"] is False and r.render().endswith("NOT COMPATIBLE")
 
 
+@pytest.mark.parametrize("sizes", [{}, dict(max_batch_size=4), dict(max_seq_len=128)], ids=["none", "batch", "len"])
+def test_gpu_memory_without_both_serving_sizes_judges_the_weights_and_says_so(qwen2_base, qwen2_heads, capsys, sizes):
+    """Issue 78, 2: --gpu_memory_gb without --max_batch_size and --max_seq_len said COMPATIBLE for any memory (3.47 MB
+    of weights on 0.001 GB); the weights alone are judged now, and a fit says the KV cache was not judged."""
+    small = check(CheckOptions(model_dir=qwen2_base, medusa_model_dir=qwen2_heads, gpu_memory_gb=0.0001, **sizes))
+    assert not small.compatible and small.render().endswith("NOT COMPATIBLE")
+    finding = _rules(small)["memory-does-not-fit"]
+    assert "for its weights alone, more than the 0.0001 GB of --gpu_memory_gb" in finding.message
+    memory = small.to_dict()["memory"]
+    assert memory["fits"] is False and memory["judged"] == "weights alone"
+    big = check(CheckOptions(model_dir=qwen2_base, medusa_model_dir=qwen2_heads, gpu_memory_gb=80, **sizes))
+    assert big.compatible and "memory-kv-not-judged" in _rules(big, "warning")
+    assert "weights alone of 80 GB: fit (the KV cache was not judged" in big.render()
+    flags = [f"--{k}={v}" for k, v in sizes.items()]
+    assert main(["check", "--model_dir", str(qwen2_base), "--medusa_model_dir", str(qwen2_heads),
+                 "--gpu_memory_gb", "0.0001", *flags]) == EXIT_FOUND
+    assert "DO NOT FIT" in capsys.readouterr().out
+    both = check(CheckOptions(model_dir=qwen2_base, medusa_model_dir=qwen2_heads, gpu_memory_gb=80, max_batch_size=1,
+                              max_seq_len=64))
+    assert both.to_dict()["memory"]["judged"] == "weights and KV cache" and "memory-kv-not-judged" not in \
+        _rules(both, "warning")
+
+
+def test_a_max_seq_len_past_a_rotary_bases_context_is_a_warning_naming_the_context(qwen2_base, qwen2_heads):
+    """Issue 78, 2: check --max_seq_len 4096 on a RoPE base of 256 positions said nothing."""
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    context = HFConfig.read(qwen2_base).get("max_position_embeddings")
+    far = check(CheckOptions(model_dir=qwen2_base, medusa_model_dir=qwen2_heads, max_seq_len=context * 16))
+    finding = _rules(far, "warning")["rope-context-range"]
+    assert far.compatible and f"past the base's context (max_position_embeddings {context} in config.json)" in \
+        finding.message and "--max_seq_len" in finding.fix
+    depth = int(finding.message.split("a tree ")[1].split(" deep")[0])
+    within = check(CheckOptions(model_dir=qwen2_base, medusa_model_dir=qwen2_heads, max_seq_len=context - depth))
+    assert "rope-context-range" not in _rules(within, "warning")
+    edge = check(CheckOptions(model_dir=qwen2_base, medusa_model_dir=qwen2_heads, max_seq_len=context - depth + 1))
+    assert "rope-context-range" in _rules(edge, "warning")
+    assert "rope-context-range" not in _rules(check(CheckOptions(model_dir=qwen2_base, medusa_model_dir=qwen2_heads)),
+                                              "warning")
+
+
 def test_a_tree_file_is_named_in_its_findings(tmp_path, capsys, qwen2_base, qwen2_heads):
     tree = tmp_path / "tree.json"
     tree.write_text("[[0], [0, 0], [5, 5, 5, 5, 5]]")
@@ -82,3 +123,47 @@ def test_an_unreadable_weight_file_is_an_input_error_not_a_finding(store, tmp_pa
     captured = capsys.readouterr()
     assert json.loads(captured.out)["where"] == str(weights) and "contradict" not in captured.err
     assert "Traceback" not in captured.err
+
+
+# -- issue 78, 2: a heads path or tree file that is not there is exit 1 in every command ----------------------------
+def _missing_cases(base, heads, ckpt, tok, tmp):
+    nope, tree = str(tmp / "no-heads"), f"@{tmp}/no-tree.json"
+    return {
+        "check": ([["check", "--model_dir", base, "--medusa_model_dir", nope]],
+                  [["check", "--model_dir", base, "--medusa_model_dir", heads, "--medusa_choices", tree]]),
+        "convert": ([["convert", "--model_dir", base, "--medusa_model_dir", nope, "--output_dir", str(tmp / "o")]],
+                    [["convert", "--model_dir", base, "--medusa_model_dir", heads, "--medusa_choices", tree,
+                      "--output_dir", str(tmp / "o")]]),
+        "verify": ([["verify", "--model_dir", base, "--checkpoint_dir", ckpt, "--medusa_model_dir", nope]],
+                   [["verify", "--model_dir", base, "--checkpoint_dir", ckpt, "--medusa_choices", tree,
+                     "--override_medusa_choices"]]),
+        "tune-tree": ([["tune-tree", "--model_dir", base, "--medusa_model_dir", nope, "--output", str(tmp / "t")]],
+                      []),
+        "deploy": ([], [["deploy", "--checkpoint_dir", ckpt, "--tokenizer_dir", tok, "--output_dir", str(tmp / "d"),
+                         "--medusa_choices", tree, "--override_medusa_choices"]]),
+        "tree": ([], [["tree", "--medusa_choices", tree]]),
+        "inspect-heads": ([["inspect-heads", nope]], []),
+    }
+
+
+def test_a_heads_path_or_tree_file_not_there_is_exit_1_in_every_command(qwen2_base, qwen2_heads, tmp_path, capsys):
+    """check said NOT COMPATIBLE (exit 3) where every other command said it could not run (exit 1); the table of
+    commands covers every command that reads heads or a tree file (declared.py)."""
+    from conftest import built_once, convert_to, run_store
+
+    from trtllm_medusa_ports.declared import COMMANDS
+    from trtllm_medusa_ports.fixtures.synthetic import save_tiny_tokenizer, tiny_config
+
+    ckpt = built_once(run_store() / "reference-qwen2-tp2-fp16",
+                      lambda d: convert_to(d, qwen2_base, qwen2_heads, tp_size=2, dtype="float16"))
+    tok = tmp_path / "tok"
+    save_tiny_tokenizer(tok, tiny_config("Qwen2ForCausalLM").vocab_size)
+    cases = _missing_cases(str(qwen2_base), str(qwen2_heads), str(ckpt), str(tok), tmp_path)
+    reading = {c for c, (_, _, opts) in COMMANDS.items()
+               if {o.name for o in opts} & {"medusa_model_dir", "medusa_choices"}} | {"tree", "inspect-heads"}
+    assert reading <= set(cases), reading - set(cases)
+    for no_heads, no_tree in cases.values():
+        for argv, needle in [*((a, "no-heads") for a in no_heads), *((a, "no-tree.json") for a in no_tree)]:
+            assert main(argv) == 1, argv
+            err = capsys.readouterr().err
+            assert needle in err and "Traceback" not in err, (argv, err)

@@ -193,6 +193,19 @@ class CheckResult:
         return "\n".join(lines)
 
 
+def _inputs_there(opts) -> None:
+    """A heads path or a tree file that is not there (or a tree file that cannot be read) is an input missing: exit
+    1, as in every other command, not a finding of a check that ran (exit 3). What they hold is judged by the rules."""
+    from trtllm_medusa_ports.errors import HeadsError
+    from trtllm_medusa_ports.tree import choices_file
+
+    if opts.medusa_model_dir is not None and not Path(opts.medusa_model_dir).exists():
+        raise HeadsError("no such file or directory", where=str(opts.medusa_model_dir),
+                         fix="pass the directory (or file) holding the Medusa heads")
+    if isinstance(opts.medusa_choices, str) and opts.medusa_choices.startswith("@"):
+        choices_file(opts.medusa_choices)
+
+
 def check(opts: CheckOptions) -> CheckResult:
     from trtllm_medusa_ports.compat import activation_range_finding, errors_of, serving_findings
     from trtllm_medusa_ports.compat import check as _check
@@ -200,6 +213,7 @@ def check(opts: CheckOptions) -> CheckResult:
 
     validate_options(opts, "CheckOptions")
     opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
+    _inputs_there(opts)
     spec = spec_from_flags(opts)
     arch, findings = _check(opts.model_dir, opts.medusa_model_dir, medusa_choices=opts.medusa_choices,
                             tp_size=opts.tp_size, pp_size=opts.pp_size, max_draft_len=opts.max_draft_len,
@@ -237,6 +251,7 @@ def verify(opts: VerifyOptions):
 
     validate_options(opts, "VerifyOptions")
     opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
+    _inputs_there(opts)
     prompts = token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
     return _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
@@ -468,6 +483,10 @@ class DeployResult:
             f"the installed version: {CHECKOUT_COMMAND})",
             f"   or:    python3 {out}/llm_api.py \"your prompt\"   (the LLM API)",
             f"   or:    {out}/serve.sh   (trtllm-serve; a greedy request is in its comments)",
+            f"   or:    {out}/triton/fill.sh, then {out}/triton/launch.sh   (Triton's tensorrtllm backend)",
+            f"serving sizes: batch {b['serving']['max_batch_size']} ({b['serving_from']['max_batch_size']}), "
+            f"max_seq_len {b['serving']['max_seq_len']} ({b['serving_from']['max_seq_len']}), max_input_len "
+            f"{b['serving']['max_input_len']}",
             f"KV cache: {b['kv_cache_free_gpu_memory_fraction']:g} of the GPU memory free after the weights, on every "
             f"route ({b['kv_cache_free_gpu_memory_fraction_from']})",
         ] + ([f"engine architecture {b['engine_architecture']} does not resolve on: {', '.join(not_python)}"]

@@ -17,7 +17,7 @@ RULES: set[str] = {"learned-position-range",
     "tp-intermediate-size", "tp-hidden-size", "tp-embedding", "vocab-padding", "pp-layers",
     "engine-pipeline-parallel", "engine-fusion-multiplier", "engine-build-flag",
     "engine-tp-unconfirmed", "quant-weight-only-shape", "quant-fp8-gpu", "quant-int8-blackwell", "quant-kv-cache",
-    "serving-size", "memory-does-not-fit",
+    "serving-size", "memory-does-not-fit", "memory-kv-not-judged", "rope-context-range",
     "heads-checkpoint", "heads-count", "heads-dtype", "heads-hidden-size", "heads-truncated-vocab", "heads-vocab-size",
 }
 

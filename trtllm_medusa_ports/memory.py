@@ -60,9 +60,10 @@ class MemoryPlan:
             d["batch"], d["seq_len"] = batch, seq_len
             d["kv_cache_bytes"] = [self.kv_bytes(r, batch, seq_len) for r in ranks]
             d["total_bytes"] = [w + k for w, k in zip(d["weight_bytes"], d["kv_cache_bytes"], strict=True)]
-            if gpu_memory_gb:
-                d["gpu_memory_gb"] = gpu_memory_gb
-                d["fits"] = max(d["total_bytes"]) <= gpu_memory_gb * GB
+        if gpu_memory_gb:  # without both serving sizes the weights alone are judged, and said to be
+            d["gpu_memory_gb"] = gpu_memory_gb
+            d["judged"] = JUDGED_ALL if batch and seq_len else JUDGED_WEIGHTS
+            d["fits"] = max(d.get("total_bytes", d["weight_bytes"])) <= gpu_memory_gb * GB
         return d
 
     def render(self, batch: int | None = None, seq_len: int | None = None, gpu_memory_gb: float | None = None) -> str:
@@ -82,7 +83,18 @@ class MemoryPlan:
                 line += (f" of {gpu_memory_gb:g} GB: {'fits' if total <= gpu_memory_gb * GB else 'DOES NOT FIT'}"
                          " (before activations and the runtime's workspace, typically 1-2 GB)")
             lines.append(line)
+        elif gpu_memory_gb:
+            w = max(self.weight_bytes(q) for q in range(len(self.base_bytes)))
+            lines.append(f"  weights alone of {gpu_memory_gb:g} GB: "
+                         f"{'fit' if w <= gpu_memory_gb * GB else 'DO NOT FIT'} ({KV_NOT_JUDGED})")
         return "\n".join(lines)
+
+
+#: what a plan's ``fits`` judged (``to_dict()["judged"]``)
+JUDGED_ALL = "weights and KV cache"
+JUDGED_WEIGHTS = "weights alone"
+KV_NOT_JUDGED = ("the KV cache was not judged: pass --max_batch_size and --max_seq_len to judge weights and KV cache "
+                 "together")
 
 
 def _engine_bytes(name: str, dtype: str, shape: tuple[int, ...], spec: QuantSpec, exclude: list[str] | None) -> int:

@@ -111,7 +111,7 @@ def _read_choices(text: str) -> tuple[object, str | None]:
     if text in presets:
         return [list(p) for p in presets[text]], None
     if text.startswith("@"):
-        origin, text = _choices_file(text)
+        origin, text = choices_file(text)
         if text in presets:
             return [list(p) for p in presets[text]], None
     try:
@@ -132,7 +132,7 @@ def _read_choices(text: str) -> tuple[object, str | None]:
             ) from None
 
 
-def _choices_file(text: str) -> tuple[str, str]:
+def choices_file(text: str) -> tuple[str, str]:
     """``@PATH``'s text (a UTF-8 byte-order mark read as one), refused by name where it is not a readable small
     UTF-8 file; ``(PATH, text)``."""
     if not text[1:].strip():

@@ -38,6 +38,7 @@ from trtllm_medusa_ports.compat.positions import (
     checkpoint_seq_limit,
     learned_position_range,
     learned_seq_limit,
+    rope_context_range,
 )
 from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
 from trtllm_medusa_ports.compat.serving import serving_findings
@@ -66,6 +67,6 @@ __all__ = [
     "XQA_JIT_QGMMA_TOKENS_PER_BLOCK", "XQA_PRECOMPILED_MEDUSA_HEAD_SIZES", "XQA_PRECOMPILED_TOKENS_PER_BLOCK",
     "XQA_ROUTE_SMS", "BaseFacts", "Finding", "XqaRoute", "activation_range_finding", "alibi_reason", "base_rule",
     "check", "check_base", "check_conversion", "check_heads", "check_parallel", "check_tree", "describe_xqa_routes",
-    "errors_of", "checkpoint_position_range", "checkpoint_seq_limit", "learned_position_range", "learned_seq_limit", "serving_findings", "sm_names", "xqa_environment", "xqa_medusa_route",
+    "errors_of", "checkpoint_position_range", "checkpoint_seq_limit", "learned_position_range", "learned_seq_limit", "rope_context_range", "serving_findings", "sm_names", "xqa_environment", "xqa_medusa_route",
     "xqa_serving_routes",
 ]

@@ -1,7 +1,7 @@
 """Position rules: ALiBi (which no XQA kernel of a Medusa engine computes), RoPE scaling types, sliding
 windows, and the learned position table's range against a tree's depth.
 
-May import: ``compat.registry``, ``findings``, ``archs``, ``files.hf_model``, ``files.checkpoint_schema``.
+May import: ``compat.registry``, ``findings``, ``errors``, ``archs``, ``files.hf_model``, ``files.checkpoint_schema``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from trtllm_medusa_ports.archs.semantics import (
     yarn_get_mscale,
 )
 from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
+from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.checkpoint_schema import ROTARY_SCALING_TYPES, rotary_scaling_kind
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.findings import ERROR, WARNING, Finding
@@ -231,6 +232,30 @@ def learned_position_range(hf: HFConfig, adapter: ArchAdapter | None, max_seq_le
         return []
     return position_range(adapter.max_positions(hf), adapter.max_positions_key, max_seq_len, tree_depth,
                           ERROR if max_seq_len is not None else WARNING)
+
+
+def rope_context_range(hf: HFConfig, adapter: ArchAdapter | None, max_seq_len: int | None,
+                       tree_depth: int) -> list[Finding]:
+    """A rotary base asked to serve sequences (their tree tokens included) past the context config.json gives
+    (``max_position_embeddings``): the engine computes a rotation for any position, so it builds, but the base
+    never saw those positions (the context a RoPE scaling extends is the one config.json states where the scaling
+    is recorded with it, as transformers reads it). A warning: the verdict is the user's, the length is said."""
+    rotary = (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ, PositionEmbedding.LONG_ROPE)
+    if max_seq_len is None or adapter is None or adapter.position_embedding not in rotary:
+        return []
+    try:
+        context = adapter.max_positions(hf)
+    except PortError:
+        return []
+    if max_seq_len - 1 + tree_depth < context:
+        return []
+    return [Finding("rope-context-range", WARNING,
+                    f"--max_seq_len {max_seq_len} with a tree {tree_depth} deep reaches position "
+                    f"{max_seq_len - 1 + tree_depth}, past the base's context ({adapter.max_positions_key} "
+                    f"{context} in config.json): the engine builds, but the base was not trained on those positions "
+                    "and may answer badly there",
+                    f"serve with --max_seq_len {max(1, context - tree_depth)} or less, or a base (or RoPE scaling) "
+                    "made for the longer context")]
 
 
 def learned_seq_limit(table: int, tree_depth: int) -> int:

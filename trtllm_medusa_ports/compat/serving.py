@@ -7,7 +7,7 @@ May import: ``findings`` only (the plan comes in as its ``to_dict()``).
 
 from __future__ import annotations
 
-from trtllm_medusa_ports.findings import ERROR, Finding
+from trtllm_medusa_ports.findings import ERROR, WARNING, Finding
 
 #: the runtime's sequence lengths and positions are int32 tensors (tensorrt_llm/runtime/generation.py:
 #: ``sequence_length_buffer``, ``host_past_key_value_lengths``; the C++ runtime's SizeType32), and the engine
@@ -24,7 +24,7 @@ def serving_findings(plan: dict | None, max_seq_len: int | None, gpu_memory_gb: 
                            f"--max_seq_len {max_seq_len} (+{draft} tree slots) is past the int32 sequence lengths "
                            "and positions of TensorRT-LLM's runtime", f"pass --max_seq_len {INT32_MAX - draft} or "
                            "less (in practice the base's context: max_position_embeddings)"))
-    if plan and plan.get("fits") is False:
+    if plan and plan.get("fits") is False and "total_bytes" in plan:
         worst = max(range(len(plan["total_bytes"])), key=lambda r: plan["total_bytes"][r])
         out.append(Finding("memory-does-not-fit", ERROR,
                            f"rank {worst} needs {plan['total_bytes'][worst] / 1e9:.3g} GB for weights and KV cache "
@@ -32,4 +32,15 @@ def serving_findings(plan: dict | None, max_seq_len: int | None, gpu_memory_gb: 
                            f"{gpu_memory_gb:g} GB of --gpu_memory_gb (before activations and the runtime's workspace)",
                            "lower --max_batch_size or --max_seq_len, raise --tp_size / --pp_size, or quantize the "
                            "weights or the KV cache (--qformat, --kv_cache_dtype)"))
+    elif plan and plan.get("fits") is False:  # --gpu_memory_gb without both serving sizes: the weights alone
+        worst = max(range(len(plan["weight_bytes"])), key=lambda r: plan["weight_bytes"][r])
+        out.append(Finding("memory-does-not-fit", ERROR,
+                           f"rank {worst} needs {plan['weight_bytes'][worst] / 1e9:.3g} GB for its weights alone, "
+                           f"more than the {gpu_memory_gb:g} GB of --gpu_memory_gb (the KV cache and activations "
+                           "come on top)", "raise --tp_size / --pp_size, or quantize the weights (--qformat)"))
+    elif plan and plan.get("fits") and "total_bytes" not in plan:
+        out.append(Finding("memory-kv-not-judged", WARNING,
+                           f"the weights fit {gpu_memory_gb:g} GB of --gpu_memory_gb, but the KV cache was not "
+                           "judged (no --max_batch_size and --max_seq_len)",
+                           "pass --max_batch_size and --max_seq_len to judge weights and KV cache together"))
     return out

@@ -229,8 +229,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
     _engine_apart(engine_dir, output_dir, checkpoint_dir, tokenizer)
     world = world_size(cfg)
     kv = kv_fraction(memory, gpu_memory_gb)
-    # a given one is the user's, on the building machine
-    engine_path = ENGINE if engine_dir is None else str(Path(engine_dir).resolve())
+    engine_path = ENGINE if engine_dir is None else str(Path(engine_dir).resolve())  # given: the user's, to build on
     build = build_argv(cfg, CHECKPOINT, engine_path, max_batch_size=sizes.max_batch_size,
                        max_input_len=sizes.max_input_len, max_seq_len=sizes.max_seq_len,
                        max_num_tokens=sizes.max_num_tokens)
@@ -248,14 +247,26 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
         "position_embedding_type": cfg.get("position_embedding_type"),
         "tree": {"medusa_choices": paths, "source": source, "pruned": pruned, "nodes": tree.num_nodes,
                  "max_draft_len": draft, "num_medusa_heads": heads},
-        "serving": vars(sizes), "environment": environment(cfg), "xqa_jit_only": jit_only_note(cfg),
-        "build": {"argv": build}, "run": {"argv": run}, "memory": memory, "routes": routes(cfg),
+        "serving": vars(sizes), "serving_from": sizes_source(cfg, max_batch_size, max_seq_len),
+        "environment": environment(cfg), "xqa_jit_only": jit_only_note(cfg), "build": {"argv": build},
+        "run": {"argv": run}, "memory": memory, "routes": routes(cfg),
         "kv_cache_free_gpu_memory_fraction": kv,
         "kv_cache_free_gpu_memory_fraction_from": kv_fraction_source(kv, gpu_memory_gb, sizes),
         "files": ["build.sh", "run.sh", "llm_api.py", "serve.yaml", "serve.sh", "triton/fill.sh", "triton/launch.sh",
                   "deploy.json", "checkpoint/", "tokenizer/"],
         "triton": triton_fill(paths, engine_path, TOKENIZER, sizes.max_batch_size, kv),
     }
+
+
+def sizes_source(cfg: dict, max_batch_size: int | None, max_seq_len: int | None) -> dict:
+    """Where the bundle's batch and sequence length come from, said in deploy's summary and deploy.json."""
+    table = cfg.get("max_position_embeddings")
+    learned = cfg.get("position_embedding_type") == "learned_absolute"
+    return {"max_batch_size": "--max_batch_size" if max_batch_size else f"the default {DEFAULT_MAX_BATCH_SIZE}",
+            "max_seq_len": "--max_seq_len" if max_seq_len else
+            (f"the base's context: max_position_embeddings {table} of the checkpoint's config.json"
+             + (", less the tree's depth (a learned position table)" if learned else "")
+             if table else "the default 2048 (the checkpoint's config.json has no max_position_embeddings)")}
 
 
 #: TensorRT-LLM's default share of the free GPU memory the KV cache takes (KvCacheConfig, trtllm-serve, Triton)

@@ -33,10 +33,10 @@ def memory_plan_for(opts):
 
 
 def position_range_findings(opts) -> list:
-    """Learned-position bases: ``--max_seq_len`` and the tree's depth against the position table (``opts``: an
-    api.CheckOptions)."""
+    """``--max_seq_len`` and the tree's depth against the base's positions: a learned position table (an error) or a
+    rotary base's context (a warning) (``opts``: an api.CheckOptions)."""
     from trtllm_medusa_ports.archs import adapter_for
-    from trtllm_medusa_ports.compat import learned_position_range
+    from trtllm_medusa_ports.compat import learned_position_range, rope_context_range
     from trtllm_medusa_ports.files.hf_model import HFConfig
     from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
 
@@ -46,6 +46,7 @@ def position_range_findings(opts) -> list:
         heads = opts.num_medusa_heads or 4
         paths, _ = resolve_choices(opts.medusa_choices or "mc_sim_7b_63", heads)
         depth = MedusaTree.from_spec(paths, num_heads=heads).depth
-        return learned_position_range(hf, adapter, opts.max_seq_len, depth)
+        return (learned_position_range(hf, adapter, opts.max_seq_len, depth)
+                + rope_context_range(hf, adapter, opts.max_seq_len, depth))
     except PortError:  # the base and tree rules already report an unreadable config or tree
         return []
