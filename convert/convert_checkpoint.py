@@ -15,4 +15,4 @@ import sys
 from trtllm_medusa_ports.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main(["convert", *sys.argv[1:]]))
+    sys.exit(main(["convert", *sys.argv[1:]], prog="convert_checkpoint.py"))

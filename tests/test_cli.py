@@ -142,3 +142,35 @@ def test_a_prefix_of_a_flag_is_not_taken_for_it(argv, capsys):
         main(argv)
     assert e.value.code == 2
     assert f"unrecognized arguments: {argv[-1] if argv[-1] != '4' else '--max_new'}" in capsys.readouterr().err
+
+
+def test_help_shows_every_default_and_an_unknown_flag_gets_its_commands_usage(capsys):
+    """Issue 78, 3: --help hid the defaults (train-heads --steps, --lr, --num_heads, verify --max_new_tokens); an
+    unknown flag printed the top-level usage; build --help listed 3 flags; the drop-in converter called itself
+    trtllm-medusa."""
+    from trtllm_medusa_ports import declared
+
+    for command, (_, _, options) in declared.COMMANDS.items():
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        for o in options:
+            d = o.flag_default
+            if o.spellings and o.spellings[0].startswith("-") and d not in (None, False) and not isinstance(d, list) \
+                    and "default" not in (o.help or ""):
+                assert f"(default: {d})" in text or f"default: {d}" in text, (command, o.name)
+    with pytest.raises(SystemExit):
+        main(["train-heads", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "optimizer steps of the fit (default: 1000)" in text and "(default: 0.003)" in text
+    with pytest.raises(SystemExit) as exc:
+        main(["check", "--model_dir", "m", "--no_such_flag"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "trtllm-medusa check: error: unrecognized arguments: --no_such_flag" in err
+    assert "usage: trtllm-medusa check" in err
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    assert "Every other flag goes to trtllm-build as it is" in capsys.readouterr().out
+    script = Path(__file__).resolve().parents[1] / "convert" / "convert_checkpoint.py"
+    run = subprocess.run([sys.executable, str(script), "--bogus"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "convert_checkpoint.py: error:" in run.stderr and "trtllm-medusa" not in run.stderr

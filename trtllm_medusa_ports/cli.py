@@ -278,12 +278,13 @@ def _hub_inputs(args: argparse.Namespace) -> None:
         args.revision = None  # used (or said unused) here: the API reads local paths only now
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """The command line; SIGINT and SIGTERM interrupt it at any moment, the partial output removed (files/interrupts.py:
     also one Python swallowed is honoured), and the handlers before are put back after (a caller running main
-    in-process keeps its own)."""
+    in-process keeps its own). ``prog``: the name the command's usage and errors give (the drop-in
+    convert/convert_checkpoint.py names itself)."""
     with interrupts.handled():
-        return _main(argv)
+        return _main(argv, prog)
 
 
 def _log_level_after_command(argv: list[str]) -> list[str]:
@@ -296,17 +297,19 @@ def _log_level_after_command(argv: list[str]) -> list[str]:
     return [argv[0], *lead, *argv[1:]] if lead and argv and argv[0] in parsers.COMMAND_PARSERS else lead + argv
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, prog: str | None = None) -> int:
     argv = _log_level_after_command(list(sys.argv[1:] if argv is None else argv))
     # a command line naming its command first reaches that command's parser only; anything else (--help,
     # --version, an unknown command, none) gets the whole parser and its messages
     parser = build_parser(argv[0] if argv and argv[0] in parsers.COMMAND_PARSERS else None)
+    if prog and argv and argv[0] in parser.commands:
+        parser.commands[argv[0]].prog = prog
     as_json = "--json" in argv  # every failure is then also one JSON object on stdout (errors.failure)
     try:
-        if argv and argv[0] == "build":
-            args, rest = parser.parse_known_args(argv)
-        else:
-            args, rest = parser.parse_args(argv), []
+        args, rest = parser.parse_known_args(argv)
+        if rest and args.command != "build":  # build passes the rest to trtllm-build; the others refuse it with their
+            # own usage line, not the top-level one
+            parser.commands[args.command].error(f"unrecognized arguments: {' '.join(rest)}")
     except SystemExit as exc:  # argparse's own: usage errors exit 2 (its message on stderr), --help / --version 0
         if as_json and exc.code == EXIT_USAGE:
             print(json.dumps(failure(parsers.Parser.last_error or "the command line is wrong", exit_code=EXIT_USAGE,

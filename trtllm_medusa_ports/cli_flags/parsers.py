@@ -91,6 +91,29 @@ exit codes:
 docs: docs/user-guide.md (commands), docs/compatibility-rules.md (every check rule)."""
 
 
+#: build --help: what it does with the flags it does not know (engine/build.py main)
+BUILD_PASSES_ON = """Every other flag goes to trtllm-build as it is, with trtllm-build's names and defaults
+(trtllm-build --help lists them), e.g. --output_dir ENGINE_DIR, --max_batch_size, --max_input_len, --max_seq_len,
+--max_num_tokens, --gemm_plugin, --workers; build adds --speculative_decoding_mode medusa where it is not given,
+checks the flags against the checkpoint's rules first, and registers this project's engine classes for the
+checkpoint's architecture (so --model_cls_file / --model_cls_name are refused). Example:
+  trtllm-medusa build --checkpoint_dir ./ckpt --output_dir ./engine --max_batch_size 8 --max_seq_len 4096"""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``--help`` with every flag's default (where it has one, and its help does not already say it) after its help;
+    the choices are in the usage's ``{a,b}``. The docs' tables read the same parser and show the default apart."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default == argparse.SUPPRESS or not action.option_strings
+                or "default" in text or isinstance(default, list)):
+            return text
+        shown = str(default).replace("%", "%%")
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+
 class Parser(argparse.ArgumentParser):
     """argparse's parser, its last usage error kept (``Parser.last_error``) for the CLI's ``--json`` failure object;
     what argparse prints and its exit 2 are unchanged. Subparsers are of the same class (argparse's default)."""
@@ -120,14 +143,15 @@ def build_parser(commands: dict, only: str | None = None) -> argparse.ArgumentPa
 
     Parser.last_error = None
     codes = "\n".join(f"  {code:<3} {meaning}" for code, meaning in EXIT_CODES.items())
-    p = Parser(prog="trtllm-medusa", description=USAGE.format(exit_codes=codes),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="trtllm-medusa", description=USAGE.format(exit_codes=codes), formatter_class=HelpFormatter)
     p.add_argument("--version", action="version", version=__version__)
     # the usage line names every command whichever parsers are built (argparse's own spelling of the choices)
     sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMAND_PARSERS) + "}")
+    p.commands = sub.choices  # each command's own parser: an unknown flag is refused with that command's usage
     for name, (what, _, _) in declared.COMMANDS.items():
         if only is None or name == only:
-            s = sub.add_parser(name, help=what)
+            s = sub.add_parser(name, help=what, formatter_class=HelpFormatter,
+                               epilog=BUILD_PASSES_ON if name == "build" else None)
             s.set_defaults(func=commands[name])
             add_declared(s, name)
             s.add_argument(
