@@ -177,7 +177,7 @@ def test_deploy_writes_the_build_the_run_and_what_they_rest_on(served, tmp_path,
 
 
 @pytest.mark.parametrize("case, says", [
-    ("no-checkpoint", "no config.json"),
+    ("no-checkpoint", "none: no such directory"),
     ("no-tokenizer", "no tokenizer there"),
     ("not-empty", "not empty"),
     ("other-tree", "is not the tree this checkpoint was converted for"),

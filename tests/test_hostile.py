@@ -391,7 +391,7 @@ CASES = [
        1, "is the input --calib_dataset"),
     _c("base-checkpoint-missing", lambda ws: ["convert", "--base_checkpoint_dir", str(ws / "nope"),
                                               "--medusa_model_dir", str(ws / "heads"), "--output_dir",
-                                              str(ws / "out"), "--quiet"], 1, "no config.json"),
+                                              str(ws / "out"), "--quiet"], 1, "nope: no such directory"),
     _c("base-checkpoint-has-heads", lambda ws: (main(_convert(ws, out="ck")),
                                                 ["convert", "--base_checkpoint_dir", str(ws / "ck"),
                                                  "--medusa_model_dir", str(ws / "heads"), "--output_dir",

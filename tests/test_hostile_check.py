@@ -167,3 +167,16 @@ def test_a_heads_path_or_tree_file_not_there_is_exit_1_in_every_command(qwen2_ba
             assert main(argv) == 1, argv
             err = capsys.readouterr().err
             assert needle in err and "Traceback" not in err, (argv, err)
+
+
+def test_the_alibi_refusal_recommends_only_families_check_passes(store):
+    """Issue 78, 4: the ALiBi refusal recommended Gemma-2, which check then refuses (attention-softcapping)."""
+    import re
+
+    r = check(CheckOptions(model_dir=tiny_base(store, "BloomForCausalLM")))
+    fix = _rules(r)["alibi-position-embedding"].fix
+    named = re.findall(r"\b(\w+ForCausalLM)\b", fix)
+    assert len(named) >= 10 and "Gemma2ForCausalLM" not in named and "LlamaForCausalLM" in named
+    for arch in named:
+        assert check(CheckOptions(model_dir=tiny_base(store, arch))).compatible, arch
+    assert not check(CheckOptions(model_dir=tiny_base(store, "Gemma2ForCausalLM"))).compatible

@@ -245,7 +245,11 @@ def test_verify_cli_json_and_exit_codes(tmp_path, qwen2_base, good_ckpt, served_
     assert rc == EXIT_FOUND and out["parity"] is False and out["ok"] is False
     assert out["parity_divergence"]["where"] == "layer 1 output or the final norm"
     rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(tmp_path / "none")])
-    assert rc == 1 and "no config.json" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 1 and f"{tmp_path / 'none'}: no such directory" in err, err  # issue 78: not "no config.json"
+    (tmp_path / "empty").mkdir()
+    rc = main(["verify", "--model_dir", str(qwen2_base), "--checkpoint_dir", str(tmp_path / "empty")])
+    assert rc == 1 and "no config.json: not a TensorRT-LLM checkpoint directory" in capsys.readouterr().err
 
 
 def test_plain_and_medusa_decoding_agree_with_deep_tree(tmp_path, llama_trained):

@@ -7,7 +7,9 @@ May import: the compat rule modules (``registry``, ``positions``, ``xqa_kernels`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from pathlib import Path
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.registry import supported_architectures
@@ -35,7 +37,7 @@ from trtllm_medusa_ports.compat.xqa_kernels import (
 )
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.findings import ERROR, Finding
+from trtllm_medusa_ports.findings import ERROR, Finding, errors_of
 
 #: architectures a user may expect after GPT-2 and GPTBigCode, refused with their own reason
 KNOWN_REFUSED = {
@@ -59,11 +61,30 @@ if set(BASE_RULES) != set(registered_base_rules()):  # a rule registered with @b
                          f"unregistered {set(BASE_RULES) - set(registered_base_rules())}")
 
 
+@functools.cache
+def served_rope_families() -> tuple[str, ...]:
+    """The rotary families this check passes in their usual configuration (each adapter's tiny config, shaped like
+    the published models): what the ALiBi refusal recommends. Gemma 2, whose published configs soft-cap attention
+    logits (rule attention-softcapping), is not one of them."""
+    from trtllm_medusa_ports.archs import registry
+
+    served = []
+    for cls in dict.fromkeys(registry().values()):
+        tiny = cls.__dict__.get("tiny_config")
+        if not tiny or not cls.position_embedding.is_rope:
+            continue
+        name = cls.hf_architectures[0]
+        hf = HFConfig({**tiny, "architectures": [name]}, Path("config.json"))
+        if not errors_of(check_base(hf, cls())):
+            served.append(name)
+    return tuple(sorted(served))
+
+
 def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
     out: list[Finding] = []
     reason = alibi_reason(hf)
     if reason:
-        out.append(alibi_finding(reason))
+        out.append(alibi_finding(reason, served_rope_families()))
     if adapter is None:
         arch = hf.get("architectures") or ["(none)"]
         if not reason and arch[0] in KNOWN_REFUSED:

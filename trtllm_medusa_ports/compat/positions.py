@@ -47,7 +47,8 @@ def alibi_reason(hf: HFConfig) -> str | None:
     return None
 
 
-def alibi_finding(reason: str) -> Finding:
+def alibi_finding(reason: str, served: tuple[str, ...]) -> Finding:
+    """The ALiBi refusal; ``served``: the rotary families check passes (compat/base.py served_rope_families)."""
     return Finding(
         "alibi-position-embedding",
         ERROR,
@@ -57,18 +58,11 @@ def alibi_finding(reason: str) -> Finding:
         "fails at run time with 'No available XQA kernels are found for speculative decoding mode' "
         "(attentionOp.cpp); only the precompiled kernels, chosen when the group size does not divide 64, "
         "run and drop the slopes silently - the 'very poor accuracy' Bloom reports.",
-        f"use a RoPE or learned-position base ({_rope_families()} ...), serve this model without Medusa, or "
+        f"use a RoPE or learned-position base ({', '.join(served)} ...), serve this model without Medusa, or "
         "use a framework whose tree attention supports ALiBi. --allow_unsupported writes the checkpoint anyway "
         "for experiments.",
         overridable=True,
     )
-
-
-def _rope_families() -> str:
-    """Supported architectures with rotary positions (derived from the adapters)."""
-    from trtllm_medusa_ports.archs import registry
-
-    return ", ".join(sorted({cls.hf_architectures[0] for cls in registry().values() if cls.position_embedding.is_rope}))
 
 
 #: the scaling types the reference executor computes (reference/rope.py), so that verify proves them

@@ -59,7 +59,7 @@ from trtllm_medusa_ports.deploy.commands import build_argv, environment, jit_onl
 from trtllm_medusa_ports.deploy.routes import engine_architecture, routes
 from trtllm_medusa_ports.deploy.triton import bundle_name, triton_fill
 from trtllm_medusa_ports.errors import CheckpointError, ConversionError, ModelError
-from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, read_checkpoint
+from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, no_config, read_checkpoint
 from trtllm_medusa_ports.files.copies import copy_scrubbed, input_root, own_file
 from trtllm_medusa_ports.files.tokenizer import load_tokenizer, require_tokenizer
 from trtllm_medusa_ports.findings import ERROR
@@ -202,7 +202,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
          gpu_memory_gb: float | None = None) -> dict:
     """What the bundle holds (``deploy.json``), every input checked; nothing is written."""
     if not (checkpoint_dir / "config.json").is_file():
-        raise CheckpointError("no config.json", where=str(checkpoint_dir),
+        raise CheckpointError(no_config(checkpoint_dir), where=str(checkpoint_dir),
                               fix="pass the --output_dir of trtllm-medusa convert as --checkpoint_dir")
     if gpu_memory_gb is not None and not gpu_memory_gb > 0:
         raise ModelError(f"--gpu_memory_gb {gpu_memory_gb:g} leaves no memory for the engine",

@@ -34,7 +34,7 @@ from trtllm_medusa_ports.engine.installed import (
     version_warning,
 )
 from trtllm_medusa_ports.errors import CheckpointError, PortError
-from trtllm_medusa_ports.files.checkpoint import read_checkpoint
+from trtllm_medusa_ports.files.checkpoint import no_config, read_checkpoint
 from trtllm_medusa_ports.files.jsonfile import read_json
 from trtllm_medusa_ports.quant import BITS, QUANTIZED_LAYER_FIX, quantized_layer_problems
 from trtllm_medusa_ports.quant.base_checks import tool_layer_problems
@@ -46,7 +46,7 @@ LOG = log.get("engine.build")
 def read_checkpoint_config(checkpoint_dir: Path) -> dict:
     path = checkpoint_dir / "config.json"
     if not path.is_file():
-        raise CheckpointError("no config.json", where=str(checkpoint_dir),
+        raise CheckpointError(no_config(checkpoint_dir), where=str(checkpoint_dir),
                               fix="pass the --output_dir of trtllm-medusa convert")
     cfg = read_json(path, CheckpointError, fix="pass the --output_dir of trtllm-medusa convert")
     if not isinstance(cfg.get("architecture"), str):

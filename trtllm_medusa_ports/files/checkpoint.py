@@ -339,12 +339,21 @@ class Checkpoint:
         return name in self.ranks[rank]
 
 
+def no_config(path: Path) -> str:
+    """What is wrong with a checkpoint directory that has no config.json, as every reader says it."""
+    if not path.exists():
+        return "no such directory"
+    if not path.is_dir():
+        return "not a directory"
+    return "no config.json: not a TensorRT-LLM checkpoint directory"
+
+
 def read_checkpoint(path: str | Path) -> Checkpoint:
     path = Path(path)
     cfg_path = path / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(
-            "no config.json: not a TensorRT-LLM checkpoint directory",
+            no_config(path),
             where=str(path),
             fix="pass the --output_dir of `trtllm-medusa convert` (or convert_checkpoint.py)",
         )
