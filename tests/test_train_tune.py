@@ -314,6 +314,14 @@ def test_train_heads_refuses_bad_input(tmp_path, store, capsys):
     assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--data", str(big),
                  "--quiet"]) == 1
     assert "outside the vocabulary" in capsys.readouterr().err
+    # issue 78: a failed run leaves no <output_dir>.train of its own making behind, and says what a kept one holds
+    assert not (tmp_path / "h.train").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "corpus.pt").write_bytes(b"")
+    assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--data", str(big),
+                 "--work_dir", str(kept)]) == 1
+    assert f"{kept} keeps corpus.pt: a rerun with the same inputs reuses the corpus" in capsys.readouterr().err
     assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--distill", "1.5",
                  "--quiet"]) == 2
     assert "--distill 1.5 must be between 0 and 1" in capsys.readouterr().err

@@ -36,6 +36,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -273,11 +274,15 @@ def _train_device(device: str | None) -> str:
     return check_device(device, "--device")  # a real allocation and product there (cuda:7 of 1 GPU, ...)
 
 
+def _work_path(opts: TrainOptions, out: Path) -> Path:
+    return Path(opts.work_dir) if opts.work_dir else out.parent / f"{out.name}.train"
+
+
 def _work_dir(opts: TrainOptions, out: Path) -> Path:
     """The corpus and training state's folder, created: never an input, its parent, the output or a file."""
     from trtllm_medusa_ports.files.checkpoint import guard_output_dir
 
-    work = Path(opts.work_dir) if opts.work_dir else out.parent / f"{out.name}.train"
+    work = _work_path(opts, out)
     inputs = {"--model_dir": Path(opts.model_dir)}
     inputs.update(opts.prompts.paths())
     if opts.tokenizer_dir:
@@ -315,7 +320,30 @@ def train(opts: TrainOptions) -> TrainResult:
         raise PortError("output directory is not empty", where=str(out),
                         fix="pass --overwrite to replace it, or choose another --output_dir")
     device = _train_device(opts.device)
+    existed = _work_path(opts, out).exists()
     work = _work_dir(opts, out)
+    try:
+        return _train_in(opts, out, work, device)
+    except PortError:
+        _left_behind(work, existed)
+        raise
+
+
+def _left_behind(work: Path, existed: bool) -> None:
+    """After a failed run: a work directory this run made and left empty (its lock alone) is removed; one holding a
+    corpus or a training state is kept, and said to be."""
+    try:
+        kept = sorted(p.name for p in work.iterdir() if p.name != ".lock")
+    except OSError:
+        return
+    if not kept and not existed:
+        shutil.rmtree(work, ignore_errors=True)
+    elif kept:
+        LOG.warning(f"{work} keeps {', '.join(kept)}: a rerun with the same inputs reuses the corpus (--resume "
+                    "continues a saved training state); remove the folder when it is not wanted")
+
+
+def _train_in(opts: TrainOptions, out: Path, work: Path, device: str) -> TrainResult:
     group, device = join(device, opts.dist_timeout, spread=opts.device_map is not None)
     lock = None
     try:
