@@ -399,6 +399,11 @@ def test_the_triton_repository_is_filled_for_medusa_and_parses_as_tritons_model_
     launch = _exec_line((tmp_path / "serve" / "triton" / "launch.sh").read_text().replace(
         '"$TRTLLM_TRITON/scripts/launch_triton_server.py"', "LAUNCH"))
     assert launch[:3] == ["python3", "LAUNCH", "--world_size=2"]
+    # issue 78: the sample request is greedy (the ensemble's top_k 1), and JSON as written
+    curl = next(line for line in (tmp_path / "serve" / "triton" / "launch.sh").read_text().splitlines()
+                if "ensemble/generate" in line)
+    request = json.loads(shlex.split(curl.lstrip("# "))[-1])
+    assert request["top_k"] == 1 and request["max_tokens"] == 32 and request["text_input"]
 
 
 @pytest.mark.parametrize("written", ["[[0], [1], [0, 0]]", " {0}, {1}, {0, 0}", "${medusa_choices}", "{0},{1},{0,0"])

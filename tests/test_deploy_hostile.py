@@ -72,6 +72,7 @@ def _stubs(tmp_path: Path, bundle: dict) -> tuple[dict, Path]:
         (stubs / tool).write_text(STUB.replace("/usr/bin/env python3", sys.executable, 1))  # not itself
         (stubs / tool).chmod(0o755)
     (stubs / "examples").mkdir(exist_ok=True)
+    (stubs / "examples" / "run.py").write_text("")  # the stub python3 runs in its place
     triton = tmp_path / "triton_backend"
     for model in bundle["triton"]["fill"]:
         (triton / "all_models" / "inflight_batcher_llm" / model).mkdir(parents=True, exist_ok=True)
@@ -121,6 +122,12 @@ def test_no_payload_runs_and_every_file_reads_back_as_the_value(served, tmp_path
     _run_scripts(out, env, work, ("build.sh", "run.sh", "serve.sh"))
     _llm_api(out, env, work, tmp_path)
     by_tool = _calls(log)
+    # issue 78: run.sh says so where TRTLLM_EXAMPLES holds no run.py (a wrong directory), before running anything
+    (tmp_path / "no-examples").mkdir()
+    done = subprocess.run(["bash", str(out / "run.sh")], cwd=work, capture_output=True, text=True,
+                          env={**env, "TRTLLM_EXAMPLES": str(tmp_path / "no-examples")})
+    assert done.returncode == 1 and f"error: no run.py in {tmp_path / 'no-examples'}" in done.stderr, done.stderr
+    assert not log.exists()
     # each consumer got the values as single words, exactly, and ran in the bundle (whose paths are relative)
     assert [c["argv"] for c in by_tool["trtllm-build"]] == [bundle["build"]["argv"][1:]]
     assert {c["cwd"] for c in by_tool["trtllm-build"] + by_tool["mpirun"] + by_tool["trtllm-serve"]} == {str(out)}

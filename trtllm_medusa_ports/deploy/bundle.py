@@ -343,6 +343,8 @@ def render_run(d: dict) -> str:
         *(["# Learned positions: keep run.py's C++ runtime (no --use_py_session, whose context step passes [batch, T]",
             "# position offsets, which the engine's tree-position rebuild cannot take)."]
           if d.get("position_embedding_type") == "learned_absolute" else []),
+        f'[ -f "{RUN_PY}" ] || {{ echo "error: no run.py in $TRTLLM_EXAMPLES: set TRTLLM_EXAMPLES to the examples/ '
+        'directory of a TensorRT-LLM source checkout of the installed version" >&2; exit 1; }',
         '[ "$#" -gt 0 ] || set -- "Once upon a time"',
         "exec " + line], d["environment"], needs=("TRTLLM_EXAMPLES",))
 
@@ -449,9 +451,10 @@ def render_triton_fill(d: dict) -> str:
 def render_triton_launch(d: dict) -> str:
     return _script([
         "# Triton with the repository fill.sh wrote: one MPI rank per engine rank "
-        f"(world size {int(d['world_size'])}); ask it with",
+        f"(world size {int(d['world_size'])}); ask it with (top_k 1: greedy, the base's own text)",
         "#   curl -s localhost:8000/v2/models/ensemble/generate -d "
-        "'{\"text_input\": \"Once upon a time\", \"max_tokens\": 32, \"bad_words\": \"\", \"stop_words\": \"\"}'",
+        "'{\"text_input\": \"Once upon a time\", \"max_tokens\": 32, \"top_k\": 1, \"bad_words\": \"\", "
+        "\"stop_words\": \"\"}'",
         'exec python3 "$TRTLLM_TRITON/scripts/launch_triton_server.py" '
         f'--world_size={int(d["world_size"])} --model_repo="$(pwd)/triton/model_repo"'], d["environment"],
         needs=("TRTLLM_TRITON",), home="..")
