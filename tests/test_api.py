@@ -65,7 +65,7 @@ def test_every_option_defaults_as_its_flag_does(command, argv, classes):
             compared += 1
     assert compared >= 3, compared  # the comparison really ran over the command's flags
     assert api.ConvertOptions(model_dir=Path("m"), medusa_model_dir=Path("h")).dtype == "float16"
-    assert api.FitOptions().num_heads == 4 and api.FitOptions().distill == 0.5
+    assert api.FitOptions().num_heads == 4 and api.FitOptions().distill == 0.0 and not api.FitOptions().dense_updates
 
 
 def test_the_api_classes_are_made_from_the_one_declaration():

@@ -21,6 +21,10 @@ def test_demo_is_the_end_to_end_job(tmp_path, capsys):
     starts = [float(m) for m in re.findall(r"^\[\d/6\]\s+([\d.]+) s  ", err, re.M)]
     assert len(starts) == 6 and starts == sorted(starts), err[-2000:]
     assert "train heads: 100%" in err  # fit_heads' bar, not a silent minute
+    # a long finding is cut after a whole word, and says so (issue 78: the demo cut findings mid-word)
+    messages = [m.group(1) for m in re.finditer(r"^\s+(?:info|warning|error)\s+[a-z0-9-]+: (.*)$", out + err, re.M)]
+    assert messages and all(len(m) <= 110 for m in messages)
+    assert any(m.endswith(" ...") for m in messages), messages
 
 
 def test_demo_computes_on_the_idle_cores(tmp_path, monkeypatch):
@@ -168,9 +172,33 @@ def test_help_shows_every_default_and_an_unknown_flag_gets_its_commands_usage(ca
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "trtllm-medusa check: error: unrecognized arguments: --no_such_flag" in err
     assert "usage: trtllm-medusa check" in err
+    with pytest.raises(SystemExit) as exc:  # the demo's families are its --architecture's choices
+        main(["demo", "--workdir", "d", "--architecture", "Qwen9"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "invalid choice: 'Qwen9'" in err and "Qwen2ForCausalLM" in err
     with pytest.raises(SystemExit):
         main(["build", "--help"])
     assert "Every other flag goes to trtllm-build as it is" in capsys.readouterr().out
     script = Path(__file__).resolve().parents[1] / "convert" / "convert_checkpoint.py"
     run = subprocess.run([sys.executable, str(script), "--bogus"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "convert_checkpoint.py: error:" in run.stderr and "trtllm-medusa" not in run.stderr
+
+
+def test_the_idle_cores_are_read_now_not_from_the_one_minute_load_average(monkeypatch):
+    """threads.busy_elsewhere reads the tasks running now (/proc/loadavg's running/total, median of a few reads,
+    this process not counted): right after a command ends the one-minute load average still counted it, and
+    train-heads took one thread of two (1.5x slower)."""
+    import os
+
+    from trtllm_medusa_ports import threads
+
+    reads = iter(f"1.00 1.00 1.00 {n}/300 9" for n in (1, 3, 1, 1, 2))  # a passing burst is not counted
+    assert threads.busy_elsewhere(interval=0, read=lambda: next(reads)) == 0
+    lines = iter(["0.9 0.9 0.9 2/300 9"] * 5)
+    assert threads.busy_elsewhere(interval=0, read=lambda: next(lines)) == 1
+    assert threads.busy_elsewhere(read=lambda: "garbage") is None
+    monkeypatch.setattr(threads, "busy_elsewhere", lambda: 0)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # a command that ended: no longer counted
+    import torch
+
+    assert threads.default_threads() == min(torch.get_num_threads(), len(os.sched_getaffinity(0)))

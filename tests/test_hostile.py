@@ -343,8 +343,6 @@ CASES = [
     _c("build-config-not-json", lambda ws: ((ws / "c").mkdir(), (ws / "c" / "config.json").write_text("nope"),
                                             ["build", "--checkpoint_dir", str(ws / "c")])[2], 1,
        "is not valid JSON"),
-    _c("demo-architecture-typo", lambda ws: ["demo", "--workdir", str(ws / "d"), "--architecture", "Qwen9"], 1,
-       "has no tiny demo model", "Qwen2ForCausalLM"),
     _c("demo-workdir-not-creatable", lambda ws: ["demo", "--workdir", "/proc/no-such-dir/demo"], 1,
        "cannot create the demo's --workdir", "--workdir /tmp/demo-output"),
     _c("demo-foreign-workdir", lambda ws: ["demo", "--workdir", str(ws / "heads")], 1,

@@ -328,6 +328,8 @@ def _main(argv: list[str] | None, prog: str | None = None) -> int:
             return code
     except PortError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", []):
+            print(f"note: {note}", file=sys.stderr)
         if as_json:
             print(json.dumps(exc.failure()))
         return exc.exit_code

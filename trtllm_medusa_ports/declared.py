@@ -331,7 +331,7 @@ _TRAIN = (
     _B("dense_updates", "own lm_heads: AdamW updates every row of every lm_head each step (default: only the rows of "
        "the step's softmax, about 1.4x faster a step, as accurate)", owner=_FIT),
     _F("distill", "weight (0..1) of the soft target: each head also matches the base's own next-token distribution "
-       "at its position; 0: the greedy token only", default=0.5, owner=_FIT),
+       "at its position (about 2x a step's time); 0: the greedy token only", default=0.0, owner=_FIT),
     _I("negatives", "without --full_vocab: tokens outside the corpus drawn afresh each step into the softmax, so "
        "that the heads learn to rank them low too", default=8192, owner=_FIT),
     # the choices: heads/train.py's FIT_DTYPES, "auto" chosen by devices.py

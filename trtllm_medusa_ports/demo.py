@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def _run(workdir: Path, quiet: bool, architecture: str) -> int:
     say("[3/6] trtllm-medusa check")
     arch, findings = check(base, heads_dir, medusa_choices="mc_sim_7b_63", tp_size=2, dtype="float16")
     for f in findings:
-        say(f"      {f.severity:7s} {f.rule}: {f.message[:110]}")
+        say(f"      {f.severity:7s} {f.rule}: {textwrap.shorten(f.message, 110, placeholder=' ...')}")  # whole words
     if errors_of(findings):
         print("demo: the base was rejected by the checker", file=sys.stderr)
         return EXIT_FOUND

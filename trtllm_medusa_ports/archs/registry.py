@@ -27,6 +27,13 @@ def registry() -> dict[str, type[ArchAdapter]]:
     return dict(_REGISTRY)
 
 
+def tiny_configs() -> dict[str, dict]:
+    """The tiny config each family's adapter declares (``tiny_config``), by its first HF architecture: the demo's
+    and the tests' small models."""
+    return {cls.hf_architectures[0]: cls.tiny_config for cls in dict.fromkeys(registry().values())
+            if cls.__dict__.get("tiny_config")}
+
+
 def families() -> dict[str, type[ArchAdapter]]:
     return {cls.family: cls for cls in registry().values()}
 

@@ -56,6 +56,11 @@ def add_declared(p: argparse.ArgumentParser, command: str) -> None:
             kw["type"] = flag_type(spec)
         if spec.choices and spec.kind != "bool":
             kw["choices"] = list(spec.choices)
+        if command == "demo" and o.name == "architecture":  # the families with a tiny model (read when demo's
+            # parser is built: the adapters' import is not paid by the other commands)
+            from trtllm_medusa_ports.archs.registry import tiny_configs
+
+            kw["choices"] = sorted(tiny_configs())
         if o.dest:
             kw["dest"] = o.dest
         if o.required:

@@ -324,23 +324,25 @@ def train(opts: TrainOptions) -> TrainResult:
     work = _work_dir(opts, out)
     try:
         return _train_in(opts, out, work, device)
-    except PortError:
-        _left_behind(work, existed)
+    except PortError as exc:
+        note = _left_behind(work, existed)
+        if note:  # said after the error (the CLI prints an error's __notes__ after it; PEP 678's attribute)
+            exc.__notes__ = [*getattr(exc, "__notes__", []), note]
         raise
 
 
-def _left_behind(work: Path, existed: bool) -> None:
+def _left_behind(work: Path, existed: bool) -> str | None:
     """After a failed run: a work directory this run made and left empty (its lock alone) is removed; one holding a
-    corpus or a training state is kept, and said to be."""
+    corpus or a training state is kept, and what it holds said (the note returned)."""
     try:
         kept = sorted(p.name for p in work.iterdir() if p.name != ".lock")
     except OSError:
-        return
+        return None
     if not kept and not existed:
         shutil.rmtree(work, ignore_errors=True)
-    elif kept:
-        LOG.warning(f"{work} keeps {', '.join(kept)}: a rerun with the same inputs reuses the corpus (--resume "
-                    "continues a saved training state); remove the folder when it is not wanted")
+        return None
+    return (f"{work} keeps {', '.join(kept)}: a rerun with the same inputs reuses the corpus (--resume continues a "
+            "saved training state); remove the folder when it is not wanted") if kept else None
 
 
 def _train_in(opts: TrainOptions, out: Path, work: Path, device: str) -> TrainResult:
