@@ -196,12 +196,11 @@ class CheckResult:
 def _inputs_there(opts) -> None:
     """A heads path or a tree file that is not there (or a tree file that cannot be read) is an input missing: exit
     1, as in every other command, not a finding of a check that ran (exit 3). What they hold is judged by the rules."""
-    from trtllm_medusa_ports.errors import HeadsError
+    from trtllm_medusa_ports.heads.loader import require_heads_path
     from trtllm_medusa_ports.tree import choices_file
 
-    if opts.medusa_model_dir is not None and not Path(opts.medusa_model_dir).exists():
-        raise HeadsError("no such file or directory", where=str(opts.medusa_model_dir),
-                         fix="pass the directory (or file) holding the Medusa heads")
+    if opts.medusa_model_dir is not None:
+        require_heads_path(Path(opts.medusa_model_dir))
     if isinstance(opts.medusa_choices, str) and opts.medusa_choices.startswith("@"):
         choices_file(opts.medusa_choices)
 

@@ -66,16 +66,13 @@ def served_rope_families() -> tuple[str, ...]:
     """The rotary families this check passes in their usual configuration (each adapter's tiny config, shaped like
     the published models): what the ALiBi refusal recommends. Gemma 2, whose published configs soft-cap attention
     logits (rule attention-softcapping), is not one of them."""
-    from trtllm_medusa_ports.archs import registry
+    from trtllm_medusa_ports.archs.registry import adapter_for, tiny_configs
 
     served = []
-    for cls in dict.fromkeys(registry().values()):
-        tiny = cls.__dict__.get("tiny_config")
-        if not tiny or not cls.position_embedding.is_rope:
-            continue
-        name = cls.hf_architectures[0]
+    for name, tiny in tiny_configs().items():
+        adapter = adapter_for(name)
         hf = HFConfig({**tiny, "architectures": [name]}, Path("config.json"))
-        if not errors_of(check_base(hf, cls())):
+        if adapter.position_embedding.is_rope and not errors_of(check_base(hf, adapter)):
             served.append(name)
     return tuple(sorted(served))
 

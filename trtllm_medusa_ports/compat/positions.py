@@ -234,8 +234,7 @@ def rope_context_range(hf: HFConfig, adapter: ArchAdapter | None, max_seq_len: i
     (``max_position_embeddings``): the engine computes a rotation for any position, so it builds, but the base
     never saw those positions (the context a RoPE scaling extends is the one config.json states where the scaling
     is recorded with it, as transformers reads it). A warning: the verdict is the user's, the length is said."""
-    rotary = (PositionEmbedding.ROPE_GPT_NEOX, PositionEmbedding.ROPE_GPTJ, PositionEmbedding.LONG_ROPE)
-    if max_seq_len is None or adapter is None or adapter.position_embedding not in rotary:
+    if max_seq_len is None or adapter is None or not adapter.position_embedding.is_rope:
         return []
     try:
         context = adapter.max_positions(hf)

@@ -75,6 +75,8 @@ CHECKPOINT, TOKENIZER, ENGINE = "./checkpoint", "./tokenizer", "./engine"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt", ".onnx", ".npz",
                    ".index.json")
 DEFAULT_MAX_BATCH_SIZE = 8
+#: the sequence length deploy builds for where config.json gives no max_position_embeddings
+DEFAULT_CONTEXT = 2048
 
 
 @dataclass
@@ -86,15 +88,27 @@ class ServingSizes:
 
 
 def serving_sizes(cfg: dict, max_batch_size: int | None, max_input_len: int | None,
-                  max_seq_len: int | None, tree_depth: int = 0, where: str | None = None) -> ServingSizes:
+                  max_seq_len: int | None, tree_depth: int = 0,
+                  where: str | None = None) -> tuple[ServingSizes, dict[str, str]]:
     """The build's serving sizes: the given ones, else a batch of 8, the base's context (max_position_embeddings;
     with learned positions, the table less the tree's depth: compat/positions.py) and half of it for the prompt;
     refused where they cannot hold together, or run tree tokens past a learned position table (the rule check and
-    build hold: learned-position-range)."""
+    build hold: learned-position-range). With them, where the batch and the sequence length come from (said in
+    deploy's summary and deploy.json)."""
     batch = max_batch_size or DEFAULT_MAX_BATCH_SIZE
-    table = int(cfg.get("max_position_embeddings") or 2048)
+    given_table = cfg.get("max_position_embeddings")
+    table = int(given_table or DEFAULT_CONTEXT)
     learned = cfg.get("position_embedding_type") == "learned_absolute"
     seq = max_seq_len or (learned_seq_limit(table, tree_depth) if learned else table)
+    if max_seq_len:
+        seq_from = "--max_seq_len"
+    elif given_table:
+        seq_from = (f"the base's context: max_position_embeddings {table} of the checkpoint's config.json"
+                    + (", less the tree's depth (a learned position table)" if learned else ""))
+    else:
+        seq_from = f"the default {DEFAULT_CONTEXT} (the checkpoint's config.json has no max_position_embeddings)"
+    source = {"max_batch_size": "--max_batch_size" if max_batch_size else f"the default {DEFAULT_MAX_BATCH_SIZE}",
+              "max_seq_len": seq_from}
     refused = checkpoint_position_range(cfg, seq, tree_depth)
     if refused:
         raise CheckpointError(f"[{refused[0].rule}] {refused[0].message}", where=where, fix=refused[0].fix,
@@ -110,7 +124,7 @@ def serving_sizes(cfg: dict, max_batch_size: int | None, max_input_len: int | No
             raise ModelError(f"--{name} would be {value:,}, past the int32 the engine's sizes are "
                              f"(--max_batch_size {batch} x {draft + 1} tree tokens for max_num_tokens)",
                              fix="pass smaller serving sizes")
-    return sizes
+    return sizes, source
 
 
 #: TensorRT-LLM's builder and runtime hold the serving sizes as int32
@@ -223,7 +237,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                                   f"{tree.num_nodes}")
     tokenizer = _tokenizer(tokenizer_dir, int(cfg["vocab_size"]))
     _plain_inputs(checkpoint_dir, tokenizer, output_dir, engine_dir, source, where)
-    sizes = serving_sizes(cfg, max_batch_size, max_input_len, max_seq_len, tree.depth, where)
+    sizes, sizes_from = serving_sizes(cfg, max_batch_size, max_input_len, max_seq_len, tree.depth, where)
     entries = {r: [(n, t.dtype_name, tuple(t.shape)) for n, t in ckpt.ranks[r].items()] for r in range(len(ckpt.ranks))}
     memory = _fitting_memory(memory_plan(cfg, entries), sizes, draft, gpu_memory_gb, where)
     _engine_apart(engine_dir, output_dir, checkpoint_dir, tokenizer)
@@ -247,7 +261,7 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
         "position_embedding_type": cfg.get("position_embedding_type"),
         "tree": {"medusa_choices": paths, "source": source, "pruned": pruned, "nodes": tree.num_nodes,
                  "max_draft_len": draft, "num_medusa_heads": heads},
-        "serving": vars(sizes), "serving_from": sizes_source(cfg, max_batch_size, max_seq_len),
+        "serving": vars(sizes), "serving_from": sizes_from,
         "environment": environment(cfg), "xqa_jit_only": jit_only_note(cfg), "build": {"argv": build},
         "run": {"argv": run}, "memory": memory, "routes": routes(cfg),
         "kv_cache_free_gpu_memory_fraction": kv,
@@ -256,17 +270,6 @@ def plan(checkpoint_dir: Path, tokenizer_dir: Path, output_dir: Path, *, engine_
                   "deploy.json", "checkpoint/", "tokenizer/"],
         "triton": triton_fill(paths, engine_path, TOKENIZER, sizes.max_batch_size, kv),
     }
-
-
-def sizes_source(cfg: dict, max_batch_size: int | None, max_seq_len: int | None) -> dict:
-    """Where the bundle's batch and sequence length come from, said in deploy's summary and deploy.json."""
-    table = cfg.get("max_position_embeddings")
-    learned = cfg.get("position_embedding_type") == "learned_absolute"
-    return {"max_batch_size": "--max_batch_size" if max_batch_size else f"the default {DEFAULT_MAX_BATCH_SIZE}",
-            "max_seq_len": "--max_seq_len" if max_seq_len else
-            (f"the base's context: max_position_embeddings {table} of the checkpoint's config.json"
-             + (", less the tree's depth (a learned position table)" if learned else "")
-             if table else "the default 2048 (the checkpoint's config.json has no max_position_embeddings)")}
 
 
 #: TensorRT-LLM's default share of the free GPU memory the KV cache takes (KvCacheConfig, trtllm-serve, Triton)

@@ -41,17 +41,18 @@ def load_tokenizer(tok_dir: str | Path, *, fix: str = IDS_INSTEAD):
     from transformers import AutoTokenizer
 
     d = require_tokenizer(tok_dir, fix=fix)
-    _json_first(d / "tokenizer.json", fix)
     try:
         return AutoTokenizer.from_pretrained(str(d))
     except Exception as exc:  # noqa: BLE001  (transformers raises many kinds for a broken tokenizer)
+        _not_json(d / "tokenizer.json", fix)
         raise PortError(f"no usable tokenizer in {d} ({type(exc).__name__}: {str(exc).strip()[:200]})",
                         where=str(d), fix=fix) from None
 
 
-def _json_first(path: Path, fix: str) -> None:
-    """A tokenizer.json that is not JSON, refused in one wording on every transformers line (the Rust tokenizers
-    library says "EOF while parsing" under transformers 4.x, transformers 5 a JSONDecodeError)."""
+def _not_json(path: Path, fix: str) -> None:
+    """After a failed load: a tokenizer.json that is not JSON, refused in one wording on every transformers line
+    (the Rust tokenizers library says "EOF while parsing" under transformers 4.x, transformers 5 a
+    JSONDecodeError); a loaded tokenizer's file is not parsed twice."""
     if not path.is_file():
         return
     try:

@@ -87,15 +87,20 @@ def _read_config(path: Path) -> tuple[dict, Path | None]:
     return cfg, cfg_path
 
 
-def _head_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
+def require_heads_path(path: Path) -> None:
+    """A heads path that is neither a file nor a directory, refused as every command refuses it."""
+    if not (path.is_file() or path.is_dir()):
         raise HeadsError(
             "no such file or directory",
             where=str(path),
             fix="pass the directory (or file) holding the Medusa heads",
         )
+
+
+def _head_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    require_heads_path(path)
     for name in _FD_FILES:
         if (path / name).is_file():
             return [path / name]
