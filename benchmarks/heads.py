@@ -55,6 +55,7 @@ RECIPES: dict[str, dict] = {
     "own_dense": {"share_lm_head": False, "dense_updates": True},
     "own_lr_1.5e-3": {"share_lm_head": False, "lr": 1.5e-3},
     "own_lr_6e-3": {"share_lm_head": False, "lr": 6e-3},
+    "own_2_layers": {"share_lm_head": False, "num_layers": 2},
     "fd_medusa1": {"share_lm_head": False, "full_vocab": True, "distill": 0.0, "lr": 1e-3, "warmup": 0.1,
                    "negatives": 0, "dense_updates": True},
 }

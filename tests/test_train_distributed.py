@@ -455,6 +455,17 @@ def test_torchrun_environment_without_a_master_is_refused(monkeypatch):
     monkeypatch.setenv("RANK", "two")
     with pytest.raises(PortError, match="RANK='two' is not an integer"):
         join("cpu")
+    # issue 76 (tr_world_size_mismatch_reversed): rank 1 told WORLD_SIZE 1 would train alone and write the output
+    # while rank 0 waits for it; it stops at once, naming both (a WORLD_SIZE 1 on RANK 0 is one process, as before)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(PortError, match="RANK 1 is not below WORLD_SIZE 1: this process was started as one rank of "
+                                        "several") as e:
+        join("cpu")
+    assert e.value.where == "WORLD_SIZE" and "the same torchrun command" in e.value.fix
+    monkeypatch.setenv("RANK", "0")
+    group, device = join("cpu")
+    assert (group.world, group.rank, device) == (1, 0, "cpu")
 
 
 # -- bfloat16 only where the hardware has it ----------------------------------------------------------------------

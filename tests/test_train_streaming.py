@@ -64,6 +64,20 @@ def test_streaming_trains_the_in_memory_heads_bit_for_bit(tmp_path, store, arch,
         assert not torch.equal(hidden["float32"], hidden["bfloat16"])
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+def test_max_memory_beside_a_chosen_mode_is_said_unused(tmp_path, store, streaming):
+    """--max_memory with --no_streaming / --streaming judges nothing: the result says so (as verify's report)
+    instead of dropping it without a word, and the flags' mode stands."""
+    base = tiny_base(store, "LlamaForCausalLM")
+    data = _data(tmp_path, tiny_config("LlamaForCausalLM").vocab_size, n=2)
+    res, _, _ = _train(base, tmp_path, "mm", data, streaming=streaming, max_memory=0.001)
+    flag = "--streaming" if streaming else "--no_streaming"
+    assert res.memory_mode["reason"] == flag
+    assert f"--max_memory ignored: {flag} chose the memory mode" in res.warnings
+    plain, _, _ = _train(base, tmp_path, "plain", data, streaming=streaming)
+    assert not any("--max_memory" in w for w in plain.warnings)
+
+
 def test_every_base_load_runs_transformers_own_modules_not_hub_kernels(store):
     """transformers 5.25 kernelizes every from_pretrained by default (the kernels package, which refuses a streamed
     base's meta weights and may swap in Hub kernels): each of our loads turns it off where transformers has it."""

@@ -313,7 +313,21 @@ def test_train_heads_refuses_bad_input(tmp_path, store, capsys):
     big.write_text('{"prompt_ids": [1, 99999]}\n')
     assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--data", str(big),
                  "--quiet"]) == 1
-    assert "outside the vocabulary" in capsys.readouterr().err
+    assert f"error: {big}: --data item 0: token ids [99999] are outside the vocabulary" in capsys.readouterr().err
+    # issue 76 (th_json_bad_data): a key that is there with a value of the wrong kind is named so, not as missing,
+    # also under --json (one object on stdout, exit 1, nothing written)
+    for value, shown in (('"abc"', '"abc"'), ("[1.5, 2]", "[1.5, 2]"), ("[true, 2]", "[true, 2]"), ("[]", "[]")):
+        bad.write_text('{"prompt_ids": [1, 2]}\n{"prompt_ids": ' + value + '}\n')
+        assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--data", str(bad),
+                     "--quiet", "--json"]) == 1
+        got = json.loads(capsys.readouterr().out)
+        assert got["error"] == f"line 2: prompt_ids is {shown}, not a non-empty list of integer token ids", got
+        assert got["where"] == str(bad) and got["exit_code"] == 1
+    bad.write_text('{"text": 5}\n')
+    assert main(["train-heads", "--model_dir", str(base), "--output_dir", str(tmp_path / "h"), "--data", str(bad),
+                 "--quiet"]) == 1
+    assert "line 1: text is 5, not a string" in capsys.readouterr().err
+    assert not (tmp_path / "h").exists() and not (tmp_path / "h.train").exists()
     # issue 78: a failed run leaves no <output_dir>.train of its own making behind, and says what a kept one holds
     assert not (tmp_path / "h.train").exists()
     kept = tmp_path / "kept"

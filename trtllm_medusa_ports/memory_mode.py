@@ -137,6 +137,14 @@ def check_max_memory(max_memory_gb: float | None) -> int | None:
     return int(max_memory_gb * GB)
 
 
+def ignored_max_memory(streaming: bool | None, max_memory_gb: float | None) -> list[str]:
+    """The note that ``--max_memory`` was not used (both commands say it): ``--streaming`` / ``--no_streaming``
+    chose the mode, so the budget judged nothing."""
+    if max_memory_gb is None or streaming is None:
+        return []
+    return [f"--max_memory ignored: --{'streaming' if streaming else 'no_streaming'} chose the memory mode"]
+
+
 def select(streaming: bool | None, max_memory_gb: float | None, in_memory_bytes: int, *,
            ranks_here: int = 1) -> tuple[str, str]:
     """``(mode, reason)``: the flags' choice, else streaming where ``in_memory_bytes`` (one process's estimate)

@@ -261,7 +261,17 @@ def _data_item(line: str, n: int, path: Path, tokenize: Callable[[str], list[int
         return Item(list(obj["prompt_ids"]), True)
     if _int_list(obj.get("input_ids")):
         return Item(list(obj["input_ids"]), False)
+    for key, kind in (("prompt", "a string"), ("text", "a string"), ("prompt_ids", "a non-empty list of integer "
+                      "token ids"), ("input_ids", "a non-empty list of integer token ids")):
+        if key in obj:  # there, of the wrong kind: said as such, not as missing
+            raise PortError(f"line {n}: {key} is {_shown(obj[key])}, not {kind}{why}", where=str(path), fix=fix)
     raise PortError(f"line {n} has none of prompt, text, prompt_ids, input_ids{why}", where=str(path), fix=fix)
+
+
+def _shown(value) -> str:
+    """A JSON value as the user wrote it, cut to a readable length."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _int_list(v) -> bool:
@@ -372,6 +382,18 @@ def read_items(inputs: PromptInputs, tokenize: Callable[[str], list[int]],
             check_text(t, "--prompt" if n == 1 else f"--prompt {i + 1} (of {n})", fix=ARGV_TEXT_FIX, from_os=True)
         return [Item(prompt(t)) for t in inputs.prompt]
     return None if default is None else [Item(prompt(t)) for t in default()]
+
+
+def items_source(inputs: PromptInputs) -> tuple[str, str | None]:
+    """How an error names :func:`read_items`' item ``n`` (counted from 0 over the non-blank lines of a file): the
+    label before the index, and the file it came from."""
+    if inputs.data is not None:
+        return "--data item", str(inputs.data)
+    if inputs.prompts_file is not None:
+        return "--prompts_file prompt", str(inputs.prompts_file)
+    if inputs.prompt_ids is not None:
+        return "--prompt_ids prompt", None
+    return ("--prompt", None) if inputs.prompt else ("packaged prompt", None)
 
 
 def check_ids(seqs: list[list[int]], vocab: int, what: str = "prompt", *, error: type[PortError] = PortError,

@@ -225,6 +225,11 @@ def join(device: str, timeout_s: float = DEFAULT_TIMEOUT_S, *, spread: bool = Fa
     rank's base is spread over a block of the node's GPUs (``--device_map auto``)."""
     world = _env_int("WORLD_SIZE", 1)
     if world <= 1:
+        # a RANK past 0 says the launcher started others: this one would train alone and write the output while
+        # they wait for it (WORLD_SIZE 1 on rank 1 of 2: the reversed mismatch)
+        if _env_int("RANK", 0) != 0:
+            raise PortError(f"RANK {_env_int('RANK')} is not below WORLD_SIZE {world}: this process was started as "
+                            "one rank of several but told it is alone", where="WORLD_SIZE", fix=JOIN_FIX)
         return Group(timeout_s=timeout_s), device
     rank, local = _env_int("RANK"), _env_int("LOCAL_RANK", _env_int("RANK"))
     if not 0 <= rank < world:

@@ -59,6 +59,7 @@ from trtllm_medusa_ports.files.prompts import (
     Item,
     PromptInputs,
     check_ids,
+    items_source,
     lazy_tokenizer,
     packaged_prompts,
     read_items,
@@ -91,6 +92,7 @@ from trtllm_medusa_ports.memory_mode import (
     MemoryMode,
     check_max_memory,
     hf_sizes,
+    ignored_max_memory,
     select,
 )
 
@@ -359,9 +361,13 @@ def _train_in(opts: TrainOptions, out: Path, work: Path, device: str) -> TrainRe
         opts, warnings = _resolve_dtypes(opts, device, group)
         items, chat = _read_items(opts)
         memory = group.gather(choose_memory(opts, device, items) if group.main else None, "the memory mode")[0]
+        unused = ignored_max_memory(opts.streaming, opts.max_memory)
+        for note in unused if group.main else ():
+            LOG.warning(note)
         with progress_bars_off(opts.fit.quiet or not group.main):  # --quiet silences transformers' loading bars
             result = _train_locked(opts, out, work, device, group, memory, items)
-        result.warnings, result.memory_mode, result.chat_template = warnings, memory.to_dict(), chat
+        result.warnings = warnings + unused
+        result.memory_mode, result.chat_template = memory.to_dict(), chat
         return result
     finally:
         if lock is not None:
@@ -456,11 +462,19 @@ def _lock_work_dir(work: Path) -> int:
     return fd
 
 
+def _check_item_ids(inputs: PromptInputs, items: list[Item], vocab: int) -> None:
+    what, where = items_source(inputs)
+    check_ids([it.ids for it in items], vocab, what, where=where)
+
+
 def _read_items(opts: TrainOptions) -> tuple[list[Item], str]:
     """The prompts and sequences as token ids (before the base is loaded: the memory estimate counts them), each
     within the base's context with its continuation; and what was done with the chat template."""
     tokenize = lazy_tokenizer(opts.tokenizer_dir or opts.model_dir, opts.chat_template)  # loaded when text needs it
     items = read_items(opts.prompts, tokenize, default=packaged_prompts)
+    dims = _base_dims(opts.model_dir)
+    if dims is not None:  # before the base is loaded (and again after, from the loaded model)
+        _check_item_ids(opts.prompts, items, dims[1])
     # the family's own context key (GPT-2's n_positions, MPT's max_seq_len: archs.registry base_context)
     max_pos, key = base_context(opts.model_dir) or (None, None)
     for n, it in enumerate(items):
@@ -485,7 +499,7 @@ def _train_locked(opts: TrainOptions, out: Path, work: Path, device: str, group:
     model = load_base(opts.model_dir, device, device_map=opts.device_map, dtype=low if opts.device_map else None,
                       streaming=memory.streaming, offload_dir=opts.offload_dir)
     vocab = model.config.vocab_size if hasattr(model.config, "vocab_size") else lm_head_of(model)[0].shape[0]
-    check_ids([it.ids for it in items], vocab, "item")
+    _check_item_ids(opts.prompts, items, vocab)
     key = corpus_key(Path(opts.model_dir), items, opts.new_tokens, opts.dtype)
     # float32 as loaded (of the --dtype weights with --device_map), on the CPU where the held-out check runs
     lm_head, lm_bias = (t.detach().float().to("cpu", copy=True) if t is not None else None for t in lm_head_of(model))

@@ -2,7 +2,7 @@
 runs the checkpoint), and the report they fill.
 
 May import: every verify module but the package's ``__init__``, ``base_model``, ``files``, ``quant``,
-``reference``, ``threads``, ``errors``.
+``reference``, ``threads``, ``memory_mode``, ``errors``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig, progress_bars_off
 from trtllm_medusa_ports.findings import ERROR
+from trtllm_medusa_ports.memory_mode import ignored_max_memory
 from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
@@ -329,9 +330,7 @@ def _ignored_options(spec: QuantSpec, gemm_plugin: str, max_quant_error: float |
         out.append(f"--gemm_plugin {gemm_plugin} ignored: it chooses FP8Linear's GEMM, and the checkpoint is not FP8")
     if max_quant_error is not None and not spec.any:
         out.append("--max_quant_error ignored: the checkpoint is not quantized")
-    if max_memory is not None and streaming is not None:
-        out.append(f"--max_memory ignored: --{'streaming' if streaming else 'no_streaming'} chose the memory mode")
-    return out
+    return out + ignored_max_memory(streaming, max_memory)
 
 
 def _load_base(model_dir, dtype, ckpt, ref: ReferenceModel, streaming: bool, device: str, offload_dir, status):
