@@ -570,6 +570,35 @@ def test_dbrx_expert_weight_normalization_is_the_engines_or_refused(tmp_path, p,
         assert "moe_normalize_expert_weights 2.0" in msg and "2.0-norm" in msg
 
 
+@pytest.mark.parametrize("key, value", [("attn_config", None), ("ffn_config", None), ("attn_config", "absent")])
+def test_dbrx_settings_objects_left_null_are_refused_by_check_and_convert(tmp_path, store, key, value):
+    """Issue 76 (D): attn_config / ffn_config null (or left out) read every setting at its default (1 KV head, no
+    clamp, base 10000, 4 experts routed to 1) - no released DBRX - and transformers 5 fails on it; convert wrote a
+    checkpoint all the same. Now one invalid-config finding in check, and convert exits 1 writing nothing."""
+    from conftest import tiny_base
+
+    cfg = json.loads(json.dumps(DBRX_132B))
+    if value == "absent":
+        del cfg[key]
+    else:
+        cfg[key] = value
+    _, findings = check(write(tmp_path, cfg))
+    msg = next(f.message for f in findings if f.rule == "invalid-config")
+    assert msg.startswith(f"{key} is null: DBRX keeps its"), msg
+    assert "read at its default" in msg
+    base = tmp_path / "tiny"
+    import shutil
+
+    shutil.copytree(tiny_base(store, "DbrxForCausalLM"), base)
+    tiny = json.loads((base / "config.json").read_text())
+    tiny[key] = None
+    (base / "config.json").write_text(json.dumps(tiny))
+    heads = save_heads(random_heads(tiny["d_model"], tiny["vocab_size"], 2), tmp_path / "heads", base_dir=base)
+    assert main(["convert", "--model_dir", str(base), "--medusa_model_dir", str(heads), "--output_dir",
+                 str(tmp_path / "out"), "--quiet"]) == 1
+    assert not (tmp_path / "out").exists()
+
+
 def test_transformers_5_dbrx_traps_are_warnings_naming_the_workaround(tmp_path):
     """transformers 5 (5.25 read) takes DBRX's RoPE base from rope_parameters (its default 10000 where config.json
     has none) and fails on clip_qkv null: warnings with the workaround (rule transformers-divergence), never an

@@ -137,7 +137,20 @@ class DbrxAdapter(ArchAdapter):
                              fix=f"write {key} as the model's published config has it (1 for DBRX)")
         return MOE_NONE if p is None else MOE_RENORMALIZE if float(p) == 1.0 else None
 
+    @staticmethod
+    def require_settings(hf: HFConfig) -> None:
+        """``attn_config`` / ``ffn_config`` present as objects: null (or left out) would read every setting at its
+        config class's default (1 KV head, no clamp, RoPE base 10000, 4 experts routed to 1), which no released DBRX
+        has and the weights' shapes alone cannot tell (transformers 4.x reads them so; 5.x fails on a null
+        attn_config)."""
+        for key, what in (("attn_config", "attention settings"), ("ffn_config", "experts' settings")):
+            if not isinstance(hf.get(key), dict):
+                raise ModelError(f"{key} is {json.dumps(hf.get(key))}: DBRX keeps its {what} there, and every one "
+                                 "would be read at its default", where=str(hf.path),
+                                 fix=f"write {key} as the model's published config.json has it")
+
     def engine_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
+        self.require_settings(hf)
         if self.normalization(hf) is None:
             p = hf.get("ffn_config.moe_normalize_expert_weights")
             return [(f"ffn_config.moe_normalize_expert_weights {p}: the chosen experts' weights divided by their "
@@ -176,6 +189,7 @@ class DbrxAdapter(ArchAdapter):
         return out
 
     def trtllm_config(self, hf: HFConfig) -> dict:
+        self.require_settings(hf)
         cfg = super().trtllm_config(hf)
         cfg.update(hidden_act="swiglu", bias=False, clip_qkv=hf.get("attn_config.clip_qkv"),
                    moe=self.moe_block(hf, self.normalization(hf) or MOE_NONE))
