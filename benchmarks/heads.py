@@ -56,6 +56,8 @@ RECIPES: dict[str, dict] = {
     "own_lr_1.5e-3": {"share_lm_head": False, "lr": 1.5e-3},
     "own_lr_6e-3": {"share_lm_head": False, "lr": 6e-3},
     "own_2_layers": {"share_lm_head": False, "num_layers": 2},
+    "own_anchor_1": {"share_lm_head": False, "anchor": 1.0},
+    "own_anchor_10": {"share_lm_head": False, "anchor": 10.0},
     "fd_medusa1": {"share_lm_head": False, "full_vocab": True, "distill": 0.0, "lr": 1e-3, "warmup": 0.1,
                    "negatives": 0, "dense_updates": True},
 }

@@ -189,6 +189,26 @@ def test_row_updates_train_own_lm_heads_and_resume_to_the_uninterrupted_weights(
     assert not torch.allclose(dense.lm_heads[0][moved], straight.lm_heads[0][moved])
 
 
+@pytest.mark.parametrize("dense", [False, True])
+def test_anchor_holds_own_lm_heads_near_the_base_lm_head(dense):
+    """FitOptions.anchor pulls own lm_heads toward the base's lm_head (their start) as decoupled weight decay pulls
+    toward 0: the further the stronger, rows no step drew untouched, and 0 is the run without it, bit for bit."""
+    g = torch.Generator().manual_seed(2)
+    hidden = torch.randn(400, 16, generator=g)
+    lm = torch.randn(60, 16, generator=g)
+    targets = torch.stack([(hidden[:, 0] > 0).long() * 3, (hidden[:, 1] > 0).long() + 7], 1)
+    opts = FitOptions(num_heads=2, steps=40, lr=3e-2, batch_size=64, negatives=4, dense_updates=dense)
+    free, _ = fit_heads(hidden, targets, lm, None, opts)
+    zero, _ = fit_heads(hidden, targets, lm, None, FitOptions(**{**opts.__dict__, "anchor": 0.0}))
+    held, hist = fit_heads(hidden, targets, lm, None, FitOptions(**{**opts.__dict__, "anchor": 10.0}))
+    assert all(torch.equal(a, b) for a, b in zip(free.lm_heads, zero.lm_heads, strict=True))
+    for k in range(2):
+        drift_free, drift_held = (free.lm_heads[k] - lm).norm(), (held.lm_heads[k] - lm).norm()
+        assert 0 < drift_held < 0.8 * drift_free, (k, float(drift_held), float(drift_free))
+    assert torch.equal((held.lm_heads[0] != lm).any(1), (free.lm_heads[0] != lm).any(1))  # the same rows moved
+    assert hist[-1]["loss"] < hist[0]["loss"]  # it still learns
+
+
 @pytest.mark.parametrize("matmul_dtype", ["float32", "bfloat16"])
 def test_training_lowers_the_loss_on_learnable_targets(matmul_dtype):
     g = torch.Generator().manual_seed(1)

@@ -358,6 +358,7 @@ _TRAIN = (
     _api(_S("schedule", choices=("cosine", "constant"), default="cosine", owner=_FIT)),
     _api(_F("warmup", lo=0, default=0.05, owner=_FIT)),
     _api(_F("weight_decay", lo=0, default=0.0, owner=_FIT)),
+    _api(_F("anchor", lo=0, default=0.0, owner=_FIT)),
     _api(_S("corpus", default="", owner=_FIT)),
 )
 

@@ -86,6 +86,9 @@ class FitOptions:
     #: update touches the rows of its softmax columns alone (heads/rowadam.py): on SmolLM2-135M a step is 1.38x
     #: faster and 300 steps reach the same tokens per step (benchmarks/results/heads_levers.json)
     dense_updates: bool = False
+    #: own lm_heads: each step pulls them toward the base's lm_head (their start) by lr x anchor of the difference,
+    #: as decoupled weight decay pulls toward 0 (the rows a step updates; every row with dense_updates); 0: none
+    anchor: float = 0.0
     # weight of the soft target: head k at position t also matches the base's own distribution
     # at t + k + 1 (the one whose argmax is the hard target on greedy data); 0: hard targets only
     # (`train-heads --distill W`; fit_heads then needs the corpus index). 0 by default: on SmolLM2-135M 1.0
@@ -302,6 +305,10 @@ def _fit_step(run: _Run, step: int, report: bool) -> tuple[float, list[float]]:
             sums = group.sum_(torch.tensor([total, *top1], dtype=torch.float64), f"the loss all-reduce of step {step + 1}")
             total, top1 = float(sums[0]), sums[1:].tolist()
     run.opt.step()
+    if opts.anchor and run.lms is not None and run.row_opt is None:  # every row (dense_updates)
+        with torch.no_grad():
+            for t in run.lms:
+                t.sub_(t - run.lm_head, alpha=lr_at(step, opts) * opts.anchor)
     if run.row_opt is not None:
         run.row_opt.step(columns.cols, [t.grad if t.grad is not None else torch.zeros_like(t) for t in lms])
     return total / opts.num_heads, top1
@@ -328,7 +335,8 @@ def _sum_gradients(run: _Run, columns: _Columns, gathered: list[torch.Tensor] | 
             t.grad.index_copy_(0, columns.cols, part)
 
 
-def _optimizers(blocks, lms, opts: FitOptions, state: FitState | None) -> tuple[torch.optim.AdamW, RowAdam | None]:
+def _optimizers(blocks, lms, opts: FitOptions, state: FitState | None,
+                anchor_to: torch.Tensor | None = None) -> tuple[torch.optim.AdamW, RowAdam | None]:
     """AdamW over the blocks and (``dense_updates``) the own lm_heads; else row-wise Adam over those;
     each with the saved state's moments where resuming."""
     params = [t.requires_grad_(True) for row in blocks for wb in row for t in wb]
@@ -336,7 +344,8 @@ def _optimizers(blocks, lms, opts: FitOptions, state: FitState | None) -> tuple[
     if lms is not None and not rowwise:
         params += [t.requires_grad_(True) for t in lms]
     opt = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay)
-    row_opt = RowAdam(lms, opts.lr, weight_decay=opts.weight_decay) if rowwise else None
+    row_opt = RowAdam(lms, opts.lr, weight_decay=opts.weight_decay, anchor=opts.anchor,
+                      anchor_to=anchor_to) if rowwise else None
     if state is not None:
         try:
             opt.load_state_dict(state.optimizer["adamw"] if rowwise else state.optimizer)
@@ -380,9 +389,10 @@ def fit_heads(hidden: torch.Tensor, targets: torch.Tensor, lm_head: torch.Tensor
     group.same(state.step if state is not None else 0, "the step the saved training state resumes from")
     torch.manual_seed(opts.seed)
     blocks, lms, start, history = _start_params(state, opts, H, lm_head, device)
-    opt, row_opt = _optimizers(blocks, lms, opts, state)
+    lm_head_d = lm_head.to(device)
+    opt, row_opt = _optimizers(blocks, lms, opts, state, lm_head_d)
     run = _Run(opts, group, rows, hidden.to(device), remap[targets.clamp(min=0)].to(device), blocks, lms, opt, vocab,
-               others, n_neg, lm_head.to(device), lm_bias.to(device) if lm_bias is not None else None, low, device,
+               others, n_neg, lm_head_d, lm_bias.to(device) if lm_bias is not None else None, low, device,
                row_opt)
 
     def save(step: int) -> None:

@@ -5,7 +5,7 @@ rows of a head's lm_head have a gradient. torch's AdamW still updates every row 
 and writing the weights and both moments of the whole vocabulary: on SmolLM2-135M about half of the step's time);
 this updates the step's rows alone, as sparse Adam does for an embedding ("lazy" Adam): a row's moments and value
 change only on the steps that gave it a gradient, and the bias correction counts the run's steps. AdamW's decoupled
-weight decay applies to the same rows.
+weight decay, and the decay toward the base's lm_head (``FitOptions.anchor``), apply to the same rows.
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ class RowAdam:
     parameter's gradient on those rows."""
 
     def __init__(self, params: list[torch.Tensor], lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0):
+                 eps: float = 1e-8, weight_decay: float = 0.0, anchor: float = 0.0,
+                 anchor_to: torch.Tensor | None = None):
         self.params = params
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
+        #: decoupled decay toward ``anchor_to`` (``[V, H]``, the base's lm_head), as weight decay is toward 0
+        self.anchor, self.anchor_to = anchor, anchor_to
         self.steps = 0
         self.exp_avg = [torch.zeros_like(p) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params]
@@ -39,6 +42,8 @@ class RowAdam:
             w = p.index_select(0, rows)
             if self.weight_decay:
                 w.mul_(1 - self.lr * self.weight_decay)
+            if self.anchor:
+                w.sub_(w - self.anchor_to.index_select(0, rows), alpha=self.lr * self.anchor)
             w.addcdiv_(m, v.div_(second).sqrt_().add_(self.eps), value=-self.lr / first)
             p.index_copy_(0, rows, w)
 
