@@ -93,7 +93,7 @@ def test_a_command_parsed_alone_is_the_whole_parsers_command(capsys):
 
     whole = build_parser()
     assert list(COMMAND_PARSERS) == ["inspect-heads", "tree", "check", "convert", "verify", "train-heads",
-                                     "tune-tree", "build", "deploy", "demo"]
+                                     "tune-tree", "build", "deploy", "port", "demo"]
     for command in COMMAND_PARSERS:
         alone = build_parser(command)
         code, out, _ = _said(alone, [command, "--help"], capsys)

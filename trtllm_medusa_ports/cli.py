@@ -32,6 +32,7 @@ from trtllm_medusa_ports.cli_flags.values import (
     device_ok,
     moe_ep_size,
     options_from,
+    port_stages,
     print_result,
     prompt_inputs,
 )
@@ -59,32 +60,9 @@ def _say_findings(findings, warnings: list[str]) -> None:
             LOG.warning(w)
 
 
-def _default_dtype(model_dir: Path) -> str:
-    """convert's --dtype when none is given: float16, as upstream's Medusa script, except for a family whose hidden
-    states leave float16's range (Gemma 2/3, published in bfloat16: rule float16-range, which build refuses), which
-    keeps the base's own dtype and says so."""
-    from trtllm_medusa_ports.archs import adapter_for
-    from trtllm_medusa_ports.errors import PortError
-    from trtllm_medusa_ports.files.hf_model import HFConfig
-
-    try:
-        hf = HFConfig.read(model_dir)
-        adapter = adapter_for(hf.architecture)
-    except (PortError, OSError, ValueError):
-        return "float16"  # convert says what is wrong with the base
-    if adapter is not None and adapter.float16_unsafe:
-        LOG.info(f"note: --dtype not given: the base's own dtype (--dtype auto), not float16: {adapter.family} "
-                 "models' hidden states exceed float16's range (rule float16-range)")
-        return "auto"
-    if hf.dtype_name == "bfloat16":  # convert never runs the base: whether its activations fit float16 is verify's
-        LOG.info("note: --dtype not given: float16, as upstream's script, from a bfloat16 base; `verify` measures "
-                 "whether its activations stay within float16's range (rule float16-range) and fails the checkpoint "
-                 "if not - then convert with --dtype bfloat16")
-    return "float16"
-
-
 def run_convert(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import ConvertOptions, convert
+    from trtllm_medusa_ports.convert_options import default_dtype
 
     for flag, what in NOT_SUPPORTED.items():
         if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:
@@ -110,7 +88,7 @@ def run_convert(args: argparse.Namespace) -> int:
     if ep is None or not calibration_device_ok(args):
         return 2
     opts = ConvertOptions(**options_from("ConvertOptions", args, moe_ep_size=ep,
-                                         dtype=args.dtype or _default_dtype(Path(args.model_dir))))
+                                         dtype=args.dtype or default_dtype(Path(args.model_dir))))
     result = convert(opts)
     _say_findings(result.findings, result.warnings)
     print(json.dumps(result.to_dict(), indent=2) if getattr(args, "json", False) else result.summary())
@@ -241,6 +219,17 @@ def run_deploy(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_port(args: argparse.Namespace) -> int:
+    from trtllm_medusa_ports.port import PortOptions, port
+
+    result = port(PortOptions(model_dir=args.model_dir, output_dir=Path(args.output_dir),
+                              medusa_model_dir=args.medusa_model_dir, medusa_choices=args.medusa_choices,
+                              revision=args.revision, tokenizer_dir=args.tokenizer_dir, stages=port_stages(args),
+                              overwrite=args.overwrite, quiet=args.quiet))
+    print_result(args, result)
+    return result.exit_code
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.demo import run_demo as demo
 
@@ -253,7 +242,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parsers.build_parser({
         "inspect-heads": run_inspect_heads, "tree": run_tree, "check": run_check, "convert": run_convert,
         "verify": run_verify, "train-heads": run_train_heads, "tune-tree": run_tune_tree, "build": run_build,
-        "deploy": run_deploy, "demo": run_demo}, only)
+        "deploy": run_deploy, "port": run_port, "demo": run_demo}, only)
 
 
 def _typed_trees(args: argparse.Namespace) -> None:

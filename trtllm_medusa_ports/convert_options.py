@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtllm_medusa_ports import log
 from trtllm_medusa_ports.compat import Finding
 from trtllm_medusa_ports.deploy.commands import build_line
 
@@ -117,3 +118,28 @@ class ConvertResult:
         if self.memory is not None:
             s += "\n" + self.memory.render()
         return s + f"\nBuild it with: {self.build_command}"
+
+
+def default_dtype(model_dir: Path) -> str:
+    """convert's --dtype when none is given: float16, as upstream's Medusa script, except for a family whose hidden
+    states leave float16's range (Gemma 2/3, published in bfloat16: rule float16-range, which build refuses), which
+    keeps the base's own dtype and says so."""
+    from trtllm_medusa_ports.archs import adapter_for
+    from trtllm_medusa_ports.errors import PortError
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    say = log.get("convert").info
+    try:
+        hf = HFConfig.read(model_dir)
+        adapter = adapter_for(hf.architecture)
+    except (PortError, OSError, ValueError):
+        return "float16"  # convert says what is wrong with the base
+    if adapter is not None and adapter.float16_unsafe:
+        say(f"note: --dtype not given: the base's own dtype (--dtype auto), not float16: {adapter.family} "
+            "models' hidden states exceed float16's range (rule float16-range)")
+        return "auto"
+    if hf.dtype_name == "bfloat16":  # convert never runs the base: whether its activations fit float16 is verify's
+        say("note: --dtype not given: float16, as upstream's script, from a bfloat16 base; `verify` measures "
+            "whether its activations stay within float16's range (rule float16-range) and fails the checkpoint "
+            "if not - then convert with --dtype bfloat16")
+    return "float16"

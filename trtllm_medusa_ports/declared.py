@@ -437,6 +437,49 @@ _DEMO = tuple(_cli(o) for o in (
     _quiet("no progress lines (the results are printed)"),
 ))
 
+_PORT = tuple(_cli(o) for o in (
+    _P("model_dir", "the base: a Hugging Face model directory, or its Hub id (owner/name)", default=REQUIRED,
+       flags=("model_dir",)),
+    _P("output_dir", "where every stage's result goes (check.json, heads/, tree.json, checkpoint/, verify.json, "
+       "serve/, port.json); a rerun resumes there", default=REQUIRED, required=True),
+    _P("medusa_model_dir", "Medusa heads to use (any layout, or a Hub id); default: trained by train-heads with the "
+       "README's recipe (4 heads, 1,100 steps)"),
+    _T("medusa_choices", "the tree (a preset, @FILE or a JSON list); default: tuned by tune-tree on the heads"),
+    _revision(),
+    _P("tokenizer_dir", "the base's tokenizer (default: --model_dir's), for every stage"),
+    _B("overwrite", "run every stage again (default: a stage whose options and inputs are unchanged is reused)"),
+    _quiet("no stage lines and no progress bars (the summary is printed)"),
+    _json("print the run (each stage, the verdict, tokens per step, the bundle) as one JSON object"),
+))
+
+#: the options port sets itself, or that name another command's own files: never taken from a stage's flags
+PORT_OWN = frozenset({"model_dir", "revision", "medusa_model_dir", "medusa_choices", "tokenizer_dir", "output_dir",
+                      "output", "checkpoint_dir", "overwrite", "resume", "quiet", "json", "work_dir",
+                      "base_checkpoint_dir", "override_medusa_choices"})
+#: a stage option that port passes to fewer stages than declare its name (the rest: every stage declaring it)
+PORT_ONLY_TO = {"dtype": ("check", "convert"),  # the checkpoint's dtype; train-heads computes in its own (auto)
+                "prompt": ("train-heads",), "prompts_file": ("train-heads",), "prompt_ids": ("train-heads",),
+                "data": ("train-heads",),  # the training text: tune-tree and verify measure on their own prompts
+                "calib_dataset": ("convert",), "calib_size": ("convert",), "calib_max_seq_length": ("convert",)}
+PORT_STAGES = ("check", "train-heads", "tune-tree", "convert", "verify", "deploy")
+
+
+def port_routes() -> dict[str, tuple[Option, tuple[str, ...]]]:
+    """Each stage flag ``port`` takes, by option name: its declaration (the first stage's) and the stages it goes to
+    (every stage declaring the name but those :data:`PORT_ONLY_TO` leaves out); the command line's own options (no
+    API field: convert's MoE split, upstream's accepted-only flags) are not taken."""
+    out: dict[str, tuple[Option, tuple[str, ...]]] = {}
+    for stage in PORT_STAGES:
+        for o in COMMANDS[stage][2]:
+            if not o.spellings or o.owner is None or o.name in PORT_OWN or o.name in ("moe_ep_size",):
+                continue
+            if o.name in PORT_ONLY_TO and stage not in PORT_ONLY_TO[o.name]:
+                continue
+            first, stages = out.get(o.name, (o, ()))
+            out[o.name] = (first, (*stages, stage))
+    return out
+
+
 #: each command: its one-line help and its options, in the order ``--help`` and the docs list them
 COMMANDS: dict[str, tuple[str, str | None, tuple[Option, ...]]] = {
     "inspect-heads": ("read a Medusa head checkpoint of any layout", None, _INSPECT),
@@ -448,6 +491,8 @@ COMMANDS: dict[str, tuple[str, str | None, tuple[Option, ...]]] = {
     "tune-tree": ("build a medusa_choices tree from the heads' measured accuracy", "TuneOptions", _TUNE),
     "build": ("trtllm-build with our architectures registered (needs tensorrt_llm)", "BuildOptions", _BUILD),
     "deploy": ("the serving bundle of a checkpoint: build.sh, run.sh, deploy.json", "DeployOptions", _DEPLOY),
+    "port": ("one command from a base to a verified serving bundle: check, train-heads, tune-tree, convert, verify, "
+             "deploy", None, _PORT),
     "demo": ("the end-to-end job on a small synthetic non-Llama base, offline", None, _DEMO),
 }
 

@@ -148,6 +148,24 @@ class TuneResult:
                 "baseline": self.baseline, "chat_template": self.chat_template}
 
 
+def _tune_prompt_ids(prompt_ids, prompts, vocab: int, tokenizer_dir, chat_template: str, chat_status):
+    """The prompts as token ids (the packaged held-out prompts where none are given), each checked against the
+    vocabulary, and what was done with the chat template."""
+    from trtllm_medusa_ports.files.prompts import check_ids, heldout_prompts, lazy_tokenizer
+
+    if prompt_ids is not None:
+        check_ids(prompt_ids, vocab, "--prompt_ids prompt", fix="pass ids of the base's tokenizer, e.g. --prompt_ids 1,2,3;4,5")
+        return prompt_ids, chat_status
+    tokenize = lazy_tokenizer(Path(tokenizer_dir), chat_template)
+    texts = prompts if prompts is not None else heldout_prompts()
+    prompt_ids = [tokenize.prompt(t) for t in texts]
+    # a tokenizer that turns a text into no ids (or into ids past the base's vocabulary) is named here, not met as an
+    # IndexError inside transformers' generate
+    check_ids(prompt_ids, vocab, "prompt" if prompts is not None else "packaged held-out prompt",
+              where=str(tokenizer_dir), fix="pass the base's own tokenizer (--tokenizer_dir), or token ids (--prompt_ids)")
+    return prompt_ids, tokenize.chat
+
+
 def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[str] | None = None,
          tokenizer_dir: str | Path | None = None, prompt_ids: list[list[int]] | None = None, max_nodes: int = 63,
          max_draft_len: int | None = None, top_k: int = DEFAULT_TOP_K, new_tokens: int = 64,
@@ -174,17 +192,8 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
         raise PortError(f"the heads (hidden size {heads.hidden_size}, vocabulary {heads.vocab_size}) do not fit the "
                         f"base (hidden_size {hidden}, vocab_size {vocab}): a tree tuned on them would mean nothing",
                         where=str(medusa_model_dir), fix="pass the heads trained for this base")
-    if prompt_ids is not None:
-        from trtllm_medusa_ports.files.prompts import check_ids
-
-        check_ids(prompt_ids, vocab, "--prompt_ids prompt", fix="pass ids of the base's tokenizer, e.g. --prompt_ids 1,2,3;4,5")
-    if prompt_ids is None:
-        from trtllm_medusa_ports.files.prompts import heldout_prompts, lazy_tokenizer
-
-        tokenize = lazy_tokenizer(Path(tokenizer_dir or model_dir), chat_template)
-        texts = prompts if prompts is not None else heldout_prompts()
-        prompt_ids = [tokenize.prompt(t) for t in texts]
-        chat_status = tokenize.chat
+    prompt_ids, chat_status = _tune_prompt_ids(prompt_ids, prompts, vocab, tokenizer_dir or model_dir, chat_template,
+                                               chat_status)
     ranks, answers = _measured_answers(model, heads, prompt_ids, new_tokens, top_k, quiet)
     acc = accuracy_table(ranks, top_k)
     joint = joint_values(ranks, top_k) if estimate == "joint" else None

@@ -40,8 +40,7 @@ def add_declared(p: argparse.ArgumentParser, command: str) -> None:
     groups: dict[str, object] = {}
     exclusive: dict[str, object] = {}
     for o in declared.COMMANDS[command][2]:
-        spellings = o.spellings
-        if not spellings:  # the API's alone
+        if not o.spellings:  # the API's alone
             continue
         target = p
         if o.group:
@@ -49,29 +48,50 @@ def add_declared(p: argparse.ArgumentParser, command: str) -> None:
         if o.exclusive:
             target = exclusive.get(o.exclusive) or exclusive.setdefault(o.exclusive,
                                                                         target.add_mutually_exclusive_group())
-        spec, kw = o.cli_spec or o.spec, dict(o.extra)
-        if spec.kind == "bool":
-            kw.setdefault("action", "store_true")
-        elif flag_type(spec) is not None:
-            kw["type"] = flag_type(spec)
-        if spec.choices and spec.kind != "bool":
-            kw["choices"] = list(spec.choices)
-        if command == "demo" and o.name == "architecture":  # the families with a tiny model (read when demo's
-            # parser is built: the adapters' import is not paid by the other commands)
-            from trtllm_medusa_ports.archs.registry import tiny_configs
-
-            kw["choices"] = sorted(tiny_configs())
-        if o.dest:
-            kw["dest"] = o.dest
-        if o.required:
-            kw["required"] = True
-        elif spellings[0].startswith("-") and kw.get("action") != "store_false" and (
-                o.flag_default is not False or kw.get("action") != "store_true"):
-            kw["default"] = o.flag_default
-        target.add_argument(*spellings, help=o.help, **kw)
+        _add(target, o, command)
     if command == "convert":  # upstream's flags accepted only to be refused by name (cli_flags/refused.py)
         for flag in list(NOT_SUPPORTED) + list(FROM_CONFIG):
             p.add_argument(flag, nargs="*", default=None, help=argparse.SUPPRESS)
+    if command == "port":
+        _add_port_routes(p)
+
+
+def _add(target, o: declared.Option, command: str, *, default=None, help: str | None = None) -> None:
+    """One declared flag; ``default``: argparse's default instead of the declared one (port's SUPPRESS)."""
+    spellings, spec, kw = o.spellings, o.cli_spec or o.spec, dict(o.extra)
+    if spec.kind == "bool":
+        kw.setdefault("action", "store_true")
+    elif flag_type(spec) is not None:
+        kw["type"] = flag_type(spec)
+    if spec.choices and spec.kind != "bool":
+        kw["choices"] = list(spec.choices)
+    if command == "demo" and o.name == "architecture":  # the families with a tiny model (read when demo's
+        # parser is built: the adapters' import is not paid by the other commands)
+        from trtllm_medusa_ports.archs.registry import tiny_configs
+
+        kw["choices"] = sorted(tiny_configs())
+    if o.dest:
+        kw["dest"] = o.dest
+    if default is not None:
+        kw["default"] = default
+    elif o.required:
+        kw["required"] = True
+    elif spellings[0].startswith("-") and kw.get("action") != "store_false" and (
+            o.flag_default is not False or kw.get("action") != "store_true"):
+        kw["default"] = o.flag_default
+    target.add_argument(*spellings, help=o.help if help is None else help, **kw)
+
+
+def _add_port_routes(p: argparse.ArgumentParser) -> None:
+    """port's stage flags (declared.port_routes), grouped by the stages they go to; a flag not given leaves no
+    attribute (SUPPRESS), so that only what the user typed is passed on and each stage keeps its own defaults."""
+    groups: dict[tuple, object] = {}
+    for o, stages in declared.port_routes().values():
+        title = "passed on to " + ", ".join(stages)
+        target = groups.get(stages) or groups.setdefault(stages, p.add_argument_group(title))
+        shown = o.flag_default
+        default = f"; default {shown}" if shown not in (None, False) else ""
+        _add(target, o, "port", default=argparse.SUPPRESS, help=f"{o.help} [to {', '.join(stages)}{default}]")
 
 
 USAGE = """Medusa speculative decoding in TensorRT-LLM 1.2 for base models other than Llama: check what the

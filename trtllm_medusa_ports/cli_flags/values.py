@@ -35,6 +35,31 @@ def options_from(owner: str, parsed: argparse.Namespace, /, **given) -> dict:
     return {**out, **given}
 
 
+def port_stages(args: argparse.Namespace) -> dict[str, dict]:
+    """port's stage options from the flags the user gave (declared.port_routes; a flag not given is absent): per
+    stage, its options' fields (paths as Paths, the prompts as one PromptInputs, train-heads' fit fields under
+    ``"fit"``, ``--batch_size 0`` as every position)."""
+    fit_fields = {o.name for o in declared.owned("FitOptions")}
+    prompt_flags = ("prompt", "prompts_file", "prompt_ids", "data")
+    stages: dict[str, dict] = {}
+    for name, (o, to) in declared.port_routes().items():
+        if not hasattr(args, o.parsed_dest) or name in prompt_flags:
+            continue
+        v = getattr(args, o.parsed_dest)
+        v = (Path(v) if v else None) if o.spec.kind == "path" else v
+        for stage in to:
+            fields = stages.setdefault(stage, {})
+            if stage == "train-heads" and name in fit_fields:
+                fields.setdefault("fit", {})[name] = (v or None) if name == "batch_size" else v
+            else:
+                fields[name] = v
+    if any(hasattr(args, f) for f in prompt_flags):
+        given = argparse.Namespace(**{f: getattr(args, f, None) for f in prompt_flags})
+        for stage in declared.PORT_ONLY_TO["prompt"]:
+            stages.setdefault(stage, {})["prompts"] = prompt_inputs(given)
+    return stages
+
+
 def changed_flags(command: str, names, parsed: argparse.Namespace) -> list[str]:
     """The flags among ``names`` (fields of ``command``'s declared options) given a value other than their default,
     by their first spelling."""
