@@ -12,6 +12,7 @@ import pytest
 from conftest import tiny_base
 
 from trtllm_medusa_ports import api
+from trtllm_medusa_ports.api import PortOptions, port
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.fixtures.synthetic import (
@@ -20,7 +21,6 @@ from trtllm_medusa_ports.fixtures.synthetic import (
     tiny_config,
     train_heads,
 )
-from trtllm_medusa_ports.port import PortOptions, port
 
 ARCH = "Qwen2ForCausalLM"
 

@@ -49,6 +49,8 @@ from trtllm_medusa_ports.options.prompts import prompt_token_ids, token_ids
 from trtllm_medusa_ports.options.validation import SPECS as _SPECS  # noqa: F401  (tests read api._SPECS)
 from trtllm_medusa_ports.options.validation import check_fields, validate_options
 from trtllm_medusa_ports.options.validation import validate as _validate  # noqa: F401  (tests: api._validate)
+from trtllm_medusa_ports.port import PortOptions, PortResult, Stages
+from trtllm_medusa_ports.port import port as _port
 from trtllm_medusa_ports.tree import MedusaTree
 
 #: defined with the training (heads/train.py, which imports torch): read from there when first asked for, so that
@@ -96,6 +98,7 @@ __all__ = [
     "TreeOptions", "TreeResult", "tree",
     "HeadsInfo", "inspect_heads",
     "BuildOptions", "BuildResult", "build",
+    "PortOptions", "PortResult", "port",
     "default_threads",
 ]
 
@@ -574,3 +577,14 @@ def build(opts: BuildOptions) -> BuildResult:
         raise refusal(errors, str(ckpt / "config.json"))
     rc = build_main(str(ckpt), args, allow_unsupported=opts.allow_unsupported)
     return BuildResult(ckpt, rc)
+
+
+# -- port -----------------------------------------------------------------------------------------
+def port(opts: PortOptions) -> PortResult:
+    """``trtllm-medusa port``: check -> train-heads -> tune-tree -> convert -> verify -> deploy in
+    ``opts.output_dir``, each stage run by this module's own function (port.py)."""
+    classes = {"check": CheckOptions, "train-heads": __getattr__("TrainOptions"), "tune-tree": TuneOptions,
+               "convert": ConvertOptions, "verify": VerifyOptions, "deploy": DeployOptions}
+    functions = {"check": check, "train-heads": train_heads, "tune-tree": tune_tree, "convert": convert,
+                 "verify": verify, "deploy": deploy}
+    return _port(opts, Stages(classes, functions, __getattr__("FitOptions")))

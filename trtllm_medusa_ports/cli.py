@@ -220,7 +220,7 @@ def run_deploy(args: argparse.Namespace) -> int:
 
 
 def run_port(args: argparse.Namespace) -> int:
-    from trtllm_medusa_ports.port import PortOptions, port
+    from trtllm_medusa_ports.api import PortOptions, port
 
     result = port(PortOptions(model_dir=args.model_dir, output_dir=Path(args.output_dir),
                               medusa_model_dir=args.medusa_model_dir, medusa_choices=args.medusa_choices,

@@ -16,7 +16,10 @@ A rerun reads port.json and skips each stage whose options, inputs and earlier s
 output is still as it wrote it (saying so); a changed option, or an output changed since, reruns its stage and every
 stage after it.
 
-May import: api, errors, files, log, threads (and, lazily, what the stages need).
+api.port runs it with the API's own stage functions and options classes (:class:`Stages`): this module imports
+neither api nor the stages, so that api can offer port beside them.
+
+May import: errors, files, log, convert_options.
 """
 
 from __future__ import annotations
@@ -30,16 +33,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtllm_medusa_ports import api, log
+from trtllm_medusa_ports import log
 from trtllm_medusa_ports.errors import EXIT_FOUND, EXIT_OK, PortError
 from trtllm_medusa_ports.files.hub import is_hub_id, local_dir
 
 LOG = log.get("port")
 
 STAGES = ("check", "train-heads", "tune-tree", "convert", "verify", "deploy")
-#: each stage's options class in the API, and the fields port sets itself (the paths between the stages)
-STAGE_CLASSES = {"check": "CheckOptions", "train-heads": "TrainOptions", "tune-tree": "TuneOptions",
-                 "convert": "ConvertOptions", "verify": "VerifyOptions", "deploy": "DeployOptions"}
+#: the fields port sets itself (the paths between the stages)
 PORT_FIELDS = {"model_dir", "revision", "medusa_model_dir", "medusa_choices", "output_dir", "output", "checkpoint_dir",
                "overwrite", "resume", "quiet", "tokenizer_dir"}
 #: train-heads' recipe when the user names none: the README's (4 heads, 1,100 steps; benchmarks/results/heads.json)
@@ -66,6 +67,16 @@ class PortOptions:
     stages: dict = field(default_factory=dict)
     overwrite: bool = False
     quiet: bool = False
+
+
+@dataclass(frozen=True)
+class Stages:
+    """What runs each stage: by stage name, its options class and its function (api's, which returns a result
+    with ``to_dict()``), and train-heads' ``FitOptions``."""
+
+    classes: dict
+    functions: dict
+    fit_options: type
 
 
 @dataclass
@@ -213,14 +224,14 @@ def _check_stages(opts: PortOptions) -> None:
                                                              "tokenizer_dir and revision to port itself")
 
 
-def _options(opts: PortOptions, stage: str, **paths):
+def _options(opts: PortOptions, run: _Run, stage: str, **paths):
     """The stage's options: its own fields from ``opts.stages``, the paths between the stages, port's quiet."""
     given = dict(opts.stages.get(stage) or {})
-    cls = getattr(api, STAGE_CLASSES[stage])
+    cls = run.stages.classes[stage]
     if stage == "train-heads":
         fit = {**README_RECIPE, "quiet": opts.quiet, **dict(given.pop("fit", None) or {})}
         try:
-            given["fit"] = api.FitOptions(**fit)
+            given["fit"] = run.stages.fit_options(**fit)
         except TypeError as exc:
             raise PortError(f"train-heads' fit options: {exc}", fix="use FitOptions' fields") from None
     if "quiet" in {f.name for f in dataclasses.fields(cls)}:
@@ -228,7 +239,7 @@ def _options(opts: PortOptions, stage: str, **paths):
     try:
         return cls(**paths, **given)
     except TypeError as exc:
-        raise PortError(f"{stage}'s options: {exc}", fix=f"use the fields of api.{cls.__name__}") from None
+        raise PortError(f"{stage}'s options: {exc}", fix=f"use the fields of {cls.__name__}") from None
 
 
 def _tokenizer(opts: PortOptions) -> dict:
@@ -250,8 +261,8 @@ def _identity(value):
 class _Run:
     """One port run: the record, the stages' lines, and the key chain (each stage's key names the one before)."""
 
-    def __init__(self, opts: PortOptions, out: Path, record: dict):
-        self.opts, self.out, self.record = opts, out, record
+    def __init__(self, opts: PortOptions, out: Path, record: dict, stages: Stages):
+        self.opts, self.out, self.record, self.stages = opts, out, record, stages
         self.before = ""
         self.runs: list[StageRun] = []
         self.t0 = time.monotonic()
@@ -308,7 +319,7 @@ def _local(value, kind: str, flag: str, revision: str | None = None) -> Path | N
     return local_dir(value, kind, flag=flag, revision=revision) if is_hub_id(value) else Path(value)
 
 
-def port(opts: PortOptions) -> PortResult:
+def port(opts: PortOptions, stages: Stages) -> PortResult:
     """Every stage in order (module doc); the result says how far it went. A stage's error is raised (a
     :class:`PortError` with a note naming the stage); NOT COMPATIBLE and a failed verify end the run early."""
     from trtllm_medusa_ports.convert_options import default_dtype
@@ -320,46 +331,47 @@ def port(opts: PortOptions) -> PortResult:
     out = Path(opts.output_dir)
     record = _prepare_output(out, {"--model_dir": model, "--medusa_model_dir": heads_given, "--tokenizer_dir": tok},
                              opts.overwrite)
-    run = _Run(opts, out, record)
+    run = _Run(opts, out, record, stages)
+    do = stages.functions
     result = PortResult(out.resolve(), run.runs)
     paths = {"tokenizer_dir": tok} if tok is not None else {}
     inputs = {"model": model, "heads": heads_given, "tokenizer": tok}
     choices = opts.medusa_choices
 
-    o = _options(opts, "check", model_dir=model, medusa_model_dir=heads_given, medusa_choices=choices, **paths)
-    checked = run.stage("check", o, inputs, out / "check.json", lambda: api.check(o).to_dict(), "check.json")
+    o = _options(opts, run, "check", model_dir=model, medusa_model_dir=heads_given, medusa_choices=choices, **paths)
+    checked = run.stage("check", o, inputs, out / "check.json", lambda: do['check'](o).to_dict(), "check.json")
     result.compatible = bool(checked.get("compatible"))
     if not result.compatible:
         return result
     heads = heads_given
     if heads is None:
         heads = out / "heads"
-        o = _options(opts, "train-heads", model_dir=model, output_dir=heads, overwrite=True, **paths)
-        run.stage("train-heads", o, inputs, heads, lambda: api.train_heads(o).to_dict(), "train.json")
+        o = _options(opts, run, "train-heads", model_dir=model, output_dir=heads, overwrite=True, **paths)
+        run.stage("train-heads", o, inputs, heads, lambda: do['train-heads'](o).to_dict(), "train.json")
     else:
         run.skip("train-heads", "--medusa_model_dir given")
     if choices is None:
         tree = out / "tree.json"
-        o = _options(opts, "tune-tree", model_dir=model, medusa_model_dir=heads, output=tree, overwrite=True, **paths)
-        run.stage("tune-tree", o, {**inputs, "heads": heads}, tree, lambda: api.tune_tree(o).to_dict(), "tune.json")
+        o = _options(opts, run, "tune-tree", model_dir=model, medusa_model_dir=heads, output=tree, overwrite=True, **paths)
+        run.stage("tune-tree", o, {**inputs, "heads": heads}, tree, lambda: do['tune-tree'](o).to_dict(), "tune.json")
         choices = f"@{tree}"
     else:
         run.skip("tune-tree", "--medusa_choices given")
     ckpt = out / "checkpoint"
     dtype = {} if "dtype" in (opts.stages.get("convert") or {}) else {"dtype": default_dtype(model)}
-    o = _options(opts, "convert", model_dir=model, medusa_model_dir=heads, output_dir=ckpt, medusa_choices=choices,
+    o = _options(opts, run, "convert", model_dir=model, medusa_model_dir=heads, output_dir=ckpt, medusa_choices=choices,
                  overwrite=True, **paths, **dtype)
-    run.stage("convert", o, {**inputs, "heads": heads}, ckpt, lambda: api.convert(o).to_dict(), "convert.json")
-    o = _options(opts, "verify", model_dir=model, checkpoint_dir=ckpt, medusa_model_dir=heads, **paths)
+    run.stage("convert", o, {**inputs, "heads": heads}, ckpt, lambda: do['convert'](o).to_dict(), "convert.json")
+    o = _options(opts, run, "verify", model_dir=model, checkpoint_dir=ckpt, medusa_model_dir=heads, **paths)
     report = run.stage("verify", o, {**inputs, "heads": heads}, out / "verify.json",
-                       lambda: api.verify(o).to_dict(), "verify.json")
+                       lambda: do['verify'](o).to_dict(), "verify.json")
     result.verified = bool(report.get("ok"))
     result.tokens_per_step_until_end = report.get("tokens_per_step_until_end")
     result.mean_accepted_tokens_per_step = report.get("mean_accepted_tokens_per_step")
     if not result.verified:
         return result
     serve = out / "serve"
-    o = _options(opts, "deploy", checkpoint_dir=ckpt, tokenizer_dir=tok or model, output_dir=serve, overwrite=True)
-    run.stage("deploy", o, {"tokenizer": tok or model}, serve, lambda: api.deploy(o).to_dict(), "deploy.json")
+    o = _options(opts, run, "deploy", checkpoint_dir=ckpt, tokenizer_dir=tok or model, output_dir=serve, overwrite=True)
+    run.stage("deploy", o, {"tokenizer": tok or model}, serve, lambda: do['deploy'](o).to_dict(), "deploy.json")
     result.bundle = serve.resolve()
     return result
