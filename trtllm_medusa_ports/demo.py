@@ -1,5 +1,5 @@
-"""The main job on an embedded default, offline: build a small non-Llama base and heads,
-check, convert (tensor parallel 2), verify parity and greedy equivalence on CPU, and write the serving bundle."""
+"""The main job on an embedded default, offline: build a small non-Llama base and heads, then ``port`` it: check,
+convert (tensor parallel 2), verify parity and greedy equivalence on CPU, and write the serving bundle."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from trtllm_medusa_ports.api import DeployOptions, deploy
+from trtllm_medusa_ports.api import PortOptions, port
 from trtllm_medusa_ports.archs import adapter_for
-from trtllm_medusa_ports.compat import check, errors_of
-from trtllm_medusa_ports.convert import ConvertOptions, convert
-from trtllm_medusa_ports.errors import EXIT_FOUND, EXIT_OK, PortError
+from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.fixtures.synthetic import (
     TINY_CONFIGS,
     save_heads,
@@ -22,10 +20,12 @@ from trtllm_medusa_ports.fixtures.synthetic import (
     train_heads,
 )
 from trtllm_medusa_ports.threads import torch_threads
-from trtllm_medusa_ports.verify import verify
 
 #: file the demo leaves in its --workdir: only a directory holding it is ever cleared by the demo
 MARKER = ".trtllm-medusa-demo"
+#: the stages' own options of the demo's port run: tensor parallelism 2 in float16, 48 tokens verified
+DEMO_STAGES = {"check": {"tp_size": 2, "dtype": "float16"}, "convert": {"tp_size": 2, "dtype": "float16"},
+               "verify": {"max_new_tokens": 48}}
 
 
 def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2ForCausalLM") -> int:
@@ -37,7 +37,7 @@ def run_demo(workdir: Path, *, quiet: bool = False, architecture: str = "Qwen2Fo
 
 
 def _printer(t0: float, quiet: bool):
-    """The demo's lines on stderr (none when quiet); a step's line ("[k/6] ...") starts with the time since ``t0``."""
+    """The demo's lines on stderr (none when quiet); a step's line ("[k/3] ...") starts with the time since ``t0``."""
     def say(message: str) -> None:
         if not quiet:
             print(message if not message.startswith("[") else
@@ -62,44 +62,38 @@ def _run(workdir: Path, quiet: bool, architecture: str) -> int:
         if any(workdir.iterdir()) and not marker.is_file():
             raise PortError("the directory is not empty and was not made by the demo; nothing was removed",
                             where=str(workdir), fix="choose a new or empty --workdir")
-        for name in ("base", "medusa_heads", "trtllm_checkpoint", "tokenizer", "serve"):  # what an earlier demo made
+        for name in ("base", "medusa_heads", "tokenizer", "port", "trtllm_checkpoint", "serve"):  # what an earlier
+            # demo made (trtllm_checkpoint/ and serve/: before the demo ran port)
             if (workdir / name).exists():
                 shutil.rmtree(workdir / name)
     try:
         workdir.mkdir(parents=True, exist_ok=True)
         marker.write_text("made by trtllm-medusa demo; `demo --workdir` may replace base/, medusa_heads/, "
-                          "trtllm_checkpoint/, tokenizer/, serve/ here\n")
+                          "tokenizer/, port/ here\n")
     except OSError as exc:  # a read-only working directory, a path under a file or under /proc
         raise PortError(f"cannot create the demo's --workdir ({exc.strerror})", where=str(workdir),
                         fix="run the demo where you can write, or pass --workdir /tmp/demo-output") from None
-    base, heads_dir, ckpt = workdir / "base", workdir / "medusa_heads", workdir / "trtllm_checkpoint"
+    base, heads_dir, tok = workdir / "base", workdir / "medusa_heads", workdir / "tokenizer"
 
-    say(f"[1/6] building a small random {architecture} base in {base}")
+    say(f"[1/3] building a small random {architecture} base in {base}, and its tokenizer")
     save_tiny_base(architecture, base, seed=0, embedding_gain=16.0, tie_word_embeddings=False)
-    say("[2/6] training 4 Medusa heads on the base's own greedy text (FasterDecoding medusa_lm_head.pt)")
+    save_tiny_tokenizer(tok, TINY_CONFIGS[architecture]["vocab_size"])
+    say("[2/3] training 4 Medusa heads on the base's own greedy text (FasterDecoding medusa_lm_head.pt)")
     heads = train_heads(base, num_heads=4, num_layers=1, positions_per_step=512, quiet=quiet)
     save_heads(heads, heads_dir, "fasterdecoding-pt")
 
-    say("[3/6] trtllm-medusa check")
-    arch, findings = check(base, heads_dir, medusa_choices="mc_sim_7b_63", tp_size=2, dtype="float16")
-    for f in findings:
+    say(f"[3/3] trtllm-medusa port {base} --medusa_model_dir {heads_dir} --medusa_choices mc_sim_7b_63 --tp_size 2 "
+        f"--dtype float16 --max_new_tokens 48 --output_dir {workdir / 'port'}")
+    result = port(PortOptions(base, workdir / "port", medusa_model_dir=heads_dir, medusa_choices="mc_sim_7b_63",
+                              tokenizer_dir=tok, quiet=quiet, stages=DEMO_STAGES))
+    checked = result.made.get("check")
+    for f in checked.findings if checked is not None else ():
         say(f"      {f.severity:7s} {f.rule}: {textwrap.shorten(f.message, 110, placeholder=' ...')}")  # whole words
-    if errors_of(findings):
+    for stage in ("convert", "verify", "deploy"):
+        if stage in result.made:
+            print(result.made[stage].summary() if stage == "convert" else result.made[stage].render())
+    print(result.render())
+    if result.compatible is False:
         print("demo: the base was rejected by the checker", file=sys.stderr)
-        return EXIT_FOUND
-
-    say(f"[4/6] trtllm-medusa convert --tp_size 2 --dtype float16 -> {ckpt}")
-    result = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads_dir, output_dir=ckpt,
-                                    tp_size=2, dtype="float16", medusa_choices="mc_sim_7b_63", quiet=quiet))
-    print(result.summary())
-
-    say("[5/6] trtllm-medusa verify (HF transformers vs the CPU reference executor, tree mc_sim_7b_63)")
-    report = verify(base, ckpt, max_new_tokens=48, quiet=quiet)  # the tree convert recorded
-    print(report.render())
-
-    say(f"[6/6] trtllm-medusa deploy -> {workdir / 'serve'} (build.sh, run.sh, llm_api.py, serve.*, triton/)")
-    save_tiny_tokenizer(workdir / "tokenizer", TINY_CONFIGS[architecture]["vocab_size"])
-    bundle = deploy(DeployOptions(ckpt, workdir / "tokenizer", workdir / "serve", overwrite=True))
-    print(bundle.render())
     print(f"demo finished in {time.time() - t0:.1f} s; artifacts in {workdir}")
-    return EXIT_OK if report.ok else EXIT_FOUND
+    return result.exit_code

@@ -100,6 +100,8 @@ class PortResult:
     tokens_per_step_until_end: float | None = None
     mean_accepted_tokens_per_step: float | None = None
     bundle: Path | None = None
+    #: the result objects of the stages that ran in this call (CheckResult, VerifyReport, ...), by stage name
+    made: dict = field(default_factory=dict, repr=False)
 
     @property
     def exit_code(self) -> int:
@@ -265,7 +267,7 @@ class _Run:
         self.opts, self.out, self.record, self.stages = opts, out, record, stages
         self.before = ""
         self.runs: list[StageRun] = []
-        self.t0 = time.monotonic()
+        self.made: dict[str, object] = {}  # the results of the stages that ran now, by stage
 
     def say(self, line: str) -> None:
         if not self.opts.quiet:
@@ -276,8 +278,9 @@ class _Run:
         self.say(f"[{STAGES.index(stage) + 1}/{len(STAGES)}] {stage}: skipped ({why})")
 
     def stage(self, stage: str, options, inputs: dict, output: Path, run, saved: str | None = None) -> dict:
-        """``run()`` (which returns the stage's result as a dict, saved as ``saved`` under the output directory)
-        unless the record holds the same key and the output is there: then the saved result."""
+        """``run()`` (which returns the stage's result; its ``to_dict()`` is saved as ``saved`` under the output
+        directory) unless the record holds the same key and the output is as it was written: then the saved
+        dict. Either way the dict is returned (the result itself, where it ran, is kept in ``made``)."""
         key = _key(stage, _identity(options), inputs, self.before)
         n = f"[{STAGES.index(stage) + 1}/{len(STAGES)}] {stage}"
         done = self.record["stages"].get(stage) or {}
@@ -293,7 +296,7 @@ class _Run:
         self.say(f"{n}: running ...")
         t = time.monotonic()
         try:
-            result = run()
+            made = run()
         except (PortError, KeyboardInterrupt) as exc:
             self.runs.append(StageRun(stage, "failed", time.monotonic() - t, str(output)))
             if isinstance(exc, PortError):
@@ -301,6 +304,8 @@ class _Run:
                              "a rerun of the same command resumes there")
             raise
         seconds = round(time.monotonic() - t, 1)
+        self.made[stage] = made
+        result = made.to_dict()
         if saved_path is not None:
             saved_path.write_text(json.dumps(_jsonable(result), indent=2) + "\n")
         self.before = _digest(output, key)
@@ -333,13 +338,13 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
                              opts.overwrite)
     run = _Run(opts, out, record, stages)
     do = stages.functions
-    result = PortResult(out.resolve(), run.runs)
+    result = PortResult(out.resolve(), run.runs, made=run.made)
     paths = {"tokenizer_dir": tok} if tok is not None else {}
     inputs = {"model": model, "heads": heads_given, "tokenizer": tok}
     choices = opts.medusa_choices
 
     o = _options(opts, run, "check", model_dir=model, medusa_model_dir=heads_given, medusa_choices=choices, **paths)
-    checked = run.stage("check", o, inputs, out / "check.json", lambda: do['check'](o).to_dict(), "check.json")
+    checked = run.stage("check", o, inputs, out / "check.json", lambda: do['check'](o), "check.json")
     result.compatible = bool(checked.get("compatible"))
     if not result.compatible:
         return result
@@ -347,13 +352,13 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
     if heads is None:
         heads = out / "heads"
         o = _options(opts, run, "train-heads", model_dir=model, output_dir=heads, overwrite=True, **paths)
-        run.stage("train-heads", o, inputs, heads, lambda: do['train-heads'](o).to_dict(), "train.json")
+        run.stage("train-heads", o, inputs, heads, lambda: do['train-heads'](o), "train.json")
     else:
         run.skip("train-heads", "--medusa_model_dir given")
     if choices is None:
         tree = out / "tree.json"
         o = _options(opts, run, "tune-tree", model_dir=model, medusa_model_dir=heads, output=tree, overwrite=True, **paths)
-        run.stage("tune-tree", o, {**inputs, "heads": heads}, tree, lambda: do['tune-tree'](o).to_dict(), "tune.json")
+        run.stage("tune-tree", o, {**inputs, "heads": heads}, tree, lambda: do['tune-tree'](o), "tune.json")
         choices = f"@{tree}"
     else:
         run.skip("tune-tree", "--medusa_choices given")
@@ -361,10 +366,10 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
     dtype = {} if "dtype" in (opts.stages.get("convert") or {}) else {"dtype": default_dtype(model)}
     o = _options(opts, run, "convert", model_dir=model, medusa_model_dir=heads, output_dir=ckpt, medusa_choices=choices,
                  overwrite=True, **paths, **dtype)
-    run.stage("convert", o, {**inputs, "heads": heads}, ckpt, lambda: do['convert'](o).to_dict(), "convert.json")
+    run.stage("convert", o, {**inputs, "heads": heads}, ckpt, lambda: do['convert'](o), "convert.json")
     o = _options(opts, run, "verify", model_dir=model, checkpoint_dir=ckpt, medusa_model_dir=heads, **paths)
     report = run.stage("verify", o, {**inputs, "heads": heads}, out / "verify.json",
-                       lambda: do['verify'](o).to_dict(), "verify.json")
+                       lambda: do['verify'](o), "verify.json")
     result.verified = bool(report.get("ok"))
     result.tokens_per_step_until_end = report.get("tokens_per_step_until_end")
     result.mean_accepted_tokens_per_step = report.get("mean_accepted_tokens_per_step")
@@ -372,6 +377,6 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
         return result
     serve = out / "serve"
     o = _options(opts, run, "deploy", checkpoint_dir=ckpt, tokenizer_dir=tok or model, output_dir=serve, overwrite=True)
-    run.stage("deploy", o, {"tokenizer": tok or model}, serve, lambda: do['deploy'](o).to_dict(), "deploy.json")
+    run.stage("deploy", o, {"tokenizer": tok or model}, serve, lambda: do['deploy'](o), "deploy.json")
     result.bundle = serve.resolve()
     return result
