@@ -557,9 +557,10 @@ def build(opts: BuildOptions) -> BuildResult:
 
     validate_options(opts, "BuildOptions", CheckpointError)
     ckpt = Path(opts.checkpoint_dir)
-    if not ckpt.is_dir():
-        raise CheckpointError("no such checkpoint directory (no config.json)" if not ckpt.exists() else "not a directory",
-                              where=str(ckpt), fix="pass the --output_dir of trtllm-medusa convert")
+    if not ckpt.is_dir():  # worded as every reader words it (files/checkpoint.no_config)
+        from trtllm_medusa_ports.files.checkpoint import no_config
+
+        raise CheckpointError(no_config(ckpt), where=str(ckpt), fix="pass the --output_dir of trtllm-medusa convert")
     cfg = read_checkpoint_config(ckpt)
     args = list(opts.args)
     max_seq_len = _flag_int(args, "--max_seq_len")
