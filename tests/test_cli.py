@@ -205,3 +205,45 @@ def test_the_idle_cores_are_read_now_not_from_the_one_minute_load_average(monkey
     import torch
 
     assert threads.default_threads() == min(torch.get_num_threads(), len(os.sched_getaffinity(0)))
+
+
+def test_every_command_line_the_docs_print_parses():
+    """Issue 78, 4: two user-guide lines were not runnable as printed (`convert ... --output_dir`, a flag in
+    brackets): every `trtllm-medusa <command>` line of a shell block in the README and docs/ parses with that
+    command's own parser, no flag unknown (trtllm-build's own flags after `build` excepted)."""
+    import contextlib
+    import io
+    import shlex
+    from pathlib import Path
+
+    from trtllm_medusa_ports.cli import build_parser
+    from trtllm_medusa_ports.cli_flags.parsers import COMMAND_PARSERS
+
+    root = Path(__file__).resolve().parent.parent
+    seen, bad = 0, []
+    for doc in [root / "README.md", root / "benchmarks" / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        block, shell, joined = False, False, ""
+        for n, line in enumerate(doc.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                block = not block
+                shell = block and line.strip("`").strip() in ("", "bash", "sh", "console")
+                continue
+            if not shell:
+                continue
+            if line.rstrip().endswith("\\"):
+                joined += line.rstrip()[:-1] + " "
+                continue
+            full, joined = joined + line, ""
+            m = re.search(r"trtllm-medusa ([a-z-]+)(.*)", full)
+            if not m or m.group(1) not in COMMAND_PARSERS:
+                continue
+            command, rest = m.group(1), re.split(r"\s[|;&]+\s|\s#\s", m.group(2))[0]
+            seen += 1
+            try:
+                with contextlib.redirect_stderr(io.StringIO()):
+                    _, unknown = build_parser(command).parse_known_args([command, *shlex.split(rest)])
+                if unknown and command != "build":
+                    bad.append(f"{doc.name}:{n}: unknown {unknown}")
+            except (SystemExit, ValueError):  # argparse's refusal; shlex's unclosed quote
+                bad.append(f"{doc.name}:{n}: {full.strip()[:120]}")
+    assert seen >= 20 and not bad, (seen, bad)
