@@ -138,3 +138,26 @@ def test_tune_tree_names_a_packaged_prompt_its_tokenizer_empties(tmp_path, input
     with pytest.raises(PortError) as e:
         api.tune_tree(api.TuneOptions(model_dir=base, medusa_model_dir=heads, tokenizer_dir=tok, quiet=True))
     assert "packaged held-out prompt 1 is empty" in e.value.what and e.value.exit_code == 1
+
+
+def test_port_passes_each_flag_to_the_stages_that_have_it():
+    """A flag goes to every stage declaring it (declared.port_routes) but --dtype (check and convert: train-heads
+    computes in its own), the text inputs (train-heads alone) and calibration (convert); train-heads' fit flags
+    nest under "fit"; a flag not given reaches no stage, which keeps its own default."""
+    from trtllm_medusa_ports.cli import build_parser
+    from trtllm_medusa_ports.cli_flags.values import port_stages
+
+    p = build_parser("port")
+    args = p.parse_args(["port", "b", "--output_dir", "o", "--no_streaming", "--steps", "9", "--batch_size", "0",
+                         "--tp_size", "2", "--dtype", "bfloat16", "--prompt", "hi", "--max_seq_len", "512",
+                         "--max_new_tokens", "7", "--calib_size", "8", "--threads", "1"])
+    got = port_stages(args)
+    assert got["check"] == {"tp_size": 2, "dtype": "bfloat16", "max_seq_len": 512, "threads": 1}
+    assert got["convert"] == {"tp_size": 2, "dtype": "bfloat16", "calib_size": 8, "threads": 1}
+    assert got["train-heads"]["fit"] == {"steps": 9, "batch_size": None}
+    assert got["train-heads"]["streaming"] is False and got["train-heads"]["prompts"].prompt == ["hi"]
+    assert got["verify"] == {"streaming": False, "max_new_tokens": 7, "threads": 1}
+    assert got["deploy"] == {"max_seq_len": 512} and got["tune-tree"] == {"threads": 1}
+    assert port_stages(p.parse_args(["port", "b", "--output_dir", "o"])) == {}
+    with pytest.raises(SystemExit):  # port's own paths are not a stage's: --checkpoint_dir is no port flag
+        p.parse_args(["port", "b", "--output_dir", "o", "--checkpoint_dir", "c"])

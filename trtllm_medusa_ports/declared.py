@@ -467,11 +467,14 @@ PORT_STAGES = ("check", "train-heads", "tune-tree", "convert", "verify", "deploy
 def port_routes() -> dict[str, tuple[Option, tuple[str, ...]]]:
     """Each stage flag ``port`` takes, by option name: its declaration (the first stage's) and the stages it goes to
     (every stage declaring the name but those :data:`PORT_ONLY_TO` leaves out); the command line's own options (no
-    API field: convert's MoE split, upstream's accepted-only flags) are not taken."""
+    API field: convert's MoE split, upstream's accepted-only flags) are not taken, but a flag that sets a field
+    under another name (``--no_streaming``: ``streaming``)."""
     out: dict[str, tuple[Option, tuple[str, ...]]] = {}
     for stage in PORT_STAGES:
+        fields = {o.name for o in COMMANDS[stage][2] if o.owner is not None}
         for o in COMMANDS[stage][2]:
-            if not o.spellings or o.owner is None or o.name in PORT_OWN or o.name in ("moe_ep_size",):
+            api_field = o.owner is not None or (o.dest and o.dest in fields)  # --no_streaming sets streaming
+            if not o.spellings or not api_field or o.name in PORT_OWN or o.name in ("moe_ep_size",):
                 continue
             if o.name in PORT_ONLY_TO and stage not in PORT_ONLY_TO[o.name]:
                 continue

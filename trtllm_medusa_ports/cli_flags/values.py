@@ -47,12 +47,13 @@ def port_stages(args: argparse.Namespace) -> dict[str, dict]:
             continue
         v = getattr(args, o.parsed_dest)
         v = (Path(v) if v else None) if o.spec.kind == "path" else v
+        field = o.dest or name  # --no_streaming: the streaming field
         for stage in to:
             fields = stages.setdefault(stage, {})
-            if stage == "train-heads" and name in fit_fields:
-                fields.setdefault("fit", {})[name] = (v or None) if name == "batch_size" else v
+            if stage == "train-heads" and field in fit_fields:
+                fields.setdefault("fit", {})[field] = (v or None) if field == "batch_size" else v
             else:
-                fields[name] = v
+                fields[field] = v
     if any(hasattr(args, f) for f in prompt_flags):
         given = argparse.Namespace(**{f: getattr(args, f, None) for f in prompt_flags})
         for stage in declared.PORT_ONLY_TO["prompt"]:
