@@ -92,6 +92,21 @@ def test_revision_picks_the_tag_and_the_api_takes_ids_too(hub, tmp_path, capsys)
            " in the local Hub cache" in err and "while HF_HUB_OFFLINE is set" in err and "Traceback" not in err
 
 
+def test_port_takes_a_hub_id_at_its_revision_to_a_bundle(hub, tmp_path, capsys):
+    """port MODEL with MODEL a Hub id (issue 78, 1): every stage reads the base's snapshot (the fixture's tokenizer
+    is at main), the heads' id too, the bundle's tokenizer comes from the base's snapshot."""
+    out = tmp_path / "port"
+    assert main(["port", "acme/tiny-qwen2", "--medusa_model_dir", "acme/tiny-heads",
+                 "--medusa_choices", "[[0],[1],[0,0]]", "--output_dir", str(out), "--max_new_tokens", "4",
+                 "--quiet", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["verified"] and [s["status"] for s in got["stages"]] == ["ran", "skipped", "skipped", "ran", "ran",
+                                                                        "ran"]
+    cfg = json.loads((out / "checkpoint" / "config.json").read_text())
+    assert cfg["num_hidden_layers"] == 2 and cfg["num_medusa_heads"] == 2  # main, and the heads' id
+    assert (out / "serve" / "tokenizer" / "tokenizer.json").is_file()
+
+
 def test_an_id_not_in_the_cache_offline_is_one_error_naming_the_flag(hub, capsys):
     assert main(["check", "--model_dir", "acme/tiny-qwen2", "--medusa_model_dir", "acme/nowhere"]) == 1
     err = capsys.readouterr().err
