@@ -19,6 +19,7 @@ from conftest import (
 from trtllm_medusa_ports.archs import adapter_for, registry, supported_architectures
 from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
+from trtllm_medusa_ports.archs.weights import Role
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.compat import check
 from trtllm_medusa_ports.errors import ConversionError, ModelError
@@ -408,9 +409,13 @@ def test_learned_position_tables_split_like_the_vocabulary(store, tmp_path, arch
     table = load_file(str(ckpt / "rank1.safetensors"))["transformer.position_embedding.weight"]
     assert table.shape == ((128, 64) if sharding_dim == 0 else (256, 32))
     assert_proven(verify(base, ckpt, medusa_choices=TREE, max_new_tokens=6))
+    # the base's table as the family declares it (its tensor, and its rows from position 0: OPT's start at 2)
+    adapter = registry()[arch]()
     hf = load_file(str(base / "model.safetensors"))
-    assert torch.equal(table, hf["transformer.wpe.weight"][128:] if sharding_dim == 0 else
-                       hf["transformer.wpe.weight"][:, 32:])
+    whole = hf[f"{adapter.names[Role.POSITION_EMBEDDING]}.weight"]
+    moved = adapter.deviations(HFConfig.read(base)).get(Role.POSITION_EMBEDDING)
+    whole = moved.combine([whole]) if moved is not None and moved.combine is not None else whole
+    assert torch.equal(table, whole[128:] if sharding_dim == 0 else whole[:, 32:])
 
 
 @pytest.mark.parametrize("arch", CASES["no_pipeline"])
@@ -595,12 +600,15 @@ def test_the_allow_unsupported_note_says_what_the_executor_computes_for_each_rul
     assert not any("what the engine would" in n for n in notes)
 
 
-def test_opt_is_refused_with_its_reason(tmp_path):
+def test_an_architecture_without_an_adapter_is_refused_by_one_rule_naming_the_supported(tmp_path):
+    """No architecture is refused by name outside the registry (issue 79: OPT's hand-written refusal had to be
+    found and removed): one rule names what is supported, OPT among it since it has its adapter."""
     from trtllm_medusa_ports.compat import check_base
 
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["OPTForCausalLM"], "model_type": "opt"}))
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["XGLMForCausalLM"], "model_type": "xglm"}))
     [f] = check_base(HFConfig.read(tmp_path), None)
-    assert f.rule == "unsupported-architecture" and "no speculative-decoding plumbing" in f.message
+    assert f.rule == "unsupported-architecture" and "no adapter for architecture 'XGLMForCausalLM'" in f.message
+    assert "OPTForCausalLM" in f.fix and "docs/porting-guide.md" in f.fix
 
 
 def test_gemma3_global_layers_follow_layer_types_not_a_stale_pattern(tmp_path):

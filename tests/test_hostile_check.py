@@ -143,6 +143,8 @@ def _missing_cases(base, heads, ckpt, tok, tmp):
                          "--medusa_choices", tree, "--override_medusa_choices"]]),
         "tree": ([], [["tree", "--medusa_choices", tree]]),
         "inspect-heads": ([["inspect-heads", nope]], []),
+        "port": ([["port", base, "--medusa_model_dir", nope, "--output_dir", str(tmp / "p")]],
+                 [["port", base, "--medusa_model_dir", heads, "--medusa_choices", tree, "--output_dir", str(tmp / "p")]]),
     }
 
 
@@ -167,6 +169,7 @@ def test_a_heads_path_or_tree_file_not_there_is_exit_1_in_every_command(qwen2_ba
             assert main(argv) == 1, argv
             err = capsys.readouterr().err
             assert needle in err and "Traceback" not in err, (argv, err)
+    assert not (tmp_path / "p").exists()  # port refuses before it writes anything
 
 
 def test_the_alibi_refusal_recommends_only_families_check_passes(store):

@@ -152,7 +152,9 @@ def continuations(model, prompts: list[list[int]], new_tokens: int, *, batch: in
             ids[r, width - len(prompts[i]):] = torch.tensor(prompts[i])
             mask[r, width - len(prompts[i]):] = 1
         calls: list[torch.Tensor] = []
-        hook = model.base_model.register_forward_hook(_recorder(calls)) if hidden else None
+        # the lm_head's input at each call: the state the heads read, whichever module computed it (OPT's
+        # causal-LM class calls its decoder, not its base model)
+        hook = model.get_output_embeddings().register_forward_pre_hook(_recorder(calls)) if hidden else None
         try:
             gen = model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=new_tokens,
                                  do_sample=False, pad_token_id=pad, top_p=None, top_k=None, temperature=None)
@@ -176,16 +178,17 @@ def continuations(model, prompts: list[list[int]], new_tokens: int, *, batch: in
 
 
 def _recorder(calls: list[torch.Tensor]):
-    def record(module, args, output) -> None:  # noqa: ARG001
-        calls.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+    def record(module, args) -> None:  # noqa: ARG001
+        calls.append(args[0])
     return record
 
 
 def _step_states(calls: list[torch.Tensor], rows: int, width: int) -> torch.Tensor | None:
     """``[rows, steps, H]``: each generation step's input state (the prefill's last position, then each call's
-    one token), or None where the calls are not one prefill of ``width`` then one token each."""
-    if not calls or tuple(calls[0].shape[:2]) != (rows, width) or any(
-            tuple(c.shape[:2]) != (rows, 1) for c in calls[1:]):
+    one token), or None where the calls are not one prefill (of ``width`` positions, or its last alone where
+    generate keeps only the last position's logits) then one token each."""
+    if not calls or calls[0].dim() != 3 or tuple(calls[0].shape[:2]) not in ((rows, width), (rows, 1)) or any(
+            c.dim() != 3 or tuple(c.shape[:2]) != (rows, 1) for c in calls[1:]):
         return None
     return torch.cat([calls[0][:, -1:], *calls[1:]], dim=1)
 

@@ -19,7 +19,7 @@ stage after it.
 api.port runs it with the API's own stage functions and options classes (:class:`Stages`): this module imports
 neither api nor the stages, so that api can offer port beside them.
 
-May import: errors, files, log, convert_options.
+May import: errors, files, log, convert_options, heads (the heads path's check), tree (a tree file's).
 """
 
 from __future__ import annotations
@@ -324,15 +324,27 @@ def _local(value, kind: str, flag: str, revision: str | None = None) -> Path | N
     return local_dir(value, kind, flag=flag, revision=revision) if is_hub_id(value) else Path(value)
 
 
-def port(opts: PortOptions, stages: Stages) -> PortResult:
-    """Every stage in order (module doc); the result says how far it went. A stage's error is raised (a
-    :class:`PortError` with a note naming the stage); NOT COMPATIBLE and a failed verify end the run early."""
-    from trtllm_medusa_ports.convert_options import default_dtype
+def _inputs(opts: PortOptions) -> tuple[Path, Path | None, Path | None]:
+    """The base, the heads and the tokenizer as local paths (Hub ids fetched), each input that must be there
+    checked before anything is written (exit 1, as every command)."""
+    from trtllm_medusa_ports.heads.loader import require_heads_path
+    from trtllm_medusa_ports.tree import choices_file
 
     _check_stages(opts)
     model = _local(opts.model_dir, "base", "--model_dir", opts.revision)
-    heads_given = _local(opts.medusa_model_dir, "heads", "--medusa_model_dir")
+    heads = _local(opts.medusa_model_dir, "heads", "--medusa_model_dir")
     tok = _local(opts.tokenizer_dir, "tokenizer", "--tokenizer_dir")
+    if heads is not None:
+        require_heads_path(heads)
+    if isinstance(opts.medusa_choices, str) and opts.medusa_choices.startswith("@"):
+        choices_file(opts.medusa_choices)
+    return model, heads, tok
+
+
+def port(opts: PortOptions, stages: Stages) -> PortResult:
+    """Every stage in order (module doc); the result says how far it went. A stage's error is raised (a
+    :class:`PortError` with a note naming the stage); NOT COMPATIBLE and a failed verify end the run early."""
+    model, heads_given, tok = _inputs(opts)
     out = Path(opts.output_dir)
     record = _prepare_output(out, {"--model_dir": model, "--medusa_model_dir": heads_given, "--tokenizer_dir": tok},
                              opts.overwrite)
@@ -344,7 +356,7 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
     choices = opts.medusa_choices
 
     o = _options(opts, run, "check", model_dir=model, medusa_model_dir=heads_given, medusa_choices=choices, **paths)
-    checked = run.stage("check", o, inputs, out / "check.json", lambda: do['check'](o), "check.json")
+    checked = run.stage("check", o, inputs, out / "check.json", lambda: do["check"](o), "check.json")
     result.compatible = bool(checked.get("compatible"))
     if not result.compatible:
         return result
@@ -352,24 +364,34 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
     if heads is None:
         heads = out / "heads"
         o = _options(opts, run, "train-heads", model_dir=model, output_dir=heads, overwrite=True, **paths)
-        run.stage("train-heads", o, inputs, heads, lambda: do['train-heads'](o), "train.json")
+        run.stage("train-heads", o, inputs, heads, lambda: do["train-heads"](o), "train.json")
     else:
         run.skip("train-heads", "--medusa_model_dir given")
     if choices is None:
         tree = out / "tree.json"
-        o = _options(opts, run, "tune-tree", model_dir=model, medusa_model_dir=heads, output=tree, overwrite=True, **paths)
-        run.stage("tune-tree", o, {**inputs, "heads": heads}, tree, lambda: do['tune-tree'](o), "tune.json")
+        o = _options(opts, run, "tune-tree", model_dir=model, medusa_model_dir=heads, output=tree, overwrite=True,
+                     **paths)
+        run.stage("tune-tree", o, {**inputs, "heads": heads}, tree, lambda: do["tune-tree"](o), "tune.json")
         choices = f"@{tree}"
     else:
         run.skip("tune-tree", "--medusa_choices given")
+    return _convert_verify_deploy(opts, run, result, model, heads, tok, choices)
+
+
+def _convert_verify_deploy(opts: PortOptions, run: _Run, result: PortResult, model: Path, heads: Path,
+                           tok: Path | None, choices) -> PortResult:
+    from trtllm_medusa_ports.convert_options import default_dtype
+
+    out, do = run.out, run.stages.functions
+    paths = {"tokenizer_dir": tok} if tok is not None else {}
+    inputs = {"model": model, "heads": heads, "tokenizer": tok}
     ckpt = out / "checkpoint"
     dtype = {} if "dtype" in (opts.stages.get("convert") or {}) else {"dtype": default_dtype(model)}
     o = _options(opts, run, "convert", model_dir=model, medusa_model_dir=heads, output_dir=ckpt, medusa_choices=choices,
                  overwrite=True, **paths, **dtype)
-    run.stage("convert", o, {**inputs, "heads": heads}, ckpt, lambda: do['convert'](o), "convert.json")
+    run.stage("convert", o, inputs, ckpt, lambda: do["convert"](o), "convert.json")
     o = _options(opts, run, "verify", model_dir=model, checkpoint_dir=ckpt, medusa_model_dir=heads, **paths)
-    report = run.stage("verify", o, {**inputs, "heads": heads}, out / "verify.json",
-                       lambda: do['verify'](o), "verify.json")
+    report = run.stage("verify", o, inputs, out / "verify.json", lambda: do["verify"](o), "verify.json")
     result.verified = bool(report.get("ok"))
     result.tokens_per_step_until_end = report.get("tokens_per_step_until_end")
     result.mean_accepted_tokens_per_step = report.get("mean_accepted_tokens_per_step")
@@ -377,6 +399,6 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
         return result
     serve = out / "serve"
     o = _options(opts, run, "deploy", checkpoint_dir=ckpt, tokenizer_dir=tok or model, output_dir=serve, overwrite=True)
-    run.stage("deploy", o, {"tokenizer": tok or model}, serve, lambda: do['deploy'](o), "deploy.json")
+    run.stage("deploy", o, {"tokenizer": tok or model}, serve, lambda: do["deploy"](o), "deploy.json")
     result.bundle = serve.resolve()
     return result

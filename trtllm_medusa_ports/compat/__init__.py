@@ -26,7 +26,7 @@ May import: its own modules, ``findings`` and ``xqa`` (this file re-exports thei
 imports it).
 """
 
-from trtllm_medusa_ports.compat.base import BASE_RULES, KNOWN_REFUSED, check_base
+from trtllm_medusa_ports.compat.base import BASE_RULES, check_base
 from trtllm_medusa_ports.compat.conversion import check, check_conversion
 from trtllm_medusa_ports.compat.dtypes import FLOAT16_MAX, activation_range_finding
 from trtllm_medusa_ports.compat.heads import check_heads
@@ -62,7 +62,7 @@ from trtllm_medusa_ports.xqa import (
 )
 
 __all__ = [
-    "BASE_RULES", "ERROR", "FLOAT16_MAX", "INFO", "KNOWN_REFUSED", "RULES", "TRTLLM_ROPE_SCALING", "WARNING",
+    "BASE_RULES", "ERROR", "FLOAT16_MAX", "INFO", "RULES", "TRTLLM_ROPE_SCALING", "WARNING",
     "XQA_HOPPER_JIT_MAX_GROUP", "XQA_JIT_ENV", "XQA_JIT_HMMA_TOKENS_PER_BLOCK", "XQA_JIT_MAX_GROUP",
     "XQA_JIT_QGMMA_TOKENS_PER_BLOCK", "XQA_PRECOMPILED_MEDUSA_HEAD_SIZES", "XQA_PRECOMPILED_TOKENS_PER_BLOCK",
     "XQA_ROUTE_SMS", "BaseFacts", "Finding", "XqaRoute", "activation_range_finding", "alibi_reason", "base_rule",

@@ -39,18 +39,6 @@ from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.findings import ERROR, Finding, errors_of
 
-#: architectures a user may expect after GPT-2 and GPTBigCode, refused with their own reason
-KNOWN_REFUSED = {
-    "OPTForCausalLM": (
-        "TensorRT-LLM's OPT class has no speculative-decoding plumbing (tensorrt_llm/models/opt/model.py: "
-        "OPTDecoderLayer.forward takes no spec_decoding_params and OPTModel.forward swallows it in **kwargs), and its "
-        "learned positions carry HF's offset of 2 (examples/models/contrib/opt/convert_checkpoint.py slices "
-        "embed_positions[2:]); this port has no OPT adapter that adds the plumbing and the tree positions",
-        "serve OPT without Medusa; docs/porting-guide.md shows how a family is added (the plumbing and the learned "
-        "positions exist as capabilities)"),
-}
-
-
 #: the base-model rules in the order their findings report (every one registered with ``@base_rule``)
 BASE_RULES: tuple[Callable[[BaseFacts], list[Finding]], ...] = (
     xqa_head_size, engine_class_limit, port_limit, engine_divergence, transformers_divergence, gqa_group_size,
@@ -84,10 +72,7 @@ def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:
         out.append(alibi_finding(reason, served_rope_families()))
     if adapter is None:
         arch = hf.get("architectures") or ["(none)"]
-        if not reason and arch[0] in KNOWN_REFUSED:
-            out.append(Finding("unsupported-architecture", ERROR, f"{arch[0]}: {KNOWN_REFUSED[arch[0]][0]}",
-                               KNOWN_REFUSED[arch[0]][1]))
-        elif not reason:
+        if not reason:
             out.append(
                 Finding(
                     "unsupported-architecture",

@@ -76,7 +76,7 @@ _POSITIVE_INTS = ("num_hidden_layers", "num_attention_heads", "num_key_value_hea
                   "intermediate_size", "vocab_size", "head_dim", "max_position_embeddings", "n_layer", "n_head",
                   "n_embd", "d_model", "n_layers", "n_heads", "num_kv_heads", "ffn_hidden_size", "n_inner",
                   "n_positions", "n_ctx", "rotary_dim", "kv_channels", "decoder_sparse_step",
-                  "attn_config.kv_n_heads", "ffn_config.ffn_hidden_size")  # expert counts: archs/experts.py  # the experts' sizes: archs/experts.py
+                  "attn_config.kv_n_heads", "ffn_config.ffn_hidden_size", "ffn_dim", "word_embed_proj_dim")  # expert counts: archs/experts.py  # the experts' sizes: archs/experts.py
 #: scalars a family's adapter multiplies or divides by (Cohere, Granite, Nemotron, MPT): a number, never null, when
 #: present (but ``logit_scale``: MPT's null means none; Cohere's adapter refuses a null); the divisors also above 0
 _FACTORS = ("logit_scale", "logits_scaling", "residual_multiplier", "embedding_multiplier", "attention_multiplier",
@@ -95,7 +95,8 @@ _NUMBERS = ("rope_theta", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"
 #: type them (a "false" string, a 1 or a null would otherwise be read as its truth value, silently)
 _BOOLEANS = ("norm_topk_prob", "multi_query", "tie_word_embeddings", "attention_bias", "mlp_bias", "bias", "use_bias",
              "new_decoder_architecture", "parallel_attn", "alibi", "use_parallel_residual", "use_qk_norm",
-             "use_sliding_window", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "attn_config.alibi")
+             "use_sliding_window", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "attn_config.alibi",
+             "do_layer_norm_before", "enable_bias", "layer_norm_elementwise_affine")
 
 
 def _validate_fields(data: dict, path: Path) -> None:

@@ -341,6 +341,22 @@ def stage_forward(model, input_ids, hidden_states, use_cache, embedding_multipli
     return (hidden_states, presents) if use_cache else hidden_states
 
 
+def add_learned_positions(position_embedding, input_ids, position_ids):
+    """``hidden_states + position_embedding(position_ids)`` as GPTModel and OPTModel add it (tensorrt_llm/models/
+    {gpt,opt}/model.py): one position id per packed token, or the add fails (TensorRT's elementwise layer cannot
+    broadcast [tokens, hidden] with [ids, hidden]; a single id is broadcast to every token); the ids are recorded
+    when they carry values."""
+    position_embedding(position_ids)
+    ids, tokens = getattr(position_ids, "value", None), getattr(input_ids, "value", None)
+    if ids is not None and tokens is not None:
+        if ids.shape[0] == 1:  # TensorRT broadcasts a dimension of size 1: every token gets that row
+            ids = ids.expand(tokens.shape[0])
+        if ids.shape[0] != tokens.shape[0]:
+            raise ValueError(f"position_embedding(position_ids) has {ids.shape[0]} rows, the token "
+                             f"embeddings {tokens.shape[0]}: the add cannot broadcast them")
+        CALLS.append(("position_ids", tuple(int(v) for v in ids)))
+
+
 def single_stage_forward(model, hidden_states, use_cache, **layer_kwargs):
     """The body of the Phi, Phi-3, GPT-NeoX, Bloom and MPT models, which have no pipeline stages
     (no recv/send): the layers, then ``ln_f`` on whatever rank this is."""

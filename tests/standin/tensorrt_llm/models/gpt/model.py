@@ -7,7 +7,6 @@ activation else ``MLP`` with ``bias=config.bias``. Layer and model take ``spec_d
 ``GPTModel.forward`` takes ``position_ids`` as a required positional argument.
 """
 
-from ... import CALLS
 from ...layers import (
     MLP,
     Attention,
@@ -21,6 +20,7 @@ from ..modeling_utils import (
     DecoderLayerList,
     DecoderModelForCausalLM,
     PretrainedConfig,
+    add_learned_positions,
     lm_head_for,
     prenorm_block,
     stage_forward,
@@ -92,15 +92,7 @@ class GPTModel(Module):
         # hidden_states + position_embedding(position_ids) on the first stage: one position id per packed token,
         # or the add fails (TensorRT's elementwise layer cannot broadcast [tokens, hidden] with [ids, hidden])
         if self.mapping.is_first_pp_rank() and self.position_embedding_type == "learned_absolute":
-            self.position_embedding(position_ids)
-            ids, tokens = getattr(position_ids, "value", None), getattr(input_ids, "value", None)
-            if ids is not None and tokens is not None:
-                if ids.shape[0] == 1:  # TensorRT broadcasts a dimension of size 1: every token gets that row
-                    ids = ids.expand(tokens.shape[0])
-                if ids.shape[0] != tokens.shape[0]:
-                    raise ValueError(f"position_embedding(position_ids) has {ids.shape[0]} rows, the token "
-                                     f"embeddings {tokens.shape[0]}: the add cannot broadcast them")
-                CALLS.append(("position_ids", tuple(int(v) for v in ids)))
+            add_learned_positions(self.position_embedding, input_ids, position_ids)
         return stage_forward(self, input_ids, hidden_states, use_cache,
                              attention_mask=attention_mask, kv_cache_params=kv_cache_params,
                              attention_params=attention_params, lora_params=lora_params,
