@@ -161,6 +161,27 @@ def test_every_family_builds_through_upstreams_route(trtllm, store, tmp_path, ar
         assert eng.pretrained_config.architecture == adapter_for(arch).base_architecture(arch)
 
 
+def test_a_post_norm_opt_builds_without_a_final_norm(trtllm, store, tmp_path):
+    """OPT with do_layer_norm_before false (issue 79): the checkpoint holds no ln_f and the engine class builds none
+    (upstream's OPTModel builds ln_f only for pre-norm layers), every parameter loaded, every attention layer given
+    the tree's SpecDecodingParams by the plumbing."""
+    from tensorrt_llm.layers import SpecDecodingParams
+
+    base = tiny_base(store, "OPTForCausalLM", do_layer_norm_before=False)
+    ckpt = _checkpoint(store, tmp_path, "OPTForCausalLM", tp=2, base=base)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    assert cfg["do_layer_norm_before"] is False
+    from safetensors import safe_open
+
+    with safe_open(str(ckpt / "rank0.safetensors"), "pt") as f:
+        assert not [k for k in f.keys() if "ln_f" in k]
+    assert _build(ckpt, tmp_path / "eng", "--max_batch_size", "2") == 0
+    att = [c for c in trtllm.CALLS if c[0] == "attention"]
+    assert att and all(isinstance(c[2], SpecDecodingParams) for c in att)
+    model = _engine_model(ckpt, 1)
+    assert not hasattr(model.transformer, "ln_f") and all(p.is_inited() for _, p in model.named_parameters())
+
+
 @pytest.mark.parametrize("arch", ["BloomForCausalLM", "MptForCausalLM"])
 def test_alibi_families_still_load_into_their_engine_class(trtllm, store, tmp_path, arch):
     """build refuses ALiBi (XQA has none); the checkpoint written with --allow_unsupported still

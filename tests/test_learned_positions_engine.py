@@ -1,13 +1,21 @@
-"""Our engine class gives every tree token of a learned-position base (GPT-2, GPTBigCode) its own position id: the
-runtime's inputs as upstream fills them (tests/standin/runtime_buffers.py) go through the class on the stand-in,
-whose GPTModel records the ids it embeds (tests/standin/LEDGER.md)."""
+"""Our engine class gives every tree token of a learned-position base (every family declaring learned absolute
+positions: GPT-2, GPTBigCode, OPT) its own position id: the runtime's inputs as upstream fills them
+(tests/standin/runtime_buffers.py) go through the class on the stand-in, whose GPTModel and OPTModel record the ids
+they embed (tests/standin/LEDGER.md)."""
 
 import pytest
 import torch
 from standin_import import standin_file
 from test_engine import _checkpoint, _engine_model, trtllm  # noqa: F401  (trtllm: the stand-in fixture)
 
+from trtllm_medusa_ports.archs import registry
+from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.tree import MedusaTree
+
+#: every family with learned absolute positions (a family added with them is covered without naming it here)
+LEARNED = sorted(cls.hf_architectures[0] for cls in dict.fromkeys(registry().values())
+                 if cls.position_embedding is PositionEmbedding.LEARNED_ABSOLUTE)
+STAGED = [a for a in LEARNED if registry()[a].engine_pipeline_parallel]
 
 # loaded from its file: putting tests/standin on sys.path would make the stand-in's tensorrt_llm importable to
 # every test of the worker (tests/test_engine.py checks that it is not)
@@ -36,7 +44,7 @@ def _embedded_positions(model, requests):
     return list(got[0]), expected
 
 
-@pytest.mark.parametrize("arch", ["GPT2LMHeadModel", "GPTBigCodeForCausalLM"])
+@pytest.mark.parametrize("arch", LEARNED)
 @pytest.mark.parametrize("batch", ["one generation request", "mixed", "context only", "several generation requests"])
 def test_every_tree_token_is_embedded_at_its_own_position(trtllm, store, tmp_path, arch, batch):  # noqa: F811
     requests = {
@@ -49,6 +57,11 @@ def test_every_tree_token_is_embedded_at_its_own_position(trtllm, store, tmp_pat
     model = _engine_model(_checkpoint(store, tmp_path, arch))
     got, expected = _embedded_positions(model, requests)
     assert got == expected
+
+
+def test_every_learned_position_family_is_covered():
+    assert {"GPT2LMHeadModel", "GPTBigCodeForCausalLM", "OPTForCausalLM"} <= set(LEARNED)
+    assert "OPTForCausalLM" not in STAGED  # OPTModel has no pipeline stages
 
 
 @pytest.mark.parametrize("batch", ["one generation request", "mixed"])
@@ -88,7 +101,7 @@ def test_build_refuses_padded_inputs_for_a_learned_position_base(trtllm, store, 
     assert _build(llama, tmp_path / "eng2", "--remove_input_padding", "disable") == 0  # RoPE: no rebuild, no refusal
 
 
-@pytest.mark.parametrize("arch", ["GPT2LMHeadModel", "GPTBigCodeForCausalLM"])
+@pytest.mark.parametrize("arch", STAGED)
 def test_the_first_pipeline_stage_embeds_every_tree_tokens_own_position(trtllm, store, tmp_path, arch):  # noqa: F811
     """pp 2 (issue 57, m4): the position table is read on the first stage only, so the rebuild belongs there; the
     last stage embeds nothing. A rebuild moved to the last stage would leave the first stage embedding the runtime's

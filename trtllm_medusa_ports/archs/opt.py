@@ -17,9 +17,10 @@ layers never pass it (``trtllm-medusa build`` adds the plumbing); ``OPTForCausal
 As for GPT-2, TensorRT-LLM's runtime gives one position id per generation request in a Medusa step: our engine class
 rebuilds each tree token's (engine/positions.py).
 
-Not converted yet (rule ``port-limit``): post-norm bases (``do_layer_norm_before: false``, OPT-350m) and a
-``word_embed_proj_dim`` other than ``hidden_size`` (OPT-350m's ``project_in`` / ``project_out``: transformers' Medusa
-heads read the state after ``project_out``, which the engine hands them before it).
+Post-norm bases (``do_layer_norm_before: false``) normalise after each residual add and have no final norm
+(``Semantics.post_norm``, ``final_norm``). Not converted (rule ``port-limit``): a ``word_embed_proj_dim`` other than
+``hidden_size`` (OPT-350m's ``project_in`` / ``project_out``: transformers' Medusa heads read the state after
+``project_out``, which the engine hands them before it).
 """
 
 from __future__ import annotations
@@ -52,18 +53,18 @@ class OPTAdapter(ArchAdapter):
     engine_limits_summary: ClassVar[str] = ("`enable_bias: false`, `layer_norm_elementwise_affine: false`, "
                                             "`_remove_final_layer_norm: true` (`models/opt/model.py`: biases and "
                                             "norm parameters always built, `ln_f` with every pre-norm base)")
-    test_variants: ClassVar[tuple[dict, ...]] = ({}, {"ffn_dim": 96, "tie_word_embeddings": False})
+    test_variants: ClassVar[tuple[dict, ...]] = ({}, {"ffn_dim": 96, "tie_word_embeddings": False},
+                                                 {"do_layer_norm_before": False})
     key_cases: ClassVar[dict | None] = {"activation_function": "gelu"}
     check_cases: ClassVar[tuple[tuple[dict, str], ...]] = (
-        ({"do_layer_norm_before": False}, "port-limit"), ({"word_embed_proj_dim": 32}, "port-limit"),
-        ({"enable_bias": False}, "engine-class-limit"))
+        ({"word_embed_proj_dim": 32}, "port-limit"), ({"enable_bias": False}, "engine-class-limit"))
     family = "opt"
     upstream_converter = "examples/models/contrib/opt/convert_checkpoint.py"
     model_types = ("opt",)
     display_note = ""
     position_summary = "learned absolute (offset 2)"
-    medusa_status = ("`trtllm-medusa build` (adds the plumbing and each tree token's position id), pp 1 only, "
-                     "pre-norm only")
+    medusa_status = ("`trtllm-medusa build` (adds the plumbing and each tree token's position id), pp 1 only; "
+                     "pre- and post-norm; `word_embed_proj_dim != hidden_size` (OPT-350m) refused")
     tiny_config: ClassVar[dict | None] = dict(
         model_type="opt", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=128,
         max_position_embeddings=256, vocab_size=256, word_embed_proj_dim=64, do_layer_norm_before=True,
@@ -97,12 +98,14 @@ class OPTAdapter(ArchAdapter):
         cfg["do_layer_norm_before"] = bool(self.hf_value(hf, "do_layer_norm_before"))  # the engine's default: False
         return cfg
 
+    def weight_sources(self, hf: HFConfig) -> dict[Role, Source]:
+        sources = super().weight_sources(hf)
+        if not self.hf_value(hf, "do_layer_norm_before"):  # post-norm: transformers' OPT has no final norm
+            sources.pop(Role.FINAL_NORM, None)
+        return sources
+
     def port_limits(self, hf: HFConfig) -> list[tuple[str, str]]:
         out = []
-        if not self.hf_value(hf, "do_layer_norm_before"):
-            out.append(("do_layer_norm_before false (post-norm layers, OPT-350m): TensorRT-LLM's OPTForCausalLM "
-                        "builds them, but this port's reference executor computes pre-norm layers only, so verify "
-                        "could not prove the checkpoint", "convert a pre-norm OPT (every OPT but 350m)"))
         proj = hf.get("word_embed_proj_dim")
         if proj is not None and proj != self.hidden_size(hf):
             out.append((f"word_embed_proj_dim {proj} is not hidden_size {self.hidden_size(hf)}: transformers applies "
@@ -131,4 +134,6 @@ class OPTAdapter(ArchAdapter):
         return {Role.POSITION_EMBEDDING: Deviation(combine=_from_position_zero)}
 
     def semantics(self, cfg: dict) -> Semantics:
-        return dataclasses.replace(super().semantics(cfg), norm=NormKind.LAYER, mlp=MlpKind.PLAIN)
+        pre = bool(cfg["do_layer_norm_before"])
+        return dataclasses.replace(super().semantics(cfg), norm=NormKind.LAYER, mlp=MlpKind.PLAIN, post_norm=not pre,
+                                   final_norm=pre)

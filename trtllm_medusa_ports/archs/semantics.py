@@ -130,6 +130,11 @@ class Semantics:
     #: models/gemma/model.py, models/qwen/model.py), whatever the model's rms_norm_eps
     qk_norm_epsilon: float = 1e-5
     post_attention_norm_after: bool = False  # Gemma2/3: norm on the attention output too
+    #: post-norm layers (OPT-350m: ``do_layer_norm_before`` false): ``ln1(x + attn(x))``, then ``ln2(h + mlp(h))``,
+    #: the attention and the MLP reading the un-normalised state
+    post_norm: bool = False
+    #: a final norm (``transformer.ln_f``) between the last layer and the lm_head; False: none (OPT's post-norm)
+    final_norm: bool = True
     mlp_norm: str = "post_layernorm"  # name of the norm in front of the MLP (GPT-NeoX: post_attention_layernorm)
     longrope: LongRope | None = None  # position_embedding long_rope: its two tables
     local_rotary_base: float | None = None  # Gemma3: local (sliding) layers use another RoPE base

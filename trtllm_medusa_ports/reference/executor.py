@@ -667,6 +667,11 @@ class ReferenceModel:
         first_rank = self.stage_ranks(stage)[0]
         prefix = f"transformer.layers.{stage_layer}."
         semantics = self.semantics
+        if semantics.post_norm:  # OPT-350m: each norm after its residual add, on the sum
+            attn = self.attention(x, stage, stage_layer, layer_cache, positions, all_positions, visible, global_layer,
+                                  rotary)
+            x = self.norm(x + attn, first_rank, prefix + "input_layernorm")
+            return self.norm(x + self.mlp(x, stage, stage_layer), first_rank, prefix + semantics.mlp_norm)
         normed = self.norm(x, first_rank, prefix + "input_layernorm")
         attn = self.attention(normed, stage, stage_layer, layer_cache, positions, all_positions, visible, global_layer,
                               rotary)
@@ -746,7 +751,7 @@ class ReferenceModel:
                     record.append(x.clone())
         cache.positions = all_positions
         last = self.stage_ranks(self.pp - 1)
-        hidden = self.norm(x, last[0], "transformer.ln_f")
+        hidden = self.norm(x, last[0], "transformer.ln_f") if self.semantics.final_norm else x
         if record is not None:
             record.append(hidden.clone())
         return (self.logits(hidden) if compute_logits else None), hidden
