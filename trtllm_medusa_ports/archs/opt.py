@@ -47,7 +47,7 @@ def _from_position_zero(ts):
 @register
 class OPTAdapter(ArchAdapter):
     hf_architectures = ("OPTForCausalLM",)
-    hf_defaults: ClassVar[dict] = {"activation_function": "relu", "max_position_embeddings": 2048,
+    hf_defaults: ClassVar[dict] = {"activation_function": "relu", "max_position_embeddings": 2048, "ffn_dim": 3072,
                                    "tie_word_embeddings": True, "do_layer_norm_before": True, "enable_bias": True,
                                    "layer_norm_elementwise_affine": True, "_remove_final_layer_norm": False}
     engine_limits_summary: ClassVar[str] = ("`enable_bias: false`, `layer_norm_elementwise_affine: false`, "
@@ -91,7 +91,7 @@ class OPTAdapter(ArchAdapter):
         return self.num_attention_heads(hf)
 
     def intermediate_size(self, hf: HFConfig) -> int:
-        return int(hf.get("ffn_dim") or 4 * self.hidden_size(hf))
+        return int(self.hf_value(hf, "ffn_dim"))  # OPTConfig's 3072 where config.json leaves it out
 
     def trtllm_config(self, hf: HFConfig) -> dict:
         cfg = super().trtllm_config(hf)
