@@ -600,6 +600,30 @@ def test_the_allow_unsupported_note_says_what_the_executor_computes_for_each_rul
     assert not any("what the engine would" in n for n in notes)
 
 
+@pytest.mark.parametrize("arch", sorted(TINY_CONFIGS))
+def test_every_key_a_family_reads_left_out_is_a_default_or_a_named_error(store, tmp_path, arch):
+    """Issue 79, 2: each key of the family's saved config.json deleted in turn - transformers' save_pretrained
+    leaves out values equal to the config class's defaults - gives check's base rules and the checkpoint's config
+    (what convert writes) either the family's default or a PortError naming the file; never a KeyError or
+    TypeError traceback."""
+    from trtllm_medusa_ports.compat import check_base
+    from trtllm_medusa_ports.errors import PortError
+
+    saved = json.loads((tiny_base(store, arch) / "config.json").read_text())
+    adapter = registry()[arch]()
+    for key in [k for k in saved if k != "architectures"]:
+        cfg = {k: v for k, v in saved.items() if k != key}
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+        try:
+            hf = HFConfig.read(tmp_path)
+            check_base(hf, None)
+            adapter.engine_config(hf)
+        except PortError as exc:
+            assert str(tmp_path) in (exc.where or "") or key in exc.what, (key, exc.what, exc.where)
+        except Exception as exc:  # noqa: BLE001  (what the test exists to catch)
+            raise AssertionError(f"{arch}: config.json without {key}: {type(exc).__name__}: {exc}") from None
+
+
 def test_an_architecture_without_an_adapter_is_refused_by_one_rule_naming_the_supported(tmp_path):
     """No architecture is refused by name outside the registry (issue 79: OPT's hand-written refusal had to be
     found and removed): one rule names what is supported, OPT among it since it has its adapter."""
