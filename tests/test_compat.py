@@ -623,3 +623,17 @@ def test_transformers_5_dbrx_traps_are_warnings_naming_the_workaround(tmp_path):
     _, findings = check(tmp_path / "m")
     assert ("transformers-divergence" in rules(findings, "warning")) == transformers.__version__.startswith("5.")
     assert "transformers-divergence" not in rules(findings, "error")
+
+
+def test_only_the_listed_rules_may_be_overridden():
+    """Issue 79, 2: the --allow_unsupported list of docs/compatibility-rules.md was written by hand and had fallen
+    behind the rules (two of four); it is rendered from findings.OVERRIDABLE, and a finding marked overridable
+    with a rule outside it cannot be made."""
+    from trtllm_medusa_ports.findings import ERROR as E
+    from trtllm_medusa_ports.findings import OVERRIDABLE, Finding
+
+    assert {"alibi-position-embedding", "attention-softcapping", "engine-divergence",
+            "rope-scaling-yarn-option"} == set(OVERRIDABLE)
+    with pytest.raises(AssertionError, match="does not list"):
+        Finding("port-limit", E, "x", "y", overridable=True)
+    Finding("alibi-position-embedding", E, "x", "y")  # build refuses ALiBi whatever the flag: not overridable there

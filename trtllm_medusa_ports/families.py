@@ -22,6 +22,7 @@ from pathlib import Path
 from trtllm_medusa_ports.archs import registry
 from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
+from trtllm_medusa_ports.findings import OVERRIDABLE
 
 BEGIN, END = "<!-- families:begin -->", "<!-- families:end -->"
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,6 +117,7 @@ LISTS = {
     "no-spec-plumbing": lambda: _words(engine_classes(lambda c: not c.upstream_spec_decoding_plumbing)),
     "spec-plumbing": lambda: _words(engine_classes(lambda c: c.upstream_spec_decoding_plumbing)),
     "upstream-medusa-bases": lambda: _words(engine_classes(lambda c: c.upstream_medusa_base)),
+    "overridable": lambda: _words([f"`{rule}`" for rule in sorted(OVERRIDABLE)]),
 }
 
 
