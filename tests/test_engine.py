@@ -182,7 +182,7 @@ def test_a_post_norm_opt_builds_without_a_final_norm(trtllm, store, tmp_path):
     assert not hasattr(model.transformer, "ln_f") and all(p.is_inited() for _, p in model.named_parameters())
 
 
-@pytest.mark.parametrize("arch", ["BloomForCausalLM", "MptForCausalLM"])
+@pytest.mark.parametrize("arch", sorted({registry()[a].hf_architectures[0] for a in ALIBI}))
 def test_alibi_families_still_load_into_their_engine_class(trtllm, store, tmp_path, arch):
     """build refuses ALiBi (XQA has none); the checkpoint written with --allow_unsupported still
     matches the class name for name and shape (Bloom's share_embedding_table included)."""
@@ -417,8 +417,9 @@ def test_phi3_fused_gate_up_is_right_per_rank_and_a_plain_split_is_not(trtllm, s
 def test_standin_config_class_exactly_where_upstream_has_one(trtllm):
     from tensorrt_llm.models import MODEL_MAP
 
-    without = {n for n, c in MODEL_MAP.items() if not hasattr(c, "config_class")}
-    assert without == {"GPTNeoXForCausalLM", "BloomForCausalLM", "MPTForCausalLM", "MptForCausalLM", "OPTForCausalLM"}
+    without = {c.__name__ for c in MODEL_MAP.values() if not hasattr(c, "config_class")}
+    declared = {cls.trtllm_base_class for cls in registry().values() if not cls.upstream_config_class}
+    assert without == declared and {"GPTNeoXForCausalLM", "OPTForCausalLM"} <= declared
 
 
 def test_standin_from_dict_dispatches_on_architecture(trtllm):
@@ -476,7 +477,8 @@ def test_upstream_class_alone_cannot_take_spec_params(trtllm, store, tmp_path, a
 
 
 # -- the stand-in catches each bug it was rewritten for ------------------------------------------------
-@pytest.mark.parametrize("arch", ["GPTNeoXForCausalLM", "BloomForCausalLM", "MptForCausalLM"])
+@pytest.mark.parametrize("arch", sorted({cls.hf_architectures[0] for cls in registry().values()
+                                         if not cls.upstream_config_class}))
 def test_catches_subclassing_a_config_class_upstream_does_not_have(trtllm, arch):
     from trtllm_medusa_ports.engine.registry import base_class
 

@@ -115,6 +115,10 @@ class ArchAdapter:
     trtllm_module: ClassVar[str] = ""
     #: False when the TensorRT-LLM class cannot run pipeline-parallel (no send/recv between stages)
     engine_pipeline_parallel: ClassVar[bool] = True
+    #: whether upstream's family has a config class of its own (``<Family>Config``, the model class's
+    #: ``config_class``); False: the class takes ``PretrainedConfig`` (GPT-NeoX, Bloom, MPT, OPT), so our engine
+    #: class must not subclass one (the stand-in's MODEL_MAP is checked against these declarations)
+    upstream_config_class: ClassVar[bool] = True
     #: TensorRT-LLM ``position_embedding_type`` the family writes (a config may still override it)
     position_embedding: ClassVar[PositionEmbedding] = PositionEmbedding.ROPE_GPT_NEOX
     #: the Hugging Face config class's defaults of the keys read with a fallback (``hf_value``): config.json

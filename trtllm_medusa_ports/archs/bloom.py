@@ -55,6 +55,7 @@ class BloomAdapter(ArchAdapter):
     trtllm_base_class = "BloomForCausalLM"
     engine_keys: ClassVar[frozenset[str]] = frozenset(['share_embedding_table'])
     trtllm_module = "bloom"
+    upstream_config_class = False  # the class takes PretrainedConfig (tensorrt_llm/models/bloom/)
     engine_pipeline_parallel = False  # tensorrt_llm/models/bloom/model.py: no send/recv between stages
     position_embedding = PositionEmbedding.ALIBI
     layer_prefix = "transformer.h.{i}."

@@ -57,6 +57,7 @@ class GPTNeoXAdapter(ArchAdapter):
     trtllm_base_class = "GPTNeoXForCausalLM"
     engine_keys: ClassVar[frozenset[str]] = frozenset(['rotary_emb_base'])
     trtllm_module = "gptneox"
+    upstream_config_class = False  # the class takes PretrainedConfig (tensorrt_llm/models/gptneox/)
     engine_pipeline_parallel = False  # tensorrt_llm/models/gptneox/model.py: no send/recv between stages
     layer_prefix = "gpt_neox.layers.{i}."
     names: ClassVar[dict[Role, Source | None]] = {

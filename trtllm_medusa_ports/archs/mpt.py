@@ -59,6 +59,7 @@ class MPTAdapter(ArchAdapter):
     trtllm_base_class = "MPTForCausalLM"
     engine_keys: ClassVar[frozenset[str]] = frozenset(['alibi_bias_max', 'bias', 'clip_qkv'])
     trtllm_module = "mpt"
+    upstream_config_class = False  # the class takes PretrainedConfig (tensorrt_llm/models/mpt/)
     engine_pipeline_parallel = False  # tensorrt_llm/models/mpt/model.py: no send/recv between stages
     position_embedding = PositionEmbedding.ALIBI
     layer_prefix = "transformer.blocks.{i}."

@@ -72,6 +72,7 @@ class OPTAdapter(ArchAdapter):
     )
     trtllm_base_class = "OPTForCausalLM"
     trtllm_module = "opt"
+    upstream_config_class = False  # the class takes PretrainedConfig (tensorrt_llm/models/opt/)
     engine_keys: ClassVar[frozenset[str]] = frozenset({"do_layer_norm_before"})
     engine_pipeline_parallel = False  # tensorrt_llm/models/opt/model.py: no send / recv between stages
     position_embedding = PositionEmbedding.LEARNED_ABSOLUTE
