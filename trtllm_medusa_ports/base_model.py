@@ -107,9 +107,16 @@ def model_device(model) -> torch.device:
 
 @torch.no_grad()
 def final_hidden(model, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Hidden states after the final norm ``[B, S, H]`` (what the lm_head and the engine's heads see)."""
-    out = model.base_model(input_ids=ids, attention_mask=attention_mask)
-    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+    """Hidden states after the final norm ``[B, S, H]`` (what the lm_head and the engine's heads see): the lm_head's
+    input at every position, whichever module computes it - transformers 4.57's ``Gemma3ForCausalLM.base_model`` is
+    the causal LM itself (its output the logits), OPT's causal-LM class calls its decoder, not its base model."""
+    seen: list[torch.Tensor] = []
+    hook = model.get_output_embeddings().register_forward_pre_hook(_recorder(seen))
+    try:
+        model(input_ids=ids, attention_mask=attention_mask, use_cache=False)
+    finally:
+        hook.remove()
+    return seen[-1]
 
 
 def end_token_ids(model) -> set[int]:
