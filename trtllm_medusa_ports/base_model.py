@@ -109,14 +109,26 @@ def model_device(model) -> torch.device:
 def final_hidden(model, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Hidden states after the final norm ``[B, S, H]`` (what the lm_head and the engine's heads see): the lm_head's
     input at every position, whichever module computes it - transformers 4.57's ``Gemma3ForCausalLM.base_model`` is
-    the causal LM itself (its output the logits), OPT's causal-LM class calls its decoder, not its base model."""
-    seen: list[torch.Tensor] = []
-    hook = model.get_output_embeddings().register_forward_pre_hook(_recorder(seen))
+    the causal LM itself (its output the logits), OPT's causal-LM class calls its decoder, not its base model.
+    The forward stops there (the lm_head never runs: no logits over the vocabulary, no streamed lm_head read)."""
+    def stop(module, args):  # noqa: ARG001  (first of the lm_head's pre-hooks: before a streamed read)
+        raise _Reached(args[0])
+
+    hook = model.get_output_embeddings().register_forward_pre_hook(stop, prepend=True)
     try:
         model(input_ids=ids, attention_mask=attention_mask, use_cache=False)
+    except _Reached as reached:
+        return reached.state
     finally:
         hook.remove()
-    return seen[-1]
+    raise ModelError(f"{type(model).__name__}'s forward never reached its lm_head: no final hidden states",
+                     fix="report this base's class: its causal-LM forward does not end in get_output_embeddings()")
+
+
+class _Reached(Exception):  # noqa: N818  (not an error: the final states, carried out of the forward)
+    def __init__(self, state: torch.Tensor):
+        super().__init__("reached the lm_head")
+        self.state = state
 
 
 def end_token_ids(model) -> set[int]:
