@@ -19,7 +19,8 @@ stage after it.
 api.port runs it with the API's own stage functions and options classes (:class:`Stages`): this module imports
 neither api nor the stages, so that api can offer port beside them.
 
-May import: errors, files, log, convert_options, heads (the heads path's check), tree (a tree file's).
+May import: declared (the stages and port's own fields), errors, files, log, convert_options, heads (the heads
+path's check), tree (a tree file's).
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtllm_medusa_ports import log
+from trtllm_medusa_ports.declared import PORT_OWN, PORT_STAGES
 from trtllm_medusa_ports.errors import EXIT_FOUND, EXIT_OK, PortError
 from trtllm_medusa_ports.files.hub import is_hub_id, local_dir
 
 LOG = log.get("port")
 
-STAGES = ("check", "train-heads", "tune-tree", "convert", "verify", "deploy")
-#: the fields port sets itself (the paths between the stages)
-PORT_FIELDS = {"model_dir", "revision", "medusa_model_dir", "medusa_choices", "output_dir", "output", "checkpoint_dir",
-               "overwrite", "resume", "quiet", "tokenizer_dir"}
+#: the stages in their order, and the option fields port sets itself (the paths between the stages, its own flags):
+#: one declaration with the command line's (declared.py), which routes every other flag to its stages
+STAGES = PORT_STAGES
+PORT_FIELDS = PORT_OWN
 #: train-heads' recipe when the user names none: the README's (4 heads, 1,100 steps; benchmarks/results/heads.json)
 README_RECIPE = {"num_heads": 4, "steps": 1100}
 RECORD = "port.json"
