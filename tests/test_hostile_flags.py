@@ -66,7 +66,7 @@ def test_a_legal_long_output_name_converts(tmp_path, capsys, qwen2_base, qwen2_h
 ])
 def test_tune_tree_refuses_a_bad_baseline_before_measuring(tmp_path, capsys, monkeypatch, qwen2_base, qwen2_heads,
                                                            baseline, needle):
-    import trtllm_medusa_ports.base_model as base_model
+    import trtllm_medusa_ports.huggingface.model as base_model
 
     def never(*a, **k):
         raise AssertionError("the base was loaded before --baseline was checked")

@@ -20,8 +20,8 @@ import pytest
 import torch
 from conftest import convert_to
 
-from trtllm_medusa_ports.base_model import base_float32_bytes
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, save_tiny_base
+from trtllm_medusa_ports.huggingface.model import base_float32_bytes
 
 WIDTHS = dict(hidden_size=256, intermediate_size=1024, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
               vocab_size=512, tie_word_embeddings=False)
@@ -180,11 +180,11 @@ def test_a_base_four_times_the_allowance_verifies_and_trains_within_it_streaming
 
 def test_the_memory_formulas_the_docs_state_are_the_codes():
     """One formula per command (issue 57, 9): every 'N GB + Mx' the README, the user guide and benchmarks/README.md
-    state is an estimate memory_mode.py computes - verify's, train-heads' or streaming's - with its own words for
+    state is an estimate huggingface/memory_mode.py computes - verify's, train-heads' or streaming's - with its own words for
     what is multiplied, and each of the three is stated."""
     import re
 
-    from trtllm_medusa_ports import memory_mode
+    from trtllm_medusa_ports.huggingface import memory_mode
 
     root = Path(__file__).resolve().parents[1]
     formulas = {

@@ -109,7 +109,7 @@ def test_the_layers_look_down():
     p = "trtllm_medusa_ports."
     for user in ("convert", "quant.jobs", "verify"):
         assert p + "plan" in _package(g, p + user), user
-    assert p + "base_model" in g[p + "quant.calibrate"] and p + "base_model" in _package(g, p + "verify")
+    assert p + "huggingface.model" in g[p + "quant.calibrate"] and p + "huggingface.model" in _package(g, p + "verify")
     for rules in ("compat", "quant.rules"):
         assert p + "findings" in _package(g, p + rules), rules
     assert not g[p + "findings"] and not {m for m in g[p + "plan"] if m.startswith((p + "convert", p + "verify",
@@ -182,7 +182,7 @@ def test_tune_and_verify_share_their_measures_from_below():
     for user in ("trtllm_medusa_ports.tune", "trtllm_medusa_ports.verify"):
         assert "trtllm_medusa_ports.acceptance" in _package(graph, user), user
     # the base-model helpers and the prompt readers have homes of their own, which train-heads uses too
-    assert "trtllm_medusa_ports.base_model" in graph["trtllm_medusa_ports.heads.train"]
+    assert "trtllm_medusa_ports.huggingface.model" in graph["trtllm_medusa_ports.heads.train"]
     assert "trtllm_medusa_ports.files.prompts" in graph["trtllm_medusa_ports.heads.train"]
 
 

@@ -400,9 +400,9 @@ def test_an_error_one_rank_can_explain_stops_every_rank_with_it(setup, tmp_path)
 def test_shares_merge_into_the_corpus_one_build_writes(store):
     """Rank shares of sequences of several lengths (some too short to learn from, one rank with none) merge into
     the one build's corpus: the same sequences, rows and order."""
-    from trtllm_medusa_ports.base_model import load_base
     from trtllm_medusa_ports.heads.distributed import share
     from trtllm_medusa_ports.heads.train import build_corpus, build_shard, merge_shards
+    from trtllm_medusa_ports.huggingface.model import load_base
 
     model = load_base(tiny_base(store, ARCH))
     g = torch.Generator().manual_seed(1)

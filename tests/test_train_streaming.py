@@ -1,4 +1,4 @@
-"""train-heads in bounded memory: streaming the base (one decoder layer at a time, base_streaming.py) for the
+"""train-heads in bounded memory: streaming the base (one decoder layer at a time, huggingface/streaming.py) for the
 corpus pass gives the corpus, the training and the heads of the in-memory mode, bit for bit, in float32 and in
 bfloat16, for families with untied, tied and biased lm_heads; the mode is chosen by the rule verify follows
 (memory_mode.select) and reported; two torchrun ranks each stream their own copy and merge the corpus one process
@@ -13,13 +13,19 @@ import pytest
 import torch
 from conftest import tiny_base
 
-from trtllm_medusa_ports import api, memory_mode
-from trtllm_medusa_ports.base_model import base_float32_bytes, final_hidden, load_base, release
-from trtllm_medusa_ports.base_streaming import streamed_weights, to_dtype
+from trtllm_medusa_ports import api
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.fixtures.synthetic import tiny_config
 from trtllm_medusa_ports.heads import train
+from trtllm_medusa_ports.huggingface import memory_mode
+from trtllm_medusa_ports.huggingface.model import (
+    base_float32_bytes,
+    final_hidden,
+    load_base,
+    release,
+)
+from trtllm_medusa_ports.huggingface.streaming import streamed_weights, to_dtype
 
 
 def _data(root: Path, vocab: int, n: int = 8, length: int = 5) -> Path:
@@ -83,8 +89,8 @@ def test_every_base_load_runs_transformers_own_modules_not_hub_kernels(store):
     base's meta weights and may swap in Hub kernels): each of our loads turns it off where transformers has it."""
     from transformers import PreTrainedModel
 
-    from trtllm_medusa_ports.base_model import load_hf_model
     from trtllm_medusa_ports.fixtures.synthetic import greedy_corpus
+    from trtllm_medusa_ports.huggingface.model import load_hf_model
 
     if not hasattr(PreTrainedModel, "use_kernels"):
         pytest.skip("this transformers predates the kernels integration")

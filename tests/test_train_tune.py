@@ -10,12 +10,12 @@ import pytest
 import torch
 from conftest import tiny_base
 
-from trtllm_medusa_ports.base_model import final_hidden, lm_head_of, load_base
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.files.prompts import PromptInputs, heldout_prompts, packaged_prompts
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS
 from trtllm_medusa_ports.heads import load_heads
 from trtllm_medusa_ports.heads.fit import FitOptions, fit_heads
+from trtllm_medusa_ports.huggingface.model import final_hidden, lm_head_of, load_base
 from trtllm_medusa_ports.tree import MedusaTree, validate_choices
 from trtllm_medusa_ports.tune import (
     accepted_length,

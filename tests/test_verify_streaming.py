@@ -21,10 +21,10 @@ from conftest import (
 )
 
 from trtllm_medusa_ports.archs.registry import family_test_cases
-from trtllm_medusa_ports.base_model import load_hf_model, release
-from trtllm_medusa_ports.base_streaming import WeightStore, placed, streamed_weights
 from trtllm_medusa_ports.errors import EXIT_FOUND, ModelError
 from trtllm_medusa_ports.files.checkpoint import read_checkpoint
+from trtllm_medusa_ports.huggingface.model import load_hf_model, release
+from trtllm_medusa_ports.huggingface.streaming import WeightStore, placed, streamed_weights
 from trtllm_medusa_ports.reference.executor import ReferenceModel, streaming_group
 from trtllm_medusa_ports.verify import verify
 

@@ -169,7 +169,7 @@ def _prompts(what: str, file_aliases: tuple[str, ...] = ()) -> tuple[Option, ...
 
 
 def _memory(held: str, same: str, whole: str, default: str, waiting: str) -> tuple[Option, ...]:
-    """The memory-mode flags of verify and train-heads (memory_mode.py chooses by them for both)."""
+    """The memory-mode flags of verify and train-heads (huggingface/memory_mode.py chooses by them for both)."""
     return (
         Option("streaming", Spec("bool", none=True), exclusive="memory", cli_default=None,
                help=f"hold one decoder layer {held} at a time, read again from the files every forward pass "

@@ -96,8 +96,8 @@ def measure_ranks(model, heads, seqs: list[list[int]], starts: list[int], top_k:
     head d at position t is scored against the token at t + d + 2 (-1 where the text ends)."""
     from tqdm import tqdm
 
-    from trtllm_medusa_ports.base_model import final_hidden
     from trtllm_medusa_ports.heads.logits import source_heads_logits
+    from trtllm_medusa_ports.huggingface.model import final_hidden
 
     vocab = model.get_output_embeddings().weight.shape[0]
     rows = []
@@ -172,8 +172,8 @@ def tune(model_dir: str | Path, medusa_model_dir: str | Path, *, prompts: list[s
          estimate: str = "product", baseline: str | None = "mc_sim_7b_63", quiet: bool = True,
          chat_template: str = "none", chat_status: str | None = None) -> TuneResult:
     """Measure the heads on held-out text (the base's greedy continuations of ``prompts``) and build the tree."""
-    from trtllm_medusa_ports.base_model import load_base
     from trtllm_medusa_ports.heads import load_heads
+    from trtllm_medusa_ports.huggingface.model import load_base
     if estimate not in ("product", "joint"):
         raise PortError(f"--estimate {estimate!r} is not one of product, joint", fix="pass --estimate product", usage=True)
     if max_nodes < 1:
@@ -222,7 +222,7 @@ def _measured_answers(model, heads, prompt_ids: list[list[int]], new_tokens: int
     """The heads' ranks at every measured position (the base's greedy answers to the prompts, cut after its end
     token), and the same rows per answer for :func:`until_end` (measure_ranks leaves out an answer with no token;
     each answer's last row guesses past it)."""
-    from trtllm_medusa_ports.base_model import continue_greedily
+    from trtllm_medusa_ports.huggingface.model import continue_greedily
 
     conts = continue_greedily(model, prompt_ids, new_tokens, quiet=quiet)
     seqs = [p + c for p, c in zip(prompt_ids, conts, strict=True)]

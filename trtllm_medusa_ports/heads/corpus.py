@@ -14,14 +14,14 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports.base_model import (
+from trtllm_medusa_ports.errors import ModelError
+from trtllm_medusa_ports.files.prompts import Item
+from trtllm_medusa_ports.heads.saved import save_whole
+from trtllm_medusa_ports.huggingface.model import (
     continuations,
     final_hidden,
     model_device,
 )
-from trtllm_medusa_ports.errors import ModelError
-from trtllm_medusa_ports.files.prompts import Item
-from trtllm_medusa_ports.heads.saved import save_whole
 
 CORPUS_VERSION = 2  # 2: no row for a sequence's last position; states from the generation
 

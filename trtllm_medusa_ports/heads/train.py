@@ -45,12 +45,6 @@ import torch
 
 from trtllm_medusa_ports import log
 from trtllm_medusa_ports.archs.registry import base_context
-from trtllm_medusa_ports.base_model import (
-    lm_head_of,
-    load_base,
-    release,
-)
-from trtllm_medusa_ports.base_streaming import to_dtype
 from trtllm_medusa_ports.devices import check_device, choose_dtype
 from trtllm_medusa_ports.errors import HeadsError, PortError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
@@ -85,7 +79,7 @@ from trtllm_medusa_ports.heads.fit import (
     heldout_accuracy,
 )
 from trtllm_medusa_ports.heads.saved import os_error_text
-from trtllm_medusa_ports.memory_mode import (
+from trtllm_medusa_ports.huggingface.memory_mode import (
     LIBRARIES_BYTES,
     STREAMING_PER_UNIT,
     TRAIN_PER_FLOAT32,
@@ -95,6 +89,12 @@ from trtllm_medusa_ports.memory_mode import (
     ignored_max_memory,
     select,
 )
+from trtllm_medusa_ports.huggingface.model import (
+    lm_head_of,
+    load_base,
+    release,
+)
+from trtllm_medusa_ports.huggingface.streaming import to_dtype
 
 LOG = log.get("heads.train")
 
@@ -176,7 +176,7 @@ class TrainOptions:
     device_map: str | None = None
     #: seconds a rank waits for the others at one collective under torchrun (a dead rank is noticed at once on gloo)
     dist_timeout: int = DEFAULT_TIMEOUT_S
-    #: memory (memory_mode.py, as verify): True streams the base one decoder layer at a time for the corpus pass,
+    #: memory (huggingface/memory_mode.py, as verify): True streams the base one decoder layer at a time for the corpus pass,
     #: False holds it whole, None streams where the in-memory estimate exceeds max_memory (GB, per process; default:
     #: the available memory shared by this node's ranks); under torchrun each rank streams its own copy
     streaming: bool | None = None

@@ -350,8 +350,8 @@ def calibrate(model_dir: str | Path, adapter: ArchAdapter, dtype: str, samples: 
     """Run the base once over ``samples`` and keep the ranges (see the module doc)."""
     from tqdm import tqdm
 
-    from trtllm_medusa_ports.base_model import load_hf_model, value_transforms
     from trtllm_medusa_ports.files.dtypes import to_torch
+    from trtllm_medusa_ports.huggingface.model import load_hf_model, value_transforms
 
     hf = HFConfig.read(model_dir)
     vocab = int(hf.require("vocab_size"))

@@ -22,7 +22,7 @@ The package, by what each module proves (imports run down this list's dependenci
 May import: its own modules only (this file re-exports their public names; no verify module imports it).
 """
 
-from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, value_transforms
+from trtllm_medusa_ports.huggingface.model import end_token_ids, load_hf_model, value_transforms
 from trtllm_medusa_ports.verify.checkpoint_side import first_differing_tensor
 from trtllm_medusa_ports.verify.heads import (
     SourceHeads,

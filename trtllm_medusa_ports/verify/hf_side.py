@@ -1,7 +1,7 @@
 """The Hugging Face side: the transformers model made to compute as the engine does (GELU, q/k norm
 epsilon), its greedy text, logits and hidden states, and its activation range.
 
-May import: ``base_model``, ``archs``, ``errors``, ``files.prompts``, ``files.hf_model``; no other verify module (the checkpoint
+May import: ``huggingface``, ``archs``, ``errors``, ``files.prompts``, ``files.hf_model``; no other verify module (the checkpoint
 side never reaches transformers through here).
 """
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports.archs.semantics import Semantics
-from trtllm_medusa_ports.base_model import load_hf_model
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.hf_model import HFModel
 from trtllm_medusa_ports.files.prompts import check_ids
+from trtllm_medusa_ports.huggingface.model import load_hf_model
 
 
 def use_engine_gelu(model) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:

@@ -4,16 +4,16 @@
   on the reference executor: about :data:`LIBRARIES_BYTES` + :data:`VERIFY_PER_FLOAT32` x the model's
   float32 size (``benchmarks/verify_memory.py``);
 * ``streaming``: each side holds one decoder layer (or other module: embedding, lm_head, a Medusa head) at a
-  time, read again from the files on every forward pass (``base_streaming.py`` for transformers, the executor's
+  time, read again from the files on every forward pass (``huggingface/streaming.py`` for transformers, the executor's
   ``streaming``): about :data:`LIBRARIES_BYTES` + :data:`STREAMING_PER_UNIT` x the largest such unit in float32,
   whatever the model's size, plus the activations and KV caches of the prompts; the results are identical.
 
 ``--streaming`` / ``--no_streaming`` choose; otherwise streaming is chosen when the in-memory estimate exceeds
 ``--max_memory`` (GB), or, without it, the memory this machine has available (``MemAvailable``, under a cgroup
-limit where one is set): the rule and the base's sizes are ``memory_mode``'s, which train-heads shares. The report
-says which mode ran and why (``memory_mode``).
+limit where one is set): the rule and the base's sizes are ``huggingface.memory_mode``'s, which train-heads shares. The report
+says which mode ran and why (``huggingface.memory_mode``).
 
-May import: ``devices``, ``errors``, ``files``, ``memory_mode``, ``quant``, ``reference``; no other verify module.
+May import: ``devices``, ``errors``, ``files``, ``huggingface.memory_mode``, ``quant``, ``reference``; no other verify module.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 
 from trtllm_medusa_ports import devices
 from trtllm_medusa_ports.errors import ModelError
-from trtllm_medusa_ports.memory_mode import (
+from trtllm_medusa_ports.huggingface.memory_mode import (
     GB,
     LIBRARIES_BYTES,
     STREAMING_PER_UNIT,

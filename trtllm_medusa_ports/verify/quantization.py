@@ -1,7 +1,7 @@
 """The quantization checks: the float base's logits and greedy text, the transformers model quantized as the
 checkpoint is (``quant/emulate.py``), and the quantization's effect with every engine rounding on.
 
-May import: ``base_streaming``, ``files``, ``quant``, ``reference``, ``tree``, ``verify.hf_side``, ``verify.limits``.
+May import: ``huggingface.streaming``, ``files``, ``quant``, ``reference``, ``tree``, ``verify.hf_side``, ``verify.limits``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports.base_streaming import streamed_weights
+from trtllm_medusa_ports.huggingface.streaming import streamed_weights
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel

@@ -1,8 +1,8 @@
 """The verify run: its phases in the order their memory use requires (transformers freed before the executor
 runs the checkpoint), and the report they fill.
 
-May import: every verify module but the package's ``__init__``, ``base_model``, ``files``, ``quant``,
-``reference``, ``threads``, ``memory_mode``, ``errors``.
+May import: every verify module but the package's ``__init__``, ``huggingface``, ``files``, ``quant``,
+``reference``, ``threads``, ``huggingface.memory_mode``, ``errors``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports import log
-from trtllm_medusa_ports.base_model import end_token_ids, load_hf_model, release, value_transforms
-from trtllm_medusa_ports.base_streaming import bound_the_allocator
 from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
 from trtllm_medusa_ports.deploy.commands import build_line
 from trtllm_medusa_ports.errors import ModelError
@@ -25,7 +23,14 @@ from trtllm_medusa_ports.files.checkpoint import read_checkpoint
 from trtllm_medusa_ports.files.dtypes import to_torch
 from trtllm_medusa_ports.files.hf_model import HFConfig, progress_bars_off
 from trtllm_medusa_ports.findings import ERROR
-from trtllm_medusa_ports.memory_mode import ignored_max_memory
+from trtllm_medusa_ports.huggingface.memory_mode import ignored_max_memory
+from trtllm_medusa_ports.huggingface.model import (
+    end_token_ids,
+    load_hf_model,
+    release,
+    value_transforms,
+)
+from trtllm_medusa_ports.huggingface.streaming import bound_the_allocator
 from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel

@@ -3,7 +3,7 @@ estimate and how both choose.
 
 * ``in-memory``: the command holds the whole base (transformers' model in float32);
 * ``streaming``: one decoder layer (or other module: embedding, final norm, lm_head) at a time, read again from a
-  temporary file on every forward pass (``base_streaming.py``): the same values and kernels, bounded memory.
+  temporary file on every forward pass (``huggingface/streaming.py``): the same values and kernels, bounded memory.
 
 Each command estimates its own in-memory and streaming peaks from these sizes (the weight files' headers, nothing
 read) and its measured slopes (``benchmarks/verify_memory.py``, ``benchmarks/train_memory.py``); :func:`select`
@@ -56,7 +56,7 @@ _HF_LAYER = re.compile(r"(.*?(?:^|\.)(?:layers|h|blocks|layer)\.\d+)\.")
 
 @dataclass
 class MemoryMode:
-    """What a command runs with: verify's report's and train-heads' result's ``memory_mode``."""
+    """What a command runs with: verify's report's and train-heads' result's ``huggingface.memory_mode``."""
 
     mode: str  # "in-memory" or "streaming"
     reason: str

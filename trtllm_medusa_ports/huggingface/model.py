@@ -25,7 +25,7 @@ def load_base(model_dir: str | Path, device: str = "cpu", *, device_map: str | N
     """The base model in float32 (or ``dtype``), checked against the supported families.
 
     ``streaming``: in float32 with its weights read one decoder layer (or other module) at a time as it runs
-    (base_streaming.load_streamed; ``offload_dir``: where their temporary file goes), the same values.
+    (streaming.load_streamed; ``offload_dir``: where their temporary file goes), the same values.
 
     ``device_map="auto"``: spread over the GPUs this process sees, by transformers' ``from_pretrained(device_map=...)``
     (accelerate places the layers; the first GPU gets the inputs), for a base bigger than one device; under
@@ -45,7 +45,7 @@ def load_base(model_dir: str | Path, device: str = "cpu", *, device_map: str | N
         raise ModelError(f"architecture {arch!r} is not a supported base family", where=str(model_dir / "config.json"),
                          fix="supported: " + ", ".join(supported_architectures()))
     if streaming:
-        from trtllm_medusa_ports.base_streaming import load_streamed
+        from trtllm_medusa_ports.huggingface.streaming import load_streamed
 
         return load_streamed(model_dir, device=device, offload_dir=offload_dir)
     placed = _device_map_kwargs(device_map, device)
@@ -88,7 +88,7 @@ def lm_head_of(model) -> tuple[torch.Tensor, torch.Tensor | None]:
     place for the call where the model is streamed)."""
     import contextlib
 
-    from trtllm_medusa_ports.base_streaming import streamed_weights
+    from trtllm_medusa_ports.huggingface.streaming import streamed_weights
 
     out = model.get_output_embeddings()
     streamed = streamed_weights(model)
@@ -99,7 +99,7 @@ def lm_head_of(model) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 def model_device(model) -> torch.device:
     """Where a model computes and its inputs go: its first weight's device, a streamed model's own."""
-    from trtllm_medusa_ports.base_streaming import streamed_weights
+    from trtllm_medusa_ports.huggingface.streaming import streamed_weights
 
     streamed = streamed_weights(model)
     return streamed.device if streamed is not None else next(model.parameters()).device
@@ -252,13 +252,13 @@ def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[st
 
     Buffers stay float32: rounding e.g. RoPE's inv_freq would change the reference itself. ``streaming``: the
     weights are read one decoder layer (or other module) at a time as the model runs, the same values
-    (base_streaming.py; ``offload_dir``: where their temporary file goes); ``device``: where the model computes
+    (huggingface/streaming.py; ``offload_dir``: where their temporary file goes); ``device``: where the model computes
     (in memory on ``cuda`` with several GPUs and accelerate installed, a model larger than the first GPU's free
     memory is spread over them by transformers' ``device_map="auto"``).
     """
     rounded = weight_rounding(dtype, transforms, full_precision)
     if streaming:
-        from trtllm_medusa_ports.base_streaming import load_streamed
+        from trtllm_medusa_ports.huggingface.streaming import load_streamed
 
         return load_streamed(model_dir, value=rounded, device=device, offload_dir=offload_dir)
     from transformers import AutoModelForCausalLM
@@ -283,7 +283,7 @@ def load_hf_model(model_dir: str | Path, dtype: torch.dtype, transforms: dict[st
 
 def release(model) -> None:
     """Free what a streamed model holds outside Python's reach at once (its weight file); a no-op in memory."""
-    from trtllm_medusa_ports.base_streaming import streamed_weights
+    from trtllm_medusa_ports.huggingface.streaming import streamed_weights
 
     streamed = streamed_weights(model)
     if streamed is not None:

@@ -21,7 +21,7 @@ an edit that must outlive the unit's eviction is kept with :meth:`StreamedWeight
 
 A weight read outside both - a placeholder on ``meta`` - fails loudly in torch (no silent zeros).
 
-Below ``base_model``; imports the file layer and errors only.
+Below ``huggingface``; imports the file layer and errors only.
 """
 
 from __future__ import annotations
