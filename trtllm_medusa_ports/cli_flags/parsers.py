@@ -96,16 +96,17 @@ def _add_port_routes(p: argparse.ArgumentParser) -> None:
 
 USAGE = """Medusa speculative decoding in TensorRT-LLM 1.2 for base models other than Llama: check what the
 engine can serve, convert a Hugging Face base and its Medusa heads (float, FP8, INT8/INT4 weight-only),
-prove the checkpoint on CPU, and build it.
+prove the checkpoint on CPU, and build it - or all of it in one command, port.
 
 examples:
+  trtllm-medusa port Qwen/Qwen2-0.5B-Instruct --output_dir ./qwen2-medusa --tp_size 2   # check ... deploy
   trtllm-medusa check --model_dir ./Qwen2-7B --medusa_model_dir ./heads --tp_size 2 --qformat int4_wo \\
       --max_batch_size 8 --max_seq_len 4096 --gpu_memory_gb 24
   trtllm-medusa convert --model_dir ./Qwen2-7B --medusa_model_dir ./heads --output_dir ./ckpt --tp_size 2
   trtllm-medusa verify --model_dir ./Qwen2-7B --checkpoint_dir ./ckpt --prompt "Hello"
   trtllm-medusa build --checkpoint_dir ./ckpt --output_dir ./engine --max_batch_size 4
   trtllm-medusa deploy --checkpoint_dir ./ckpt --tokenizer_dir ./Qwen2-7B --output_dir ./serve
-  trtllm-medusa train-heads --model_dir ./Qwen2-0.5B --output_dir ./heads --share_lm_head
+  trtllm-medusa train-heads --model_dir ./Qwen2-0.5B --output_dir ./heads --num_heads 4 --steps 1100
   trtllm-medusa tune-tree --model_dir ./Qwen2-0.5B --medusa_model_dir ./heads --output tree.json
   trtllm-medusa tree --choices mc_sim_7b_63 --draw
   trtllm-medusa inspect-heads ./heads
