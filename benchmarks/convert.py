@@ -9,7 +9,7 @@ fresh subprocess (peak RSS from os.wait4; anonymous RSS sampled from /proc/self/
 
 * cp: `cp -r BASE HEADS DST/` - moving the bytes and nothing else; cp_sync: the same, then `sync` on
   every copied file (durable, as ours_fsync);
-* ours: trtllm_medusa_ports.convert.convert into a new directory with the parameter-shape cache warm
+* ours: trtllm_medusa_ports.conversion.convert.convert into a new directory with the parameter-shape cache warm
   (every conversion of a config after its first) and the package byte-compiled, as an installed
   copy is; like cp it leaves the data to the system's
   writeback; ours_fsync: the same with --fsync (the rank files are on disk before the output
@@ -170,7 +170,7 @@ def child(spec: dict) -> None:
 
     threading.Thread(target=sample, daemon=True).start()
     if spec["kind"] in ("ours", "ours_cold", "ours_fsync"):
-        from trtllm_medusa_ports.convert import ConvertOptions, convert
+        from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
 
         res = convert(ConvertOptions(model_dir=Path(spec["base"]), medusa_model_dir=Path(spec["heads"]),
                                      output_dir=Path(spec["dst"]), dtype=TARGET_DTYPE, tp_size=TP,

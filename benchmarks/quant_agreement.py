@@ -57,7 +57,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer
 
-    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
     from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
     from trtllm_medusa_ports.huggingface.model import load_hf_model, value_transforms
     from trtllm_medusa_ports.quant import QuantSpec

@@ -68,7 +68,7 @@ def child(spec: dict) -> None:
         Path(spec["calibration"]).write_text(calibration.to_json())
         Path(spec["result"]).write_text(json.dumps(out))
         return
-    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
 
     calibration = None
     if kind == "fp8":

@@ -116,7 +116,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
     from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
     from trtllm_medusa_ports.huggingface.model import end_token_ids
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate, plain_generate

@@ -48,7 +48,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer
 
-    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
     from trtllm_medusa_ports.errors import PortError
     from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate

@@ -6,7 +6,7 @@
 On `benchmarks/convert.py`'s inputs of --size GB (float16 Qwen2 + 4 heads, built there and cached in
 the same --workdir), each step runs in a fresh interpreter and adds one stage to the one before:
 1. start and exit the interpreter (`python -c pass`);
-2. import numpy and the package (`import trtllm_medusa_ports.convert`);
+2. import numpy and the package (`import trtllm_medusa_ports.conversion.convert`);
 3. read and validate every header and plan every byte move (the conversion, stopped just before
    its first write);
 4. the whole conversion (tp 2, float16, into a new directory).
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 PLAN_ONLY = """
 import sys
 from pathlib import Path
-from trtllm_medusa_ports.convert import ConvertOptions, convert
+from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
 from trtllm_medusa_ports.files import byte_moves
 
 class Planned(Exception):
@@ -52,7 +52,7 @@ else:
 FULL = """
 import sys
 from pathlib import Path
-from trtllm_medusa_ports.convert import ConvertOptions, convert
+from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
 convert(ConvertOptions(model_dir=Path(sys.argv[1]), medusa_model_dir=Path(sys.argv[2]),
                        output_dir=Path(sys.argv[3]), dtype="float16", tp_size=2, quiet=True))
 """
@@ -76,7 +76,7 @@ def main() -> int:
     py = sys.executable
     steps = {
         "interpreter": [py, "-c", "pass"],
-        "imports": [py, "-c", "import trtllm_medusa_ports.convert"],
+        "imports": [py, "-c", "import trtllm_medusa_ports.conversion.convert"],
         "headers_and_plan": [py, "-c", PLAN_ONLY, base, heads, str(dst)],
         "conversion": [py, "-c", FULL, base, heads, str(dst)],
         "cp": ["cp", "-r", base, heads, str(dst) + "/"],

@@ -39,7 +39,7 @@ HELD_OUT = ["The largest planet in the solar system is", "def quicksort(arr):",
 def prepare(work: Path, model: str, tp: int, trained_heads: str | None = None) -> dict:
     """Base directory, converted checkpoint and prompts of one model (cached in ``work``)."""
 
-    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
     from trtllm_medusa_ports.fixtures.synthetic import (
         random_heads,
         save_heads,

@@ -70,7 +70,7 @@ def bfloat16_copy(src: Path, dst: Path) -> Path:
 def prepare(work: Path, model: str) -> dict:
     import torch
 
-    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
     from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, save_tiny_base
     from trtllm_medusa_ports.huggingface.model import base_float32_bytes
 

@@ -276,7 +276,7 @@ def llama_trained(store) -> tuple[Path, Path]:
 
 
 def convert_to(out: Path, base: Path, heads: Path, **kw) -> Path:
-    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
 
     kw.setdefault("quiet", True)
     convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=out, **kw))

@@ -214,7 +214,7 @@ def test_importing_the_api_needs_no_torch_and_nothing_imports_tensorrt_llm_outsi
     """One fresh interpreter for both (each start costs the imports): the API's options without torch, then the
     command line, convert, verify and the engine package without tensorrt_llm."""
     code = ("import sys; from trtllm_medusa_ports import api; api.ConvertOptions; print('torch' in sys.modules); "
-            "import trtllm_medusa_ports.cli, trtllm_medusa_ports.convert, trtllm_medusa_ports.verify, "
+            "import trtllm_medusa_ports.cli, trtllm_medusa_ports.conversion.convert, trtllm_medusa_ports.verify, "
             "trtllm_medusa_ports.engine, trtllm_medusa_ports.engine.registry; "
             "print(any(m.startswith('tensorrt_llm') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -16,7 +16,7 @@ import trtllm_medusa_ports
 from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.archs.registry import family_test_cases
 from trtllm_medusa_ports.archs.weights import Place, ValueTransform
-from trtllm_medusa_ports.convert import ConvertOptions, convert
+from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
 from trtllm_medusa_ports.errors import HeadsError, ModelError
 from trtllm_medusa_ports.files import byte_moves
 from trtllm_medusa_ports.files.hf_model import HFConfig
@@ -222,7 +222,7 @@ def test_small_moves_take_one_thread_and_two_lanes_write_the_same_bytes_and_stop
     conversion with its tensor named and nothing left behind."""
     import concurrent.futures
 
-    from trtllm_medusa_ports import rank_writer
+    from trtllm_medusa_ports.conversion import rank_writer
 
     pools = []
 
@@ -508,8 +508,8 @@ def test_each_written_row_is_checked_once_by_one_rank():
 
 
 def test_lanes_give_each_rank_file_one_writer_and_balance_one_file():
+    from trtllm_medusa_ports.conversion.rank_writer import write_lanes as _lanes
     from trtllm_medusa_ports.files.byte_moves import MoveKind, MovePlan, Source
-    from trtllm_medusa_ports.rank_writer import write_lanes as _lanes
 
     class Job:
         def __init__(self, label, ranks):

@@ -9,7 +9,7 @@ from conftest import convert_to, tiny_base
 from safetensors.torch import load_file
 
 from trtllm_medusa_ports.cli import main
-from trtllm_medusa_ports.convert import ConvertOptions, convert
+from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
 from trtllm_medusa_ports.errors import ConversionError, ModelError
 from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads, tiny_config
 

@@ -254,7 +254,7 @@ def test_alibi_families_are_refused_without_override(tmp_path, store, arch):
     with pytest.raises(ConversionError, match="alibi-position-embedding"):
         convert_to(tmp_path / "c", base, heads)
     assert not (tmp_path / "c").exists()
-    from trtllm_medusa_ports.convert import ConvertOptions, convert
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, convert
 
     res = convert(ConvertOptions(model_dir=base, medusa_model_dir=heads, output_dir=tmp_path / "c",
                                  quiet=True, allow_unsupported=True))

@@ -231,7 +231,7 @@ def _tensor_bytes(path):
 @pytest.mark.parametrize("arch, tp, pp", [("LlamaForCausalLM", 2, 1), ("Qwen2ForCausalLM", 1, 2)])
 def test_memory_plan_equals_the_written_rank_files_and_counts_quantized_weights(tmp_path, store, arch, tp, pp,
                                                                                 capsys):
-    from trtllm_medusa_ports.convert import ConvertOptions, plan_layout
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, plan_layout
     from trtllm_medusa_ports.memory import memory_plan
 
     base = tiny_base(store, arch, **WIDE)
@@ -275,7 +275,7 @@ def test_memory_plan_of_weight_only_experts_is_what_the_load_makes_of_the_rank_f
     stand-in of weight_only_quantize_dict, written apart from trtllm_medusa_ports.quant), byte for byte the plan."""
     from standin_import import standin_file
 
-    from trtllm_medusa_ports.convert import ConvertOptions, plan_layout
+    from trtllm_medusa_ports.conversion.convert import ConvertOptions, plan_layout
     from trtllm_medusa_ports.memory import memory_plan
 
     quantizer = standin_file("tensorrt_llm/quantization/functional.py", "standin_weight_only")

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from trtllm_medusa_ports import log
 from trtllm_medusa_ports.compat import ERROR, Finding
-from trtllm_medusa_ports.convert import ConvertOptions as _ConvertOptions
-from trtllm_medusa_ports.convert import ConvertResult
+from trtllm_medusa_ports.conversion.convert import ConvertOptions as _ConvertOptions
+from trtllm_medusa_ports.conversion.convert import ConvertResult
 from trtllm_medusa_ports.declared import options_class
 from trtllm_medusa_ports.errors import (
     CheckpointError,
@@ -116,7 +116,7 @@ ConvertOptions = _options(
 
 def convert(opts: ConvertOptions) -> ConvertResult:
     """``trtllm-medusa convert``: a Hugging Face base and its Medusa heads -> a TensorRT-LLM checkpoint."""
-    from trtllm_medusa_ports.convert import convert as _convert
+    from trtllm_medusa_ports.conversion.convert import convert as _convert
     from trtllm_medusa_ports.files.checkpoint import guard_output_dir
 
     validate_options(opts, "ConvertOptions", ConversionError)

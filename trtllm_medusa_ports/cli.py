@@ -62,7 +62,7 @@ def _say_findings(findings, warnings: list[str]) -> None:
 
 def run_convert(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import ConvertOptions, convert
-    from trtllm_medusa_ports.convert_options import default_dtype
+    from trtllm_medusa_ports.conversion.options import default_dtype
 
     for flag, what in NOT_SUPPORTED.items():
         if getattr(args, flag.lstrip("-").replace("-", "_")) is not None:

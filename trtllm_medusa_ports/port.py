@@ -382,7 +382,7 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
 
 def _convert_verify_deploy(opts: PortOptions, run: _Run, result: PortResult, model: Path, heads: Path,
                            tok: Path | None, choices) -> PortResult:
-    from trtllm_medusa_ports.convert_options import default_dtype
+    from trtllm_medusa_ports.conversion.options import default_dtype
 
     out, do = run.out, run.stages.functions
     paths = {"tokenizer_dir": tok} if tok is not None else {}

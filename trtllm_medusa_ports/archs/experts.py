@@ -69,7 +69,7 @@ def transposed_experts(experts: int):
     """A combine for per-expert matrices stored 2-D and transposed - DBRX's down-projection ``w2``
     ``[experts x inter, hidden]``, multiplied as ``x @ w2[e]`` - as ``MOE``'s ``[experts, hidden, inter]``. The
     transpose makes each output row a strided column of the source, so it is no pure layout; marked
-    ``transposed_experts``, it still takes the byte path (plan.py ``move_plan``: traced untransposed, each expert
+    ``transposed_experts``, it still takes the byte path (conversion/plan.py ``move_plan``: traced untransposed, each expert
     block moved through a bounded tile, files/byte_moves.py ``TRANSPOSED``), and the tensor path where values
     change (weight-only)."""
     from trtllm_medusa_ports.arrays import swap_last

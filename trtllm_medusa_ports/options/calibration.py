@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trtllm_medusa_ports.convert import ConvertOptions
+from trtllm_medusa_ports.conversion.convert import ConvertOptions
 from trtllm_medusa_ports.errors import ConversionError
 
 #: convert's flags of the calibration pass, with their defaults

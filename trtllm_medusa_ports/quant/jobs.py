@@ -37,7 +37,7 @@ _LABEL = re.compile(r"layers\.(\d+)\.(.+)\.weight")
 
 def _constant(label: str, value: Callable[[], float], targets: list[tuple[int, str]]):
     """A float32 ``[1]`` scale tensor; ``value`` is read when the tensor is written (after the amax pass)."""
-    from trtllm_medusa_ports.plan import Job, first_input
+    from trtllm_medusa_ports.conversion.plan import Job, first_input
 
     def load():
         import torch
@@ -50,8 +50,8 @@ def _constant(label: str, value: Callable[[], float], targets: list[tuple[int, s
 
 def _tensor_amax(job, dtype: str, on_non_finite: Callable) -> float:
     """The amax of a job the byte path cannot take (a value transform, a pickle): its sources whole."""
+    from trtllm_medusa_ports.conversion.plan import job_inputs
     from trtllm_medusa_ports.files.finite import all_finite
-    from trtllm_medusa_ports.plan import job_inputs
 
     plain, inputs = job_inputs(job, dtype)
     if not all(all_finite(t) for t in inputs):

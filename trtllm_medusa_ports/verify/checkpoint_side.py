@@ -125,8 +125,8 @@ def base_tensor_check(model_dir: str | Path, ckpt) -> dict:
 
     A vocabulary padded past the base's with zero rows (ModelOpt's export) is compared on the base's rows.
     """
+    from trtllm_medusa_ports.conversion.plan import base_jobs, job_inputs, shard_for
     from trtllm_medusa_ports.files.hf_model import HFModel
-    from trtllm_medusa_ports.plan import base_jobs, job_inputs, shard_for
 
     out = {"compared": 0, "skipped": 0, "first_differing": None}
     adapter = adapter_for(ckpt.config.get("base_architecture") or "")

@@ -9,6 +9,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from trtllm_medusa_ports.conversion.plan import Job, job_inputs, shard_for
 from trtllm_medusa_ports.errors import HeadsError, ModelError
 from trtllm_medusa_ports.files import byte_moves
 from trtllm_medusa_ports.files.byte_moves import (
@@ -22,7 +23,6 @@ from trtllm_medusa_ports.files.checkpoint import (
     atomic_output_dir,
     write_config,
 )
-from trtllm_medusa_ports.plan import Job, job_inputs, shard_for
 from trtllm_medusa_ports.progress import progress
 
 #: byte moves of fewer bytes than this in all run on the calling thread alone: a second thread's start and the handoffs

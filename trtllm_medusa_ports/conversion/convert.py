@@ -24,7 +24,27 @@ from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.registry import adapter_for, adapter_for_model_type
 from trtllm_medusa_ports.arrays import Array
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
-from trtllm_medusa_ports.convert_options import ConvertOptions, ConvertResult
+from trtllm_medusa_ports.conversion.options import ConvertOptions, ConvertResult
+from trtllm_medusa_ports.conversion.plan import (
+    Job as _Job,
+)
+from trtllm_medusa_ports.conversion.plan import (
+    base_lm_head as _base_lm_head,
+)
+from trtllm_medusa_ports.conversion.plan import (
+    check_tie as _check_tie,
+)
+from trtllm_medusa_ports.conversion.plan import (
+    move_plan,
+    planned_shape,
+)
+from trtllm_medusa_ports.conversion.plan import (
+    plan_jobs as plan,
+)
+from trtllm_medusa_ports.conversion.plan import (
+    same_values as _same_values,
+)
+from trtllm_medusa_ports.conversion.rank_writer import non_finite_error, write_checkpoint
 from trtllm_medusa_ports.errors import ConversionError, ModelError
 from trtllm_medusa_ports.files.byte_moves import (
     MoveKind,
@@ -37,27 +57,7 @@ from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, is_floating, ite
 from trtllm_medusa_ports.files.hf_model import HFModel
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.memory import memory_plan
-from trtllm_medusa_ports.plan import (
-    Job as _Job,
-)
-from trtllm_medusa_ports.plan import (
-    base_lm_head as _base_lm_head,
-)
-from trtllm_medusa_ports.plan import (
-    check_tie as _check_tie,
-)
-from trtllm_medusa_ports.plan import (
-    move_plan,
-    planned_shape,
-)
-from trtllm_medusa_ports.plan import (
-    plan_jobs as plan,
-)
-from trtllm_medusa_ports.plan import (
-    same_values as _same_values,
-)
 from trtllm_medusa_ports.quant import spec_from_flags
-from trtllm_medusa_ports.rank_writer import non_finite_error, write_checkpoint
 from trtllm_medusa_ports.sharding import Mapping
 from trtllm_medusa_ports.tree import recorded_tree
 
