@@ -91,7 +91,7 @@ def heads_ranks(heads, lm_head: torch.Tensor, ev: dict) -> list[torch.Tensor]:
     """Per answer ``[positions, heads]``: the rank (0-based, ``TOP_K`` where absent) of the answer's token among each
     head's top-k at every position (head d at answer position i guesses the token i + d + 1 of the answer; -1 past
     its end)."""
-    from trtllm_medusa_ports.acceptance import rank_of_targets
+    from trtllm_medusa_ports.trees.acceptance import rank_of_targets
 
     out = []
     with torch.no_grad():
@@ -110,7 +110,7 @@ def heads_ranks(heads, lm_head: torch.Tensor, ev: dict) -> list[torch.Tensor]:
 def tokens_per_step(ranks: list[torch.Tensor], tree: set) -> tuple[float, list[float]]:
     """Tokens per step until the end token over all answers, and per answer (acceptance.loop_until_end: the loop
     tune-tree replays, which verify's reference loop matches)."""
-    from trtllm_medusa_ports.acceptance import loop_until_end
+    from trtllm_medusa_ports.trees.acceptance import loop_until_end
 
     tokens, steps = loop_until_end(tree, ranks)
     per = [t / s for t, s in (loop_until_end(tree, [r]) for r in ranks) if s]
@@ -180,7 +180,7 @@ def main() -> int:
     from real_model import hf_dir
 
     from trtllm_medusa_ports.huggingface.model import lm_head_of, load_base
-    from trtllm_medusa_ports.tree import resolve_choices
+    from trtllm_medusa_ports.trees.tree import resolve_choices
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/medusa-heads"))

@@ -120,8 +120,8 @@ def main() -> int:
     from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
     from trtllm_medusa_ports.huggingface.model import end_token_ids
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate, plain_generate
-    from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
-    from trtllm_medusa_ports.tune import tune, write_choices
+    from trtllm_medusa_ports.trees.tree import MedusaTree, resolve_choices
+    from trtllm_medusa_ports.trees.tune import tune, write_choices
     from trtllm_medusa_ports.verify import verify
 
     work = Path(args.workdir)

@@ -52,7 +52,7 @@ def main() -> int:
     from trtllm_medusa_ports.errors import PortError
     from trtllm_medusa_ports.heads.train import FitOptions, TrainOptions, train
     from trtllm_medusa_ports.reference import ReferenceModel, medusa_generate
-    from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
+    from trtllm_medusa_ports.trees.tree import MedusaTree, resolve_choices
     from trtllm_medusa_ports.verify import verify
 
     work = Path(args.workdir)

@@ -42,15 +42,15 @@ TOP_K = 10
 
 
 def rank_paths(ranks: torch.Tensor) -> list[tuple[int, ...]]:
-    """Per position: the longest tree path it can accept (tune.py ``rank_path``)."""
-    from trtllm_medusa_ports.tune import rank_path
+    """Per position: the longest tree path it can accept (trees/tune.py ``rank_path``)."""
+    from trtllm_medusa_ports.trees.tune import rank_path
 
     return [rank_path(row, TOP_K) for row in ranks.tolist()]
 
 
 def replay(prompts: list[list[tuple[int, ...]]], tree: set) -> float:
     """Tokens per step of the loop over these prompts' positions (see the module docstring)."""
-    from trtllm_medusa_ports.tune import accepted_length
+    from trtllm_medusa_ports.trees.tune import accepted_length
 
     tokens = steps = 0
     for rows in prompts:
@@ -69,8 +69,8 @@ def main() -> int:
     from trtllm_medusa_ports.files.prompts import heldout_prompts, tokenizer_for
     from trtllm_medusa_ports.heads import load_heads
     from trtllm_medusa_ports.huggingface.model import continue_greedily, load_base
-    from trtllm_medusa_ports.tree import resolve_choices
-    from trtllm_medusa_ports.tune import (
+    from trtllm_medusa_ports.trees.tree import resolve_choices
+    from trtllm_medusa_ports.trees.tune import (
         accuracy_table,
         build_tree,
         joint_values,

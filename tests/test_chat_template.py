@@ -63,7 +63,7 @@ def test_train_heads_and_tune_tree_say_what_they_did(chat_tok, store, tmp_path, 
 def test_tune_tree_passes_on_what_it_did(chat_tok, store, tmp_path, monkeypatch):
     """tune-tree's prompts are tokenized by the API (options/prompts.py prompt_token_ids) and what was done reaches
     the result (the measurement itself is test_train_tune's)."""
-    import trtllm_medusa_ports.tune as tune_mod
+    import trtllm_medusa_ports.trees.tune as tune_mod
     from trtllm_medusa_ports.options.prompts import prompt_token_ids
 
     base = tiny_base(store, ARCH)

@@ -13,7 +13,7 @@ import pytest
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import ConversionError, PortError, TreeError
 from trtllm_medusa_ports.quant import resolve_spec
-from trtllm_medusa_ports.tree import parse_choices
+from trtllm_medusa_ports.trees.tree import parse_choices
 
 _CONVERT = ["convert", "--model_dir", "/nonexistent/base", "--medusa_model_dir", "/nonexistent/heads",
             "--output_dir", "/nonexistent/out"]

@@ -26,7 +26,7 @@ from trtllm_medusa_ports.errors import ConversionError, ModelError
 from trtllm_medusa_ports.files.hf_model import HFConfig, assign
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS
 from trtllm_medusa_ports.reference import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.trees.tree import MedusaTree
 from trtllm_medusa_ports.verify import verify
 
 #: verify OK must mean the engine builds: each checkpoint proven here is built on the stand-in (conftest.py)

@@ -29,7 +29,7 @@ from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import EXIT_FOUND, HeadsError, PortError
 from trtllm_medusa_ports.files.lazy_tensors import read_safetensors
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS, random_heads, save_heads
-from trtllm_medusa_ports.tree import parse_choices, validate_choices
+from trtllm_medusa_ports.trees.tree import parse_choices, validate_choices
 
 ARCH = "LlamaForCausalLM"
 #: the family's tiny config as declared (the transformers config built from it has the same numbers; building it

@@ -80,7 +80,7 @@ def test_tune_tree_refuses_a_bad_baseline_before_measuring(tmp_path, capsys, mon
 
 
 def test_tune_tree_baseline_prunes_a_preset_to_the_heads():
-    from trtllm_medusa_ports.tune import baseline_tree
+    from trtllm_medusa_ports.trees.tune import baseline_tree
 
     paths = baseline_tree("mc_sim_7b_63", 2)
     assert paths and max(len(p) for p in paths) == 2

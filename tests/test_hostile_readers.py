@@ -41,7 +41,7 @@ from trtllm_medusa_ports.fixtures.synthetic import (
     save_tiny_tokenizer,
     tiny_config,
 )
-from trtllm_medusa_ports.tree import MAX_LISTED_PROBLEMS, validate_choices
+from trtllm_medusa_ports.trees.tree import MAX_LISTED_PROBLEMS, validate_choices
 
 ARCH = "LlamaForCausalLM"
 CFG = tiny_config(ARCH)

@@ -10,7 +10,7 @@ from test_engine import _checkpoint, _engine_model, trtllm  # noqa: F401  (trtll
 
 from trtllm_medusa_ports.archs import registry
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.trees.tree import MedusaTree
 
 #: every family with learned absolute positions (a family added with them is covered without naming it here)
 LEARNED = sorted(cls.hf_architectures[0] for cls in dict.fromkeys(registry().values())

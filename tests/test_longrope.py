@@ -127,7 +127,7 @@ def test_generation_steps_take_the_table_by_the_prompt_plus_the_max_draft_length
         diff = float((steps - causal[prompt:]).abs().max())
         assert (diff > 1e-3) if long else (diff < 1e-4 * scale), (prompt, diff)
     from trtllm_medusa_ports.reference.tree_proof import tree_proof
-    from trtllm_medusa_ports.tree import MedusaTree
+    from trtllm_medusa_ports.trees.tree import MedusaTree
 
     with pytest.raises(ModelError, match=f"prove with a prompt of at most {WINDOW} tokens"):  # no causal pass is that
         tree_proof(ref, tokens[:WINDOW + 1], MedusaTree.from_spec(TREE), rtol=1e-4)

@@ -24,7 +24,7 @@ from trtllm_medusa_ports.reference import (
     medusa_generate,
     plain_generate,
 )
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.trees.tree import MedusaTree
 from trtllm_medusa_ports.verify import verify
 
 #: floating-point results: CI runs these on every ATen CPU path (.ci/run)

@@ -177,10 +177,10 @@ def test_no_module_is_too_long_to_read():
 
 def test_tune_and_verify_share_their_measures_from_below():
     graph = _graph(function_level=True)
-    assert not _reaches(graph, "trtllm_medusa_ports.tune", "trtllm_medusa_ports.verify")
-    assert not _reaches(graph, "trtllm_medusa_ports.verify", "trtllm_medusa_ports.tune")
-    for user in ("trtllm_medusa_ports.tune", "trtllm_medusa_ports.verify"):
-        assert "trtllm_medusa_ports.acceptance" in _package(graph, user), user
+    assert not _reaches(graph, "trtllm_medusa_ports.trees.tune", "trtllm_medusa_ports.verify")
+    assert not _reaches(graph, "trtllm_medusa_ports.verify", "trtllm_medusa_ports.trees.tune")
+    for user in ("trtllm_medusa_ports.trees.tune", "trtllm_medusa_ports.verify"):
+        assert "trtllm_medusa_ports.trees.acceptance" in _package(graph, user), user
     # the base-model helpers and the prompt readers have homes of their own, which train-heads uses too
     assert "trtllm_medusa_ports.huggingface.model" in graph["trtllm_medusa_ports.heads.train"]
     assert "trtllm_medusa_ports.files.prompts" in graph["trtllm_medusa_ports.heads.train"]

@@ -16,8 +16,8 @@ from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS
 from trtllm_medusa_ports.heads import load_heads
 from trtllm_medusa_ports.heads.fit import FitOptions, fit_heads
 from trtllm_medusa_ports.huggingface.model import final_hidden, lm_head_of, load_base
-from trtllm_medusa_ports.tree import MedusaTree, validate_choices
-from trtllm_medusa_ports.tune import (
+from trtllm_medusa_ports.trees.tree import MedusaTree, validate_choices
+from trtllm_medusa_ports.trees.tune import (
     accepted_length,
     accuracy_table,
     build_tree,
@@ -562,7 +562,7 @@ def test_tune_trees_serving_figure_is_the_loop_verify_runs(tmp_path, llama_train
 
     from conftest import convert_to
 
-    from trtllm_medusa_ports.tune import tune
+    from trtllm_medusa_ports.trees.tune import tune
     from trtllm_medusa_ports.verify import verify
 
     base, heads = llama_trained
@@ -581,7 +581,7 @@ def test_tune_trees_serving_figure_is_the_loop_verify_runs(tmp_path, llama_train
 
 
 def test_the_loop_replay_counts_generation_steps_until_the_end():
-    from trtllm_medusa_ports.acceptance import loop_until_end
+    from trtllm_medusa_ports.trees.acceptance import loop_until_end
 
     tree = [[0], [0, 0]]
     answers = [torch.tensor([[0, 0], [5, 0], [0, 5], [-1, -1]]),  # one step accepts both drafts: 3 tokens, 1 step
@@ -648,7 +648,7 @@ def test_a_damaged_training_state_is_refused_by_name(tmp_path):
 
 
 def test_tune_tree_says_when_the_tree_leaves_heads_unused(tmp_path, monkeypatch, capsys):
-    import trtllm_medusa_ports.tune as tune_mod
+    import trtllm_medusa_ports.trees.tune as tune_mod
     from trtllm_medusa_ports.cli import main as cli_main
 
     shallow = tune_mod.TuneResult(paths=[[0], [1]], accuracy=[[0.5, 0.2], [0.1, 0.1], [0.05, 0.05]],

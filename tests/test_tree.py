@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import TreeError
-from trtllm_medusa_ports.tree import (
+from trtllm_medusa_ports.trees.tree import (
     MedusaTree,
     load_presets,
     pack_mask,
@@ -196,7 +196,7 @@ def test_presets_prune_to_the_head_count_everywhere(capsys):
     pruned (and the command says so); the same count of nodes comes out of each."""
     import json
 
-    from trtllm_medusa_ports.tree import load_presets, resolve_choices
+    from trtllm_medusa_ports.trees.tree import load_presets, resolve_choices
 
     full = load_presets()["mc_sim_7b_63"]
     paths, note = resolve_choices("mc_sim_7b_63", 3)
@@ -210,7 +210,7 @@ def test_presets_prune_to_the_head_count_everywhere(capsys):
 
 def test_a_preset_named_in_a_file_is_pruned_as_the_preset_is(tmp_path):
     """@FILE holding a preset's name is that preset, pruned to the heads' depth as the name itself is (issue 57, 10)."""
-    from trtllm_medusa_ports.tree import resolve_choices
+    from trtllm_medusa_ports.trees.tree import resolve_choices
 
     f = tmp_path / "tree.txt"
     f.write_text("mc_sim_7b_63\n")

@@ -13,7 +13,7 @@ from trtllm_medusa_ports.fixtures.synthetic import random_heads, save_heads
 from trtllm_medusa_ports.reference import ReferenceModel
 from trtllm_medusa_ports.reference.executor import KVCache
 from trtllm_medusa_ports.reference.tree_proof import step_tokens, tree_proof
-from trtllm_medusa_ports.tree import MedusaTree, pack_mask
+from trtllm_medusa_ports.trees.tree import MedusaTree, pack_mask
 
 #: floating-point results: CI runs these on every ATen CPU path (.ci/run)
 pytestmark = pytest.mark.numerics

@@ -51,7 +51,7 @@ from trtllm_medusa_ports.options.validation import check_fields, validate_option
 from trtllm_medusa_ports.options.validation import validate as _validate  # noqa: F401  (tests: api._validate)
 from trtllm_medusa_ports.port import PortOptions, PortResult, Stages
 from trtllm_medusa_ports.port import port as _port
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.trees.tree import MedusaTree
 
 #: defined with the training (heads/train.py, which imports torch): read from there when first asked for, so that
 #: importing the API stays torch-free for the commands that need no torch (a float or weight-only convert)
@@ -200,7 +200,7 @@ def _inputs_there(opts) -> None:
     """A heads path or a tree file that is not there (or a tree file that cannot be read) is an input missing: exit
     1, as in every other command, not a finding of a check that ran (exit 3). What they hold is judged by the rules."""
     from trtllm_medusa_ports.heads.loader import require_heads_path
-    from trtllm_medusa_ports.tree import choices_file
+    from trtllm_medusa_ports.trees.tree import choices_file
 
     if opts.medusa_model_dir is not None:
         require_heads_path(Path(opts.medusa_model_dir))
@@ -320,7 +320,7 @@ class TuneTreeResult:
     def render(self) -> str:
         import io
 
-        from trtllm_medusa_ports.tune import print_table
+        from trtllm_medusa_ports.trees.tune import print_table
 
         res, buf = self.result, io.StringIO()
         if res.chat_template:
@@ -345,7 +345,7 @@ class TuneTreeResult:
 
 
 def tune_tree(opts: TuneOptions) -> TuneTreeResult:
-    from trtllm_medusa_ports.tune import tune, write_choices
+    from trtllm_medusa_ports.trees.tune import tune, write_choices
 
     validate_options(opts, "TuneOptions")
     opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
@@ -387,7 +387,7 @@ class TreeResult:
 
     def render(self, draw: bool = False) -> str:
         if draw:
-            from trtllm_medusa_ports.tune import draw as draw_tree
+            from trtllm_medusa_ports.trees.tune import draw as draw_tree
 
             lines = [draw_tree(self.tree)]
         else:
@@ -398,7 +398,7 @@ class TreeResult:
 
 
 def tree(opts: TreeOptions) -> TreeResult:
-    from trtllm_medusa_ports.tree import resolve_choices, upstream_quirks
+    from trtllm_medusa_ports.trees.tree import resolve_choices, upstream_quirks
 
     validate_options(opts, "TreeOptions", TreeError)
     paths, pruned = resolve_choices(opts.choices, opts.num_heads)

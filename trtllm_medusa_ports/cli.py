@@ -122,7 +122,7 @@ def run_inspect_heads(args: argparse.Namespace) -> int:
 
 def run_tree(args: argparse.Namespace) -> int:
     from trtllm_medusa_ports.api import TreeOptions, tree
-    from trtllm_medusa_ports.tree import preset_names
+    from trtllm_medusa_ports.trees.tree import preset_names
 
     if args.list_presets:
         print("\n".join(preset_names()))
@@ -248,7 +248,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _typed_trees(args: argparse.Namespace) -> None:
     """A tree typed on the command line (not @FILE) is read before any input, so that its form is judged as the
     command line's (exit 2) whatever the directories hold; whether it fits the heads is the command's to say."""
-    from trtllm_medusa_ports.tree import parse_choices
+    from trtllm_medusa_ports.trees.tree import parse_choices
 
     for dest in ("medusa_choices", "choices"):
         text = getattr(args, dest, None)

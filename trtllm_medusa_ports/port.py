@@ -330,7 +330,7 @@ def _inputs(opts: PortOptions) -> tuple[Path, Path | None, Path | None]:
     """The base, the heads and the tokenizer as local paths (Hub ids fetched), each input that must be there
     checked before anything is written (exit 1, as every command)."""
     from trtllm_medusa_ports.heads.loader import require_heads_path
-    from trtllm_medusa_ports.tree import choices_file
+    from trtllm_medusa_ports.trees.tree import choices_file
 
     _check_stages(opts)
     model = _local(opts.model_dir, "base", "--model_dir", opts.revision)

@@ -10,7 +10,7 @@ import dataclasses
 
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.findings import ERROR, WARNING, Finding
-from trtllm_medusa_ports.tree import (
+from trtllm_medusa_ports.trees.tree import (
     DEFAULT_TOP_K,
     resolve_choices,
     upstream_quirks,

@@ -59,7 +59,7 @@ from trtllm_medusa_ports.heads import MedusaHeads, load_heads
 from trtllm_medusa_ports.memory import memory_plan
 from trtllm_medusa_ports.quant import spec_from_flags
 from trtllm_medusa_ports.sharding import Mapping
-from trtllm_medusa_ports.tree import recorded_tree
+from trtllm_medusa_ports.trees.tree import recorded_tree
 
 #: Activation of the Medusa ResBlocks. Medusa heads are trained with SiLU whatever the
 #: base's activation (FasterDecoding medusa_model.py ResBlock); upstream TensorRT-LLM

@@ -67,7 +67,7 @@ from trtllm_medusa_ports.gpu_machine import NEEDS
 from trtllm_medusa_ports.memory import memory_plan
 from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.quant.prequantized import check_base_tensors
-from trtllm_medusa_ports.tree import MedusaTree, checkpoint_tree, resolve_choices
+from trtllm_medusa_ports.trees.tree import MedusaTree, checkpoint_tree, resolve_choices
 
 #: where the bundle keeps what the routes read, relative to its directory (every script works from there)
 CHECKPOINT, TOKENIZER, ENGINE = "./checkpoint", "./tokenizer", "./engine"

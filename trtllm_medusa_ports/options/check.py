@@ -38,7 +38,7 @@ def position_range_findings(opts) -> list:
     from trtllm_medusa_ports.archs import adapter_for
     from trtllm_medusa_ports.compat import learned_position_range, rope_context_range
     from trtllm_medusa_ports.files.hf_model import HFConfig
-    from trtllm_medusa_ports.tree import MedusaTree, resolve_choices
+    from trtllm_medusa_ports.trees.tree import MedusaTree, resolve_choices
 
     try:
         hf = HFConfig.read(opts.model_dir)

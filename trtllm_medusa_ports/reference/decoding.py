@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trtllm_medusa_ports.reference.executor import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.trees.tree import MedusaTree
 
 
 def greedy_accept(tokens: torch.Tensor, predicted: torch.Tensor, paths: list[list[int]]) -> tuple[int, int]:

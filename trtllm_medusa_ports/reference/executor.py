@@ -73,7 +73,7 @@ from trtllm_medusa_ports.reference.rope import (
 )
 from trtllm_medusa_ports.reference.routing import route
 from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
-from trtllm_medusa_ports.tree import unpack_mask
+from trtllm_medusa_ports.trees.tree import unpack_mask
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,7 @@ import torch
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.reference.decoding import greedy_accept, plain_decode
 from trtllm_medusa_ports.reference.executor import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.trees.tree import MedusaTree
 
 #: how many times the rounding noise between two correct decodings (module doc) a tree step may differ by
 NOISE_FACTOR = 8.0

@@ -19,7 +19,7 @@ from trtllm_medusa_ports.archs import adapter_for
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.reference.decoding import medusa_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.trees.tree import MedusaTree
 from trtllm_medusa_ports.verify.inputs import checkpoint_dtype
 from trtllm_medusa_ports.verify.limits import PARITY_RTOL
 

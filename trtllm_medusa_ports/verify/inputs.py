@@ -13,7 +13,7 @@ from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.prompts import check_ids
 from trtllm_medusa_ports.reference.executor import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree, checkpoint_tree, resolve_choices
+from trtllm_medusa_ports.trees.tree import MedusaTree, checkpoint_tree, resolve_choices
 
 
 def default_prompts(vocab: int) -> list[list[int]]:

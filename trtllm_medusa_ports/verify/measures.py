@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from trtllm_medusa_ports.reference.executor import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.trees.tree import MedusaTree
 from trtllm_medusa_ports.verify.limits import HIT_TOP_K
 
 
@@ -48,9 +48,9 @@ def head_hit_rates(ref: ReferenceModel, seqs: list[list[int]], prompt_lens: list
 def predicted_mean_accepted_tokens_per_step(ref: ReferenceModel, tree: MedusaTree, seqs: list[list[int]],
                               prompt_lens: list[int], hiddens: list[torch.Tensor] | None = None,
                               ) -> tuple[float | None, float | None]:
-    """What the tree should give on these sequences, from the checkpoint heads' ranks (tune.py; ``hiddens``:
+    """What the tree should give on these sequences, from the checkpoint heads' ranks (trees/tune.py; ``hiddens``:
     :func:`final_hidden_states` of ``seqs``, where the caller has them)."""
-    from trtllm_medusa_ports.acceptance import (
+    from trtllm_medusa_ports.trees.acceptance import (
         accuracy_table,
         expected_tokens_per_step,
         joint_values,

@@ -15,7 +15,7 @@ from trtllm_medusa_ports.huggingface.streaming import streamed_weights
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import medusa_generate, plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
-from trtllm_medusa_ports.tree import MedusaTree
+from trtllm_medusa_ports.trees.tree import MedusaTree
 from trtllm_medusa_ports.verify.hf_side import hf_greedy
 from trtllm_medusa_ports.verify.limits import Z95
 

@@ -42,7 +42,7 @@ class VerifyReport:
     heads_source: str | None = None
     heads_detail: str | None = None
     #: mean accepted tokens per step the tree should give, from the heads' top-k accuracy on these prompts'
-    #: greedy text (Medusa paper's product estimate, tune.py) and from joint counts (no independence)
+    #: greedy text (Medusa paper's product estimate, trees/tune.py) and from joint counts (no independence)
     predicted_mean_accepted_tokens_per_step: float | None = None
     predicted_mean_accepted_tokens_per_step_joint: float | None = None
     tree_nodes: int = 0

@@ -34,7 +34,9 @@ from pathlib import Path
 import torch
 
 from trtllm_medusa_ports import log
-from trtllm_medusa_ports.acceptance import (  # noqa: F401  (tune's measures, also read from here)
+from trtllm_medusa_ports.errors import PortError, TreeError
+from trtllm_medusa_ports.files.checkpoint import hidden_stem
+from trtllm_medusa_ports.trees.acceptance import (  # noqa: F401  (tune's measures, also read from here)
     Path_,
     accepted_length,
     accuracy_table,
@@ -47,9 +49,12 @@ from trtllm_medusa_ports.acceptance import (  # noqa: F401  (tune's measures, al
     rank_path,
     reference_ranks,
 )
-from trtllm_medusa_ports.errors import PortError, TreeError
-from trtllm_medusa_ports.files.checkpoint import hidden_stem
-from trtllm_medusa_ports.tree import DEFAULT_TOP_K, MedusaTree, upstream_quirks, validate_choices
+from trtllm_medusa_ports.trees.tree import (
+    DEFAULT_TOP_K,
+    MedusaTree,
+    upstream_quirks,
+    validate_choices,
+)
 
 LOG = log.get("tune")
 
@@ -241,7 +246,7 @@ def until_end(paths, answers: list[torch.Tensor]) -> float:
 def baseline_tree(baseline: str, num_heads: int) -> list[list[int]]:
     """The ``--baseline`` tree's paths (pruned to the heads' depth, as verify prunes a preset); a tree that cannot
     be read is refused under ``--baseline``'s own name, before anything is measured."""
-    from trtllm_medusa_ports.tree import resolve_choices
+    from trtllm_medusa_ports.trees.tree import resolve_choices
 
     try:
         paths, _ = resolve_choices(baseline, num_heads)

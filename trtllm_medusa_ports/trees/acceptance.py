@@ -15,7 +15,7 @@ from collections import Counter
 
 import torch
 
-from trtllm_medusa_ports.tree import DEFAULT_TOP_K
+from trtllm_medusa_ports.trees.tree import DEFAULT_TOP_K
 
 Path_ = tuple[int, ...]
 
