@@ -38,6 +38,7 @@ from trtllm_medusa_ports import log
 from trtllm_medusa_ports.declared import PORT_OWN, PORT_STAGES
 from trtllm_medusa_ports.errors import EXIT_FOUND, EXIT_OK, PortError
 from trtllm_medusa_ports.files.hub import is_hub_id, local_dir
+from trtllm_medusa_ports.files.identity import file_identity
 
 LOG = log.get("port")
 
@@ -135,28 +136,6 @@ class PortResult:
 
 
 # -- what a stage runs on ------------------------------------------------------------------------------------------
-def _fingerprint(path: Path | None) -> list | None:
-    """The files under ``path`` by name, size and modification time (a changed input reruns what read it); None for
-    no path."""
-    if path is None:
-        return None
-    path = Path(path)
-    if path.is_file():
-        st = path.stat()
-        return [[path.name, st.st_size, st.st_mtime_ns]]
-    out = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        for name in sorted(files):
-            p = Path(root, name)
-            try:
-                st = p.stat()
-            except OSError:
-                continue  # a dangling link: the stage that reads it says so
-            out.append([str(p.relative_to(path)), st.st_size, st.st_mtime_ns])
-    return out
-
-
 def _jsonable(value):
     if isinstance(value, Path):
         return str(value)
@@ -170,15 +149,15 @@ def _jsonable(value):
 
 
 def _digest(path: Path, salt: str = "") -> str:
-    """The files under ``path`` as they are now (names, sizes, times), in one hash: an output changed or damaged
+    """The files under ``path`` as they are now (files/identity.py: names, sizes, times, inodes), in one hash: an output changed or damaged
     since its stage ran is made again, and the stages after it run on the new one."""
-    return hashlib.sha256(json.dumps([salt, _fingerprint(path)]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([salt, file_identity(path)]).encode()).hexdigest()
 
 
 def _key(stage: str, options, inputs: dict[str, Path | None], before: str) -> str:
     """The stage's identity: its options, its inputs' fingerprints and the stage before it."""
     what = {"stage": stage, "options": _jsonable(options), "before": before,
-            "inputs": {k: _fingerprint(v) for k, v in inputs.items()}}
+            "inputs": {k: file_identity(v) if v is not None else None for k, v in inputs.items()}}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
 

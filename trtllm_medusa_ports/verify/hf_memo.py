@@ -16,39 +16,18 @@ holding everything they are computed from:
 A change to any of them computes the side afresh. Streaming runs (they bound memory) and quantized checkpoints
 (their transformers model is quantized in place) never keep or reuse one. :func:`forget` drops what is kept.
 
-May import: nothing of the package (paths and the standard library only).
+May import: ``files.identity`` (the files' identity, which port keys its stages by too).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
+
+from trtllm_medusa_ports.files.identity import file_identity  # noqa: F401  (verify.run and tests read it here)
 
 #: the most tensor bytes kept (logits, hidden states, source heads' logits): a tiny base's side is kilobytes, a
 #: 7B base's tens of megabytes, which a second verify of it recomputes in seconds beside minutes of executor work
 KEEP_BYTES = 64 * 2**20
-
-
-def file_identity(directory: str | Path) -> tuple | None:
-    """``(resolved path, ((name, size, mtime_ns, inode), ...))`` of the files under ``directory`` (or of the one file
-    it is); None where it cannot be listed (nothing is kept for it)."""
-    root = Path(directory)
-    try:
-        resolved = root.resolve(strict=True)
-        if not resolved.is_dir():  # a heads file given on its own
-            st = resolved.stat()
-            return str(resolved), ((resolved.name, st.st_size, st.st_mtime_ns, st.st_ino),)
-        entries = []
-        for dirpath, dirnames, filenames in os.walk(resolved):
-            dirnames.sort()
-            for name in sorted(filenames):
-                st = os.stat(os.path.join(dirpath, name))
-                entries.append((os.path.relpath(os.path.join(dirpath, name), resolved), st.st_size, st.st_mtime_ns,
-                                st.st_ino))
-    except OSError:
-        return None
-    return str(resolved), tuple(entries)
 
 
 @dataclass
