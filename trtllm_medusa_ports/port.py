@@ -149,8 +149,8 @@ def _jsonable(value):
 
 
 def _digest(path: Path, salt: str = "") -> str:
-    """The files under ``path`` as they are now (files/identity.py: names, sizes, times, inodes), in one hash: an output changed or damaged
-    since its stage ran is made again, and the stages after it run on the new one."""
+    """The files under ``path`` as they are now (files/identity.py: names, sizes, times, inodes), in one hash: an
+    output changed or damaged since its stage ran is made again, and the stages after it run on the new one."""
     return hashlib.sha256(json.dumps([salt, file_identity(path)]).encode()).hexdigest()
 
 
@@ -223,10 +223,6 @@ def _options(opts: PortOptions, run: _Run, stage: str, **paths):
         return cls(**paths, **given)
     except TypeError as exc:
         raise PortError(f"{stage}'s options: {exc}", fix=f"use the fields of {cls.__name__}") from None
-
-
-def _tokenizer(opts: PortOptions) -> dict:
-    return {"tokenizer_dir": opts.tokenizer_dir} if opts.tokenizer_dir is not None else {}
 
 
 # -- the run -----------------------------------------------------------------------------------------------------
