@@ -194,6 +194,8 @@ def main() -> int:
                                                        "before)")
     ap.add_argument("--heads", type=Path, action="append", default=[],
                     help="measure the heads a `train-heads` run wrote in this directory instead of fitting (repeat it)")
+    ap.add_argument("--tree", help="with --heads: the tree to measure on instead of mc_sim_7b_63 (a preset name or "
+                                   "@FILE, as tune-tree writes it)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
@@ -209,8 +211,11 @@ def main() -> int:
     mc, _ = resolve_choices("mc_sim_7b_63", 4)
     tree = {tuple(p) for p in mc}
     if args.heads:
+        if args.tree:
+            tree = {tuple(p) for p in resolve_choices(args.tree, 4)[0]}
         for d in args.heads:
-            print(json.dumps({"heads": str(d), **measure(saved_heads(d), lm_head, ev, tree)}), flush=True)
+            print(json.dumps({"heads": str(d), "tree": args.tree or "mc_sim_7b_63", **measure(saved_heads(d), lm_head,
+                                                                                           ev, tree)}), flush=True)
         return 0
     steps = [int(s) for s in args.steps.split(",")]
     rows, times = [], {}

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Write the training prompts shipped with the package (trtllm_medusa_ports/data/prompts.txt), and
-more held-out prompts for tuning trees (data/tune_prompts.txt).
+"""Write the training prompts shipped with the package (trtllm_medusa_ports/data/prompts.txt), more
+held-out prompts for tuning trees (data/tune_prompts.txt), and a few more for verify to measure the
+tuned tree on (data/verify_prompts.txt: what `trtllm-medusa port` verifies on).
 
 `trtllm-medusa train-heads` continues every prompt with the base's own greedy decoding and learns
 from those continuations, so the prompts only have to be *varied*: heads trained on a few templates
@@ -9,7 +10,7 @@ their own text against 0.24 on held-out prompts). This script crosses many promp
 instructions, completions, lists, dialogue, stories, code in several languages) with many subjects,
 and keeps the first prompts of a seeded shuffle, so the file is reproducible:
 
-    python scripts/make_prompts.py [--count 2400] [--tune_count 270]
+    python scripts/make_prompts.py [--count 2400] [--tune_count 270] [--verify_count 16]
 
 The prompts used to tune trees (data/heldout_prompts.txt) and those benchmarks/real_model.py measures
 on (EVAL) are excluded, with their subjects, so that tokens per step are measured on unseen text.
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "trtllm_medusa_ports" / "data" / "prompts.txt"
 HELDOUT = ROOT / "trtllm_medusa_ports" / "data" / "heldout_prompts.txt"
 TUNE = ROOT / "trtllm_medusa_ports" / "data" / "tune_prompts.txt"
+VERIFY = ROOT / "trtllm_medusa_ports" / "data" / "verify_prompts.txt"
 
 #: words of the measured (EVAL) and tuning prompts: a generated prompt containing one is dropped
 RESERVED = ["solar system", "planet", "quicksort", "relativity", "pancake", "submarine", "winter",
@@ -199,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--tune_count", type=int, default=270)
     ap.add_argument("--tune_out", type=Path, default=TUNE)
+    ap.add_argument("--verify_count", type=int, default=16)
+    ap.add_argument("--verify_out", type=Path, default=VERIFY)
     args = ap.parse_args(argv)
     reserved = {line.strip().lower() for line in HELDOUT.read_text(encoding="utf-8").splitlines() if line.strip()}
     words = re.compile("|".join(re.escape(w) for w in RESERVED), re.IGNORECASE)
@@ -228,10 +232,21 @@ def main(argv: list[str] | None = None) -> None:
     tune_rng = random.Random(args.seed + 1)
     tune: list[str] = []
     for kind in KINDS:
-        tune += left[kind][:quota(kind, args.tune_count, len(tune))]
+        want = quota(kind, args.tune_count, len(tune))
+        tune += left[kind][:want]
+        left[kind] = left[kind][want:]
     tune_rng.shuffle(tune)
     args.tune_out.write_text("\n".join(tune) + "\n", encoding="utf-8")
     print(f"wrote {len(tune)} prompts to {args.tune_out}")
+    # prompts of the same kinds again, in neither file above, for verify to measure what tune-tree predicted
+    # (their own generator: the two files above do not change)
+    verify_rng = random.Random(args.seed + 2)
+    checks: list[str] = []
+    for kind in KINDS:
+        checks += left[kind][:quota(kind, args.verify_count, len(checks))]
+    verify_rng.shuffle(checks)
+    args.verify_out.write_text("\n".join(checks) + "\n", encoding="utf-8")
+    print(f"wrote {len(checks)} prompts to {args.verify_out}")
 
 if __name__ == "__main__":
     main()

@@ -15,6 +15,8 @@ from trtllm_medusa_ports import api
 from trtllm_medusa_ports.api import PortOptions, port
 from trtllm_medusa_ports.cli import main
 from trtllm_medusa_ports.errors import PortError
+from trtllm_medusa_ports.files.prompts import verify_prompts
+from trtllm_medusa_ports.files.tokenizer import CHAT_NONE
 from trtllm_medusa_ports.fixtures.synthetic import (
     save_heads,
     save_tiny_tokenizer,
@@ -60,6 +62,11 @@ def test_port_runs_every_stage_then_reuses_what_did_not_change(tmp_path, inputs,
     assert bundle["serving"]["max_batch_size"] == 4 and first.bundle == (out / "serve").resolve()
     verify = json.loads((out / "verify.json").read_text())
     assert verify["ok"] and first.tokens_per_step_until_end == verify["tokens_per_step_until_end"] > 1
+    # verify measures on the packaged verify prompts (tune-tree's kinds, in neither's files), as text
+    assert len(verify["prompts"]) == len(verify_prompts()) and verify["chat_template"] == CHAT_NONE
+    tuned = json.loads((out / "tune.json").read_text())["predicted_tokens_per_step_until_end"]
+    assert first.predicted_tokens_per_step_until_end == tuned and f"tune-tree predicted {tuned:.2f}" in first.render()
+    assert first.measured_on == f"{len(verify_prompts())} text prompt(s), the chat template {CHAT_NONE}"
     err = capsys.readouterr().err
     assert "[1/6] check: done in" in err and "[2/6] train-heads: skipped (--medusa_model_dir given)" in err
     assert "[6/6] deploy: done in" in err
@@ -87,13 +94,15 @@ def test_port_trains_heads_when_none_are_given_and_prints_one_json_object(tmp_pa
     out = tmp_path / "out"
     argv = ["port", str(base), "--output_dir", str(out), "--tokenizer_dir", str(tok), "--medusa_choices",
             "mc_sim_7b_63", "--steps", "5", "--num_heads", "2", "--prompt_ids", "1,2,3;4,5,6;7,8,9", "--new_tokens",
-            "8", "--max_new_tokens", "6", "--json", "--quiet"]
+            "8", "--json", "--quiet"]
     assert main(argv) == 0
     got = json.loads(capsys.readouterr().out)
     assert [s["status"] for s in got["stages"]] == ["ran", "ran", "skipped", "ran", "ran", "ran"]
     assert got["verified"] is True and got["exit_code"] == 0 and got["bundle"] == str((out / "serve").resolve())
     trained = json.loads((out / "train.json").read_text())
     assert trained["steps"] == 5 and trained["sequences"] == 3  # the flags reached train-heads
+    verified = json.loads((out / "verify.json").read_text())  # answers as long as tune-tree's (--new_tokens)
+    assert verified["tokens_generated"] == 8 * len(verify_prompts()) == 8 * len(verified["prompts"])
     assert json.loads((out / "heads" / "config.json").read_text())["medusa_num_heads"] == 2
     assert json.loads((out / "checkpoint" / "config.json").read_text())["num_medusa_heads"] == 2
     assert main(argv) == 0  # a rerun: every stage that ran is reused

@@ -11,7 +11,12 @@ import torch
 from conftest import tiny_base
 
 from trtllm_medusa_ports.cli import main
-from trtllm_medusa_ports.files.prompts import PromptInputs, heldout_prompts, packaged_prompts
+from trtllm_medusa_ports.files.prompts import (
+    PromptInputs,
+    heldout_prompts,
+    packaged_prompts,
+    verify_prompts,
+)
 from trtllm_medusa_ports.fixtures.synthetic import TINY_CONFIGS
 from trtllm_medusa_ports.heads import load_heads
 from trtllm_medusa_ports.heads.fit import FitOptions, fit_heads
@@ -85,9 +90,10 @@ def test_the_corpus_states_taken_from_the_generation_are_those_of_a_pass_over_th
 
 
 def test_packaged_prompts_are_many_varied_and_disjoint_from_the_heldout_ones():
-    train, held = packaged_prompts(), heldout_prompts()
+    train, held, checks = packaged_prompts(), heldout_prompts(), verify_prompts()
     assert len(train) >= 250 and len(set(train)) == len(train) and len(held) >= 250 and len(set(held)) == len(held)
     assert not set(train) & set(held)
+    assert len(checks) == len(set(checks)) >= 12 and not set(checks) & (set(train) | set(held))
     assert any(p.startswith("def ") for p in train) and any("\n" in p for p in train)
 
 
@@ -98,11 +104,14 @@ def test_packaged_prompts_are_what_the_generator_writes(tmp_path):
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "make_prompts.py"
     runpy.run_path(str(script), run_name="make_prompts")["main"](["--out", str(tmp_path / "p.txt"),
-                                                                   "--tune_out", str(tmp_path / "t.txt")])
+                                                                   "--tune_out", str(tmp_path / "t.txt"),
+                                                                   "--verify_out", str(tmp_path / "v.txt")])
     data = resources.files("trtllm_medusa_ports").joinpath("data")
     packaged = data.joinpath("prompts.txt").read_text(encoding="utf-8")
     assert (tmp_path / "p.txt").read_text(encoding="utf-8") == packaged
     assert (tmp_path / "t.txt").read_text(encoding="utf-8") == data.joinpath("tune_prompts.txt").read_text(encoding="utf-8")
+    assert (tmp_path / "v.txt").read_text(encoding="utf-8") == data.joinpath("verify_prompts.txt").read_text(
+        encoding="utf-8")
     forms = {p.split(" ")[0] for p in packaged_prompts()}
     assert len(packaged_prompts()) >= 1500 and len(forms) >= 60  # many prompts, many shapes of prompt
 

@@ -42,6 +42,7 @@ from trtllm_medusa_ports.errors import (
 from trtllm_medusa_ports.files.hub import hub_inputs
 from trtllm_medusa_ports.files.jsonfile import is_int
 from trtllm_medusa_ports.files.prompts import PromptInputs
+from trtllm_medusa_ports.files.tokenizer import CHAT_UNUSED
 from trtllm_medusa_ports.gpu_machine import CHECKOUT_COMMAND
 from trtllm_medusa_ports.options.calibration import check_calibration_flags, tool_calibration
 from trtllm_medusa_ports.options.check import memory_plan_for, position_range_findings
@@ -254,8 +255,8 @@ def verify(opts: VerifyOptions):
     validate_options(opts, "VerifyOptions")
     opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
     _inputs_there(opts)
-    prompts = token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir)
-    return _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
+    prompts, chat = prompt_token_ids(opts.prompts, Path(opts.model_dir), opts.tokenizer_dir, opts.chat_template)
+    report = _verify(opts.model_dir, opts.checkpoint_dir, medusa_choices=opts.medusa_choices, prompts=prompts,
                    max_new_tokens=opts.max_new_tokens, quiet=opts.quiet, medusa_model_dir=opts.medusa_model_dir,
                    threads=opts.threads, max_quant_error=opts.max_quant_error, skip_tree_proof=opts.skip_tree_proof,
                    gemm_plugin=opts.gemm_plugin, calibration=tool_calibration(opts),
@@ -264,6 +265,8 @@ def verify(opts: VerifyOptions):
                                         else opts.min_quant_agreement),
                    override_medusa_choices=opts.override_medusa_choices, streaming=opts.streaming,
                    max_memory=opts.max_memory, device=opts.device, offload_dir=opts.offload_dir)
+    report.chat_template = None if chat == CHAT_UNUSED else chat
+    return report
 
 
 # -- train-heads ----------------------------------------------------------------------------------

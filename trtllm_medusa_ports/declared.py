@@ -276,6 +276,7 @@ _VERIFY = (
     _I("max_new_tokens", "greedy tokens per prompt", default=32),
     _P("medusa_model_dir", "the heads the checkpoint was converted from (default: the path recorded at conversion)"),
     *_prompts("to decode (default: a few prompts of token ids)"),
+    _chat_template("text prompts"),
     _threads(),
     _F("max_quant_error", "quantized checkpoints: fail when the logits differ from the float base's by more "
        "(default: the difference is reported, not judged)", lo=0),

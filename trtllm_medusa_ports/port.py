@@ -102,6 +102,10 @@ class PortResult:
     verified: bool | None = None
     tokens_per_step_until_end: float | None = None
     mean_accepted_tokens_per_step: float | None = None
+    #: what verify measured on (the prompts, their chat template), in words
+    measured_on: str | None = None
+    #: tune-tree's prediction of the tokens per step until the end token for the tree it wrote (None: not tuned here)
+    predicted_tokens_per_step_until_end: float | None = None
     bundle: Path | None = None
     #: the result objects of the stages that ran in this call (CheckResult, VerifyReport, ...), by stage name
     made: dict = field(default_factory=dict, repr=False)
@@ -119,6 +123,8 @@ class PortResult:
                 "compatible": self.compatible, "verified": self.verified,
                 "tokens_per_step_until_end": self.tokens_per_step_until_end,
                 "mean_accepted_tokens_per_step": self.mean_accepted_tokens_per_step,
+                "measured_on": self.measured_on,
+                "predicted_tokens_per_step_until_end": self.predicted_tokens_per_step_until_end,
                 "bundle": None if self.bundle is None else str(self.bundle), "next": self.next_command(),
                 "exit_code": self.exit_code}
 
@@ -128,7 +134,11 @@ class PortResult:
         lines = [f"port: {verdict}"]
         if self.tokens_per_step_until_end is not None:
             lines.append(f"  speculation: {self.tokens_per_step_until_end:.2f} tokens per step until the end token "
-                         f"(mean accepted {self.mean_accepted_tokens_per_step:.2f}), measured by verify on CPU")
+                         f"(mean accepted {self.mean_accepted_tokens_per_step:.2f}), measured by verify on CPU"
+                         + (f" on {self.measured_on}" if self.measured_on else ""))
+            if self.predicted_tokens_per_step_until_end is not None:
+                lines.append(f"  tune-tree predicted {self.predicted_tokens_per_step_until_end:.2f} for its tree "
+                             "(tune.json: measured on its own prompts)")
         if self.bundle is not None:
             lines.append(f"  bundle: {self.bundle}")
             lines.append(f"  next: {self.next_command()}")
@@ -348,11 +358,38 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
         tree = out / "tree.json"
         o = _options(opts, run, "tune-tree", model_dir=model, medusa_model_dir=heads, output=tree, overwrite=True,
                      **paths)
-        run.stage("tune-tree", o, {**inputs, "heads": heads}, tree, lambda: do["tune-tree"](o), "tune.json")
+        tuned = run.stage("tune-tree", o, {**inputs, "heads": heads}, tree, lambda: do["tune-tree"](o), "tune.json")
+        result.predicted_tokens_per_step_until_end = tuned.get("predicted_tokens_per_step_until_end")
         choices = f"@{tree}"
     else:
         run.skip("tune-tree", "--medusa_choices given")
     return _convert_verify_deploy(opts, run, result, model, heads, tok, choices)
+
+
+def _measured_on(report: dict) -> str:
+    n = len(report.get("prompts") or ())
+    chat = report.get("chat_template")
+    how = ("token-id prompt(s)" if chat is None else "text prompt(s) through the chat template"
+           if chat.startswith("applied") else f"text prompt(s), the chat template {chat}")
+    return f"{n} {how}"
+
+
+def _verify_prompts(opts: PortOptions, run: _Run, tok: Path) -> dict:
+    """What verify measures on within port: the packaged verify prompts (files/prompts.py ``verify_prompts``: of
+    tune-tree's kinds, in none of train-heads' and tune-tree's files) through the chat template as tune-tree's are,
+    each answered for as many tokens as tune-tree measured (its ``--new_tokens``) unless ``--max_new_tokens`` is
+    given: so that verify's tokens per step is the figure tune-tree predicted, measured on other prompts of the same
+    kind. A base without a tokenizer keeps verify's default prompts (token ids)."""
+    from trtllm_medusa_ports.files.prompts import PromptInputs, verify_prompts
+    from trtllm_medusa_ports.files.tokenizer import VOCAB_FILES
+
+    if not any((tok / f).is_file() for f in VOCAB_FILES):
+        return {}
+    given = opts.stages.get("verify") or {}
+    tuned = {f.name: f.default for f in dataclasses.fields(run.stages.classes["tune-tree"])}["new_tokens"]
+    tuned = (opts.stages.get("tune-tree") or {}).get("new_tokens", tuned)
+    new = {} if "max_new_tokens" in given else {"max_new_tokens": tuned}
+    return {"prompts": PromptInputs(prompt=verify_prompts()), **new}
 
 
 def _convert_verify_deploy(opts: PortOptions, run: _Run, result: PortResult, model: Path, heads: Path,
@@ -367,11 +404,13 @@ def _convert_verify_deploy(opts: PortOptions, run: _Run, result: PortResult, mod
     o = _options(opts, run, "convert", model_dir=model, medusa_model_dir=heads, output_dir=ckpt, medusa_choices=choices,
                  overwrite=True, **paths, **dtype)
     run.stage("convert", o, inputs, ckpt, lambda: do["convert"](o), "convert.json")
-    o = _options(opts, run, "verify", model_dir=model, checkpoint_dir=ckpt, medusa_model_dir=heads, **paths)
+    o = _options(opts, run, "verify", model_dir=model, checkpoint_dir=ckpt, medusa_model_dir=heads, **paths,
+                 **_verify_prompts(opts, run, tok or model))
     report = run.stage("verify", o, inputs, out / "verify.json", lambda: do["verify"](o), "verify.json")
     result.verified = bool(report.get("ok"))
     result.tokens_per_step_until_end = report.get("tokens_per_step_until_end")
     result.mean_accepted_tokens_per_step = report.get("mean_accepted_tokens_per_step")
+    result.measured_on = _measured_on(report)
     if not result.verified:
         return result
     serve = out / "serve"

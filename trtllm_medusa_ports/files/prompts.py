@@ -98,6 +98,13 @@ def heldout_prompts() -> list[str]:
             for p in prompt_lines(data.joinpath(name).read_text(encoding="utf-8"))]
 
 
+def verify_prompts() -> list[str]:
+    """Prompts shipped for verify to measure a tuned tree on (16): of the kinds of tune-tree's (:func:`heldout_prompts`)
+    and in neither file, so what verify measures on them is what tune-tree's prediction is judged against."""
+    text = resources.files("trtllm_medusa_ports").joinpath("data/verify_prompts.txt").read_text(encoding="utf-8")
+    return prompt_lines(text)
+
+
 def _not_utf8(data: bytes, exc: UnicodeDecodeError, line: int, path: Path, what: str, fix: str) -> PortError:
     """The error for ``data`` (line ``line`` of the file) that is not UTF-8: the line and the column of the bad byte."""
     column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1

@@ -53,6 +53,9 @@ class VerifyReport:
     #: so that greedy equivalence compares every token
     tokens_per_step_until_end: float | None = None
     prompts_ending_early: int = 0
+    #: what was done with text prompts (files/tokenizer.py CHAT_*: the chat template applied or not, and why); None:
+    #: no text prompt (token ids, or verify's default prompts)
+    chat_template: str | None = None
     #: quantized checkpoints (trtllm_medusa_ports/quant): the format; parity is against transformers with
     #: the same quantization, greedy equivalence against the executor's own plain decoding of it
     quantization: str | None = None
@@ -184,6 +187,8 @@ class VerifyReport:
                          f"({self.max_activation_at})")
         lines.append(f"greedy equivalence: {'PASS' if self.greedy_equal else 'FAIL'}  "
                      f"{self.tokens_generated} tokens over {len(self.prompts)} prompt(s)")
+        if self.chat_template:
+            lines.append(f"  prompts         : chat template {self.chat_template}")
         if self.first_divergence:
             d = self.first_divergence
             lines.append(f"  first divergence: prompt {d['prompt']}, position {d['position']}: "
