@@ -379,17 +379,22 @@ def _verify_prompts(opts: PortOptions, run: _Run, tok: Path) -> dict:
     tune-tree's kinds, in none of train-heads' and tune-tree's files) through the chat template as tune-tree's are,
     each answered for as many tokens as tune-tree measured (its ``--new_tokens``) unless ``--max_new_tokens`` is
     given: so that verify's tokens per step is the figure tune-tree predicted, measured on other prompts of the same
-    kind. A base without a tokenizer keeps verify's default prompts (token ids)."""
-    from trtllm_medusa_ports.files.prompts import PromptInputs, verify_prompts
+    kind. A prompt the tokenizer turns into no token is left out; a base without a tokenizer, or whose tokenizer
+    empties them all, keeps verify's default prompts (token ids)."""
+    from trtllm_medusa_ports.files.prompts import PromptInputs, lazy_tokenizer, verify_prompts
     from trtllm_medusa_ports.files.tokenizer import VOCAB_FILES
 
     if not any((tok / f).is_file() for f in VOCAB_FILES):
         return {}
     given = opts.stages.get("verify") or {}
+    tokenize = lazy_tokenizer(tok, given.get("chat_template", "auto"))
+    texts = [t for t in verify_prompts() if tokenize.prompt(t)]
+    if not texts:
+        return {}
     tuned = {f.name: f.default for f in dataclasses.fields(run.stages.classes["tune-tree"])}["new_tokens"]
     tuned = (opts.stages.get("tune-tree") or {}).get("new_tokens", tuned)
     new = {} if "max_new_tokens" in given else {"max_new_tokens": tuned}
-    return {"prompts": PromptInputs(prompt=verify_prompts()), **new}
+    return {"prompts": PromptInputs(prompt=texts), **new}
 
 
 def _convert_verify_deploy(opts: PortOptions, run: _Run, result: PortResult, model: Path, heads: Path,
