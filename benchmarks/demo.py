@@ -27,7 +27,7 @@ from pathlib import Path
 
 BUSY = "while True: pass"
 #: the demo with the package's thread rule replaced by torch's own default (the baseline)
-TORCH_DEFAULT = ("import sys, torch; import trtllm_medusa_ports.threads as t; "
+TORCH_DEFAULT = ("import sys, torch; import trtllm_medusa_ports.machine.threads as t; "
                  "t.default_threads = lambda: torch.get_num_threads(); "
                  "from trtllm_medusa_ports.cli import main; sys.exit(main(['demo', '--workdir', sys.argv[1]]))")
 

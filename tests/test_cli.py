@@ -36,7 +36,7 @@ def test_demo_computes_on_the_idle_cores(tmp_path, monkeypatch):
     import torch
 
     import trtllm_medusa_ports.demo as demo
-    import trtllm_medusa_ports.threads as threads
+    import trtllm_medusa_ports.machine.threads as threads
 
     seen = []
     monkeypatch.setattr(threads, "default_threads", lambda: 1)
@@ -193,7 +193,7 @@ def test_the_idle_cores_are_read_now_not_from_the_one_minute_load_average(monkey
     train-heads took one thread of two (1.5x slower)."""
     import os
 
-    from trtllm_medusa_ports import threads
+    from trtllm_medusa_ports.machine import threads
 
     reads = iter(f"1.00 1.00 1.00 {n}/300 9" for n in (1, 3, 1, 1, 2))  # a passing burst is not counted
     assert threads.busy_elsewhere(interval=0, read=lambda: next(reads)) == 0

@@ -447,7 +447,7 @@ def test_deploy_says_where_the_kv_cache_share_comes_from(served, tmp_path):
     """--gpu_memory_gb also sets every route's KV cache share (issue 64, 7): deploy.json and the summary say how, and
     without the flag that it is TensorRT-LLM's default."""
     from trtllm_medusa_ports import api
-    from trtllm_medusa_ports.gpu_machine import CHECKOUT_COMMAND
+    from trtllm_medusa_ports.machine.gpu_machine import CHECKOUT_COMMAND
 
     ckpt, tok = served
     sized = api.deploy(api.DeployOptions(ckpt, tok, tmp_path / "a", gpu_memory_gb=80))

@@ -225,7 +225,7 @@ def test_family_config_sees_the_base_architecture(trtllm, store, tmp_path):
 
 
 def test_build_without_tensorrt_llm_exits_1_with_hint(store, tmp_path, capsys):
-    from trtllm_medusa_ports.gpu_machine import INSTALL_COMMAND
+    from trtllm_medusa_ports.machine.gpu_machine import INSTALL_COMMAND
 
     _drop_trtllm()
     rc = _build(_checkpoint(store, tmp_path, "GemmaForCausalLM"), tmp_path / "x")

@@ -1,5 +1,5 @@
 """The GPU machine's side, said once (issue 64, 7): the install line, the source checkout the scripts need and the
-supported TensorRT-LLM line come from trtllm_medusa_ports/gpu_machine.py, and every place a user reads them says
+supported TensorRT-LLM line come from trtllm_medusa_ports/machine/gpu_machine.py, and every place a user reads them says
 that text: the README, pyproject.toml's extra, the tool's errors, the bundle's scripts and deploy's summary."""
 
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from trtllm_medusa_ports.gpu_machine import (
+from trtllm_medusa_ports.machine.gpu_machine import (
     CHECKOUT_COMMAND,
     INSTALL_COMMAND,
     NEEDS,

@@ -25,7 +25,6 @@ from conftest import tiny_base
 
 from trtllm_medusa_ports import api
 from trtllm_medusa_ports.cli import main
-from trtllm_medusa_ports.devices import check_device
 from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files import prompts
 from trtllm_medusa_ports.fixtures.synthetic import (
@@ -34,6 +33,7 @@ from trtllm_medusa_ports.fixtures.synthetic import (
     save_tiny_tokenizer,
     tiny_config,
 )
+from trtllm_medusa_ports.machine.devices import check_device
 from trtllm_medusa_ports.quant.calibrate import (
     read_calibration_samples,
     recorded_tokenizer_dir,

@@ -1,4 +1,4 @@
-"""logging with --log_level on every command (issue 65, 4; trtllm_medusa_ports/log.py): TensorRT-LLM's level names,
+"""logging with --log_level on every command (issue 65, 4; trtllm_medusa_ports/machine/log.py): TensorRT-LLM's level names,
 warnings and notes through the package's logger, the CLI showing them on stderr at the level asked, an API call
 leaving the logger as it found it."""
 
@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.cli import build_parser, main
 from trtllm_medusa_ports.cli_flags.parsers import COMMAND_PARSERS
+from trtllm_medusa_ports.machine import log
 
 # tree's notes (a preset cut to the heads' depth) and a warning-level finding of check
 _TREE = ["tree", "--choices", "mc_sim_7b_63", "--num_heads", "2"]

@@ -426,8 +426,8 @@ def test_shares_merge_into_the_corpus_one_build_writes(store):
 
 
 def test_shares_and_gpu_blocks():
-    from trtllm_medusa_ports.devices import rank_gpus
     from trtllm_medusa_ports.heads.distributed import Group, rank_device, share
+    from trtllm_medusa_ports.machine.devices import rank_gpus
 
     assert [share(10, r, 3) for r in range(3)] == [(0, 4), (4, 7), (7, 10)]
     assert [share(1, r, 3) for r in range(3)] == [(0, 1), (1, 1), (1, 1)]
@@ -470,7 +470,7 @@ def test_torchrun_environment_without_a_master_is_refused(monkeypatch):
 
 # -- bfloat16 only where the hardware has it ----------------------------------------------------------------------
 def test_dtype_choice_follows_the_measured_bfloat16_speed():
-    from trtllm_medusa_ports.devices import choose_dtype
+    from trtllm_medusa_ports.machine.devices import choose_dtype
 
     assert choose_dtype("auto", "cpu", "--fit_dtype", slowdown=42.0) == ("float32", None)
     assert choose_dtype("auto", "cpu", "--fit_dtype", slowdown=0.4) == ("bfloat16", None)
@@ -484,7 +484,7 @@ def test_dtype_choice_follows_the_measured_bfloat16_speed():
 
 
 def test_probe_measures_once_per_device():
-    from trtllm_medusa_ports.devices import bfloat16_slowdown
+    from trtllm_medusa_ports.machine.devices import bfloat16_slowdown
 
     first = bfloat16_slowdown("cpu")
     assert first > 0 and bfloat16_slowdown("cpu") == first  # cached: the same value, not a second timing
@@ -493,7 +493,7 @@ def test_probe_measures_once_per_device():
 @pytest.mark.parametrize("slowdown, want", [(42.0, "float32"), (0.3, "bfloat16")])
 def test_train_heads_defaults_follow_the_probe_and_an_explicit_bfloat16_warns(setup, tmp_path, monkeypatch, capsys,
                                                                               slowdown, want):
-    import trtllm_medusa_ports.devices as devices
+    import trtllm_medusa_ports.machine.devices as devices
     from trtllm_medusa_ports.cli import build_parser
 
     monkeypatch.setattr(devices, "bfloat16_slowdown", lambda device: slowdown)
@@ -506,7 +506,7 @@ def test_train_heads_defaults_follow_the_probe_and_an_explicit_bfloat16_warns(se
     assert res.to_dict()["fit_dtype"] == want and "warning" not in capsys.readouterr().err
     fit = _fit(steps=2)
     fit.matmul_dtype = "bfloat16"
-    from trtllm_medusa_ports import log
+    from trtllm_medusa_ports.machine import log
 
     with log.shown():  # the CLI's log on stderr (an API caller's logging configuration shows the same record)
         res = api.train_heads(_opts(setup, tmp_path / "b", fit=fit))

@@ -27,7 +27,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.compat import ERROR, Finding
 from trtllm_medusa_ports.conversion.convert import ConvertOptions as _ConvertOptions
 from trtllm_medusa_ports.conversion.convert import ConvertResult
@@ -43,7 +42,8 @@ from trtllm_medusa_ports.files.hub import hub_inputs
 from trtllm_medusa_ports.files.jsonfile import is_int
 from trtllm_medusa_ports.files.prompts import PromptInputs
 from trtllm_medusa_ports.files.tokenizer import CHAT_UNUSED
-from trtllm_medusa_ports.gpu_machine import CHECKOUT_COMMAND
+from trtllm_medusa_ports.machine import log
+from trtllm_medusa_ports.machine.gpu_machine import CHECKOUT_COMMAND
 from trtllm_medusa_ports.options.calibration import check_calibration_flags, tool_calibration
 from trtllm_medusa_ports.options.check import memory_plan_for, position_range_findings
 from trtllm_medusa_ports.options.prompts import prompt_token_ids, token_ids
@@ -104,7 +104,7 @@ __all__ = [
 ]
 
 
-from trtllm_medusa_ports.threads import default_threads, torch_threads  # noqa: E402
+from trtllm_medusa_ports.machine.threads import default_threads, torch_threads  # noqa: E402
 
 LOG = log.get("api")
 

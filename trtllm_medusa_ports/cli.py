@@ -18,7 +18,6 @@ import os
 import sys
 from pathlib import Path
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.cli_flags import parsers
 from trtllm_medusa_ports.cli_flags.refused import (
     ADD_HEADS_REFUSED,
@@ -45,6 +44,7 @@ from trtllm_medusa_ports.errors import (
     failure,
 )
 from trtllm_medusa_ports.files import interrupts
+from trtllm_medusa_ports.machine import log
 
 LOG = log.get("cli")
 

@@ -19,7 +19,7 @@ from trtllm_medusa_ports.fixtures.synthetic import (
     save_tiny_tokenizer,
     train_heads,
 )
-from trtllm_medusa_ports.threads import torch_threads
+from trtllm_medusa_ports.machine.threads import torch_threads
 
 #: file the demo leaves in its --workdir: only a directory holding it is ever cleared by the demo
 MARKER = ".trtllm-medusa-demo"

@@ -34,11 +34,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.declared import PORT_OWN, PORT_STAGES
 from trtllm_medusa_ports.errors import EXIT_FOUND, EXIT_OK, PortError
 from trtllm_medusa_ports.files.hub import is_hub_id, local_dir
 from trtllm_medusa_ports.files.identity import file_identity
+from trtllm_medusa_ports.machine import log
 
 LOG = log.get("port")
 

@@ -13,7 +13,7 @@ from trtllm_medusa_ports import declared
 from trtllm_medusa_ports.cli_flags.refused import FROM_CONFIG, NOT_SUPPORTED
 from trtllm_medusa_ports.cli_flags.types import fraction, int_in, non_negative, number_in, positive
 from trtllm_medusa_ports.errors import EXIT_CODES
-from trtllm_medusa_ports.log import DEFAULT_LEVEL, LEVELS
+from trtllm_medusa_ports.machine.log import DEFAULT_LEVEL, LEVELS
 
 
 def flag_type(spec: declared.Spec):

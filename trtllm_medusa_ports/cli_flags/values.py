@@ -102,7 +102,7 @@ def calibration_device_ok(args: argparse.Namespace) -> bool:
 
 def device_ok(device: str) -> bool:
     """Whether ``--device`` computes (devices.check_device); a usage PortError where it does not."""
-    from trtllm_medusa_ports.devices import check_device
+    from trtllm_medusa_ports.machine.devices import check_device
 
     try:
         check_device(device, "--device")

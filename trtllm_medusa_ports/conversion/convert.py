@@ -373,7 +373,7 @@ def _quantized_jobs(opts: ConvertOptions, jobs: list[_Job], cfg: dict, spec, dty
             samples, source = read_calibration_samples(
                 opts.calib_dataset, opts.model_dir, size=opts.calib_size, max_seq_length=opts.calib_max_seq_length,
                 tokenizer_dir=opts.tokenizer_dir, chat_template=opts.chat_template)
-            from trtllm_medusa_ports.threads import torch_threads
+            from trtllm_medusa_ports.machine.threads import torch_threads
 
             with torch_threads(opts.threads):
                 calibration = calibrate(opts.model_dir, adapter, dtype, samples, source=source, device=opts.device,

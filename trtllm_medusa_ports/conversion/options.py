@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.compat import Finding
 from trtllm_medusa_ports.deploy.commands import build_line
+from trtllm_medusa_ports.machine import log
 
 
 @dataclass

@@ -23,7 +23,7 @@ from trtllm_medusa_ports.files.checkpoint import (
     atomic_output_dir,
     write_config,
 )
-from trtllm_medusa_ports.progress import progress
+from trtllm_medusa_ports.machine.progress import progress
 
 #: byte moves of fewer bytes than this in all run on the calling thread alone: a second thread's start and the handoffs
 #: of the interpreter lock between the two cost more than moving the bytes side by side saves (a tiny base's

@@ -18,7 +18,6 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.compat import (
     ERROR,
     INFO,
@@ -36,6 +35,7 @@ from trtllm_medusa_ports.engine.installed import (
 from trtllm_medusa_ports.errors import CheckpointError, PortError
 from trtllm_medusa_ports.files.checkpoint import no_config, read_checkpoint
 from trtllm_medusa_ports.files.jsonfile import read_json
+from trtllm_medusa_ports.machine import log
 from trtllm_medusa_ports.quant import BITS, QUANTIZED_LAYER_FIX, quantized_layer_problems
 from trtllm_medusa_ports.quant.base_checks import tool_layer_problems
 from trtllm_medusa_ports.quant.engine_load import load_problems

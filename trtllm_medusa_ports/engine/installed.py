@@ -9,7 +9,7 @@ import importlib
 from types import ModuleType
 
 from trtllm_medusa_ports.errors import PortError
-from trtllm_medusa_ports.gpu_machine import INSTALL_HINT, SUPPORTED_TRTLLM
+from trtllm_medusa_ports.machine.gpu_machine import INSTALL_HINT, SUPPORTED_TRTLLM
 
 # SUPPORTED_TRTLLM (gpu_machine.py): files read at 1.2.0rc2/rc3 (models/modeling_utils.py, mapping.py,
 # models/medusa/model.py) and the newest 1.x copies of the family models and commands/build.py;

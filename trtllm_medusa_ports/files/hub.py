@@ -23,9 +23,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.tokenizer import TOKENIZER_FILES
+from trtllm_medusa_ports.machine import log
 
 #: ``owner/name`` as the Hub spells repository ids (huggingface_hub's ``validate_repo_id``: letters, digits,
 #: ``-``, ``_``, ``.``, at most 96 characters, no ``--`` or ``..``, not starting or ending with ``-`` or ``.``)

@@ -185,7 +185,7 @@ def rank_device(device: str, local_rank: int, local_world: int = 1, gpus: int = 
     if device != "cuda":
         return device
     if spread:
-        from trtllm_medusa_ports.devices import rank_gpus
+        from trtllm_medusa_ports.machine.devices import rank_gpus
 
         block = rank_gpus(local_rank, local_world, gpus)
         return f"cuda:{block[0] if block else local_rank}"

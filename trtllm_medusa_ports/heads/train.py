@@ -43,9 +43,7 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.archs.registry import base_context
-from trtllm_medusa_ports.devices import check_device, choose_dtype
 from trtllm_medusa_ports.errors import HeadsError, PortError
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES
 from trtllm_medusa_ports.files.hf_model import progress_bars_off
@@ -95,6 +93,8 @@ from trtllm_medusa_ports.huggingface.model import (
     release,
 )
 from trtllm_medusa_ports.huggingface.streaming import to_dtype
+from trtllm_medusa_ports.machine import log
+from trtllm_medusa_ports.machine.devices import check_device, choose_dtype
 
 LOG = log.get("heads.train")
 

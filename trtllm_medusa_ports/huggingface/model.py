@@ -72,7 +72,7 @@ def _device_map_kwargs(device_map: str | None, device: str) -> dict:
                          fix="pip install accelerate, or leave --device_map out")
     if torch.device(device).type != "cuda" or not torch.cuda.is_available():
         return {"device_map": "auto"}
-    from trtllm_medusa_ports.devices import rank_gpus
+    from trtllm_medusa_ports.machine.devices import rank_gpus
 
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)

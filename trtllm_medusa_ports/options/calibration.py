@@ -27,7 +27,7 @@ def check_calibration_flags(opts: ConvertOptions) -> list[str]:
 
     spec = spec_from_flags(opts)
     if spec.needs_calibration and opts.calibration is None:
-        from trtllm_medusa_ports.devices import check_device
+        from trtllm_medusa_ports.machine.devices import check_device
 
         check_device(opts.device, "--device", ConversionError)
         return []

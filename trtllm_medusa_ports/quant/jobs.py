@@ -141,7 +141,7 @@ def measure_weights(jobs: list, moves: list, scales: WeightScales, dtype: str, *
 
     from trtllm_medusa_ports.files.byte_moves import ByteMover, MoveKind, NonFinite
     from trtllm_medusa_ports.files.dtypes import to_torch
-    from trtllm_medusa_ports.progress import progress
+    from trtllm_medusa_ports.machine.progress import progress
 
     work = [(job, move) for job, move in zip(jobs, moves, strict=True) if job.label in scales.jobs]
     if not work:

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.errors import PortError, TreeError
 from trtllm_medusa_ports.files.checkpoint import hidden_stem
+from trtllm_medusa_ports.machine import log
 from trtllm_medusa_ports.trees.acceptance import (  # noqa: F401  (tune's measures, also read from here)
     Path_,
     accepted_length,

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports import devices
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.huggingface.memory_mode import (
     GB,
@@ -36,6 +35,7 @@ from trtllm_medusa_ports.huggingface.memory_mode import (
     select,
     unit_sizes,
 )
+from trtllm_medusa_ports.machine import devices
 from trtllm_medusa_ports.quant import QuantSpec, format_name
 from trtllm_medusa_ports.reference.executor import streaming_group
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import torch
 
-from trtllm_medusa_ports import log
 from trtllm_medusa_ports.compat.checkpoint import checkpoint_findings
 from trtllm_medusa_ports.deploy.commands import build_line
 from trtllm_medusa_ports.errors import ModelError
@@ -31,11 +30,12 @@ from trtllm_medusa_ports.huggingface.model import (
     value_transforms,
 )
 from trtllm_medusa_ports.huggingface.streaming import bound_the_allocator
+from trtllm_medusa_ports.machine import log
+from trtllm_medusa_ports.machine.threads import default_threads, torch_threads
 from trtllm_medusa_ports.quant import FP8_GEMM_PATHS, QuantSpec, format_name
 from trtllm_medusa_ports.reference.decoding import plain_generate
 from trtllm_medusa_ports.reference.executor import ReferenceModel
 from trtllm_medusa_ports.reference.tree_proof import tree_proof
-from trtllm_medusa_ports.threads import default_threads, torch_threads
 from trtllm_medusa_ports.verify.checkpoint_side import (
     allow_unsupported_notes,
     base_tensor_check,
