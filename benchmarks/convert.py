@@ -129,7 +129,7 @@ def build_inputs(workdir: Path, size_gb: float, dtype: str, quiet: bool) -> tupl
 
 def rank_weights(sd: dict, heads: dict, n_layers: int, rank: int) -> dict:
     """One rank's TensorRT-LLM tensors, built in memory from the whole model (upstream's way)."""
-    from trtllm_medusa_ports.sharding import Split, shard
+    from trtllm_medusa_ports.weights.sharding import Split, shard
 
     w: dict = {}
 

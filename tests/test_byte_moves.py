@@ -170,7 +170,7 @@ def test_value_transforms_and_fused_layouts_take_their_paths(tmp_path, store):
 
 def test_trace_follows_the_rules_own_split():
     src = byte_moves.Source(path=None, offset=0, shape=(8, 4), dtype="float16")
-    from trtllm_medusa_ports.sharding import Split, shard
+    from trtllm_medusa_ports.weights.sharding import Split, shard
 
     def run(rule, rank):
         return byte_moves.trace([src], [(rank, "w")], lambda ins, r: shard(rule, ins[0], tp_size=2, tp_rank=r),
@@ -467,7 +467,7 @@ def test_numpy_casts_give_torchs_bits(src):
 def test_array_helpers_give_torchs_pieces_on_numpy(size, chunks):
     import numpy as np
 
-    from trtllm_medusa_ports import arrays
+    from trtllm_medusa_ports.weights import arrays
 
     t = torch.arange(size * 6).reshape(size, 6)
     for dim in (0, 1):

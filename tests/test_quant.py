@@ -232,7 +232,7 @@ def _tensor_bytes(path):
 def test_memory_plan_equals_the_written_rank_files_and_counts_quantized_weights(tmp_path, store, arch, tp, pp,
                                                                                 capsys):
     from trtllm_medusa_ports.conversion.convert import ConvertOptions, plan_layout
-    from trtllm_medusa_ports.memory import memory_plan
+    from trtllm_medusa_ports.gpu.memory import memory_plan
 
     base = tiny_base(store, arch, **WIDE)
     heads = _heads(tmp_path, arch, 128)
@@ -276,7 +276,7 @@ def test_memory_plan_of_weight_only_experts_is_what_the_load_makes_of_the_rank_f
     from standin_import import standin_file
 
     from trtllm_medusa_ports.conversion.convert import ConvertOptions, plan_layout
-    from trtllm_medusa_ports.memory import memory_plan
+    from trtllm_medusa_ports.gpu.memory import memory_plan
 
     quantizer = standin_file("tensorrt_llm/quantization/functional.py", "standin_weight_only")
     base = tiny_base(store, arch, **MOE_WIDE, **extra)
@@ -1006,7 +1006,7 @@ def test_weight_only_emulation_of_transposed_fused_experts_quantizes_each_expert
 
     from trtllm_medusa_ports.quant import weight_only_dequantized
     from trtllm_medusa_ports.quant.emulate import _weight_only_experts
-    from trtllm_medusa_ports.sharding import Mapping
+    from trtllm_medusa_ports.weights.sharding import Mapping
 
     experts, inter, hidden = 3, 8, 6
     g = torch.Generator().manual_seed(0)

@@ -45,11 +45,11 @@ from trtllm_medusa_ports.archs.weights import (
     fused_qkv,
     layout_only,
 )
-from trtllm_medusa_ports.arrays import cat
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.files.jsonfile import is_number
-from trtllm_medusa_ports.sharding import Split
+from trtllm_medusa_ports.weights.arrays import cat
+from trtllm_medusa_ports.weights.sharding import Split
 
 
 def _up_then_gate(experts: int):

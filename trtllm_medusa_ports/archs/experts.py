@@ -9,7 +9,7 @@ from trtllm_medusa_ports.archs.semantics import Semantics
 from trtllm_medusa_ports.archs.weights import WeightRule, layout_only
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
+from trtllm_medusa_ports.weights.sharding import Split
 
 #: config.json's names of the routed experts per layer: Qwen's ``num_experts``, Mixtral's and Granite's
 #: ``num_local_experts`` (which transformers 5 also writes for Qwen3-MoE)
@@ -51,7 +51,7 @@ def stacked_expert_fc(ts):
     expert ``[up; gate]`` (the linear half, then the activated one: tensorrt_llm/layers/moe.py), experts stacked -
     ``[experts, 2 * inter, hidden]``. A pure layout (rows concatenated, then viewed per expert), so the byte
     path moves it."""
-    from trtllm_medusa_ports.arrays import cat
+    from trtllm_medusa_ports.weights.arrays import cat
 
     rows, rest = ts[0].shape[0], tuple(ts[0].shape[1:])
     return cat(list(ts), dim=0).reshape((len(ts) // 2, 2 * rows) + rest)
@@ -60,7 +60,7 @@ def stacked_expert_fc(ts):
 @layout_only
 def stacked_experts(ts):
     """MoE experts' tensors stacked on a new dim 0 (the experts' proj: ``[experts, hidden, inter]``); a pure layout."""
-    from trtllm_medusa_ports.arrays import cat
+    from trtllm_medusa_ports.weights.arrays import cat
 
     return cat(list(ts), dim=0).reshape((len(ts),) + tuple(ts[0].shape))
 
@@ -72,7 +72,7 @@ def transposed_experts(experts: int):
     ``transposed_experts``, it still takes the byte path (conversion/plan.py ``move_plan``: traced untransposed, each expert
     block moved through a bounded tile, files/byte_moves.py ``TRANSPOSED``), and the tensor path where values
     change (weight-only)."""
-    from trtllm_medusa_ports.arrays import swap_last
+    from trtllm_medusa_ports.weights.arrays import swap_last
 
     def combine(ts):
         t = ts[0]

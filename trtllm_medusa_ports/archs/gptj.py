@@ -25,7 +25,7 @@ from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import Deviation, Role, Source
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
+from trtllm_medusa_ports.weights.sharding import Split
 
 #: activations TensorRT-LLM's "gelu" (the tanh approximation) computes exactly
 _TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")

@@ -20,9 +20,9 @@ from trtllm_medusa_ports.archs.granite import GraniteAdapter
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
 from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule, layout_only
-from trtllm_medusa_ports.arrays import Array, cat
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
+from trtllm_medusa_ports.weights.arrays import Array, cat
+from trtllm_medusa_ports.weights.sharding import Split
 
 
 @layout_only

@@ -19,7 +19,6 @@ from trtllm_medusa_ports.archs.llama import LlamaAdapter
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import LongRope, MlpKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import Deviation, Role, Source, fused_qkv, layout_only
-from trtllm_medusa_ports.arrays import Array, cat, chunk
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.checkpoint_schema import (
     LONGROPE_FACTOR_KEYS,
@@ -27,7 +26,8 @@ from trtllm_medusa_ports.files.checkpoint_schema import (
     longrope_problems,
 )
 from trtllm_medusa_ports.files.hf_model import HFConfig
-from trtllm_medusa_ports.sharding import Split
+from trtllm_medusa_ports.weights.arrays import Array, cat, chunk
+from trtllm_medusa_ports.weights.sharding import Split
 
 #: how Phi-3 configs spell longrope: "su" and "yarn" in those written before transformers renamed them, which
 #: transformers' Phi3Config still reads as "longrope" (configuration_phi3.py; it refuses every other type)

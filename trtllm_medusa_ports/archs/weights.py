@@ -9,8 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from trtllm_medusa_ports.arrays import Array
-from trtllm_medusa_ports.sharding import Split
+from trtllm_medusa_ports.weights.arrays import Array
+from trtllm_medusa_ports.weights.sharding import Split
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +23,7 @@ def layout_only(combine: Callable) -> Callable:
     """Mark a combine that only rearranges rows and columns (no value changes).
 
     A marked combine must work on numpy arrays as well as torch tensors - slicing, ``reshape`` and
-    the helpers of trtllm_medusa_ports/arrays.py - because files/byte_moves.py runs it on integer
+    the helpers of trtllm_medusa_ports/weights/arrays.py - because files/byte_moves.py runs it on integer
     stand-ins to find which bytes go where, and then moves those bytes without making a tensor.
     Unmarked combines take the whole-tensor path.
     """

@@ -44,7 +44,7 @@ from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
 from trtllm_medusa_ports.compat.serving import serving_findings
 from trtllm_medusa_ports.compat.trees import check_tree
 from trtllm_medusa_ports.findings import ERROR, INFO, RULES, WARNING, Finding, errors_of
-from trtllm_medusa_ports.xqa import (
+from trtllm_medusa_ports.gpu.xqa import (
     XQA_HOPPER_JIT_MAX_GROUP,
     XQA_JIT_ENV,
     XQA_JIT_HMMA_TOKENS_PER_BLOCK,

@@ -11,7 +11,7 @@ from trtllm_medusa_ports.errors import PortError
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.findings import ERROR, INFO, WARNING, Finding
 from trtllm_medusa_ports.heads import MedusaHeads
-from trtllm_medusa_ports.sharding import Mapping
+from trtllm_medusa_ports.weights.sharding import Mapping
 
 
 def _shape(hf: HFConfig, adapter: ArchAdapter | None) -> tuple[int, int, int, int, int]:

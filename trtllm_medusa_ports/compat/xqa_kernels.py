@@ -1,5 +1,5 @@
 """XQA rules: which kernels serve a Medusa generation step for this base's head size, group size, q scaling
-and attention soft-capping (the facts and the route are ``trtllm_medusa_ports.xqa``'s).
+and attention soft-capping (the facts and the route are ``trtllm_medusa_ports.gpu.xqa``'s).
 
 May import: ``xqa``, ``compat.registry``, ``findings``, ``files.hf_model``.
 """
@@ -11,7 +11,7 @@ import math
 from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.findings import ERROR, INFO, WARNING, Finding
-from trtllm_medusa_ports.xqa import (
+from trtllm_medusa_ports.gpu.xqa import (
     XQA_JIT_ENV,
     XQA_JIT_MAX_GROUP,
     XQA_JIT_ONLY,

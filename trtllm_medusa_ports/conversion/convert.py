@@ -22,7 +22,6 @@ from pathlib import Path
 from trtllm_medusa_ports import __version__
 from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.registry import adapter_for, adapter_for_model_type
-from trtllm_medusa_ports.arrays import Array
 from trtllm_medusa_ports.compat import Finding, check_conversion, errors_of
 from trtllm_medusa_ports.conversion.options import ConvertOptions, ConvertResult
 from trtllm_medusa_ports.conversion.plan import (
@@ -55,11 +54,12 @@ from trtllm_medusa_ports.files.checkpoint import (
 )
 from trtllm_medusa_ports.files.dtypes import CHECKPOINT_DTYPES, is_floating, itemsize
 from trtllm_medusa_ports.files.hf_model import HFModel
+from trtllm_medusa_ports.gpu.memory import memory_plan
 from trtllm_medusa_ports.heads import MedusaHeads, load_heads
-from trtllm_medusa_ports.memory import memory_plan
 from trtllm_medusa_ports.quant import spec_from_flags
-from trtllm_medusa_ports.sharding import Mapping
 from trtllm_medusa_ports.trees.tree import recorded_tree
+from trtllm_medusa_ports.weights.arrays import Array
+from trtllm_medusa_ports.weights.sharding import Mapping
 
 #: Activation of the Medusa ResBlocks. Medusa heads are trained with SiLU whatever the
 #: base's activation (FasterDecoding medusa_model.py ResBlock); upstream TensorRT-LLM

@@ -80,7 +80,7 @@ class ConvertResult:
     warnings: list[str] = field(default_factory=list)
     #: job label -> how its bytes reached the rank files (a MoveKind value)
     moves: dict[str, str] = field(default_factory=dict)
-    #: GPU memory of the engine per rank (trtllm_medusa_ports/memory.py)
+    #: GPU memory of the engine per rank (trtllm_medusa_ports/gpu/memory.py)
     memory: object = None
 
     def to_dict(self) -> dict:

@@ -24,7 +24,6 @@ from trtllm_medusa_ports.archs.weights import (
     layer_sources,
     layout_only,
 )
-from trtllm_medusa_ports.arrays import Array, contiguous, swap_last
 from trtllm_medusa_ports.errors import ModelError
 from trtllm_medusa_ports.files.byte_moves import (
     MoveKind,
@@ -39,7 +38,8 @@ from trtllm_medusa_ports.files.hf_model import HFModel
 from trtllm_medusa_ports.files.lazy_tensors import LazyTensor
 from trtllm_medusa_ports.heads import MedusaHeads
 from trtllm_medusa_ports.heads.loader import expand_truncated
-from trtllm_medusa_ports.sharding import Mapping, Split, shard
+from trtllm_medusa_ports.weights.arrays import Array, contiguous, swap_last
+from trtllm_medusa_ports.weights.sharding import Mapping, Split, shard
 
 if TYPE_CHECKING:
     import torch

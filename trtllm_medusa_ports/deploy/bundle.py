@@ -63,8 +63,8 @@ from trtllm_medusa_ports.files.checkpoint import atomic_output_dir, no_config, r
 from trtllm_medusa_ports.files.copies import copy_scrubbed, input_root, own_file
 from trtllm_medusa_ports.files.tokenizer import load_tokenizer, require_tokenizer
 from trtllm_medusa_ports.findings import ERROR
+from trtllm_medusa_ports.gpu.memory import memory_plan
 from trtllm_medusa_ports.machine.gpu_machine import NEEDS
-from trtllm_medusa_ports.memory import memory_plan
 from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.quant.prequantized import check_base_tensors
 from trtllm_medusa_ports.trees.tree import MedusaTree, checkpoint_tree, resolve_choices

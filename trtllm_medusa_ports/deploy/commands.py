@@ -9,7 +9,7 @@
   ``max_draft_len`` (tensorrt_llm/builder.py ``build``): without the flag no runtime treats the engine as Medusa.
 - **The XQA JIT switch.** With speculative decoding, generation attention runs on XQA kernels only; where the runner
   would pick precompiled kernels that do not take this attention shape but the JIT kernels do
-  (:func:`trtllm_medusa_ports.xqa.xqa_medusa_route`), the engine runs only with ``TRTLLM_ENABLE_XQA_JIT=1``; where
+  (:func:`trtllm_medusa_ports.gpu.xqa.xqa_medusa_route`), the engine runs only with ``TRTLLM_ENABLE_XQA_JIT=1``; where
   it would pick JIT kernels that do not take it but the precompiled ones do, only with ``TRTLLM_ENABLE_XQA_JIT=0``;
   where only the precompiled ones take it (a group over 32) and the runner picks them, ``=0`` pins them (a later
   runner's default is JIT, which has no kernel for it: :func:`jit_only_note`).
@@ -24,7 +24,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from trtllm_medusa_ports.xqa import (
+from trtllm_medusa_ports.gpu.xqa import (
     XQA_JIT_ENV,
     XQA_JIT_ONLY,
     relies_on_precompiled,

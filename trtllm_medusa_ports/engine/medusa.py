@@ -26,7 +26,7 @@ from typing import Any
 from trtllm_medusa_ports.engine.positions import tree_position_ids
 from trtllm_medusa_ports.engine.spec_decoding import add_spec_decoding_plumbing
 from trtllm_medusa_ports.errors import CheckpointError
-from trtllm_medusa_ports.sharding import Mapping
+from trtllm_medusa_ports.weights.sharding import Mapping
 
 
 def _head_class() -> type:

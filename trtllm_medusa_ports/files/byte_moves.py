@@ -19,7 +19,7 @@ to float8_e4m3fn with that scale, through torch's own ops (the tensor path's
 
 Which bytes go where is not worked out a second time here: the job's own combine and
 split rule run on small integer *stand-ins* (numpy int64 arrays, one value per source row
-and column chunk, naming the source, the row and the chunk; see trtllm_medusa_ports/arrays.py),
+and column chunk, naming the source, the row and the chunk; see trtllm_medusa_ports/weights/arrays.py),
 so the layout is the one the tensor path computes by construction. Jobs that change values (Gemma's ``w + 1``), pickled
 sources and layouts the stand-ins cannot follow keep going through the tensor path.
 

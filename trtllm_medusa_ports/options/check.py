@@ -15,7 +15,7 @@ def memory_plan_for(opts):
     """The memory plan of what check was asked about (``opts``: an api.CheckOptions), and None; or None and the
     error that refused it, where the inputs cannot give one (check's findings say why, or carry that error)."""
     from trtllm_medusa_ports.conversion.convert import ConvertOptions, plan_layout
-    from trtllm_medusa_ports.memory import memory_plan
+    from trtllm_medusa_ports.gpu.memory import memory_plan
 
     try:
         copts = ConvertOptions(model_dir=Path(opts.model_dir),

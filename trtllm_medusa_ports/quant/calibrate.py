@@ -35,7 +35,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig, progress_bars_off
 from trtllm_medusa_ports.files.prompts import check_ids
 from trtllm_medusa_ports.files.tokenizer import TOKENIZER_FILES
 from trtllm_medusa_ports.quant import linear_of
-from trtllm_medusa_ports.sharding import Split
+from trtllm_medusa_ports.weights.sharding import Split
 
 #: upstream's defaults (examples/quantization/quantize.py --calib_size 512 --calib_max_seq_length 512)
 DEFAULT_CALIB_SIZE = 512

@@ -48,7 +48,7 @@ from trtllm_medusa_ports.quant.tool_formats import (
     effective_weight,
     smoothed_input,
 )
-from trtllm_medusa_ports.sharding import Mapping, Split
+from trtllm_medusa_ports.weights.sharding import Mapping, Split
 
 #: relative difference allowed between a written scale and the re-derived one (thread counts change the
 #: order of float32 sums in the calibration run; a wrong scale is off by far more)

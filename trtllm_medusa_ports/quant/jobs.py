@@ -27,7 +27,7 @@ from trtllm_medusa_ports.quant import (
     scale_group,
     scale_members,
 )
-from trtllm_medusa_ports.sharding import Split
+from trtllm_medusa_ports.weights.sharding import Split
 
 if TYPE_CHECKING:
     from trtllm_medusa_ports.quant.calibrate import Calibration

@@ -44,8 +44,8 @@ from trtllm_medusa_ports.quant import (
 from trtllm_medusa_ports.quant.base_checks import scale_value_problems, tool_layer_problems
 from trtllm_medusa_ports.quant.engine_load import load_problems
 from trtllm_medusa_ports.quant.stored import KV_SCALE_FIX, kv_scale_message
-from trtllm_medusa_ports.sharding import Mapping, Split, shard
 from trtllm_medusa_ports.trees.tree import recorded_tree
+from trtllm_medusa_ports.weights.sharding import Mapping, Split, shard
 
 #: quant_algo values of NVIDIA's tools a Medusa port keeps (tensorrt_llm/quantization/mode.py QuantAlgo)
 KEPT_ALGOS = (None, "FP8", "W8A16", "W4A16", "W4A16_AWQ", "W4A8_AWQ", "W4A16_GPTQ", "W8A16_GPTQ",

@@ -6,9 +6,14 @@ from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.semantics import MlpKind
 from trtllm_medusa_ports.files.hf_model import HFConfig
 from trtllm_medusa_ports.findings import ERROR, INFO, WARNING, Finding
+from trtllm_medusa_ports.gpu.xqa import (
+    XQA_JIT_ENV,
+    describe_xqa_routes,
+    sm_names,
+    xqa_serving_routes,
+)
 from trtllm_medusa_ports.quant import QuantSpec
-from trtllm_medusa_ports.sharding import kv_heads_per_rank
-from trtllm_medusa_ports.xqa import XQA_JIT_ENV, describe_xqa_routes, sm_names, xqa_serving_routes
+from trtllm_medusa_ports.weights.sharding import kv_heads_per_rank
 
 #: tensorrt_llm/quantization/layers.py WeightOnlyQuantLinear / WeightOnlyQuantRowLinear pad in and out
 #: features up to a multiple of 64 x tp_size

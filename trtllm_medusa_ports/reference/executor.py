@@ -72,8 +72,8 @@ from trtllm_medusa_ports.reference.rope import (
     rope_inv_freq,
 )
 from trtllm_medusa_ports.reference.routing import route
-from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
 from trtllm_medusa_ports.trees.tree import unpack_mask
+from trtllm_medusa_ports.weights.sharding import Mapping, kv_heads_per_rank
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:

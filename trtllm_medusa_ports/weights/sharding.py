@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from trtllm_medusa_ports.arrays import Array, cat, chunk, zeros_like_rows
+from trtllm_medusa_ports.weights.arrays import Array, cat, chunk, zeros_like_rows
 
 
 class Split(enum.Enum):

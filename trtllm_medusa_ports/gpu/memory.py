@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from trtllm_medusa_ports.files.dtypes import itemsize
 from trtllm_medusa_ports.quant import BITS, QuantSpec, fp8_quantized, weight_only_quantized
-from trtllm_medusa_ports.sharding import Mapping, kv_heads_per_rank
+from trtllm_medusa_ports.weights.sharding import Mapping, kv_heads_per_rank
 
 GB = 1e9
 
