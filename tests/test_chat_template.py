@@ -1,4 +1,4 @@
-"""Chat templates (issue 65, 7): train-heads and tune-tree feed text prompts to the base as it is served - through
+"""Chat templates (issue 65, 7): train-heads, tune-tree and verify feed text prompts to the base as it is served - through
 the tokenizer's chat template where it has one (--chat_template auto, the default; none: as they are) - and say
 what they did in their result."""
 
@@ -163,3 +163,28 @@ def test_a_template_read_from_its_own_file_is_named_by_that_file(tmp_path):
         lazy_tokenizer(tok, "auto").prompt("t5")
     assert err.value.where == str(tok / "chat_template.jinja")
     assert "(line 3: '{{ messages.role.x }}')" in err.value.what
+
+
+def test_verify_decodes_text_prompts_as_they_are_served(chat_tok, store, tmp_path, capsys):
+    """verify's text prompts go through the chat template too (issue 77, 3: what it measures is what tune-tree
+    predicted, on prompts of the same kind); token ids stay as they are; --chat_template none turns it off."""
+    from conftest import convert_to
+
+    from trtllm_medusa_ports.cli import main
+
+    base = tiny_base(store, ARCH)
+    heads = save_heads(random_heads(tiny_config(ARCH).hidden_size, tiny_config(ARCH).vocab_size, num_heads=2),
+                       tmp_path / "heads")
+    ckpt = convert_to(tmp_path / "ckpt", base, heads, dtype="bfloat16")
+    served = api.verify(api.VerifyOptions(base, ckpt, max_new_tokens=3, quiet=True, tokenizer_dir=chat_tok,
+                                          prompts=api.PromptInputs(prompt=["t5 t6"])))
+    assert served.ok and served.prompts == [[1, 5, 6, 2, 3]] and served.chat_template == CHAT_APPLIED, served.render()
+    assert f"prompts         : chat template {CHAT_APPLIED}" in served.render()
+    ids = api.verify(api.VerifyOptions(base, ckpt, max_new_tokens=3, quiet=True, tokenizer_dir=chat_tok,
+                                       prompts=api.PromptInputs(prompt_ids=[[5, 6]])))
+    assert ids.prompts == [[5, 6]] and ids.chat_template is None and "chat template" not in ids.render()
+    assert main(["verify", "--model_dir", str(base), "--checkpoint_dir", str(ckpt), "--prompt", "t5 t6",
+                 "--tokenizer_dir", str(chat_tok), "--chat_template", "none", "--max_new_tokens", "3", "--json",
+                 "--quiet"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["prompts"] == [[5, 6]] and got["chat_template"] == CHAT_OFF

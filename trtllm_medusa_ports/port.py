@@ -374,6 +374,11 @@ def _measured_on(report: dict) -> str:
     return f"{n} {how}"
 
 
+def _default(run: _Run, stage: str, name: str):
+    """A stage's options field's default (its options class, as declared.py made it)."""
+    return {f.name: f.default for f in dataclasses.fields(run.stages.classes[stage])}[name]
+
+
 def _verify_prompts(opts: PortOptions, run: _Run, tok: Path) -> dict:
     """What verify measures on within port: the packaged verify prompts (files/prompts.py ``verify_prompts``: of
     tune-tree's kinds, in none of train-heads' and tune-tree's files) through the chat template as tune-tree's are,
@@ -387,12 +392,11 @@ def _verify_prompts(opts: PortOptions, run: _Run, tok: Path) -> dict:
     if not any((tok / f).is_file() for f in VOCAB_FILES):
         return {}
     given = opts.stages.get("verify") or {}
-    tokenize = lazy_tokenizer(tok, given.get("chat_template", "auto"))
+    tokenize = lazy_tokenizer(tok, given.get("chat_template", _default(run, "verify", "chat_template")))
     texts = [t for t in verify_prompts() if tokenize.prompt(t)]
     if not texts:
         return {}
-    tuned = {f.name: f.default for f in dataclasses.fields(run.stages.classes["tune-tree"])}["new_tokens"]
-    tuned = (opts.stages.get("tune-tree") or {}).get("new_tokens", tuned)
+    tuned = (opts.stages.get("tune-tree") or {}).get("new_tokens", _default(run, "tune-tree", "new_tokens"))
     new = {} if "max_new_tokens" in given else {"max_new_tokens": tuned}
     return {"prompts": PromptInputs(prompt=texts), **new}
 
