@@ -777,3 +777,23 @@ def test_every_family_says_where_upstreams_converter_for_it_lives():
         assert path and pattern.fullmatch(path), (cls.__name__, path)
         checked += 1
     assert checked >= 25
+
+
+def test_every_pitfall_the_guide_lists_names_tests_that_exist():
+    """Issue 79, 2: the porting guide's pitfalls are rendered from archs/pitfalls.py (the list test above holds the
+    document to it), and each names the family-wide tests that fail on it: a renamed or removed test fails here, so
+    the guide never points at a check the suite does not run."""
+    import ast
+
+    from trtllm_medusa_ports.archs.pitfalls import PITFALLS, rendered
+
+    root = Path(__file__).resolve().parent.parent
+    named = [t for p in PITFALLS for t in p.caught_by]
+    assert len(PITFALLS) >= 10 and len(named) >= 10
+    for test in named:
+        path, _, name = test.partition("::")
+        tree = ast.parse((root / path).read_text())
+        assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, test
+    text = rendered()
+    assert all(f"**{p.title}**" in text for p in PITFALLS) and "no test catches it" in text
+    assert rendered() in (root / "docs" / "porting-guide.md").read_text()

@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from trtllm_medusa_ports.archs import registry
+from trtllm_medusa_ports.archs import pitfalls, registry
 from trtllm_medusa_ports.archs.base import ArchAdapter
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.findings import OVERRIDABLE
@@ -118,6 +118,7 @@ LISTS = {
     "spec-plumbing": lambda: _words(engine_classes(lambda c: c.upstream_spec_decoding_plumbing)),
     "upstream-medusa-bases": lambda: _words(engine_classes(lambda c: c.upstream_medusa_base)),
     "overridable": lambda: _words([f"`{rule}`" for rule in sorted(OVERRIDABLE)]),
+    "pitfalls": pitfalls.rendered,
 }
 
 
