@@ -278,3 +278,14 @@ def test_the_layer_picture_names_every_module_and_holds():
              if m != p[:-1]}  # the package's face (its version) is below everything and reads nothing
     upward = sorted((m, d) for m, deps in graph.items() for d in deps if row(d) < row(m))
     assert not upward, upward[:10]
+
+
+def test_every_package_says_what_it_is_for_and_what_it_may_import():
+    """Issue 79, 3: the top level shows the pipeline only while each package says what it holds and where it sits;
+    docs/layers.md's picture is checked against the imports above, and each package's docstring names its own."""
+    missing = []
+    for init in sorted(ROOT.glob("*/__init__.py")):
+        doc = ast.get_docstring(_parsed(init)) or ""
+        if len(doc.split()) < 8 or "May import" not in doc:
+            missing.append(init.parent.name)
+    assert not missing, f"packages whose __init__ docstring does not say what they are for and may import: {missing}"

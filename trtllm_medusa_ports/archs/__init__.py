@@ -1,4 +1,8 @@
-"""Base-model family adapters; importing this package registers every family."""
+"""Base-model family adapters; importing this package registers every family.
+
+May import: ``weights`` (the split rules), ``files`` (config reading), ``errors``; never a stage, the checks or
+the executor (each of those reads the families).
+"""
 
 import importlib
 import pkgutil

@@ -6,5 +6,5 @@
 * ``values.py``: what the commands read from their flags (paths, prompts, the MoE split, the device) and how a
   result is printed.
 
-Its modules import the standard library, errors, devices, quant and files.prompts; never cli or api.
+May import: ``declared``, ``archs`` (demo's families), ``quant``, ``files``, ``machine``, ``errors``; never cli or api.
 """

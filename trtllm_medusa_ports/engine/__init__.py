@@ -6,6 +6,9 @@ which raises :class:`EngineUnavailable` (with an install hint) when it is missin
 TensorRT-LLM cannot be installed on the machines this project is developed and
 tested on: this code is exercised against a stand-in of the upstream classes in
 ``tests/standin`` and on GPU machines by ``scripts/validate_on_gpu.sh``.
+
+May import: ``archs``, ``compat`` (build's re-checks), ``quant``, ``weights``, ``files``, ``machine``, ``errors``;
+never the entries (cli, api) or verify.
 """
 
 from trtllm_medusa_ports.engine.installed import (

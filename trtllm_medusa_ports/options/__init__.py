@@ -6,5 +6,6 @@
 * ``calibration.py``: convert's calibration flags that do not apply, verify's samples for a tool's checkpoint;
 * ``check.py``: check's memory plan and learned-position range.
 
-Its modules import the stages (convert, compat, memory, quant, files, ...); never api or cli.
+May import: the stages below it (``conversion``, ``compat``, ``gpu``, ``quant``, ``heads``, ``trees``), ``declared``,
+``archs``, ``files``, ``machine``, ``errors``; never api or cli.
 """

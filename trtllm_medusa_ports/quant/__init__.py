@@ -35,6 +35,10 @@ The arithmetic and the rules live in this package's modules; this face hands the
 * ``spec.py``: the formats' flags, ``QuantSpec``, which tensors each format quantizes, scale groups, names;
 * ``numerics.py``: weight-only, FP8 and KV-cache arithmetic;
 * ``stored.py``: what a quantized checkpoint's rank files must hold.
+
+May import: ``archs``, ``weights``, ``files``, ``findings``, ``gpu`` (the XQA routes), ``huggingface``
+(calibration), ``conversion.plan`` (the jobs), ``machine``, ``errors``; ``quant.prequantized``, a stage
+(docs/layers.md), also ``compat``, ``deploy.commands``, ``heads`` and ``trees``.
 """
 
 from trtllm_medusa_ports.quant.numerics import *  # noqa: F403

@@ -1,4 +1,7 @@
-"""CPU reference executor of TensorRT-LLM checkpoints, including Medusa tree decoding."""
+"""CPU reference executor of TensorRT-LLM checkpoints, including Medusa tree decoding.
+
+May import: ``archs``, ``quant``, ``trees``, ``weights``, ``files``, ``errors``; never verify or a stage.
+"""
 
 from trtllm_medusa_ports.reference.decoding import (
     MedusaRun,

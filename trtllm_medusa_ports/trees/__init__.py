@@ -6,4 +6,6 @@
 
 The package imports none of its modules: ``tree`` sits below the families and the converter, ``tune`` above the
 Hugging Face base (docs/layers.md places each).
+
+May import: ``files``, ``errors``; ``trees.tune`` also ``heads``, ``huggingface`` and ``machine``.
 """
