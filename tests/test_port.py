@@ -168,5 +168,12 @@ def test_port_passes_each_flag_to_the_stages_that_have_it():
     assert got["verify"] == {"streaming": False, "max_new_tokens": 7, "threads": 1}
     assert got["deploy"] == {"max_seq_len": 512} and got["tune-tree"] == {"threads": 1}
     assert port_stages(p.parse_args(["port", "b", "--output_dir", "o"])) == {}
+    from trtllm_medusa_ports.cli_flags.values import (
+        options_from,  # train-heads itself reads --batch_size 0 the same
+    )
+
+    own = build_parser("train-heads").parse_args(["train-heads", "--model_dir", "m", "--output_dir", "o",
+                                                  "--batch_size", "0"])
+    assert options_from("FitOptions", own)["batch_size"] is None
     with pytest.raises(SystemExit):  # port's own paths are not a stage's: --checkpoint_dir is no port flag
         p.parse_args(["port", "b", "--output_dir", "o", "--checkpoint_dir", "c"])

@@ -142,7 +142,7 @@ def run_train_heads(args: argparse.Namespace) -> int:
 
     if args.device is not None and not device_ok(args.device):  # computed on before the base is loaded
         return 2
-    fit = FitOptions(**options_from("FitOptions", args, batch_size=args.batch_size or None))  # 0: every position
+    fit = FitOptions(**options_from("FitOptions", args))  # --batch_size 0: every position (values.flag_value)
     opts = TrainOptions(**options_from("TrainOptions", args, prompts=prompt_inputs(args), fit=fit))
     main_rank = os.environ.get("RANK", "0") in ("", "0")  # under torchrun rank 0 speaks for the job
     try:

@@ -367,10 +367,13 @@ def port(opts: PortOptions, stages: Stages) -> PortResult:
 
 
 def _measured_on(report: dict) -> str:
+    """What verify measured on, in words, from its report (``chat_template``: files/tokenizer.py CHAT_*)."""
+    from trtllm_medusa_ports.files.tokenizer import CHAT_APPLIED
+
     n = len(report.get("prompts") or ())
     chat = report.get("chat_template")
     how = ("token-id prompt(s)" if chat is None else "text prompt(s) through the chat template"
-           if chat.startswith("applied") else f"text prompt(s), the chat template {chat}")
+           if chat == CHAT_APPLIED else f"text prompt(s), the chat template {chat}")
     return f"{n} {how}"
 
 

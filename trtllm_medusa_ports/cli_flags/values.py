@@ -30,28 +30,36 @@ def options_from(owner: str, parsed: argparse.Namespace, /, **given) -> dict:
             continue
         if not hasattr(parsed, o.parsed_dest):
             continue
-        v = getattr(parsed, o.parsed_dest)
-        out[o.name] = (Path(v) if v else None) if o.spec.kind == "path" else v
+        out[o.name] = flag_value(o, getattr(parsed, o.parsed_dest))
     return {**out, **given}
+
+
+def flag_value(o: declared.Option, v):
+    """The API's value of a flag's: a path as a Path (an empty one None), and 0 as None where the flag's own range
+    admits 0 for an API field that takes None instead (``--batch_size 0``: every position)."""
+    if o.spec.kind == "path":
+        return Path(v) if v else None
+    if v == 0 and o.cli_spec is not None and o.cli_spec.lo == 0 and o.spec.none and (o.spec.lo or 0) > 0:
+        return None
+    return v
 
 
 def port_stages(args: argparse.Namespace) -> dict[str, dict]:
     """port's stage options from the flags the user gave (declared.port_routes; a flag not given is absent): per
     stage, its options' fields (paths as Paths, the prompts as one PromptInputs, train-heads' fit fields under
-    ``"fit"``, ``--batch_size 0`` as every position)."""
+    ``"fit"``, each value as :func:`flag_value` reads it)."""
     fit_fields = {o.name for o in declared.owned("FitOptions")}
     prompt_flags = ("prompt", "prompts_file", "prompt_ids", "data")
     stages: dict[str, dict] = {}
     for name, (o, to) in declared.port_routes().items():
         if not hasattr(args, o.parsed_dest) or name in prompt_flags:
             continue
-        v = getattr(args, o.parsed_dest)
-        v = (Path(v) if v else None) if o.spec.kind == "path" else v
+        v = flag_value(o, getattr(args, o.parsed_dest))
         field = o.dest or name  # --no_streaming: the streaming field
         for stage in to:
             fields = stages.setdefault(stage, {})
             if stage == "train-heads" and field in fit_fields:
-                fields.setdefault("fit", {})[field] = (v or None) if field == "batch_size" else v
+                fields.setdefault("fit", {})[field] = v
             else:
                 fields[field] = v
     if any(hasattr(args, f) for f in prompt_flags):
