@@ -37,7 +37,14 @@ RESERVED = ["solar system", "planet", "quicksort", "relativity", "pancake", "sub
             "bubble_sort", "find_max", "queue", "extract_emails", "books", "snake_case", "bake bread",
             "rainy day", "human eye", "tallest mountain", "guitar", "the sea", "busy market", "kingdom",
             "robot", "night's sleep", "virus", "database index", "magnet", "lost key", "7 times 8",
-            "public speaking", "bicycle", "cats purr"]
+            "public speaking", "bicycle", "cats purr",
+            # benchmarks/real_model.py's EVAL_MORE
+            "argentina", "everest", "breakfast", "french revolution", "weekend", "learn to cook", "jungle",
+            "telescope", "saturn", "oldest tree", "sky blue", "refrigerator", "thunder", "hot-air", "balloon",
+            "a lake", "a pond", "onion", "inflation", "microwave", "city at night", "neighbour", "holiday",
+            "guacamole", "romeo", "juliet", "desk lamp", "exercise", "stress", "beach trip", "adopt a cat",
+            "laptop", "is_even", "count_characters", "triangle", "send_email", "sumarray", "invoices",
+            "fizzbuzz"]
 
 SUBJECTS = [
     "volcanoes", "glaciers", "coral reefs", "deserts", "rivers", "earthquakes", "hurricanes", "tides",
@@ -62,6 +69,135 @@ SUBJECTS = [
     "pets", "dogs", "horses", "birds migrating", "butterflies", "frogs", "the Arctic", "islands",
     "mountains", "caves", "waterfalls", "the Amazon river", "the Nile", "Japan", "Brazil", "Canada",
     "Kenya", "India", "Norway", "Mexico", "Australia", "Italy", "Egypt", "Peru", "Iceland",
+]
+
+#: `--more_subjects` (a lever of issue 77, measured and not the default): the forms crossed with 3.7x the subjects
+#: (each seen about twice rather than six times) and more chat requests, tasks and functions; on SmolLM2-135M the
+#: README's recipe on such a file measured +0.010 tokens per step (paired s.e. 0.021) on benchmarks/real_model.py's
+#: 48 prompts (benchmarks/results/heads_levers.json, `more_subjects`)
+SUBJECTS_MORE = [
+    # science and the body
+    "atoms in a crystal", "magnetism in rocks", "friction", "pressure", "temperature", "energy", "heat",
+    "evaporation", "condensation", "erosion", "fossils", "DNA", "genes", "cells", "enzymes", "proteins",
+    "vitamins", "the immune system", "bones", "muscles", "the lungs", "the liver", "the kidneys", "blood",
+    "the skin", "teeth", "the ear", "memory", "dreams", "emotions", "hormones", "allergies", "fevers",
+    "antibiotics", "microscopes", "lasers", "radar", "x-rays", "nuclear power", "hydrogen", "oxygen",
+    "carbon", "nitrogen", "salt", "sugar", "acids", "crystals", "diamonds", "gold", "silver", "copper",
+    "iron", "steel", "aluminium", "concrete", "rubber", "leather", "silk", "wood", "bamboo", "clay",
+    "the periodic table", "chemical reactions", "the water cycle", "the carbon cycle", "evolution",
+    "ecosystems", "food chains", "pollination", "migration", "hibernation", "camouflage", "symbiosis",
+    "the speed of light", "orbits", "eclipses", "meteors", "asteroids", "the Milky Way", "galaxies",
+    "the Big Bang", "space telescopes", "rockets", "satellites", "the International Space Station",
+    "the sun", "northern lights", "seasons", "time zones", "leap years",
+    # nature and animals
+    "lions", "tigers", "giraffes", "zebras", "kangaroos", "koalas", "pandas", "gorillas", "chimpanzees",
+    "dolphins", "seals", "turtles", "crocodiles", "snakes", "lizards", "parrots", "eagles", "crows",
+    "hummingbirds", "flamingos", "ostriches", "bats", "rabbits", "squirrels", "foxes", "bears", "deer",
+    "camels", "goats", "sheep", "cows", "chickens", "ducks", "salmon", "jellyfish", "starfish", "crabs",
+    "spiders", "beetles", "mosquitoes", "worms", "snails", "moss", "ferns", "cacti", "roses", "tulips",
+    "sunflowers", "oak trees", "pine forests", "grasslands", "wetlands", "swamps", "canyons", "valleys",
+    "beaches", "sand dunes", "icebergs", "geysers", "hot springs", "tornadoes", "fog",
+    "hail", "droughts", "floods", "wildfires", "monsoons", "ocean currents", "the deep sea",
+    # food and home
+    "pasta", "pizza", "noodles", "dumplings", "curry", "salads", "sandwiches", "cakes", "cookies",
+    "ice cream", "yogurt", "butter", "eggs", "beans", "potatoes", "tomatoes", "apples", "bananas",
+    "oranges", "lemons", "grapes", "strawberries", "mangoes", "coconuts", "nuts", "honey", "vinegar",
+    "herbs", "garlic", "ginger", "pepper", "fermentation", "baking", "grilling", "street food",
+    "school lunches", "table manners", "kitchens", "furniture", "carpets", "windows", "doors", "roofs",
+    "plumbing", "heating", "candles", "mirrors", "umbrellas", "shoes", "hats", "jeans",
+    "uniforms", "fashion", "perfume", "soap", "toothpaste", "laundry", "dishwashers", "vacuum cleaners",
+    # history and society
+    "ancient Greece", "ancient Rome's roads", "the Maya", "the Aztecs", "the Incas", "the Silk Road",
+    "the Middle Ages", "knights", "pirates", "samurai", "the Ottoman Empire", "the Mongol Empire",
+    "the age of exploration", "the American Revolution", "the Cold War", "the Moon landing",
+    "the Great Wall of China", "the pyramids", "Stonehenge", "the Olympic Games", "the Red Cross",
+    "the United Nations", "human rights", "laws", "police", "firefighters", "hospitals", "doctors",
+    "nurses", "teachers", "engineers", "architects", "farmers", "fishermen", "pilots", "chefs",
+    "lawyers", "journalists", "scientists", "inventors", "explorers", "artists", "musicians", "writers",
+    "volunteering", "charity", "taxes and public services", "trade", "shipping", "ports", "factories",
+    "supply chains", "advertising", "brands", "shopping malls", "online shopping", "credit cards",
+    "loans", "interest rates", "savings", "insurance", "pensions", "startups", "unions", "careers",
+    "job interviews", "remote work", "teamwork", "leadership", "negotiation", "meetings", "deadlines",
+    # places
+    "Paris", "London", "Tokyo", "New York", "Rome", "Cairo", "Beijing", "Moscow", "Sydney", "Toronto",
+    "Berlin", "Madrid", "Istanbul", "Mumbai", "Lagos", "Nairobi", "Lima", "Chile",
+    "Greece", "Spain", "France", "Germany", "China", "Korea", "Vietnam", "Thailand", "Indonesia",
+    "Nigeria", "Ghana", "Morocco", "Turkey", "Iran", "Russia", "Poland", "Sweden", "Finland", "Ireland",
+    "Scotland", "New Zealand", "Greenland", "Antarctica", "the Alps", "the Andes",
+    "the Rocky Mountains", "the Mediterranean Sea", "the Pacific Ocean", "the Atlantic Ocean",
+    "the Mississippi River", "the Danube", "the Great Barrier Reef", "Venice", "Hawaii", "Madagascar",
+    # technology
+    "the cloud", "databases", "spreadsheets", "web browsers", "search engines", "social media",
+    "operating systems", "Linux", "open source software", "apps", "websites", "cybersecurity",
+    "viruses on computers", "backups", "Wi-Fi", "Bluetooth", "GPS", "3D printing", "drones",
+    "self-driving cars", "virtual reality", "machine learning", "chatbots", "data privacy", "algorithms",
+    "compilers", "version control", "unit tests", "APIs", "microchips", "transistors", "keyboards",
+    "cameras", "headphones", "televisions", "printers", "routers", "electric bikes", "scooters", "buses",
+    "subways", "ships", "canals", "tunnels", "highways", "traffic lights", "parking", "elevators",
+    "escalators", "power plants", "dams", "water towers", "sewers", "recycling plants", "nuclear fusion",
+    # arts, leisure and life
+    "opera", "ballet", "hip hop", "rock music", "folk songs", "the piano", "the violin", "drums",
+    "choirs", "orchestras", "film", "cartoons", "comics", "fairy tales", "myths", "legends", "fables",
+    "mystery novels", "science fiction", "poetry slams", "calligraphy", "pottery",
+    "knitting", "sewing", "woodworking", "origami", "board games", "card games", "puzzles", "magic tricks",
+    "tennis", "golf", "cricket", "baseball", "rugby", "cycling", "skiing", "surfing", "sailing",
+    "climbing", "boxing", "martial arts", "marathons", "the gym", "stretching", "meditation",
+    "birthdays", "weddings", "festivals", "holidays abroad", "New Year", "gifts", "letters", "postcards",
+    "diaries", "childhood", "old age", "families", "siblings", "grandparents", "neighbours' gardens",
+    "moving house", "first days at school", "homework", "exams", "graduation", "learning to drive",
+    "road trips", "picnics", "beaches in summer", "snow days", "public transport", "city parks",
+    "volunteering at a shelter", "happiness", "patience", "courage", "honesty", "gratitude", "curiosity",
+    "creativity", "boredom", "loneliness", "procrastination", "time management", "goals", "routines",
+    "saving money", "personal finance", "minimalism", "sustainability", "composting", "veganism",
+    "first aid", "hydration", "posture", "screen time", "reading aloud", "handwriting", "spelling",
+    "grammar", "punctuation", "vocabulary", "idioms", "proverbs", "sign language", "Latin", "Spanish",
+    "Chinese characters", "alphabets", "numbers", "zero", "infinity", "probability", "percentages",
+    "algebra", "calculus", "logic", "puzzles with numbers", "maps of the world", "flags", "coins",
+    "stamps", "collections", "antiques", "architecture", "gothic cathedrals", "temples", "mosques",
+    "gardens in Japan", "bonsai", "tea ceremonies", "coffee shops", "bakeries", "markets in Morocco",
+]
+
+#: more chat requests, the kinds of thing users ask an assistant (a subject fills {s})
+FORMS_MORE = [
+    "Can you explain {s} simply?", "I want to learn about {s}. Where should I start?",
+    "What are the main benefits of {s}?", "What are the risks of {s}?", "List some interesting facts about {s}.",
+    "Give me a fun fact about {s}.", "What is the history of {s}?", "How has {s} changed over time?",
+    "Write a paragraph about {s} for a school report.", "Write an introduction for an article about {s}.",
+    "Write a blog post title and first sentence about {s}.", "Write a slogan about {s}.",
+    "Write a riddle about {s}.", "Write a short song about {s}.", "Write a rhyming couplet about {s}.",
+    "Give me a short quiz about {s} with answers.", "What questions could I ask an expert on {s}?",
+    "What is a common misconception about {s}?", "Explain {s} like I am five.", "Define {s} in one sentence.",
+    "What would happen if there were no {s}?", "Why should children learn about {s}?",
+    "Recommend three books about {s}.", "What jobs involve {s}?", "Brainstorm ideas for a project on {s}.",
+    "Write a short speech about {s}.", "Describe {s} to someone who has never seen them.",
+    "What do you think about {s}?", "Tell me a short story that involves {s}.",
+    "Make a list of words related to {s}.", "Rewrite this sentence more formally: {S} are really cool.",
+    "Correct the grammar: {s} is very interesting and they was studied for years.",
+    "Is this sentence true or false? {S} were invented in the last ten years.",
+    "Summarize what is known about {s} in three bullet points.", "How are {s} and {t} different?",
+    "Write an email to a friend about {s}.", "Plan a one-hour lesson about {s}.",
+    "What is the best way to study {s}?", "Classify {s}: natural or man-made?",
+]
+
+TASKS_MORE = [
+    "bake a cake", "change a tyre", "wash a car", "iron a shirt", "tie a tie", "paint a room",
+    "learn to play chess", "learn to juggle", "meditate", "fall asleep faster", "wake up early",
+    "drink more water", "stop procrastinating", "give a presentation", "write a cover letter",
+    "ask for a raise", "negotiate a price", "apologize to a friend", "make a cup of coffee",
+    "sharpen a knife", "build a birdhouse", "start a podcast", "learn to code", "set up a website",
+    "make a smoothie", "boil an egg", "keep houseplants alive", "train a dog to sit", "write a poem",
+    "choose a good watermelon", "memorize a speech", "get better at math", "improve my handwriting",
+    "teach a child to read", "back up my phone", "choose a password", "save for a holiday",
+    "move to a new country", "make new friends at work", "host a dinner party",
+]
+
+FUNCS_MORE = [
+    ("reverse_string", "s"), ("factorial", "n"), ("gcd", "a, b"), ("lcm", "a, b"), ("is_prime", "n"),
+    ("flatten", "nested"), ("zip_lists", "a, b"), ("max_subarray", "nums"), ("two_sum", "nums, target"),
+    ("celsius_to_fahrenheit", "c"), ("word_count", "path"), ("unique_words", "text"), ("caesar_cipher", "text, shift"),
+    ("matrix_multiply", "a, b"), ("cumulative_sum", "values"), ("group_by", "items, key"), ("top_k", "items, k"),
+    ("parse_csv_line", "line"), ("to_title_case", "text"), ("bmi", "weight, height"), ("days_between", "d1, d2"),
+    ("safe_divide", "a, b"), ("retry", "func, attempts"), ("memoize", "func"), ("validate_password", "password"),
 ]
 
 PEOPLE = ["a young doctor", "an old fisherman", "a curious girl", "a tired teacher", "a lonely king",
@@ -170,22 +306,26 @@ def quota(kind: str, count: int, taken: int) -> int:
     return round(SHARES[kind] * count) if kind in SHARES else count - taken
 
 
-def generate(seed: int = 0) -> dict[str, list[str]]:
+def generate(seed: int = 0, more_subjects: bool = False) -> dict[str, list[str]]:
     rng = random.Random(seed)
+    subjects = SUBJECTS + (SUBJECTS_MORE if more_subjects else [])
+    forms = FORMS + (FORMS_MORE if more_subjects else [])
+    tasks = TASKS + (TASKS_MORE if more_subjects else [])
+    funcs = FUNCS + (FUNCS_MORE if more_subjects else [])
     out: dict[str, list[str]] = {"subject": [], "story": [], "task": [], "code": [], "math": []}
-    for form in FORMS:
-        for s in SUBJECTS:
-            t = rng.choice(SUBJECTS)
+    for form in forms:
+        for s in subjects:
+            t = rng.choice(subjects)
             out["subject"].append(form.format(s=s, S=s[0].upper() + s[1:], t=t))
     for form in STORY_FORMS:
         for p in PEOPLE:
             q, place = rng.choice(PEOPLE), rng.choice(PLACES)
             out["story"].append(form.format(p=p, P=p[0].upper() + p[1:], q=q, l=place))
     for form in TASK_FORMS:
-        for k in TASKS:
+        for k in tasks:
             out["task"].append(form.format(k=k))
     for form in CODE_FORMS:
-        for f, a in FUNCS:
+        for f, a in funcs:
             out["code"].append(form.format(f=f, F=describe(f), a=a, j=camel(f), C=rng.choice(CLASSES),
                                            tbl=rng.choice(TABLES), n=rng.randint(3, 20)))
     for form in MATH:
@@ -203,13 +343,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tune_out", type=Path, default=TUNE)
     ap.add_argument("--verify_count", type=int, default=16)
     ap.add_argument("--verify_out", type=Path, default=VERIFY)
+    ap.add_argument("--more_subjects", action="store_true", help="cross the forms with SUBJECTS_MORE and the other "
+                    "*_MORE lists too (issue 77's lever; not the packaged files)")
     args = ap.parse_args(argv)
     reserved = {line.strip().lower() for line in HELDOUT.read_text(encoding="utf-8").splitlines() if line.strip()}
     words = re.compile("|".join(re.escape(w) for w in RESERVED), re.IGNORECASE)
     rng = random.Random(args.seed)
     seen: set[str] = set()
     chosen: list[str] = []
-    kinds = generate(args.seed)
+    kinds = generate(args.seed, args.more_subjects)
     left: dict[str, list[str]] = {}
     for kind in KINDS:
         pool = []

@@ -116,6 +116,24 @@ def test_packaged_prompts_are_what_the_generator_writes(tmp_path):
     assert len(packaged_prompts()) >= 1500 and len(forms) >= 60  # many prompts, many shapes of prompt
 
 
+def test_evaluation_subjects_stay_out_of_the_packaged_prompts():
+    """benchmarks/real_model.py measures heads on prompts whose subjects no generated prompt names: every one of them
+    holds a word of the generator's RESERVED list, and no generated training, tuning or verify prompt holds any."""
+    import re
+    import runpy
+
+    root = Path(__file__).resolve().parents[1]
+    reserved = runpy.run_path(str(root / "scripts" / "make_prompts.py"), run_name="make_prompts")["RESERVED"]
+    bench = runpy.run_path(str(root / "benchmarks" / "real_model.py"), run_name="real_model")
+    words = re.compile("|".join(re.escape(w) for w in reserved), re.IGNORECASE)
+    unguarded = [p for p in bench["EVAL"] + bench["EVAL_MORE"] if not words.search(p)]
+    assert not unguarded, f"evaluation prompts with no reserved word: {unguarded}"
+
+    tuning = heldout_prompts()[30:]  # the 30 hand-written tuning prompts come first: their subjects are reserved
+    leaked = [p for p in packaged_prompts() + tuning + verify_prompts() if words.search(p)]
+    assert not leaked, leaked[:5]
+
+
 # -- training -----------------------------------------------------------------------------------
 def _toy(n=300, H=16, V=40, heads=2, seed=0):
     g = torch.Generator().manual_seed(seed)
