@@ -58,6 +58,9 @@ RECIPES: dict[str, dict] = {
     "own_2_layers": {"share_lm_head": False, "num_layers": 2},
     "own_anchor_1": {"share_lm_head": False, "anchor": 1.0},
     "own_anchor_10": {"share_lm_head": False, "anchor": 10.0},
+    "own_warmup_0": {"share_lm_head": False, "warmup": 0.0},
+    "own_warmup_0.15": {"share_lm_head": False, "warmup": 0.15},
+    "own_constant": {"share_lm_head": False, "schedule": "constant"},
     "fd_medusa1": {"share_lm_head": False, "full_vocab": True, "distill": 0.0, "lr": 1e-3, "warmup": 0.1,
                    "negatives": 0, "dense_updates": True},
 }
