@@ -23,6 +23,7 @@ from trtllm_medusa_ports.archs.experts import (
     experts_per_token,
     moe_config,
 )
+from trtllm_medusa_ports.archs.pytorch_backend import PyTorchModel
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import (
     BIAS_SPLIT,
@@ -55,6 +56,9 @@ class ArchAdapter:
 
     #: HF ``architectures[0]`` names this adapter serves (the registry keys)
     hf_architectures: ClassVar[tuple[str, ...]] = ()
+    #: TensorRT-LLM's PyTorch backend for each of ``hf_architectures`` (archs/pytorch_backend.py): its class and
+    #: how it serves an EAGLE-3 draft; every family declares its own (tests/test_pytorch_backend.py)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {}
     #: short family name, also ``--model_type`` and the HF ``model_type`` values it accepts
     family: ClassVar[str] = ""
     model_types: ClassVar[tuple[str, ...]] = ()

@@ -18,6 +18,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import (
@@ -34,6 +35,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class BloomAdapter(ArchAdapter):
     hf_architectures = ("BloomForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"BloomForCausalLM": NO_CLASS}
     engine_limits_summary: ClassVar[str] = '`layer_norm_epsilon != 1e-5` (`models/bloom/model.py` passes no `eps`)'
     # BloomConfig has no context length (ALiBi, no position table): 2048 is the BLOOM models' training context,
     # declared rather than guessed per config

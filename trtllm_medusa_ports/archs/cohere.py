@@ -24,6 +24,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import Role, Source
@@ -34,6 +35,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class CohereAdapter(LlamaAdapter):
     hf_architectures = ("CohereForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"CohereForCausalLM": NO_CLASS}
     engine_limits_summary: ClassVar[str] = '`head_dim != hidden_size / num_attention_heads`, `rope_scaling` set (`models/commandr/config.py` derives the head size and reads no scaling)'
     hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'silu'}
     norm_epsilon_key = 'layer_norm_eps'

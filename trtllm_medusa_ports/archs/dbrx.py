@@ -35,6 +35,7 @@ from trtllm_medusa_ports.archs.experts import (
     moe_semantics,
     transposed_experts,
 )
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import NormKind, Semantics
 from trtllm_medusa_ports.archs.weights import (
@@ -65,6 +66,7 @@ def _up_then_gate(experts: int):
 @register
 class DbrxAdapter(ArchAdapter):
     hf_architectures = ("DbrxForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"DbrxForCausalLM": NO_CLASS}
     engine_limits_summary: ClassVar[str] = ("`ffn_config.moe_normalize_expert_weights` other than 1 or null "
                                             "(`layers/moe.py`: RENORMALIZE divides by the sum, NONE leaves the "
                                             "weights)")

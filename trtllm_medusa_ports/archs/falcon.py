@@ -17,6 +17,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, Semantics
 from trtllm_medusa_ports.archs.weights import LINEARS, NORMS, Deviation, Role, Source, grouped_qkv
@@ -26,6 +27,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class FalconAdapter(ArchAdapter):
     hf_architectures = ("FalconForCausalLM", "RWForCausalLM")
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"FalconForCausalLM": NO_CLASS, "RWForCausalLM": NO_CLASS}
     engine_limits_summary: ClassVar[str] = '`layer_norm_epsilon != 1e-5` for ln_f, and post_layernorm in the sequential layout (`models/falcon/model.py`: built without `eps`)'
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu'}
     norm_epsilon_key = 'layer_norm_epsilon'

@@ -22,6 +22,7 @@ import math
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel, no_capture
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
 from trtllm_medusa_ports.archs.weights import NORMS, Deviation, Role, Source, plus_one
@@ -31,6 +32,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class GemmaAdapter(LlamaAdapter):
     hf_architectures = ("GemmaForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"GemmaForCausalLM": NO_CLASS}
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
@@ -79,6 +81,9 @@ class GemmaAdapter(LlamaAdapter):
 @register
 class Gemma2Adapter(GemmaAdapter):
     hf_architectures = ("Gemma2ForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "Gemma2ForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_gemma2.py", "Gemma2ForCausalLM"),
+    }
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     expected_check_errors: ClassVar[frozenset[str]] = frozenset({"attention-softcapping"})
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
@@ -126,6 +131,9 @@ class Gemma2Adapter(GemmaAdapter):
 @register
 class Gemma3Adapter(Gemma2Adapter):
     hf_architectures = ("Gemma3ForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "Gemma3ForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_gemma3.py", "Gemma3ForCausalLM"),
+    }
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
     key_cases: ClassVar[dict | None] = {'rms_norm_eps': 3e-06, 'query_pre_attn_scalar': 64}

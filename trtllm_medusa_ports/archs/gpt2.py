@@ -24,6 +24,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import (
@@ -110,6 +111,7 @@ class _GPTLearnedPositions(LlamaAdapter):
 @register
 class GPT2Adapter(_GPTLearnedPositions):
     hf_architectures = ("GPT2LMHeadModel",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"GPT2LMHeadModel": NO_CLASS}
     hf_defaults: ClassVar[dict] = {"layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
                                    "activation_function": "gelu_new", "n_positions": 1024, "scale_attn_weights": True}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"n_inner": 96, "tie_word_embeddings": False})
@@ -139,6 +141,7 @@ class GPT2Adapter(_GPTLearnedPositions):
 @register
 class GPTBigCodeAdapter(_GPTLearnedPositions):
     hf_architectures = ("GPTBigCodeForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"GPTBigCodeForCausalLM": NO_CLASS}
     hf_defaults: ClassVar[dict] = {"layer_norm_epsilon": 1e-5, "tie_word_embeddings": True,
                                    "activation_function": "gelu_pytorch_tanh", "n_positions": 1024,
                                    "scale_attn_weights": True, "multi_query": True}

@@ -21,6 +21,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import Deviation, Role, Source
@@ -34,6 +35,7 @@ _TANH_GELUS = ("gelu_new", "gelu_fast", "gelu_pytorch_tanh")
 @register
 class GPTJAdapter(ArchAdapter):
     hf_architectures = ("GPTJForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"GPTJForCausalLM": NO_CLASS}
     engine_limits_summary: ClassVar[str] = '`n_inner != 4 x n_embd`, `layer_norm_epsilon != 1e-5` for ln_f, an `activation_function` other than a tanh GELU (`models/gptj/model.py`: a 4 x hidden MLP, `"gelu"`, ln_f without `eps`)'
     max_positions_key = 'n_positions'
     hf_defaults: ClassVar[dict] = {'n_positions': 2048, 'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new'}

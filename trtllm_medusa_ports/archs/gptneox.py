@@ -16,6 +16,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, Semantics
 from trtllm_medusa_ports.archs.weights import (
@@ -32,6 +33,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class GPTNeoXAdapter(ArchAdapter):
     hf_architectures = ("GPTNeoXForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"GPTNeoXForCausalLM": NO_CLASS}
     engine_limits_summary: ClassVar[str] = '`intermediate_size != 4 x hidden_size`, `layer_norm_eps != 1e-5`, `use_parallel_residual: false` (`models/gptneox/model.py`: a 4 x hidden MLP, always the parallel residual, LayerNorms without `eps`)'
     hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu',
                                    'partial_rotary_factor': 0.25}

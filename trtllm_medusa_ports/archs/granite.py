@@ -29,6 +29,7 @@ import math
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
 from trtllm_medusa_ports.files.hf_model import HFConfig
@@ -37,6 +38,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class GraniteAdapter(LlamaAdapter):
     hf_architectures = ("GraniteForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"GraniteForCausalLM": NO_CLASS}
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': False, 'attention_multiplier': 1.0})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.experts import MOE_RENORMALIZE, moe_semantics
 from trtllm_medusa_ports.archs.granite import GraniteAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
 from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule, layout_only
@@ -37,6 +38,7 @@ def _up_then_gate_experts(ts: list[Array]) -> Array:
 @register
 class GraniteMoeAdapter(GraniteAdapter):
     hf_architectures = ("GraniteMoeForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"GraniteMoeForCausalLM": NO_CLASS}
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "tie_word_embeddings": True})
     key_cases: ClassVar[dict | None] = {"rope_theta": 12345.0, "rms_norm_eps": 3e-6, "num_experts_per_tok": 3}

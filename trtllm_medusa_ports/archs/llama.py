@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import PyTorchModel, one_model, two_model
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.weights import Role, Source
 from trtllm_medusa_ports.files.hf_model import HFConfig
@@ -20,6 +21,9 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class LlamaAdapter(ArchAdapter):
     hf_architectures = ("LlamaForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "LlamaForCausalLM": one_model("tensorrt_llm/_torch/models/modeling_llama.py", "LlamaForCausalLM"),
+    }
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "llama"
@@ -72,6 +76,9 @@ class MistralAdapter(LlamaAdapter):
     """Mistral = Llama + (optional) sliding-window attention; same tensors and engine class."""
 
     hf_architectures = ("MistralForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "MistralForCausalLM": two_model("tensorrt_llm/_torch/models/modeling_mistral.py", "MistralForCausalLM"),
+    }
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "mistral"

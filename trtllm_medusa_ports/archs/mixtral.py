@@ -25,6 +25,7 @@ from typing import ClassVar
 
 from trtllm_medusa_ports.archs.experts import MOE_RENORMALIZE, moe_semantics, per_expert_rules
 from trtllm_medusa_ports.archs.llama import MistralAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import PyTorchModel, no_capture
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
 from trtllm_medusa_ports.archs.weights import Role, Source, WeightRule
@@ -35,6 +36,9 @@ from trtllm_medusa_ports.files.jsonfile import is_int
 @register
 class MixtralAdapter(MistralAdapter):
     hf_architectures = ("MixtralForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "MixtralForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_mixtral.py", "MixtralForCausalLM"),
+    }
     engine_limits_summary: ClassVar[str] = '`num_experts_per_tok > num_local_experts`'
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu"}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "num_key_value_heads": 4})

@@ -19,6 +19,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import (
     AlibiStyle,
@@ -34,6 +35,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class MPTAdapter(ArchAdapter):
     hf_architectures = ("MptForCausalLM", "MPTForCausalLM")
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"MptForCausalLM": NO_CLASS, "MPTForCausalLM": NO_CLASS}
     engine_limits_summary: ClassVar[str] = '`expansion_ratio != 4`, `attn_config.alibi: false`, `layer_norm_epsilon != 1e-5` for ln_f (`models/mpt/model.py`: a 4 x hidden MLP and ALiBi hard-coded, ln_f without `eps`)'
     hf_defaults: ClassVar[dict] = {'layer_norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu',
                                    'max_seq_len': 2048, 'expansion_ratio': 4,

@@ -26,6 +26,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import PyTorchModel, no_capture
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, Semantics
 from trtllm_medusa_ports.archs.weights import (
@@ -43,6 +44,9 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class NemotronAdapter(LlamaAdapter):
     hf_architectures = ("NemotronForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "NemotronForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_nemotron.py", "NemotronForCausalLM"),
+    }
     hf_defaults: ClassVar[dict] = {"norm_eps": 1e-05, "tie_word_embeddings": False, "hidden_act": "relu2",
                                    "partial_rotary_factor": 0.5}
     norm_epsilon_key = "norm_eps"

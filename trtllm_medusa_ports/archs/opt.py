@@ -29,6 +29,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, PositionEmbedding, Semantics
 from trtllm_medusa_ports.archs.weights import LINEARS, NORMS, Deviation, Role, Source, tensor_path
@@ -47,6 +48,7 @@ def _from_position_zero(ts):
 @register
 class OPTAdapter(ArchAdapter):
     hf_architectures = ("OPTForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"OPTForCausalLM": NO_CLASS}
     hf_defaults: ClassVar[dict] = {"activation_function": "relu", "max_position_embeddings": 2048, "ffn_dim": 3072,
                                    "tie_word_embeddings": True, "do_layer_norm_before": True, "enable_bias": True,
                                    "layer_norm_elementwise_affine": True, "_remove_final_layer_norm": False}

@@ -13,6 +13,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, Semantics
 from trtllm_medusa_ports.archs.weights import LINEARS, NORMS, Role, Source
@@ -22,6 +23,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class PhiAdapter(ArchAdapter):
     hf_architectures = ("PhiForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"PhiForCausalLM": NO_CLASS}
     engine_limits_summary: ClassVar[str] = '`layer_norm_eps != 1e-5`, `num_key_value_heads != num_attention_heads` (`models/phi/model.py`: no `num_kv_heads`, no `eps`)'
     hf_defaults: ClassVar[dict] = {'layer_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'gelu_new',
                                    'partial_rotary_factor': 0.5}

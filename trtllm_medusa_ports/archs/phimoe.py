@@ -38,6 +38,7 @@ from trtllm_medusa_ports.archs.experts import (
     per_expert_rules,
 )
 from trtllm_medusa_ports.archs.phi3 import Phi3Adapter
+from trtllm_medusa_ports.archs.pytorch_backend import NO_CLASS, PyTorchModel
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import NormKind, Semantics
 from trtllm_medusa_ports.archs.weights import (
@@ -55,6 +56,7 @@ from trtllm_medusa_ports.files.jsonfile import is_int
 @register
 class PhiMoEAdapter(Phi3Adapter):
     hf_architectures = ("PhimoeForCausalLM", "PhiMoEForCausalLM")
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"PhimoeForCausalLM": NO_CLASS, "PhiMoEForCausalLM": NO_CLASS}
     engine_architecture = "PhiMoEForCausalLM"
     engine_limits_summary: ClassVar[str] = (
         "`num_experts_per_tok != 2`, `attention_bias` or `lm_head_bias` false (`models/phi3/model.py` builds both)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import PyTorchModel, two_model
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.files.hf_model import HFConfig
 
@@ -16,6 +17,9 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen2Adapter(LlamaAdapter):
     hf_architectures = ("Qwen2ForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "Qwen2ForCausalLM": two_model("tensorrt_llm/_torch/models/modeling_qwen.py", "Qwen2ForCausalLM"),
+    }
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'seq_length': 777}
     family = "qwen2"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from trtllm_medusa_ports.archs.pytorch_backend import PyTorchModel, one_model
 from trtllm_medusa_ports.archs.qwen2 import Qwen2Adapter
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import Semantics
@@ -22,6 +23,9 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen3Adapter(Qwen2Adapter):
     hf_architectures = ("Qwen3ForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "Qwen3ForCausalLM": one_model("tensorrt_llm/_torch/models/modeling_qwen3.py", "Qwen3ForCausalLM"),
+    }
     engine_limits_summary: ClassVar[str] = '`attention_bias: true` (`models/qwen/model.py` builds attention with `dense_bias=False`)'
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'num_key_value_heads': 1})

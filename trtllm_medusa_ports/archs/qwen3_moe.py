@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.experts import moe_semantics
+from trtllm_medusa_ports.archs.pytorch_backend import PyTorchModel, one_model
 from trtllm_medusa_ports.archs.qwen2_moe import (
     Qwen2MoeAdapter,
     qwen_expert_rules,
@@ -31,6 +32,9 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen3MoeAdapter(Qwen3Adapter):
     hf_architectures = ("Qwen3MoeForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "Qwen3MoeForCausalLM": one_model("tensorrt_llm/_torch/models/modeling_qwen3_moe.py", "Qwen3MoeForCausalLM"),
+    }
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "num_key_value_heads": 4},
                                                  {"norm_topk_prob": False})

@@ -13,6 +13,7 @@ import dataclasses
 from typing import ClassVar
 
 from trtllm_medusa_ports.archs.llama import LlamaAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import PyTorchModel, two_model
 from trtllm_medusa_ports.archs.registry import register
 from trtllm_medusa_ports.archs.semantics import MlpKind, NormKind, Semantics
 from trtllm_medusa_ports.archs.weights import LINEARS, NORMS, Role, Source
@@ -22,6 +23,9 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Starcoder2Adapter(LlamaAdapter):
     hf_architectures = ("Starcoder2ForCausalLM",)
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
+        "Starcoder2ForCausalLM": two_model("tensorrt_llm/_torch/models/modeling_starcoder2.py", "Starcoder2ForCausalLM"),
+    }
     hf_defaults: ClassVar[dict] = {'norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     norm_epsilon_key = 'norm_epsilon'
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'use_bias': False, 'tie_word_embeddings': False})
