@@ -209,6 +209,22 @@ def _inputs_there(opts) -> None:
         choices_file(opts.medusa_choices)
 
 
+def _check_pytorch(opts: CheckOptions) -> CheckResult:
+    """``check --backend pytorch``: the base's model class on TensorRT-LLM's PyTorch backend (EAGLE-3)."""
+    from trtllm_medusa_ports.archs.registry import adapter_for
+    from trtllm_medusa_ports.compat import check_pytorch, errors_of
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    hf = HFConfig.read(opts.model_dir)
+    arch = (hf.get("architectures") or ["(none)"])[0]
+    given = tuple(flag for flag, value in (("--medusa_model_dir", opts.medusa_model_dir),
+                                           ("--medusa_choices", opts.medusa_choices),
+                                           ("--num_medusa_heads", opts.num_medusa_heads),
+                                           ("--share_lm_head", opts.share_lm_head)) if value)
+    findings = check_pytorch(hf, adapter_for(arch), medusa_given=given)
+    return CheckResult(not errors_of(findings), arch, findings)
+
+
 def check(opts: CheckOptions) -> CheckResult:
     from trtllm_medusa_ports.compat import activation_range_finding, errors_of, serving_findings
     from trtllm_medusa_ports.compat import check as _check
@@ -216,6 +232,8 @@ def check(opts: CheckOptions) -> CheckResult:
 
     validate_options(opts, "CheckOptions")
     opts = hub_inputs(opts)  # Hub ids -> their local snapshots (files/hub.py)
+    if opts.backend == "pytorch":
+        return _check_pytorch(opts)
     _inputs_there(opts)
     spec = spec_from_flags(opts)
     arch, findings = _check(opts.model_dir, opts.medusa_model_dir, medusa_choices=opts.medusa_choices,

@@ -244,6 +244,9 @@ _CONVERT = (
 _CHECK = (
     _P("model_dir", "Hugging Face base model directory, or its Hub id (owner/name)", default=REQUIRED, required=True),
     _revision(),
+    _S("backend", "the TensorRT-LLM backend to judge the base for: tensorrt (1.2.x's engines, Medusa) or pytorch "
+       "(1.3 and later, EAGLE-3 drafts; the base's model class alone is judged)", choices=("tensorrt", "pytorch"),
+       default="tensorrt"),
     _P("medusa_model_dir", "Medusa heads to check against the base (or a Hub id)"),
     _T("medusa_choices", "tree to check against the heads and max_draft_len"),
     _I("tp_size", "tensor parallelism to check", default=1),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from trtllm_medusa_ports.archs import pitfalls, registry
 from trtllm_medusa_ports.archs.base import ArchAdapter
+from trtllm_medusa_ports.archs.pytorch_backend import Eagle3Support
 from trtllm_medusa_ports.archs.semantics import PositionEmbedding
 from trtllm_medusa_ports.findings import OVERRIDABLE
 
@@ -110,8 +111,45 @@ def engine_limit_lines() -> str:
     return "".join(lines) + "\n  "
 
 
+def pytorch_architectures(support: Eagle3Support) -> str:
+    """The HF architectures whose PyTorch-backend class serves EAGLE-3 as ``support`` says (their declarations)."""
+    return _words([f"`{arch}`" for cls in adapter_classes() for arch, model in cls.pytorch_models.items()
+                   if model.support is support])
+
+
+def _medusa_verdict(arch: str, cls: type[ArchAdapter]) -> str:
+    """check's verdict on the family's tiny config for the 1.2 TensorRT backend: Medusa, or the rules refusing it."""
+    from trtllm_medusa_ports.compat import check_base, errors_of
+    from trtllm_medusa_ports.files.hf_model import HFConfig
+
+    if cls.tiny_config is None:
+        return "-"
+    hf = HFConfig({**cls.tiny_config, "architectures": [arch]}, Path("config.json"))
+    refused = sorted({f.rule for f in errors_of(check_base(hf, cls()))})
+    return "Medusa" if not refused else "refused: " + ", ".join(f"`{r}`" for r in refused)
+
+
+def backend_table() -> str:
+    """Bases x backend x drafter: what `check` says for each architecture on 1.2's TensorRT backend (Medusa, on the
+    family's tiny config) and on the PyTorch backend (EAGLE-3, the family's declaration)."""
+    words = {Eagle3Support.ONE_MODEL: "EAGLE-3, one-model", Eagle3Support.TWO_MODEL: "EAGLE-3, two-model only "
+             "(removed in 1.4)", Eagle3Support.NO_CAPTURE: "no: its class has no capture hook",
+             Eagle3Support.NO_CLASS: "no: no PyTorch class"}
+    lines = ["\n| HF architecture | TensorRT-LLM 1.2.x (TensorRT backend) | 1.3 and later (PyTorch backend) | upstream file |",
+             "|---|---|---|---|"]
+    for cls in adapter_classes():
+        for arch, model in cls.pytorch_models.items():
+            lines.append(f"| `{arch}` | {_medusa_verdict(arch, cls)} | {words[model.support]} | `{model.upstream}` |")
+    return "\n".join(lines) + "\n"
+
+
 #: the named lists documents hold inline, each derived from the adapters
 LISTS = {
+    "pytorch-one-model": lambda: pytorch_architectures(Eagle3Support.ONE_MODEL),
+    "pytorch-two-model": lambda: pytorch_architectures(Eagle3Support.TWO_MODEL),
+    "pytorch-no-capture": lambda: pytorch_architectures(Eagle3Support.NO_CAPTURE),
+    "pytorch-no-class": lambda: pytorch_architectures(Eagle3Support.NO_CLASS),
+    "backend-table": backend_table,
     "engine-limits": engine_limit_lines,
     "no-pipeline-parallel": lambda: _words(engine_classes(lambda c: not c.engine_pipeline_parallel)),
     "no-spec-plumbing": lambda: _words(engine_classes(lambda c: not c.upstream_spec_decoding_plumbing)),

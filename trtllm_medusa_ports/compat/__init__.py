@@ -16,7 +16,8 @@ Upstream facts behind the rules (TensorRT-LLM 1.2.x):
 
 The package, one module per topic: ``positions`` (ALiBi, RoPE scaling, sliding windows, learned positions),
 ``xqa_kernels`` (head size, group size, q scaling, soft-capping), ``engine_class`` (what the family's TensorRT-LLM
-class builds), ``heads``, ``parallelism``, ``trees``, ``dtypes``, ``serving`` (the memory plan's verdict); ``registry`` (``@base_rule``) below them,
+class builds), ``heads``, ``parallelism``, ``trees``, ``dtypes``, ``serving`` (the memory plan's verdict),
+``pytorch_backend`` (``check --backend pytorch``: EAGLE-3 on the PyTorch backend); ``registry`` (``@base_rule``) below them,
 ``base`` (the architecture and the base rules in report order) and ``conversion`` (``check_conversion``,
 ``check``) above them. The quantization rules are ``trtllm_medusa_ports/quant/rules.py``; the rules ``build``
 re-checks live in ``engine/build.py``. Every rule id is registered in ``findings.RULES``, the one registry
@@ -40,6 +41,7 @@ from trtllm_medusa_ports.compat.positions import (
     learned_seq_limit,
     rope_context_range,
 )
+from trtllm_medusa_ports.compat.pytorch_backend import check_pytorch
 from trtllm_medusa_ports.compat.registry import BaseFacts, base_rule
 from trtllm_medusa_ports.compat.serving import serving_findings
 from trtllm_medusa_ports.compat.trees import check_tree
@@ -66,7 +68,7 @@ __all__ = [
     "XQA_HOPPER_JIT_MAX_GROUP", "XQA_JIT_ENV", "XQA_JIT_HMMA_TOKENS_PER_BLOCK", "XQA_JIT_MAX_GROUP",
     "XQA_JIT_QGMMA_TOKENS_PER_BLOCK", "XQA_PRECOMPILED_MEDUSA_HEAD_SIZES", "XQA_PRECOMPILED_TOKENS_PER_BLOCK",
     "XQA_ROUTE_SMS", "BaseFacts", "Finding", "XqaRoute", "activation_range_finding", "alibi_reason", "base_rule",
-    "check", "check_base", "check_conversion", "check_heads", "check_parallel", "check_tree", "describe_xqa_routes",
+    "check", "check_base", "check_pytorch", "check_conversion", "check_heads", "check_parallel", "check_tree", "describe_xqa_routes",
     "errors_of", "checkpoint_position_range", "checkpoint_seq_limit", "learned_position_range", "learned_seq_limit", "rope_context_range", "serving_findings", "sm_names", "xqa_environment", "xqa_medusa_route",
     "xqa_serving_routes",
 ]
