@@ -491,7 +491,8 @@ def port_routes() -> dict[str, tuple[Option, tuple[str, ...]]]:
 COMMANDS: dict[str, tuple[str, str | None, tuple[Option, ...]]] = {
     "inspect-heads": ("read a Medusa head checkpoint of any layout", None, _INSPECT),
     "tree": ("parse and validate medusa_choices; print TensorRT-LLM's buffers", "TreeOptions", _TREE),
-    "check": ("can TensorRT-LLM serve Medusa on this base (and heads, tree, parallelism)?", "CheckOptions", _CHECK),
+    "check": ("can TensorRT-LLM serve Medusa on this base (and heads, tree, parallelism)? With --backend pytorch: "
+              "an EAGLE-3 draft on its PyTorch backend (1.3 and later)?", "CheckOptions", _CHECK),
     "convert": ("HF base + Medusa heads -> TensorRT-LLM checkpoint", "ConvertOptions", _CONVERT),
     "verify": ("prove parity and greedy equivalence of a checkpoint on CPU", "VerifyOptions", _VERIFY),
     "train-heads": ("train Medusa heads for a base on its own greedy continuations", "TrainOptions", _TRAIN),
