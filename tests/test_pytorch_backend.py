@@ -16,10 +16,10 @@ def test_every_architecture_declares_its_pytorch_class_in_its_own_family():
         assert set(own) == set(cls.hf_architectures), (cls.__name__, sorted(own), cls.hf_architectures)
         model = own[name]
         if model.support is Eagle3Support.NO_CLASS:
-            assert model.upstream == AUTO_MODEL_FILE and not model.cls
+            assert model.upstream == AUTO_MODEL_FILE
         else:  # the file that registers the class and shows its decoder layers
             assert model.upstream.startswith("tensorrt_llm/_torch/models/modeling_"), (name, model.upstream)
-            assert model.cls == name
+            assert model.upstream != AUTO_MODEL_FILE
 
 
 @pytest.mark.parametrize(("arch", "support"), [
@@ -48,13 +48,13 @@ def test_the_declared_support_is_upstream_s(arch, support):
     assert model.support.serves == (support in (Eagle3Support.ONE_MODEL, Eagle3Support.TWO_MODEL))
 
 
-def test_a_declaration_names_a_class_exactly_when_there_is_one():
+def test_a_declaration_cites_the_module_registering_the_class_exactly_when_there_is_one():
     with pytest.raises(ValueError, match="a path in NVIDIA/TensorRT-LLM"):
-        PyTorchModel(Eagle3Support.ONE_MODEL, "modeling_llama.py", "LlamaForCausalLM")
-    with pytest.raises(ValueError, match="a registered class name"):
-        PyTorchModel(Eagle3Support.NO_CAPTURE, "tensorrt_llm/_torch/models/modeling_phi3.py")
-    with pytest.raises(ValueError, match="a registered class name"):
-        PyTorchModel(Eagle3Support.NO_CLASS, AUTO_MODEL_FILE, "FalconForCausalLM")
+        PyTorchModel(Eagle3Support.ONE_MODEL, "modeling_llama.py")
+    with pytest.raises(ValueError, match="cite the module registering the class"):
+        PyTorchModel(Eagle3Support.NO_CAPTURE)  # modeling_auto.py registers nothing
+    with pytest.raises(ValueError, match="cite the module registering the class"):
+        PyTorchModel(Eagle3Support.NO_CLASS, "tensorrt_llm/_torch/models/modeling_falcon.py")
 
 
 # -- check --backend pytorch ---------------------------------------------------------------------------------------
@@ -125,4 +125,5 @@ def test_the_backend_table_has_every_architecture_once_with_its_declared_drafter
     row = dict(zip(names, rows, strict=True))
     assert "EAGLE-3, one-model" in row["Qwen3ForCausalLM"] and "two-model only" in row["Qwen2ForCausalLM"]
     assert "refused: `alibi-position-embedding`" in row["BloomForCausalLM"] and "no PyTorch class" in row["BloomForCausalLM"]
+    assert "refused: `alibi-position-embedding`" in row["MPTForCausalLM"]  # an alias is judged as itself
     assert "| Medusa |" in row["LlamaForCausalLM"] and "modeling_gemma3.py" in row["Gemma3ForCausalLM"]

@@ -117,15 +117,11 @@ def pytorch_architectures(support: Eagle3Support) -> str:
                    if model.support is support])
 
 
-def _medusa_verdict(arch: str, cls: type[ArchAdapter]) -> str:
+def _medusa_verdict(arch: str) -> str:
     """check's verdict on the family's tiny config for the 1.2 TensorRT backend: Medusa, or the rules refusing it."""
-    from trtllm_medusa_ports.compat import check_base, errors_of
-    from trtllm_medusa_ports.files.hf_model import HFConfig
+    from trtllm_medusa_ports.compat.base import tiny_config_errors
 
-    if cls.tiny_config is None:
-        return "-"
-    hf = HFConfig({**cls.tiny_config, "architectures": [arch]}, Path("config.json"))
-    refused = sorted({f.rule for f in errors_of(check_base(hf, cls()))})
+    refused = sorted({f.rule for f in tiny_config_errors(arch)})
     return "Medusa" if not refused else "refused: " + ", ".join(f"`{r}`" for r in refused)
 
 
@@ -139,7 +135,7 @@ def backend_table() -> str:
              "|---|---|---|---|"]
     for cls in adapter_classes():
         for arch, model in cls.pytorch_models.items():
-            lines.append(f"| `{arch}` | {_medusa_verdict(arch, cls)} | {words[model.support]} | `{model.upstream}` |")
+            lines.append(f"| `{arch}` | {_medusa_verdict(arch)} | {words[model.support]} | `{model.upstream}` |")
     return "\n".join(lines) + "\n"
 
 

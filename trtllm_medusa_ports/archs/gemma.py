@@ -81,9 +81,7 @@ class GemmaAdapter(LlamaAdapter):
 @register
 class Gemma2Adapter(GemmaAdapter):
     hf_architectures = ("Gemma2ForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "Gemma2ForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_gemma2.py", "Gemma2ForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"Gemma2ForCausalLM": no_capture("modeling_gemma2.py")}
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     expected_check_errors: ClassVar[frozenset[str]] = frozenset({"attention-softcapping"})
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
@@ -131,9 +129,7 @@ class Gemma2Adapter(GemmaAdapter):
 @register
 class Gemma3Adapter(Gemma2Adapter):
     hf_architectures = ("Gemma3ForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "Gemma3ForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_gemma3.py", "Gemma3ForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"Gemma3ForCausalLM": no_capture("modeling_gemma3.py")}
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     test_variants: ClassVar[tuple[dict, ...]] = ({},)
     key_cases: ClassVar[dict | None] = {'rms_norm_eps': 3e-06, 'query_pre_attn_scalar': 64}

@@ -21,9 +21,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class LlamaAdapter(ArchAdapter):
     hf_architectures = ("LlamaForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "LlamaForCausalLM": one_model("tensorrt_llm/_torch/models/modeling_llama.py", "LlamaForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"LlamaForCausalLM": one_model("modeling_llama.py")}
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "llama"
@@ -76,9 +74,7 @@ class MistralAdapter(LlamaAdapter):
     """Mistral = Llama + (optional) sliding-window attention; same tensors and engine class."""
 
     hf_architectures = ("MistralForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "MistralForCausalLM": two_model("tensorrt_llm/_torch/models/modeling_mistral.py", "MistralForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"MistralForCausalLM": two_model("modeling_mistral.py")}
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06}
     family = "mistral"

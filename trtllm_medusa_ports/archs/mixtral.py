@@ -36,9 +36,7 @@ from trtllm_medusa_ports.files.jsonfile import is_int
 @register
 class MixtralAdapter(MistralAdapter):
     hf_architectures = ("MixtralForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "MixtralForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_mixtral.py", "MixtralForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"MixtralForCausalLM": no_capture("modeling_mixtral.py")}
     engine_limits_summary: ClassVar[str] = '`num_experts_per_tok > num_local_experts`'
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu"}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "num_key_value_heads": 4})

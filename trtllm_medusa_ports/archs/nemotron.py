@@ -44,9 +44,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class NemotronAdapter(LlamaAdapter):
     hf_architectures = ("NemotronForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "NemotronForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_nemotron.py", "NemotronForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"NemotronForCausalLM": no_capture("modeling_nemotron.py")}
     hf_defaults: ClassVar[dict] = {"norm_eps": 1e-05, "tie_word_embeddings": False, "hidden_act": "relu2",
                                    "partial_rotary_factor": 0.5}
     norm_epsilon_key = "norm_eps"

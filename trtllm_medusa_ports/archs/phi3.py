@@ -57,9 +57,7 @@ def _in_hf_names(problem: str) -> str:
 @register
 class Phi3Adapter(LlamaAdapter):
     hf_architectures = ("Phi3ForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "Phi3ForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_phi3.py", "Phi3ForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"Phi3ForCausalLM": no_capture("modeling_phi3.py")}
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-05, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'num_key_value_heads': 4, 'partial_rotary_factor': 0.5})
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'partial_rotary_factor': 0.5}

@@ -24,8 +24,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+#: the folder of upstream's PyTorch model classes
+MODELS_DIR = "tensorrt_llm/_torch/models/"
 #: the file whose registry refuses an architecture no class is registered for
-AUTO_MODEL_FILE = "tensorrt_llm/_torch/models/modeling_auto.py"
+AUTO_MODEL_FILE = MODELS_DIR + "modeling_auto.py"
 
 
 class Eagle3Support(enum.Enum):
@@ -43,30 +45,33 @@ class Eagle3Support(enum.Enum):
 
 @dataclass(frozen=True)
 class PyTorchModel:
-    """One architecture on the PyTorch backend: its EAGLE-3 support, the upstream file that shows it (a path in
-    NVIDIA/TensorRT-LLM) and the class registered for it ("" where none is)."""
+    """One architecture on the PyTorch backend: its EAGLE-3 support and the upstream file that shows it (a path in
+    NVIDIA/TensorRT-LLM: the module registering the class, or modeling_auto.py where none is). Upstream registers a
+    class under the HF architecture's own name (``register_auto_model("Qwen2ForCausalLM")``), so the declaration's
+    key names the class."""
 
     support: Eagle3Support
     upstream: str = AUTO_MODEL_FILE
-    cls: str = ""
 
     def __post_init__(self) -> None:
-        if not self.upstream.startswith("tensorrt_llm/"):
-            raise ValueError(f"upstream file {self.upstream!r}: a path in NVIDIA/TensorRT-LLM")
-        if (self.support is Eagle3Support.NO_CLASS) == bool(self.cls):
-            raise ValueError(f"{self.support.value}: a registered class name goes with a class, and only then")
+        if not self.upstream.startswith(MODELS_DIR):
+            raise ValueError(f"upstream file {self.upstream!r}: a path in NVIDIA/TensorRT-LLM's {MODELS_DIR}")
+        if (self.support is Eagle3Support.NO_CLASS) != (self.upstream == AUTO_MODEL_FILE):
+            raise ValueError(f"{self.support.value}: cite the module registering the class, or "
+                             f"{AUTO_MODEL_FILE} where no class is registered")
 
 
-def one_model(upstream: str, cls: str) -> PyTorchModel:
-    return PyTorchModel(Eagle3Support.ONE_MODEL, upstream, cls)
+def one_model(module: str) -> PyTorchModel:
+    """``module``: the file in tensorrt_llm/_torch/models/ registering the class."""
+    return PyTorchModel(Eagle3Support.ONE_MODEL, MODELS_DIR + module)
 
 
-def two_model(upstream: str, cls: str) -> PyTorchModel:
-    return PyTorchModel(Eagle3Support.TWO_MODEL, upstream, cls)
+def two_model(module: str) -> PyTorchModel:
+    return PyTorchModel(Eagle3Support.TWO_MODEL, MODELS_DIR + module)
 
 
-def no_capture(upstream: str, cls: str) -> PyTorchModel:
-    return PyTorchModel(Eagle3Support.NO_CAPTURE, upstream, cls)
+def no_capture(module: str) -> PyTorchModel:
+    return PyTorchModel(Eagle3Support.NO_CAPTURE, MODELS_DIR + module)
 
 
 #: an architecture no PyTorch class is registered for

@@ -17,9 +17,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen2Adapter(LlamaAdapter):
     hf_architectures = ("Qwen2ForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "Qwen2ForCausalLM": two_model("tensorrt_llm/_torch/models/modeling_qwen.py", "Qwen2ForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"Qwen2ForCausalLM": two_model("modeling_qwen.py")}
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     key_cases: ClassVar[dict | None] = {'rope_theta': 12345.0, 'rms_norm_eps': 3e-06, 'seq_length': 777}
     family = "qwen2"

@@ -75,9 +75,7 @@ def qwen_expert_rules(adapter, hf: HFConfig) -> list[WeightRule]:
 @register
 class Qwen2MoeAdapter(Qwen2Adapter):
     hf_architectures = ("Qwen2MoeForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "Qwen2MoeForCausalLM": no_capture("tensorrt_llm/_torch/models/modeling_qwen_moe.py", "Qwen2MoeForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"Qwen2MoeForCausalLM": no_capture("modeling_qwen_moe.py")}
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 3, "num_key_value_heads": 4},
                                                  {"norm_topk_prob": True})

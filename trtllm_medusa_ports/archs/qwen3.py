@@ -23,9 +23,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen3Adapter(Qwen2Adapter):
     hf_architectures = ("Qwen3ForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "Qwen3ForCausalLM": one_model("tensorrt_llm/_torch/models/modeling_qwen3.py", "Qwen3ForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"Qwen3ForCausalLM": one_model("modeling_qwen3.py")}
     engine_limits_summary: ClassVar[str] = '`attention_bias: true` (`models/qwen/model.py` builds attention with `dense_bias=False`)'
     hf_defaults: ClassVar[dict] = {'rms_norm_eps': 1e-06, 'tie_word_embeddings': False, 'hidden_act': 'silu'}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'tie_word_embeddings': True, 'num_key_value_heads': 1})

@@ -32,9 +32,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Qwen3MoeAdapter(Qwen3Adapter):
     hf_architectures = ("Qwen3MoeForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "Qwen3MoeForCausalLM": one_model("tensorrt_llm/_torch/models/modeling_qwen3_moe.py", "Qwen3MoeForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"Qwen3MoeForCausalLM": one_model("modeling_qwen3_moe.py")}
     hf_defaults: ClassVar[dict] = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "hidden_act": "silu"}
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {"num_experts_per_tok": 1, "num_key_value_heads": 4},
                                                  {"norm_topk_prob": False})

@@ -23,9 +23,7 @@ from trtllm_medusa_ports.files.hf_model import HFConfig
 @register
 class Starcoder2Adapter(LlamaAdapter):
     hf_architectures = ("Starcoder2ForCausalLM",)
-    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {
-        "Starcoder2ForCausalLM": two_model("tensorrt_llm/_torch/models/modeling_starcoder2.py", "Starcoder2ForCausalLM"),
-    }
+    pytorch_models: ClassVar[dict[str, PyTorchModel]] = {"Starcoder2ForCausalLM": two_model("modeling_starcoder2.py")}
     hf_defaults: ClassVar[dict] = {'norm_epsilon': 1e-05, 'tie_word_embeddings': True, 'hidden_act': 'gelu_pytorch_tanh'}
     norm_epsilon_key = 'norm_epsilon'
     test_variants: ClassVar[tuple[dict, ...]] = ({}, {'use_bias': False, 'tie_word_embeddings': False})

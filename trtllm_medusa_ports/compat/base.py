@@ -50,19 +50,28 @@ if set(BASE_RULES) != set(registered_base_rules()):  # a rule registered with @b
 
 
 @functools.cache
+def tiny_config_errors(name: str) -> tuple[Finding, ...]:
+    """The base rules' errors for architecture ``name`` in its usual configuration (its adapter's tiny config, shaped
+    like the published models, under this name: an alias such as MPTForCausalLM is judged as itself); an adapter
+    without a tiny config gives none."""
+    from trtllm_medusa_ports.archs.registry import adapter_for
+
+    adapter = adapter_for(name)
+    if adapter.tiny_config is None:
+        return ()
+    return tuple(errors_of(check_base(HFConfig({**adapter.tiny_config, "architectures": [name]}, Path("config.json")),
+                                      adapter)))
+
+
+@functools.cache
 def served_rope_families() -> tuple[str, ...]:
-    """The rotary families this check passes in their usual configuration (each adapter's tiny config, shaped like
-    the published models): what the ALiBi refusal recommends. Gemma 2, whose published configs soft-cap attention
-    logits (rule attention-softcapping), is not one of them."""
+    """The rotary families this check passes in their usual configuration (:func:`tiny_config_errors`): what the
+    ALiBi refusal recommends. Gemma 2, whose published configs soft-cap attention logits (rule
+    attention-softcapping), is not one of them."""
     from trtllm_medusa_ports.archs.registry import adapter_for, tiny_configs
 
-    served = []
-    for name, tiny in tiny_configs().items():
-        adapter = adapter_for(name)
-        hf = HFConfig({**tiny, "architectures": [name]}, Path("config.json"))
-        if adapter.position_embedding.is_rope and not errors_of(check_base(hf, adapter)):
-            served.append(name)
-    return tuple(sorted(served))
+    return tuple(sorted(name for name in tiny_configs()
+                        if adapter_for(name).position_embedding.is_rope and not tiny_config_errors(name)))
 
 
 def check_base(hf: HFConfig, adapter: ArchAdapter | None) -> list[Finding]:

@@ -41,17 +41,17 @@ def _support_finding(arch: str, adapter: ArchAdapter) -> Finding:
     where = f"NVIDIA/TensorRT-LLM {model.upstream}"
     if model.support is Eagle3Support.ONE_MODEL:
         return Finding("pytorch-eagle3-one-model", INFO,
-                       f"{model.cls} is a SpecDecOneEngineForCausalLM ({where}): the EAGLE-3 draft runs in the "
+                       f"{arch} is a SpecDecOneEngineForCausalLM ({where}): the EAGLE-3 draft runs in the "
                        "target's own engine (eagle3_one_model, the default)", "nothing to do")
     if model.support is Eagle3Support.TWO_MODEL:
         return Finding("pytorch-two-model-only", WARNING,
-                       f"{model.cls}'s decoder layers capture hidden states but the class is a plain "
+                       f"{arch}'s decoder layers capture hidden states but the class is a plain "
                        f"DecoderModelForCausalLM ({where}): EAGLE-3 runs only as a second model "
                        "(eagle3_one_model: false), which upstream warns 'is deprecated and will be removed in "
                        "release 1.4'", "serve with `eagle3_one_model: false` on TensorRT-LLM 1.3, or " + STAY_ON_12)
     if model.support is Eagle3Support.NO_CAPTURE:
         return Finding("pytorch-no-capture-hook", ERROR,
-                       f"{model.cls}'s decoder layers never call spec_metadata.maybe_capture_hidden_states "
+                       f"{arch}'s decoder layers never call spec_metadata.maybe_capture_hidden_states "
                        f"({where}): no EAGLE-3 draft can read its hidden states", STAY_ON_12)
     return Finding("pytorch-no-model-class", ERROR,
                    f"TensorRT-LLM's PyTorch backend registers no model class for {arch} "
